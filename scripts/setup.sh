@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Idempotent set-up for a bare Debian 12 (+ CUDA toolkit, optional): Debian packages, then a Python venv
+# with the pinned test packages. Safe to run again; it only installs what is missing.
+#   scripts/setup.sh            everything (build deps + Python test env)
+#   STOKE_SETUP_PY=0 scripts/setup.sh   Debian packages only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(
+  build-essential cmake ninja-build pkg-config git unzip ca-certificates
+  python3 python3-venv python3-dev python3-pip
+  libboost-dev nlohmann-json3-dev libopenblas-dev libcli11-dev libutf8proc-dev libpcre2-dev
+  libspdlog-dev libfmt-dev libgtest-dev libgmock-dev
+  clang libclang-rt-14-dev
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  prometheus chromium
+)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "[setup] installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  echo "[setup] Debian packages present"
+fi
+
+[ "${STOKE_SETUP_PY:-1}" = "1" ] || exit 0
+
+# Python test environment (.venv). The requirements file is hashed so a changed pin re-installs.
+VENV=.venv
+REQ=tests/requirements.txt
+stamp="$VENV/.stoke-req-$(sha256sum "$REQ" | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  echo "[setup] creating Python test environment in $VENV (first time: builds llama-cpp-python from source, several minutes)"
+  [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q --upgrade pip==24.3.1
+  # llama.cpp built for the CPU only; portable flags so the venv works on any x86-64.
+  CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_CUDA=OFF -DLLAMA_CURL=OFF" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+    "$VENV/bin/python" -m pip install -q -r "$REQ"
+  touch "$stamp"
+else
+  echo "[setup] Python test environment up to date"
+fi

@@ -1,0 +1,52 @@
+// A fixed pool of worker threads for data-parallel loops in the CPU kernels. The calling thread takes part,
+// so a pool of N threads uses N-1 workers plus the caller. ParallelFor blocks until every chunk is done.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace stoke {
+
+class ThreadPool {
+ public:
+  // num_threads <= 0: one per hardware thread.
+  explicit ThreadPool(int num_threads = 0);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Calls fn(begin, end) on disjoint sub-ranges covering [0, n), each at least `grain` long (except the last).
+  // Runs inline when n is small or the pool has one thread. Not reentrant: do not call from inside fn.
+  void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+  // The process-wide pool the CPU engine uses (sized by SetDefaultThreads, default: hardware threads).
+  static ThreadPool& Default();
+  static void SetDefaultThreads(int num_threads);
+
+ private:
+  void WorkerLoop();
+  void RunChunks();
+
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable work_cv_;
+  std::condition_variable done_cv_;
+  uint64_t generation_ = 0;  // bumped per ParallelFor; workers wake on change
+  bool stop_ = false;
+  // Current job (valid while a ParallelFor is in flight).
+  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
+  int64_t n_ = 0;
+  int64_t chunk_ = 0;
+  int64_t num_chunks_ = 0;
+  int64_t next_chunk_ = 0;    // guarded by mu_
+  int64_t chunks_done_ = 0;   // guarded by mu_
+  std::mutex call_mu_;        // serialises concurrent ParallelFor callers
+};
+
+}  // namespace stoke

@@ -1,0 +1,61 @@
+// The decoder interface the scheduler and runner drive: one call runs one step over a flat batch of tokens
+// from many sequences, each at its own position, reading and writing a paged KV cache through block tables.
+// The CPU and CUDA backends implement the same interface; nothing here knows about requests or HTTP.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/model/llama_config.h"
+
+namespace stoke {
+
+// Where KV lives: `num_blocks` blocks of `block_size` token slots per layer. Block ids are handed out by the
+// serving layer's BlockAllocator; the model only reads/writes the slots a block table names.
+struct KvCacheShape {
+  int num_layers = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int block_size = 16;
+  int num_blocks = 0;
+};
+
+// One sequence's slice of a step.
+struct StepSequence {
+  int32_t token_begin = 0;   // first index into StepInput::token_ids for this sequence
+  int32_t num_tokens = 0;    // tokens of this sequence in the step (prefill chunk, or 1 for decode)
+  int32_t start_pos = 0;     // position of the first of those tokens; tokens [0, start_pos) are already in KV
+  std::vector<int32_t> block_table;  // block ids covering positions [0, start_pos + num_tokens)
+  // Which rows of logits to produce: none, the last token only (generation), or every token (scoring).
+  enum class Logits : uint8_t { kNone, kLast, kAll } logits = Logits::kLast;
+};
+
+struct StepInput {
+  std::vector<int32_t> token_ids;      // [num_tokens], sequences concatenated
+  std::vector<StepSequence> sequences;
+};
+
+struct StepOutput {
+  // Rows in sequence order: for each sequence, 0, 1 or num_tokens rows as its `logits` asks.
+  std::vector<float> logits;  // [num_rows, vocab_size]
+  int64_t num_rows = 0;
+};
+
+class DecoderModel {
+ public:
+  virtual ~DecoderModel() = default;
+  virtual const LlamaConfig& config() const = 0;
+  // Allocates KV storage for `num_blocks` blocks of `block_size` tokens (all layers). Call once before Step.
+  virtual Status AllocateKvCache(int num_blocks, int block_size) = 0;
+  virtual KvCacheShape kv_shape() const = 0;
+  // Bytes of KV storage one token takes across all layers (K and V), for sizing from a memory budget.
+  virtual int64_t KvBytesPerToken() const = 0;
+  // Copies the KV slots of block `src` to block `dst` (all layers), for copy-on-write of shared blocks.
+  virtual Status CopyKvBlock(int32_t src, int32_t dst) = 0;
+  // Runs one step. Writes K/V for every input token into its slot, then attends over [0, pos] per token.
+  virtual Status Step(const StepInput& input, StepOutput* output) = 0;
+};
+
+}  // namespace stoke
