@@ -43,17 +43,14 @@ inline uint16_t Fp32ToFp16(float f) {
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
   if (abs < 0x38800000u) {  // subnormal or zero in fp16
     if (abs < 0x33000000u) return static_cast<uint16_t>(sign);
+    // value = m * 2^(e - 150); the fp16 subnormal unit is 2^-24, so the result is m >> (126 - e), rounded.
     const uint32_t e = abs >> 23;
-    uint32_t m = (abs & 0x7fffffu) | 0x800000u;
-    const int shift = static_cast<int>(126 - e);
-    uint32_t r = m >> (shift - 10 + 14 - 1);  // keep one extra bit
-    // general RNE on the shifted-out bits
-    const int total = shift - 10 + 14;  // bits dropped
+    const uint32_t m = (abs & 0x7fffffu) | 0x800000u;
+    const int total = static_cast<int>(126 - e);  // 13..24 bits dropped
     const uint32_t dropped = m & ((1u << total) - 1);
     uint32_t res = m >> total;
     const uint32_t half = 1u << (total - 1);
     if (dropped > half || (dropped == half && (res & 1u))) ++res;
-    (void)r;
     return static_cast<uint16_t>(sign | res);
   }
   uint32_t res = ((abs >> 13) - ((127 - 15) << 10));
