@@ -1,14 +1,30 @@
 // stoke: one binary, subcommands serve | generate | embed | tokenize | model | bench | doctor | tune.
+// Each subcommand lives in its own cmd_<name>.cc and registers itself (command.h).
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <map>
+
+#include "apps/stoke/command.h"
 #include "base/logging.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"stoke: an inference server that keeps the GPU busy and shows where the time goes"};
   app.require_subcommand(1);
-  std::string log_level = "info";
+  std::string log_level = "warn";
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off")->capture_default_str();
+
+  auto& registry = stoke::CommandRegistry();
+  std::sort(registry.begin(), registry.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  std::map<CLI::App*, stoke::CommandRun> runs;
+  for (const auto& spec : registry) {
+    CLI::App* sub = app.add_subcommand(spec.name, spec.description);
+    runs[sub] = spec.setup(sub);
+  }
   CLI11_PARSE(app, argc, argv);
   stoke::InitLogging(log_level);
+  for (auto& [sub, run] : runs) {
+    if (sub->parsed()) return run();
+  }
   return 0;
 }

@@ -1,0 +1,37 @@
+// What a client asks of generation: the sampling knobs and limits, as plain data.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace stoke {
+
+struct SamplingParams {
+  float temperature = 1.0f;  // 0 = greedy
+  float top_p = 1.0f;        // nucleus mass in (0, 1]
+  int top_k = 0;             // 0 = off
+  std::optional<uint64_t> seed;  // unset: a random seed per request
+  int max_tokens = 256;      // tokens to generate at most
+  int min_tokens = 0;        // EOS ignored before this many (benchmarks: min = max)
+  bool ignore_eos = false;
+  std::vector<std::string> stop;        // stop strings: generation ends before them; never emitted
+  std::vector<int32_t> stop_token_ids;  // besides the model's EOS set
+  int logprobs = -1;                    // -1: none; k >= 0: chosen token's logprob plus top-k alternatives
+};
+
+enum class FinishReason : uint8_t { kNone, kStop, kLength, kCancelled, kError };
+
+inline const char* FinishReasonName(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kError: return "error";
+    case FinishReason::kNone: break;
+  }
+  return "";
+}
+
+}  // namespace stoke

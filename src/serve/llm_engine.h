@@ -1,0 +1,57 @@
+// The boundary between the network layer and an LLM's engine loop. The net layer parses, tokenizes and
+// submits; the engine thread (which alone owns scheduler, KV and runner state) schedules steps and calls back
+// with events. Callbacks run on the engine thread: they must only hand data to the net side and return.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "api/sampling.h"
+#include "base/clock.h"
+#include "base/status.h"
+
+namespace stoke {
+
+struct TokenLogprob {
+  int32_t token_id = 0;
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;  // top alternatives (id, logprob), best first
+};
+
+// One callback's worth of progress for a request.
+struct GenerationEvent {
+  std::vector<int32_t> token_ids;        // new tokens since the last event (stop-string tokens withheld)
+  std::string text;                      // new UTF-8 text (never a broken character, never a stop string)
+  std::vector<TokenLogprob> logprobs;    // one per token in token_ids when requested
+  FinishReason finish = FinishReason::kNone;  // set on the last event only
+  Status error;                          // set with finish == kError
+  // Filled on the last event:
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+  int cached_prompt_tokens = 0;  // prompt tokens served from the prefix cache
+};
+
+struct GenerationRequest {
+  std::string id;
+  std::vector<int32_t> prompt_ids;
+  SamplingParams sampling;
+  int priority = 0;      // higher runs first; FCFS within a priority
+  Nanos recv_time = 0;   // when the first byte arrived (ledger)
+  std::function<void(GenerationEvent)> on_event;  // called on the engine thread; the last one has finish set
+};
+
+class LlmEngine {
+ public:
+  virtual ~LlmEngine() = default;
+  // Queues a request. Fails fast (ResourceExhausted -> 503) when the waiting queue is full, and with
+  // InvalidArgument when prompt + max_tokens exceeds the context (message gives both numbers).
+  virtual Status Submit(GenerationRequest request) = 0;
+  // Stops a request (client went away); its blocks are freed within one step. Unknown ids are ignored.
+  virtual void Cancel(const std::string& id) = 0;
+  virtual int context_length() const = 0;
+};
+
+}  // namespace stoke
