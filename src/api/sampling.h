@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace stoke {
@@ -19,6 +20,13 @@ struct SamplingParams {
   std::vector<std::string> stop;        // stop strings: generation ends before them; never emitted
   std::vector<int32_t> stop_token_ids;  // besides the model's EOS set
   int logprobs = -1;                    // -1: none; k >= 0: chosen token's logprob plus top-k alternatives
+};
+
+// The chosen token's log-probability and the best alternatives (OpenAI logprobs/top_logprobs).
+struct TokenLogprob {
+  int32_t token_id = 0;
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;  // top alternatives (id, logprob), best first
 };
 
 enum class FinishReason : uint8_t { kNone, kStop, kLength, kCancelled, kError };

@@ -15,12 +15,6 @@
 
 namespace stoke {
 
-struct TokenLogprob {
-  int32_t token_id = 0;
-  float logprob = 0.0f;
-  std::vector<std::pair<int32_t, float>> top;  // top alternatives (id, logprob), best first
-};
-
 // One callback's worth of progress for a request.
 struct GenerationEvent {
   std::vector<int32_t> token_ids;        // new tokens since the last event (stop-string tokens withheld)
