@@ -1,0 +1,47 @@
+// Chat templates rendered natively (no Jinja engine): the template string a model ships (GGUF
+// tokenizer.chat_template or tokenizer_config.json "chat_template") is recognised by its markers and rendered
+// by C++ that reproduces its output byte for byte. Unknown templates are refused rather than guessed.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+
+namespace stoke {
+
+struct ChatMessage {
+  std::string role;  // "system" | "user" | "assistant"
+  std::string content;
+};
+
+class ChatTemplate {
+ public:
+  enum class Kind { kChatMl, kLlama3 };
+
+  // Reads the model's template; a model without one or with an unknown one -> error naming the model/snippet.
+  static StatusOr<ChatTemplate> FromModel(const std::string& model_path);
+  // Recognises a template string (exposed for tests and for tokenizer_config.json sources).
+  static StatusOr<ChatTemplate> FromString(const std::string& template_text);
+
+  StatusOr<std::string> Apply(const std::vector<ChatMessage>& msgs, bool add_generation_prompt = true) const;
+  std::string_view name() const;  // "chatml", "llama3"
+
+  // Llama-3.1-style templates print "Today Date: ..."; pinned for reproducible output ("26 Jul 2024" default,
+  // the template's own default).
+  void set_date_string(std::string date) { date_string_ = std::move(date); }
+  Kind kind() const { return kind_; }
+  // ChatML: the system message injected when the first message isn't "system" ("" = none).
+  const std::string& default_system() const { return default_system_; }
+
+ private:
+  Kind kind_ = Kind::kChatMl;
+  std::string default_system_;
+  bool llama31_knowledge_block_ = false;  // "Cutting Knowledge Date" block in the system header
+  bool bos_in_template_ = false;          // Llama-3 templates start with {{ bos_token }}
+  std::string bos_token_;
+  std::string date_string_ = "26 Jul 2024";
+};
+
+}  // namespace stoke
