@@ -9,7 +9,11 @@
 #include <utility>
 #include <variant>
 
+// fmt 9's compile-time format checks do not survive nvcc: .cu files get Status without the fmt
+// constructors and build messages themselves (or call host-compiled helpers).
+#if !defined(__CUDACC__)
 #include <fmt/format.h>
+#endif
 
 namespace stoke {
 
@@ -55,6 +59,7 @@ class [[nodiscard]] Status {
 
 inline Status OkStatus() { return Status(); }
 
+#if !defined(__CUDACC__)
 // Constructors in the style of absl: InvalidArgument("bad {}", x).
 #define STOKE_STATUS_CTOR(Name, Code)                                              \
   template <typename... Args>                                                      \
@@ -74,6 +79,7 @@ STOKE_STATUS_CTOR(CancelledError, kCancelled)
 STOKE_STATUS_CTOR(DeadlineExceededError, kDeadlineExceeded)
 STOKE_STATUS_CTOR(AlreadyExistsError, kAlreadyExists)
 #undef STOKE_STATUS_CTOR
+#endif  // !__CUDACC__
 
 template <typename T>
 class [[nodiscard]] StatusOr {
