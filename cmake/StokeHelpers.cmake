@@ -11,6 +11,7 @@ if(STOKE_SANITIZE)
   add_link_options(-fsanitize=address,undefined)
 endif()
 if(STOKE_FUZZ)
+  add_custom_target(stoke_fuzzers)  # builds every fuzzer and nothing else
   add_compile_options(-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer)
   add_link_options(-fsanitize=address,undefined)
 endif()
@@ -52,6 +53,7 @@ function(stoke_fuzzer name)
   add_executable(${name} ${ARG_SRCS})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS})
   target_link_options(${name} PRIVATE -fsanitize=fuzzer)
+  add_dependencies(stoke_fuzzers ${name})
 endfunction()
 
 # A folder's library from its sources: every *.cc except *_test.cc / *_fuzz.cc / *_bench.cc, plus one test

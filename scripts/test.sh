@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Sets up a fresh machine and runs every test. This is the README's test command and exactly what CI runs.
+#   1. scripts/setup.sh            Debian packages + Python test venv (idempotent)
+#   2. release build (CPU) + the real models fetched (stoke model fetch, sha256-checked)
+#   3. ctest (unit + golden C++ tests) and pytest (golden, integration: real servers, real clients)
+#   4. unit tests again under ASan + UBSan (debug-asan preset)
+#   5. each libFuzzer target for a short while (fuzz preset, clang)
+#   6. the CUDA targets compiled for sm_90a when nvcc exists (nothing runs them here: no GPU)
+# Env: STOKE_TEST_STAGES="build ctest pytest asan fuzz cuda" to pick stages; FUZZ_SECONDS (default 30).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+STAGES=${STOKE_TEST_STAGES:-"build ctest pytest asan fuzz cuda"}
+FUZZ_SECONDS=${FUZZ_SECONDS:-30}
+JOBS=${JOBS:-$(nproc)}
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+step() { echo; echo "=== $* ==="; }
+failures=()
+
+step "setup"
+bash scripts/setup.sh
+
+step "build (release)"
+cmake --preset release >/dev/null
+cmake --build build/release -j"$JOBS"
+export STOKE_BIN=$ROOT/build/release/apps/stoke/stoke STOKE_BUILD_DIR=$ROOT/build/release
+
+step "models"
+for m in smollm2-135m-instruct all-minilm-l6-v2; do "$STOKE_BIN" model fetch "$m"; done
+
+if has ctest; then
+  step "ctest (release)"
+  ctest --test-dir build/release --output-on-failure -j"$JOBS" -LE gpu || failures+=(ctest)
+fi
+
+if has pytest; then
+  step "pytest"
+  .venv/bin/python -m pytest -q tests || failures+=(pytest)
+fi
+
+if has asan; then
+  step "unit tests under ASan + UBSan"
+  cmake --preset debug-asan >/dev/null
+  cmake --build build/debug-asan -j"$JOBS"
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir build/debug-asan --output-on-failure -j"$JOBS" -L unit || failures+=(asan)
+fi
+
+if has fuzz; then
+  step "fuzzers (${FUZZ_SECONDS}s each)"
+  cmake --preset fuzz >/dev/null
+  cmake --build build/fuzz -j"$JOBS" --target stoke_fuzzers
+  for f in build/fuzz/src/*/*_fuzz build/fuzz/src/*/*/*_fuzz; do
+    [ -x "$f" ] || continue
+    name=$(basename "$f"); corpus=tests/fuzz/${name%_fuzz}_corpus
+    work=$(mktemp -d); [ -d "$corpus" ] && cp -r "$corpus"/. "$work"/
+    echo "--- $name"
+    "$f" -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 -max_len=65536 "$work" 2>&1 | tail -n 3 || failures+=("$name")
+    rm -rf "$work"
+  done
+fi
+
+if has cuda && command -v nvcc >/dev/null 2>&1; then
+  step "CUDA targets compile (sm_90a + PTX); they run on the GPU machine only"
+  cmake --preset release-cuda >/dev/null
+  cmake --build build/release-cuda -j"$JOBS" || failures+=(cuda-build)
+fi
+
+echo
+if ((${#failures[@]})); then
+  echo "FAILED stages: ${failures[*]}"
+  exit 1
+fi
+echo "all test stages passed: $STAGES"
