@@ -16,6 +16,7 @@
 #include "api/dtype.h"
 #include "base/status.h"
 #include "base/thread_pool.h"
+#include "engine/loader/tensor.h"
 
 namespace stoke {
 
@@ -81,6 +82,8 @@ class BertEncoder {
  private:
   BertEncoder() = default;
   Status LoadWeights();
+  // t's data, or an aligned owned copy when the file left it misaligned for its element type.
+  const void* Aligned(const TensorRef& t);
 
   std::unique_ptr<HfFolder> folder_;  // owns the mapped weights
   BertConfig config_;
@@ -93,6 +96,7 @@ class BertEncoder {
   std::vector<float> type0_emb_;  // token type 0 row, [hidden] fp32
   Norm emb_norm_;
   std::vector<Layer> layers_;
+  std::vector<std::unique_ptr<uint8_t[]>> owned_;  // aligned copies made by Aligned()
 };
 
 }  // namespace stoke
