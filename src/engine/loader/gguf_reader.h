@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -74,6 +75,9 @@ class GgufFile {
   // The value's GGUF type (kArray for arrays) and, for arrays, the element type; nullopt if absent.
   std::optional<GgufType> TypeOf(std::string_view key) const;
   std::optional<GgufType> ArrayElementType(std::string_view key) const;
+  // Any value as JSON (for dumps and tests): integers exact (u64 stays unsigned), f32 widened to double,
+  // bool, string, arrays (nested too) as lists. null if the key is absent.
+  nlohmann::json ValueAsJson(std::string_view key) const;
 
   const std::vector<TensorRef>& tensors() const { return tensors_; }  // shape reversed to outermost-first
   const TensorRef* FindTensor(std::string_view name) const;           // nullptr if absent
