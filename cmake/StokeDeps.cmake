@@ -16,3 +16,5 @@ find_path(CBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas openblas-pthread)
 add_library(stoke_blas INTERFACE)
 target_link_libraries(stoke_blas INTERFACE ${BLAS_LIBRARIES})
 target_include_directories(stoke_blas INTERFACE ${CBLAS_INCLUDE_DIR})
+# Prometheus client (core: registry + text exposition) for /metrics.
+find_package(prometheus-cpp CONFIG REQUIRED)

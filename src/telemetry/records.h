@@ -1,0 +1,50 @@
+// Plain records the engine loop hands to telemetry: one per step, one snapshot of its counters. No
+// dependencies beyond base, so the engine side can fill them without linking the metrics registry.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "base/clock.h"
+
+namespace stoke {
+
+// One iteration of the continuous-batching loop (filled on the engine thread, after the step ran).
+struct StepRecord {
+  Nanos start = 0;         // monotonic, when planning began
+  Nanos duration = 0;      // plan + model step + sampling, ns
+  int prefill_tokens = 0;  // prompt tokens computed this step (all sequences, chunked prefill included)
+  int decode_tokens = 0;   // one per running sequence that decoded
+  int num_running = 0;     // sequences in the running set after admission
+  int num_waiting = 0;     // sequences left waiting
+  int num_preempted = 0;   // sequences preempted (recompute) this step
+  int kv_blocks_used = 0;
+  int kv_blocks_free = 0;  // free, including cached blocks with no reference (evictable)
+  // Why admission stopped: "token_budget" | "max_seqs" | "no_blocks" | "queue_empty" ("" = not recorded).
+  std::string admission_stop;
+};
+
+// Cumulative engine counters and current gauges, sampled when /metrics is scraped (any thread).
+struct EngineSnapshot {
+  int num_running = 0;
+  int num_waiting = 0;
+  int kv_blocks_used = 0;
+  int kv_blocks_free = 0;
+  int kv_blocks_total = 0;
+  // Counted in tokens (vLLM's convention): queries = prompt tokens looked up, hits = served from the cache.
+  int64_t prefix_cache_queries = 0;
+  int64_t prefix_cache_hits = 0;
+  int64_t prefix_cache_evictions = 0;  // blocks evicted from the cache (LRU) to make room
+  int64_t num_preemptions = 0;
+};
+
+// Stages of the per-request time ledger (design.md §4). h2d/d2h join when the CUDA runner lands.
+enum class LedgerStage : uint8_t { kRecv, kQueue, kPreprocess, kCompute, kPostprocess, kSend };
+inline constexpr int kNumLedgerStages = 6;
+inline const char* LedgerStageName(LedgerStage s) {
+  static const char* const kNames[kNumLedgerStages] = {"recv",    "queue",       "preprocess",
+                                                       "compute", "postprocess", "send"};
+  return kNames[static_cast<int>(s)];
+}
+
+}  // namespace stoke
