@@ -1,0 +1,277 @@
+#include "engine/model/llama.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/ops.h"
+
+namespace stoke {
+
+namespace {
+
+Status CheckMatrix(const LinearWeight& w, int64_t rows, int64_t cols, const char* what) {
+  if (w.empty() || w.rows != rows || w.cols != cols) {
+    return InvalidArgumentError("llama weights: {} is [{}, {}], expected [{}, {}]", what, w.rows, w.cols,
+                                rows, cols);
+  }
+  return OkStatus();
+}
+
+// y[m, w.rows] = x[m, w.cols] · w^T
+Status Linear(const float* x, int64_t m, const LinearWeight& w, float* y, ThreadPool& pool) {
+  return cpu::MatMul(x, m, w.cols, w.data, w.dtype, w.rows, y, pool);
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<CpuLlama>> CpuLlama::Create(LlamaWeights weights, ThreadPool* pool) {
+  const LlamaConfig& c = weights.config;
+  RETURN_IF_ERROR(c.Validate());
+  const int64_t hidden = c.hidden_size, ffn = c.intermediate_size;
+  const int64_t qd = int64_t{c.num_heads} * c.head_dim, kvd = int64_t{c.num_kv_heads} * c.head_dim;
+  RETURN_IF_ERROR(CheckMatrix(weights.embedding, c.vocab_size, hidden, "embedding"));
+  RETURN_IF_ERROR(CheckMatrix(weights.lm_head, c.vocab_size, hidden, "lm_head"));
+  if (static_cast<int64_t>(weights.final_norm.size()) != hidden) {
+    return InvalidArgumentError("llama weights: final norm has {} values, expected {}",
+                                weights.final_norm.size(), hidden);
+  }
+  if (static_cast<int>(weights.layers.size()) != c.num_layers) {
+    return InvalidArgumentError("llama weights: {} layers, config says {}", weights.layers.size(),
+                                c.num_layers);
+  }
+  for (const LlamaLayerWeights& l : weights.layers) {
+    if (static_cast<int64_t>(l.attn_norm.size()) != hidden ||
+        static_cast<int64_t>(l.ffn_norm.size()) != hidden) {
+      return InvalidArgumentError("llama weights: norm size differs from hidden {}", hidden);
+    }
+    if (!l.qkv.empty()) {
+      RETURN_IF_ERROR(CheckMatrix(l.qkv, qd + 2 * kvd, hidden, "qkv"));
+    } else {
+      RETURN_IF_ERROR(CheckMatrix(l.q, qd, hidden, "q"));
+      RETURN_IF_ERROR(CheckMatrix(l.k, kvd, hidden, "k"));
+      RETURN_IF_ERROR(CheckMatrix(l.v, kvd, hidden, "v"));
+    }
+    if (!l.qkv_bias.empty() && static_cast<int64_t>(l.qkv_bias.size()) != qd + 2 * kvd) {
+      return InvalidArgumentError("llama weights: qkv bias has {} values, expected {}", l.qkv_bias.size(),
+                                  qd + 2 * kvd);
+    }
+    RETURN_IF_ERROR(CheckMatrix(l.o, hidden, qd, "o"));
+    if (!l.gate_up.empty()) {
+      RETURN_IF_ERROR(CheckMatrix(l.gate_up, 2 * ffn, hidden, "gate_up"));
+    } else {
+      RETURN_IF_ERROR(CheckMatrix(l.gate, ffn, hidden, "gate"));
+      RETURN_IF_ERROR(CheckMatrix(l.up, ffn, hidden, "up"));
+    }
+    RETURN_IF_ERROR(CheckMatrix(l.down, hidden, ffn, "down"));
+  }
+  return std::unique_ptr<CpuLlama>(new CpuLlama(std::move(weights), pool));
+}
+
+CpuLlama::CpuLlama(LlamaWeights weights, ThreadPool* pool)
+    : weights_(std::move(weights)), pool_(pool != nullptr ? pool : &ThreadPool::Default()) {
+  inv_freq_ = RopeInverseFrequencies(weights_.config);
+}
+
+Status CpuLlama::AllocateKvCache(int num_blocks, int block_size) {
+  if (num_blocks <= 0 || block_size <= 0) {
+    return InvalidArgumentError("KV cache: num_blocks {} and block_size {} must be positive", num_blocks,
+                                block_size);
+  }
+  const LlamaConfig& c = weights_.config;
+  const size_t per_layer = size_t{2} * num_blocks * block_size * c.num_kv_heads * c.head_dim;
+  try {
+    kv_.assign(per_layer * c.num_layers, 0.0f);
+  } catch (const std::bad_alloc&) {
+    return ResourceExhaustedError("KV cache: cannot allocate {} MiB", per_layer * c.num_layers * 4 >> 20);
+  }
+  num_blocks_ = num_blocks;
+  block_size_ = block_size;
+  return OkStatus();
+}
+
+KvCacheShape CpuLlama::kv_shape() const {
+  const LlamaConfig& c = weights_.config;
+  return KvCacheShape{c.num_layers, c.num_kv_heads, c.head_dim, block_size_, num_blocks_};
+}
+
+int64_t CpuLlama::KvBytesPerToken() const {
+  const LlamaConfig& c = weights_.config;
+  return int64_t{2} * c.num_layers * c.num_kv_heads * c.head_dim * static_cast<int64_t>(sizeof(float));
+}
+
+cpu::PagedKvLayer CpuLlama::KvLayer(int layer) {
+  const LlamaConfig& c = weights_.config;
+  const size_t half = size_t{1} * num_blocks_ * block_size_ * c.num_kv_heads * c.head_dim;
+  float* base = kv_.data() + 2 * half * layer;
+  return cpu::PagedKvLayer{base, base + half, num_blocks_, block_size_, c.num_kv_heads, c.head_dim};
+}
+
+Status CpuLlama::CopyKvBlock(int32_t src, int32_t dst) {
+  if (src < 0 || src >= num_blocks_ || dst < 0 || dst >= num_blocks_) {
+    return InvalidArgumentError("CopyKvBlock: block {} -> {} outside [0, {})", src, dst, num_blocks_);
+  }
+  if (src == dst) return OkStatus();
+  const LlamaConfig& c = weights_.config;
+  const size_t block_floats = size_t{1} * block_size_ * c.num_kv_heads * c.head_dim;
+  for (int l = 0; l < c.num_layers; ++l) {
+    cpu::PagedKvLayer kv = KvLayer(l);
+    std::memcpy(kv.k + dst * block_floats, kv.k + src * block_floats, block_floats * sizeof(float));
+    std::memcpy(kv.v + dst * block_floats, kv.v + src * block_floats, block_floats * sizeof(float));
+  }
+  return OkStatus();
+}
+
+Status CpuLlama::ValidateInput(const StepInput& in) const {
+  if (num_blocks_ == 0) return FailedPreconditionError("Step: AllocateKvCache was not called");
+  const int64_t total = static_cast<int64_t>(in.token_ids.size());
+  int64_t next = 0;
+  for (size_t s = 0; s < in.sequences.size(); ++s) {
+    const StepSequence& seq = in.sequences[s];
+    if (seq.token_begin != next || seq.num_tokens <= 0 || next + seq.num_tokens > total) {
+      return InvalidArgumentError(
+          "Step: sequence {} covers tokens [{}, {}) but sequences must tile the {} step tokens in order", s,
+          seq.token_begin, int64_t{seq.token_begin} + seq.num_tokens, total);
+    }
+    next += seq.num_tokens;
+    if (seq.start_pos < 0)
+      return InvalidArgumentError("Step: sequence {} has start_pos {}", s, seq.start_pos);
+    const int64_t end_pos = int64_t{seq.start_pos} + seq.num_tokens;
+    const int64_t blocks_needed = (end_pos + block_size_ - 1) / block_size_;
+    if (static_cast<int64_t>(seq.block_table.size()) < blocks_needed) {
+      return InvalidArgumentError(
+          "Step: sequence {} needs {} blocks for positions [0, {}) but its table has {}", s, blocks_needed,
+          end_pos, seq.block_table.size());
+    }
+    for (int64_t b = 0; b < blocks_needed; ++b) {
+      const int32_t id = seq.block_table[b];
+      if (id < 0 || id >= num_blocks_) {
+        return InvalidArgumentError("Step: sequence {} block table entry {} = {} outside [0, {})", s, b, id,
+                                    num_blocks_);
+      }
+    }
+  }
+  if (next != total) {
+    return InvalidArgumentError("Step: sequences cover {} of {} tokens", next, total);
+  }
+  const int vocab = weights_.config.vocab_size;
+  for (int64_t t = 0; t < total; ++t) {
+    if (in.token_ids[t] < 0 || in.token_ids[t] >= vocab) {
+      return InvalidArgumentError("Step: token id {} at index {} outside [0, {})", in.token_ids[t], t, vocab);
+    }
+  }
+  return OkStatus();
+}
+
+Status CpuLlama::RunLayer(int layer, const StepInput& in, int64_t T) {
+  const LlamaConfig& c = weights_.config;
+  const LlamaLayerWeights& w = weights_.layers[layer];
+  ThreadPool& pool = *pool_;
+  const int64_t H = c.hidden_size, F = c.intermediate_size, hd = c.head_dim;
+  const int64_t qd = c.num_heads * hd, kvd = c.num_kv_heads * hd, tot = qd + 2 * kvd;
+
+  cpu::RmsNorm(x_.data(), w.attn_norm.data(), T, H, c.rms_norm_eps, h_.data());
+  if (!w.qkv.empty()) {
+    RETURN_IF_ERROR(Linear(h_.data(), T, w.qkv, qkv_.data(), pool));
+    if (!w.qkv_bias.empty()) cpu::AddBias(qkv_.data(), w.qkv_bias.data(), T, tot);
+    for (int64_t t = 0; t < T; ++t) {  // split [T, q | k | v] into dense q, k, v
+      const float* row = qkv_.data() + t * tot;
+      std::memcpy(q_.data() + t * qd, row, qd * sizeof(float));
+      std::memcpy(k_.data() + t * kvd, row + qd, kvd * sizeof(float));
+      std::memcpy(v_.data() + t * kvd, row + qd + kvd, kvd * sizeof(float));
+    }
+  } else {
+    RETURN_IF_ERROR(Linear(h_.data(), T, w.q, q_.data(), pool));
+    RETURN_IF_ERROR(Linear(h_.data(), T, w.k, k_.data(), pool));
+    RETURN_IF_ERROR(Linear(h_.data(), T, w.v, v_.data(), pool));
+    if (!w.qkv_bias.empty()) {
+      cpu::AddBias(q_.data(), w.qkv_bias.data(), T, qd);
+      cpu::AddBias(k_.data(), w.qkv_bias.data() + qd, T, kvd);
+      cpu::AddBias(v_.data(), w.qkv_bias.data() + qd + kvd, T, kvd);
+    }
+  }
+  cpu::RopeNeox(q_.data(), positions_.data(), T, c.num_heads, c.head_dim, inv_freq_.data());
+  cpu::RopeNeox(k_.data(), positions_.data(), T, c.num_kv_heads, c.head_dim, inv_freq_.data());
+
+  const cpu::PagedKvLayer kv = KvLayer(layer);
+  cpu::WriteKv(kv, k_.data(), v_.data(), slots_.data(), T);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  for (const StepSequence& seq : in.sequences) {
+    const int64_t off = int64_t{seq.token_begin} * qd;
+    cpu::PagedAttention(q_.data() + off, seq.num_tokens, c.num_heads, seq.start_pos, seq.block_table.data(),
+                        kv, scale, attn_.data() + off, pool);
+  }
+  RETURN_IF_ERROR(Linear(attn_.data(), T, w.o, proj_.data(), pool));
+  cpu::Add(x_.data(), proj_.data(), T * H, x_.data());
+
+  cpu::RmsNorm(x_.data(), w.ffn_norm.data(), T, H, c.rms_norm_eps, h_.data());
+  if (!w.gate_up.empty()) {
+    RETURN_IF_ERROR(Linear(h_.data(), T, w.gate_up, ffn2_.data(), pool));  // [T, gate | up]
+    for (int64_t t = 0; t < T; ++t) {
+      const float* row = ffn2_.data() + t * 2 * F;
+      cpu::SiluMul(row, row + F, F, ffn_.data() + t * F);
+    }
+  } else {
+    RETURN_IF_ERROR(Linear(h_.data(), T, w.gate, ffn_.data(), pool));
+    RETURN_IF_ERROR(Linear(h_.data(), T, w.up, ffn2_.data(), pool));
+    cpu::SiluMul(ffn_.data(), ffn2_.data(), T * F, ffn_.data());
+  }
+  RETURN_IF_ERROR(Linear(ffn_.data(), T, w.down, proj_.data(), pool));
+  cpu::Add(x_.data(), proj_.data(), T * H, x_.data());
+  return OkStatus();
+}
+
+Status CpuLlama::Step(const StepInput& in, StepOutput* out) {
+  RETURN_IF_ERROR(ValidateInput(in));
+  const LlamaConfig& c = weights_.config;
+  const int64_t T = static_cast<int64_t>(in.token_ids.size());
+  const int64_t H = c.hidden_size, F = c.intermediate_size, hd = c.head_dim;
+  const int64_t qd = c.num_heads * hd, kvd = c.num_kv_heads * hd;
+  out->logits.clear();
+  out->num_rows = 0;
+  if (T == 0) return OkStatus();
+
+  x_.resize(T * H);
+  h_.resize(T * H);
+  qkv_.resize(T * (qd + 2 * kvd));
+  q_.resize(T * qd);
+  k_.resize(T * kvd);
+  v_.resize(T * kvd);
+  attn_.resize(T * qd);
+  proj_.resize(T * H);
+  ffn_.resize(T * F);
+  ffn2_.resize(T * 2 * F);
+  positions_.resize(T);
+  slots_.resize(T);
+  rows_.clear();
+  for (const StepSequence& seq : in.sequences) {
+    for (int32_t i = 0; i < seq.num_tokens; ++i) {
+      const int32_t pos = seq.start_pos + i;
+      positions_[seq.token_begin + i] = pos;
+      slots_[seq.token_begin + i] = seq.block_table[pos / block_size_] * block_size_ + pos % block_size_;
+    }
+    if (seq.logits == StepSequence::Logits::kAll) {
+      for (int32_t i = 0; i < seq.num_tokens; ++i) rows_.push_back(seq.token_begin + i);
+    } else if (seq.logits == StepSequence::Logits::kLast) {
+      rows_.push_back(seq.token_begin + seq.num_tokens - 1);
+    }
+  }
+
+  const LinearWeight& emb = weights_.embedding;
+  RETURN_IF_ERROR(cpu::EmbeddingLookup(emb.data, emb.dtype, emb.rows, H, in.token_ids.data(), T, x_.data()));
+  for (int l = 0; l < c.num_layers; ++l) RETURN_IF_ERROR(RunLayer(l, in, T));
+
+  const int64_t R = static_cast<int64_t>(rows_.size());
+  if (R == 0) return OkStatus();
+  sel_.resize(R * H);
+  for (int64_t r = 0; r < R; ++r)
+    std::memcpy(sel_.data() + r * H, x_.data() + rows_[r] * H, H * sizeof(float));
+  cpu::RmsNorm(sel_.data(), weights_.final_norm.data(), R, H, c.rms_norm_eps, sel_.data());
+  out->logits.resize(R * c.vocab_size);
+  RETURN_IF_ERROR(Linear(sel_.data(), R, weights_.lm_head, out->logits.data(), *pool_));
+  out->num_rows = R;
+  return OkStatus();
+}
+
+}  // namespace stoke

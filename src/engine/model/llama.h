@@ -1,0 +1,57 @@
+// CpuLlama: the Llama-family decoder (Llama 2/3, SmolLM2, Mistral, Qwen2) on the CPU backend. One Step runs
+// every token of a flat batch through each matmul at once (m = total tokens), whatever mix of prefill chunks
+// and decodes it holds; attention then runs per sequence over that sequence's paged KV.
+//
+// Per layer (T tokens, H hidden, q = heads·hd, kv = kv_heads·hd, F ffn):
+//   h = RmsNorm(x)                        [T, H]
+//   qkv = h · Wqkv^T (+ bias)            [T, q + 2 kv] -> q [T, heads, hd], k/v [T, kv_heads, hd]
+//   RoPE(q, k) at each token's position; K/V written to their slots
+//   a = PagedAttention(q) per sequence    [T, q]
+//   x += a · Wo^T
+//   h = RmsNorm(x); x += (silu(h·Wg^T) ⊙ h·Wu^T) · Wd^T
+// then RmsNorm and the LM head only for the rows whose logits were asked for.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "engine/model/decoder.h"
+#include "engine/model/llama_weights.h"
+#include "kernels/cpu/attention.h"
+
+namespace stoke {
+
+class CpuLlama final : public DecoderModel {
+ public:
+  // `pool` null = ThreadPool::Default(). Fails when the weights do not match their config.
+  static StatusOr<std::unique_ptr<CpuLlama>> Create(LlamaWeights weights, ThreadPool* pool = nullptr);
+
+  const LlamaConfig& config() const override { return weights_.config; }
+  Status AllocateKvCache(int num_blocks, int block_size) override;
+  KvCacheShape kv_shape() const override;
+  int64_t KvBytesPerToken() const override;
+  Status CopyKvBlock(int32_t src, int32_t dst) override;
+  Status Step(const StepInput& input, StepOutput* output) override;
+
+ private:
+  CpuLlama(LlamaWeights weights, ThreadPool* pool);
+  Status ValidateInput(const StepInput& input) const;
+  Status RunLayer(int layer, const StepInput& input, int64_t tokens);
+  cpu::PagedKvLayer KvLayer(int layer);
+
+  LlamaWeights weights_;
+  ThreadPool* pool_;
+  std::vector<float> inv_freq_;  // [head_dim / 2]
+
+  // KV cache: per layer, k and v = [num_blocks, block_size, kv_heads, head_dim] fp32, back to back.
+  std::vector<float> kv_;
+  int num_blocks_ = 0;
+  int block_size_ = 0;
+
+  // Per-step scratch, reused across steps (Step is called from one thread at a time).
+  std::vector<float> x_, h_, qkv_, q_, k_, v_, attn_, proj_, ffn_, ffn2_, sel_;
+  std::vector<int32_t> positions_, slots_, rows_;
+};
+
+}  // namespace stoke
