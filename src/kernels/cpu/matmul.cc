@@ -1,10 +1,234 @@
 #include "kernels/cpu/matmul.h"
 
+#include <cblas.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/qdot.h"
+#include "kernels/cpu/quants.h"
+
 namespace stoke::cpu {
+namespace {
+
+// Below this many multiply-adds per chunk, waking another thread costs more than it saves.
+constexpr int64_t kMinMacsPerChunk = int64_t{1} << 16;
+// Output features per BLAS tile (fp32 and dequantised paths) and per dequantised scratch tile.
+constexpr int64_t kTileN = 16;
+constexpr int64_t kScratchRows = 64;
+// X rows per pass over a thread's weight rows in the integer path: keeps those rows' int8 activations
+// (kMBlock · k bytes) in L1/L2 while the weight rows stream.
+constexpr int64_t kMBlock = 64;
+
+// Sum of 8 lanes in a fixed order.
+inline float Hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+int64_t Grain(int64_t macs_per_unit) {
+  return std::max<int64_t>(1, kMinMacsPerChunk / std::max<int64_t>(1, macs_per_unit));
+}
+
+// Parallelism comes from our pool; OpenBLAS threads would fight it for the same cores.
+void UseSingleThreadedBlas() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
+// Y[:, n0:n0+rows] = X · Wt^T with Wt = [rows, k] fp32; Y has row stride ldy.
+void SgemmTile(const float* x, int64_t m, int64_t k, const float* wt, int64_t rows, float* y, int64_t ldy) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(rows),
+              static_cast<int>(k), 1.0f, x, static_cast<int>(k), wt, static_cast<int>(k), 0.0f, y,
+              static_cast<int>(ldy));
+}
+
+// fp32 W: a vectorised dot per output for one row (sgemv is bandwidth-bound; our pool splits n), OpenBLAS
+// sgemm on column tiles otherwise.
+void MatMulF32(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y, ThreadPool& pool) {
+  if (m == 1) {
+    pool.ParallelFor(n, Grain(k), [&](int64_t b, int64_t e) {
+      for (int64_t j = b; j < e; ++j) y[j] = Dot(x, w + j * k, k);
+    });
+    return;
+  }
+  UseSingleThreadedBlas();
+  const int64_t tiles = (n + kTileN - 1) / kTileN;
+  pool.ParallelFor(tiles, Grain(m * k * kTileN), [&](int64_t b, int64_t e) {
+    const int64_t n0 = b * kTileN, n1 = std::min(n, e * kTileN);
+    SgemmTile(x, m, k, w + n0 * k, n1 - n0, y + n0, n);
+  });
+}
+
+// fp16/bf16 row -> fp32 (F16C / shift), 8 at a time.
+void HalfRowToF32(DType t, const uint16_t* src, float* dst, int64_t k) {
+  int64_t i = 0;
+  if (t == DType::kF16) {
+    for (; i + 8 <= k; i += 8) {
+      _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+    }
+    for (; i < k; ++i) dst[i] = _cvtsh_ss(src[i]);
+  } else {
+    for (; i + 8 <= k; i += 8) {
+      const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+      _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+    }
+    for (; i < k; ++i) {
+      const uint32_t bits = static_cast<uint32_t>(src[i]) << 16;
+      std::memcpy(dst + i, &bits, 4);
+    }
+  }
+}
+
+// Σ x[i] · W[i] with W fp16/bf16, converted on the fly.
+float DotHalf(DType t, const float* x, const uint16_t* w, int64_t k) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= k; i += 16) {
+    __m256 w0, w1;
+    const __m128i h0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i));
+    const __m128i h1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i + 8));
+    if (t == DType::kF16) {
+      w0 = _mm256_cvtph_ps(h0);
+      w1 = _mm256_cvtph_ps(h1);
+    } else {
+      w0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h0), 16));
+      w1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h1), 16));
+    }
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), w0, acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), w1, acc1);
+  }
+  float tail[16];
+  const int64_t rest = k - i;  // < 16
+  HalfRowToF32(t, w + i, tail, rest);
+  float sum = Hsum(_mm256_add_ps(acc0, acc1));
+  for (int64_t r = 0; r < rest; ++r) sum += x[i + r] * tail[r];
+  return sum;
+}
+
+// Converts rows [r0, r0 + rows) of W into fp32 scratch [rows, k].
+Status RowsToF32(const uint8_t* w, DType wt, size_t row_bytes, int64_t r0, int64_t rows, int64_t k,
+                 float* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* src = w + (r0 + r) * row_bytes;
+    if (wt == DType::kF16 || wt == DType::kBF16) {
+      HalfRowToF32(wt, reinterpret_cast<const uint16_t*>(src), dst + r * k, k);
+    } else {
+      RETURN_IF_ERROR(DequantizeRow(wt, src, dst + r * k, k));
+    }
+  }
+  return OkStatus();
+}
+
+// Weights without an integer kernel (F16, BF16, K-quants): convert kScratchRows rows at a time into a
+// per-thread fp32 scratch, then dot (m == 1) or sgemm (m > 1).
+Status MatMulConverted(const float* x, int64_t m, int64_t k, const uint8_t* w, DType wt, size_t row_bytes,
+                       int64_t n, float* y, ThreadPool& pool) {
+  if (m == 1 && (wt == DType::kF16 || wt == DType::kBF16)) {
+    pool.ParallelFor(n, Grain(k), [&](int64_t b, int64_t e) {
+      for (int64_t j = b; j < e; ++j)
+        y[j] = DotHalf(wt, x, reinterpret_cast<const uint16_t*>(w + j * row_bytes), k);
+    });
+    return OkStatus();
+  }
+  if (m > 1) UseSingleThreadedBlas();
+  std::mutex mu;
+  Status first_error;
+  const int64_t tiles = (n + kTileN - 1) / kTileN;
+  pool.ParallelFor(tiles, Grain(m * k * kTileN), [&](int64_t b, int64_t e) {
+    thread_local std::vector<float> scratch;
+    scratch.resize(static_cast<size_t>(kScratchRows * k));
+    for (int64_t n0 = b * kTileN, n_end = std::min(n, e * kTileN); n0 < n_end; n0 += kScratchRows) {
+      const int64_t rows = std::min(kScratchRows, n_end - n0);
+      Status st = RowsToF32(w, wt, row_bytes, n0, rows, k, scratch.data());
+      if (!st.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (first_error.ok()) first_error = st;
+        return;
+      }
+      if (m == 1) {
+        for (int64_t r = 0; r < rows; ++r) y[n0 + r] = Dot(x, scratch.data() + r * k, k);
+      } else {
+        SgemmTile(x, m, k, scratch.data(), rows, y + n0, n);
+      }
+    }
+  });
+  return first_error;
+}
+
+// Integer path (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0): quantise X once, then register tiles of up to 4 X rows ×
+// 2 W rows; each thread owns a range of W row pairs and sweeps all X rows over them, kMBlock rows at a time.
+void MatMulQDot(const float* x, int64_t m, int64_t k, const uint8_t* w, DType wt, size_t row_bytes, int64_t n,
+                float* y, ThreadPool& pool) {
+  const int64_t nb = k / kQK;
+  thread_local std::vector<int8_t> qs;
+  thread_local std::vector<float> ds, ss;
+  qs.resize(static_cast<size_t>(m * k));
+  ds.resize(static_cast<size_t>(m * nb));
+  ss.resize(static_cast<size_t>(m * nb));
+  int8_t* qsp = qs.data();
+  float* dsp = ds.data();
+  float* ssp = ss.data();
+  pool.ParallelFor(m, Grain(8 * k), [&](int64_t b, int64_t e) {  // ~8 ops per value
+    for (int64_t r = b; r < e; ++r) QuantizeActsRow(x + r * k, k, qsp + r * k, dsp + r * nb, ssp + r * nb);
+  });
+
+  QDotTileFn fns[kQDotMaxRows][kQDotMaxCols];
+  for (int mr = 1; mr <= kQDotMaxRows; ++mr) {
+    for (int nr = 1; nr <= kQDotMaxCols; ++nr) fns[mr - 1][nr - 1] = GetQDotTile(wt, mr, nr);
+  }
+  const int64_t pairs = (n + 1) / 2;
+  pool.ParallelFor(pairs, Grain(2 * k * m), [&](int64_t b, int64_t e) {
+    for (int64_t m0 = 0; m0 < m; m0 += kMBlock) {
+      const int64_t m1 = std::min(m, m0 + kMBlock);
+      for (int64_t p = b; p < e; ++p) {
+        const int64_t j = 2 * p;
+        const int nr = static_cast<int>(std::min<int64_t>(2, n - j));
+        const uint8_t* wj = w + j * row_bytes;
+        for (int64_t r = m0; r < m1; r += kQDotMaxRows) {
+          const int mr = static_cast<int>(std::min<int64_t>(kQDotMaxRows, m1 - r));
+          const QuantizedActs acts{qsp + r * k, dsp + r * nb, ssp + r * nb, k};
+          fns[mr - 1][nr - 1](wj, row_bytes, acts, y + r * n + j, n);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
 
 Status MatMul(const float* x, int64_t m, int64_t k, const void* w, DType wt, int64_t n, float* y,
               ThreadPool& pool) {
-  return UnimplementedError("MatMul: not implemented yet");
+  if (m < 0 || k < 0 || n < 0) return InvalidArgumentError("MatMul: negative shape m={} k={} n={}", m, k, n);
+  const DTypeInfo& info = GetDTypeInfo(wt);
+  const bool supported = wt == DType::kF32 || wt == DType::kF16 || wt == DType::kBF16 || info.quantized;
+  if (!supported) return InvalidArgumentError("MatMul: unsupported weight dtype {}", info.name);
+  if (k % info.block_elems != 0) {
+    return InvalidArgumentError("MatMul: k={} is not a multiple of the {} block size {}", k, info.name,
+                                info.block_elems);
+  }
+  if (m == 0 || n == 0) return OkStatus();
+  if (k == 0) {
+    std::fill(y, y + m * n, 0.0f);
+    return OkStatus();
+  }
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const size_t row_bytes = static_cast<size_t>(k / info.block_elems) * info.block_bytes;
+  if (wt == DType::kF32) {
+    MatMulF32(x, m, k, static_cast<const float*>(w), n, y, pool);
+    return OkStatus();
+  }
+  if (HasQDot(wt)) {
+    MatMulQDot(x, m, k, wb, wt, row_bytes, n, y, pool);
+    return OkStatus();
+  }
+  return MatMulConverted(x, m, k, wb, wt, row_bytes, n, y, pool);
 }
 
 }  // namespace stoke::cpu

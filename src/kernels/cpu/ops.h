@@ -11,6 +11,9 @@
 
 namespace stoke::cpu {
 
+// Σ a[i] · b[i] in fp32 (AVX2, 8-lane partial sums; the same inputs always give the same bits).
+float Dot(const float* a, const float* b, int64_t n);
+
 // out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * weight[:]   (Llama). weight = [dim]. out may alias x.
 void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* out);
 

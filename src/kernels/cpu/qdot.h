@@ -1,0 +1,43 @@
+// Integer dot products between GGML weight blocks and 8-bit-quantised activations (llama.cpp's approach):
+// each activation row is quantised once per MatMul call to blocks of 32 int8 with an fp32 scale, then every
+// 32-element block product is an AVX2 u8×s8 multiply-add, scaled by the two block scales.
+// Internal to kernels/cpu (MatMul uses it); exposed for tests and benchmarks.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "api/dtype.h"
+
+namespace stoke::cpu {
+
+// Activation rows quantised to 8 bits: row r of k values (k % 32 == 0) has
+//   qs[r * k + i]        int8 values, x ≈ d · q
+//   d[r * k/32 + b]      scale of block b (amax / 127)
+//   s[r * k/32 + b]      d · Σ q over block b (for formats with a per-block offset: Q4_0, Q4_1, Q5_0, Q5_1)
+struct QuantizedActs {
+  const int8_t* qs;
+  const float* d;
+  const float* s;
+  int64_t k;
+};
+
+// Quantises one row of k values (k % 32 == 0) into qs[k], d[k/32], s[k/32]. Round-to-nearest (ties to even).
+void QuantizeActsRow(const float* x, int64_t k, int8_t* qs, float* d, float* s);
+
+// True for the weight types with an integer kernel: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0.
+bool HasQDot(DType wt);
+
+// One register tile: y[r * ldy + j] = Σ_i W_j[i] · X_r[i] for r < mr, j < nr, where W_j is the weight row of
+// k values (GGML blocks) at w + j * w_stride bytes and X_r the activation row r of `x`.
+// The result for a given (row, column) is bit-identical whatever the tile shape (mr, nr), so splitting a
+// MatMul differently (m = 1 vs m = 128, threads) never changes a value.
+using QDotTileFn = void (*)(const uint8_t* w, size_t w_stride, const QuantizedActs& x, float* y, int64_t ldy);
+
+inline constexpr int kQDotMaxRows = 4;  // mr in 1..4
+inline constexpr int kQDotMaxCols = 2;  // nr in 1..2
+
+// The kernel for (wt, mr, nr); nullptr when !HasQDot(wt) or mr/nr out of range.
+QDotTileFn GetQDotTile(DType wt, int mr, int nr);
+
+}  // namespace stoke::cpu
