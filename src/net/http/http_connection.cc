@@ -1,0 +1,538 @@
+// One HTTP/1.1 connection on its strand, and the exchange (HttpResponder) for the request it is answering.
+// See the state diagram at the top of http_server.cc.
+#include "net/http/http_connection.h"
+
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <deque>
+#include <exception>
+#include <optional>
+
+#include "base/logging.h"
+
+namespace stoke {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using error_code = boost::system::error_code;
+
+HttpServer::Impl::Impl(HttpServerOptions o)
+    : options(std::move(o)),
+      ioc(std::make_unique<asio::io_context>()),
+      acceptor(std::make_unique<tcp::acceptor>(*ioc)),
+      signals(std::make_unique<asio::signal_set>(*ioc)),
+      accept_retry(std::make_unique<asio::steady_timer>(*ioc)) {
+  if (!options.error_body) options.error_body = DefaultHttpErrorBody;
+}
+
+HttpServer::Impl::~Impl() {
+  accept_retry.reset();
+  signals.reset();
+  acceptor.reset();
+  ioc.reset();  // destroys queued handlers (and the connections only they held) while the rest is alive
+}
+
+namespace {
+
+std::string SerializeHead(int status, std::string_view content_type, const HttpHeaders& headers,
+                          bool keep_alive, std::optional<size_t> content_length) {
+  std::string out = fmt::format("HTTP/1.1 {} {}\r\n", status, HttpReason(status));
+  if (!content_type.empty()) out += fmt::format("Content-Type: {}\r\n", content_type);
+  if (content_length) {
+    out += fmt::format("Content-Length: {}\r\n", *content_length);
+  } else {
+    out += "Transfer-Encoding: chunked\r\n";
+  }
+  if (!keep_alive) out += "Connection: close\r\n";
+  for (const auto& [name, value] : headers) out += fmt::format("{}: {}\r\n", name, value);
+  out += "\r\n";
+  return out;
+}
+
+std::string SerializeResponse(const HttpResponse& r, bool keep_alive) {
+  std::string out = SerializeHead(r.status, r.content_type, r.headers, keep_alive, r.body.size());
+  out += r.body;
+  return out;
+}
+
+std::string Chunk(std::string_view data) {
+  return fmt::format("{:x}\r\n{}\r\n", data.size(), data);
+}
+constexpr std::string_view kLastChunk = "0\r\n\r\n";
+
+}  // namespace
+
+class HttpExchange;
+
+class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
+ public:
+  HttpConnection(std::shared_ptr<HttpServer::Impl> impl, tcp::socket socket)
+      : impl_(std::move(impl)), stream_(std::move(socket)) {}
+
+  ~HttpConnection() {
+    if (state_ == State::kClosed) return;
+    impl_->open_connections.fetch_sub(1);
+    std::lock_guard lock(impl_->conns_mu);
+    impl_->conns.erase(this);
+  }
+
+  auto executor() { return stream_.get_executor(); }
+  // Whether the response being written may promise keep-alive (not once the server is draining).
+  bool KeepAlive() const { return keep_alive_ && !impl_->draining.load(); }
+
+  void Start() {
+    impl_->open_connections.fetch_add(1);
+    {
+      std::lock_guard lock(impl_->conns_mu);
+      impl_->conns[this] = weak_from_this();
+    }
+    error_code ignored;
+    stream_.socket().set_option(tcp::no_delay(true), ignored);  // SSE chunks go out as they come
+    asio::dispatch(executor(), [self = shared_from_this()] { self->DoRead(); });
+  }
+
+  // On the strand, from the exchange.
+  void QueueWrite(uint64_t exchange_id, std::string data, bool ends_response);
+  void Abandon(uint64_t exchange_id, bool streaming);
+
+  void CloseIfIdle() {
+    if (state_ == State::kReading && recv_time_ == 0) Close();
+  }
+  void Close();
+
+ private:
+  enum class State { kReading, kHandling, kDraining, kClosed };
+
+  void DoRead();
+  void ReadSome();
+  void OnRead(error_code ec, size_t bytes);
+  void OnRequest();
+  void Dispatch(const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex);
+  void FailRequest(int status, std::string_view message);  // reading-state errors: respond, then close
+  void DoWrite();
+  void OnWrite(error_code ec);
+  void ResponseDone();
+  void StartWatch();
+  void OnWatch(error_code ec, uint64_t gen);
+  void ClientGone();
+  void DrainAndClose();
+
+  std::shared_ptr<HttpServer::Impl> impl_;
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  State state_ = State::kReading;
+  Nanos recv_time_ = 0;
+  bool continue_sent_ = false;
+
+  struct PendingWrite {
+    std::string data;
+    bool ends_response = false;
+  };
+  std::deque<PendingWrite> writes_;
+  bool writing_ = false;
+  bool close_after_write_ = false;
+
+  // The exchange being answered (kHandling). Weak: the handler (or an engine callback) owns it.
+  std::weak_ptr<HttpExchange> exchange_;
+  uint64_t exchange_id_ = 0;
+  bool keep_alive_ = true;
+  bool active_ = false;  // counted in impl_->active_requests
+  uint64_t watch_gen_ = 0;
+  char drain_buf_[4096];
+};
+
+class HttpExchange final : public HttpResponder, public std::enable_shared_from_this<HttpExchange> {
+ public:
+  HttpExchange(std::shared_ptr<HttpConnection> conn, uint64_t id) : conn_(std::move(conn)), id_(id) {}
+
+  ~HttpExchange() override {
+    // The handler dropped its responder without finishing: answer 500 (or end the stream) so the client
+    // isn't left hanging. Posted: the connection may be on another thread.
+    if (phase_ != Phase::kDone && !disconnected_.load()) {
+      asio::post(conn_->executor(), [c = conn_, id = id_, streaming = phase_ == Phase::kStreaming] {
+        c->Abandon(id, streaming);
+      });
+    }
+  }
+
+  void Send(HttpResponse response) override {
+    Post([self = shared_from_this(), r = std::move(response)]() mutable {
+      if (self->phase_ != Phase::kPending) return;
+      self->phase_ = Phase::kDone;
+      self->conn_->QueueWrite(self->id_, SerializeResponse(r, self->conn_->KeepAlive()), true);
+    });
+  }
+
+  void StartStream(int status, std::string content_type, HttpHeaders headers) override {
+    Post([self = shared_from_this(), status, ct = std::move(content_type), h = std::move(headers)]() mutable {
+      if (self->phase_ != Phase::kPending) return;
+      self->phase_ = Phase::kStreaming;
+      h.emplace_back("Cache-Control", "no-cache");
+      self->conn_->QueueWrite(self->id_, SerializeHead(status, ct, h, self->conn_->KeepAlive(), std::nullopt),
+                              false);
+    });
+  }
+
+  void Write(std::string data) override {
+    if (data.empty()) return;  // an empty chunk would end the stream
+    Post([self = shared_from_this(), d = std::move(data)] {
+      if (self->phase_ != Phase::kStreaming) return;
+      self->conn_->QueueWrite(self->id_, Chunk(d), false);
+    });
+  }
+
+  void End() override {
+    Post([self = shared_from_this()] {
+      if (self->phase_ != Phase::kStreaming) return;
+      self->phase_ = Phase::kDone;
+      self->conn_->QueueWrite(self->id_, std::string(kLastChunk), true);
+    });
+  }
+
+  void Post(std::function<void()> fn) override { asio::dispatch(conn_->executor(), std::move(fn)); }
+
+  void OnDisconnect(std::function<void()> fn) override {
+    Post([self = shared_from_this(), fn = std::move(fn)]() mutable {
+      if (self->disconnected_.load()) {
+        fn();
+      } else {
+        self->on_disconnect_ = std::move(fn);
+      }
+    });
+  }
+
+  void OnComplete(std::function<void(bool, Nanos)> fn) override {
+    Post([self = shared_from_this(), fn = std::move(fn)]() mutable {
+      if (self->completed_) {
+        fn(self->completed_ok_, self->completed_at_);
+      } else {
+        self->on_complete_ = std::move(fn);
+      }
+    });
+  }
+
+  bool disconnected() const override { return disconnected_.load(); }
+
+  // On the strand, from the connection.
+  void MarkDisconnected() {
+    if (disconnected_.exchange(true)) return;
+    if (on_disconnect_) std::exchange(on_disconnect_, nullptr)();
+  }
+  void Complete(bool ok, Nanos when) {
+    if (completed_) return;
+    completed_ = true;
+    completed_ok_ = ok;
+    completed_at_ = when;
+    phase_ = Phase::kDone;
+    if (on_complete_) std::exchange(on_complete_, nullptr)(ok, when);
+  }
+
+ private:
+  enum class Phase { kPending, kStreaming, kDone };
+  std::shared_ptr<HttpConnection> conn_;
+  const uint64_t id_;
+  // Strand-only state.
+  Phase phase_ = Phase::kPending;
+  std::function<void()> on_disconnect_;
+  std::function<void(bool, Nanos)> on_complete_;
+  bool completed_ = false;
+  bool completed_ok_ = false;
+  Nanos completed_at_ = 0;
+  std::atomic<bool> disconnected_{false};
+};
+
+void HttpConnection::DoRead() {
+  if (state_ == State::kClosed) return;
+  if (impl_->draining.load()) {
+    Close();
+    return;
+  }
+  state_ = State::kReading;
+  parser_.emplace();
+  parser_->body_limit(impl_->options.max_body_bytes);
+  parser_->header_limit(static_cast<uint32_t>(impl_->options.max_header_bytes));
+  continue_sent_ = false;
+  recv_time_ = buffer_.size() > 0 ? MonotonicNanos() : 0;  // a pipelined request already arrived
+  ReadSome();
+}
+
+void HttpConnection::ReadSome() {
+  if (recv_time_ == 0) {
+    stream_.expires_after(impl_->options.idle_timeout);
+  } else {
+    const auto left = std::chrono::nanoseconds(
+        recv_time_ + std::chrono::nanoseconds(impl_->options.request_timeout).count() - MonotonicNanos());
+    stream_.expires_after(std::max(left, std::chrono::nanoseconds(1)));
+  }
+  http::async_read_some(stream_, buffer_, *parser_,
+                        [self = shared_from_this()](error_code ec, size_t n) { self->OnRead(ec, n); });
+}
+
+void HttpConnection::OnRead(error_code ec, size_t bytes) {
+  if (state_ != State::kReading) return;
+  if (recv_time_ == 0 && (bytes > 0 || parser_->got_some())) recv_time_ = MonotonicNanos();
+  if (ec) {
+    if (ec == http::error::body_limit) {
+      FailRequest(413, fmt::format("request body is larger than the limit of {} bytes (--max-body-bytes)",
+                                   impl_->options.max_body_bytes));
+    } else if (ec == http::error::header_limit) {
+      FailRequest(431, "request headers are too large");
+    } else if (ec == beast::error::timeout && recv_time_ != 0) {
+      FailRequest(408, "the request did not arrive in time");
+    } else if (ec.category() == http::make_error_code(http::error::end_of_stream).category() &&
+               ec != http::error::end_of_stream && ec != http::error::partial_message) {
+      FailRequest(400, fmt::format("malformed HTTP request: {}", ec.message()));
+    } else {
+      Close();  // EOF between requests, idle timeout, reset
+    }
+    return;
+  }
+  if (!continue_sent_ && parser_->is_header_done() && !parser_->is_done()) {
+    auto expect = parser_->get()[http::field::expect];
+    if (beast::iequals(expect, "100-continue")) {
+      continue_sent_ = true;
+      QueueWrite(0, "HTTP/1.1 100 Continue\r\n\r\n", false);
+    }
+  }
+  if (!parser_->is_done()) {
+    ReadSome();
+    return;
+  }
+  OnRequest();
+}
+
+void HttpConnection::OnRequest() {
+  auto msg = parser_->release();
+  HttpRequest req;
+  req.method = std::string(msg.method_string());
+  req.target = std::string(msg.target());
+  const size_t q = req.target.find('?');
+  req.path = req.target.substr(0, q);
+  if (q != std::string::npos) req.query = req.target.substr(q + 1);
+  for (const auto& field : msg) {
+    std::string name(field.name_string());
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    req.headers[name] = std::string(field.value());
+  }
+  req.body = std::move(msg.body());
+  req.recv_time = recv_time_ != 0 ? recv_time_ : MonotonicNanos();
+  req.parsed_time = MonotonicNanos();
+  req.keep_alive = msg.keep_alive() && !impl_->draining.load();
+
+  state_ = State::kHandling;
+  stream_.expires_never();
+  keep_alive_ = req.keep_alive;
+  auto ex = std::make_shared<HttpExchange>(shared_from_this(), ++exchange_id_);
+  exchange_ = ex;
+  active_ = true;
+  impl_->active_requests.fetch_add(1);
+  StartWatch();
+  Dispatch(req, ex);
+}
+
+void HttpConnection::Dispatch(const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex) {
+  auto error = [&](int status, std::string_view message, HttpHeaders headers = {}) {
+    ex->Send({.status = status,
+              .body = impl_->options.error_body(status, message),
+              .headers = std::move(headers)});
+  };
+  auto route = impl_->routes.find(req.path);
+  if (route == impl_->routes.end()) {
+    error(404, fmt::format("no route for {} {}", req.method, req.path));
+    return;
+  }
+  auto handler = route->second.find(req.method);
+  if (handler == route->second.end()) {
+    std::string allow;
+    for (const auto& [method, h] : route->second) allow += (allow.empty() ? "" : ", ") + method;
+    error(405, fmt::format("{} does not support {} (allowed: {})", req.path, req.method, allow),
+          {{"Allow", allow}});
+    return;
+  }
+  try {
+    handler->second(req, ex);
+  } catch (const std::exception& e) {  // a bug in a handler must not take the server down
+    LOG_ERROR("http: handler for {} {} threw: {}", req.method, req.path, e.what());
+    error(500, "internal error");
+  }
+}
+
+void HttpConnection::FailRequest(int status, std::string_view message) {
+  LOG_DEBUG("http: {} {}", status, message);
+  state_ = State::kHandling;
+  close_after_write_ = true;
+  HttpResponse r{.status = status, .body = impl_->options.error_body(status, message)};
+  QueueWrite(0, SerializeResponse(r, /*keep_alive=*/false), false);
+}
+
+void HttpConnection::QueueWrite(uint64_t exchange_id, std::string data, bool ends_response) {
+  if (state_ == State::kClosed || state_ == State::kDraining) return;
+  if (exchange_id != 0 && (exchange_id != exchange_id_ || !active_)) return;  // a stale exchange
+  writes_.push_back({std::move(data), ends_response});
+  if (!writing_) DoWrite();
+}
+
+void HttpConnection::DoWrite() {
+  writing_ = true;
+  asio::async_write(stream_.socket(), asio::buffer(writes_.front().data),
+                    [self = shared_from_this()](error_code ec, size_t) { self->OnWrite(ec); });
+}
+
+void HttpConnection::OnWrite(error_code ec) {
+  writing_ = false;
+  if (state_ == State::kClosed) return;
+  if (ec) {
+    Close();  // the client went away mid-response: Close reports it to the exchange
+    return;
+  }
+  const bool ends = writes_.front().ends_response;
+  writes_.pop_front();
+  if (ends) ResponseDone();
+  if (state_ == State::kClosed) return;
+  if (!writes_.empty()) {
+    DoWrite();
+  } else if (close_after_write_) {
+    DrainAndClose();
+  }
+}
+
+void HttpConnection::ResponseDone() {
+  if (!active_) return;
+  active_ = false;
+  impl_->active_requests.fetch_sub(1);
+  ++watch_gen_;  // the readability wait, if still pending, is now stale
+  if (auto ex = exchange_.lock()) ex->Complete(true, MonotonicNanos());
+  if (!keep_alive_ || impl_->draining.load()) {
+    close_after_write_ = true;
+  } else if (writes_.empty()) {
+    DoRead();
+  }
+}
+
+void HttpConnection::Abandon(uint64_t exchange_id, bool streaming) {
+  if (exchange_id != exchange_id_ || !active_) return;
+  if (streaming) {
+    QueueWrite(exchange_id, std::string(kLastChunk), true);
+  } else {
+    LOG_ERROR("http: a handler returned no response; answering 500");
+    HttpResponse r{.status = 500, .body = impl_->options.error_body(500, "internal error: no response")};
+    QueueWrite(exchange_id, SerializeResponse(r, KeepAlive()), true);
+  }
+}
+
+void HttpConnection::StartWatch() {
+  const uint64_t gen = ++watch_gen_;
+  stream_.socket().async_wait(tcp::socket::wait_read,
+                              [self = shared_from_this(), gen](error_code ec) { self->OnWatch(ec, gen); });
+}
+
+void HttpConnection::OnWatch(error_code ec, uint64_t gen) {
+  if (gen != watch_gen_ || state_ != State::kHandling || !active_ || ec == asio::error::operation_aborted)
+    return;
+  if (!ec) {
+    error_code ec2;
+    const size_t avail = stream_.socket().available(ec2);
+    if (!ec2 && avail > 0) return;  // the client pipelined its next request: still there
+  }
+  LOG_DEBUG("http: client closed the connection while its response was pending");
+  Close();
+}
+
+void HttpConnection::ClientGone() {
+  if (!active_) return;
+  active_ = false;
+  impl_->active_requests.fetch_sub(1);
+  if (auto ex = exchange_.lock()) {
+    ex->MarkDisconnected();
+    ex->Complete(false, MonotonicNanos());
+  }
+}
+
+// After an error response on a connection we won't read from again: stop sending, read and discard what the
+// client is still sending (briefly), then close, so the client sees our response rather than a reset.
+void HttpConnection::DrainAndClose() {
+  error_code ignored;
+  if (state_ != State::kDraining) {
+    state_ = State::kDraining;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.expires_after(std::chrono::seconds(2));
+  }
+  stream_.async_read_some(asio::buffer(drain_buf_), [self = shared_from_this()](error_code ec, size_t) {
+    if (ec) {
+      self->Close();
+    } else {
+      self->DrainAndClose();  // keep discarding until EOF or the deadline
+    }
+  });
+}
+
+void HttpConnection::Close() {
+  if (state_ == State::kClosed) return;
+  ClientGone();
+  state_ = State::kClosed;
+  error_code ignored;
+  stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  stream_.close();
+  impl_->open_connections.fetch_sub(1);
+  std::lock_guard lock(impl_->conns_mu);
+  impl_->conns.erase(this);
+}
+
+void StartConnection(const std::shared_ptr<HttpServer::Impl>& impl, tcp::socket socket) {
+  std::make_shared<HttpConnection>(impl, std::move(socket))->Start();
+}
+
+void ForEachConnection(const std::shared_ptr<HttpServer::Impl>& impl, bool force) {
+  std::vector<std::shared_ptr<HttpConnection>> conns;
+  {
+    std::lock_guard lock(impl->conns_mu);
+    for (auto& [ptr, weak] : impl->conns) {
+      if (auto c = weak.lock()) conns.push_back(std::move(c));
+    }
+  }
+  for (auto& c : conns) {
+    asio::post(c->executor(), [c, force] { force ? c->Close() : c->CloseIfIdle(); });
+  }
+}
+
+std::string DefaultHttpErrorBody(int status, std::string_view message) {
+  // OpenAI's error shape. Hand-built to keep nlohmann out of this layer; message is escaped for JSON.
+  std::string escaped;
+  for (unsigned char c : message) {
+    switch (c) {
+      case '"':
+        escaped += "\\\"";
+        break;
+      case '\\':
+        escaped += "\\\\";
+        break;
+      case '\n':
+        escaped += "\\n";
+        break;
+      case '\r':
+        escaped += "\\r";
+        break;
+      case '\t':
+        escaped += "\\t";
+        break;
+      default:
+        if (c < 0x20) {
+          escaped += fmt::format("\\u{:04x}", c);
+        } else {
+          escaped += static_cast<char>(c);
+        }
+    }
+  }
+  const char* type = status >= 500 ? "server_error" : "invalid_request_error";
+  return fmt::format(R"({{"error":{{"message":"{}","type":"{}","param":null,"code":{}}}}})", escaped, type,
+                     status);
+}
+
+}  // namespace stoke

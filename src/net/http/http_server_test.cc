@@ -1,0 +1,330 @@
+#include "net/http/http_server.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <future>
+#include <thread>
+
+namespace stoke {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using ::testing::HasSubstr;
+
+// A blocking test client on its own io_context.
+class Client {
+ public:
+  explicit Client(int port) : socket_(ioc_) {
+    socket_.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(port)));
+  }
+  void SendRaw(const std::string& data) { asio::write(socket_, asio::buffer(data)); }
+  void Send(const std::string& method, const std::string& target, const std::string& body = "",
+            const std::string& extra_headers = "") {
+    SendRaw(method + " " + target + " HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
+            "\r\n" + extra_headers + "\r\n" + body);
+  }
+  http::response<http::string_body> Read() {
+    http::response<http::string_body> res;
+    beast::error_code ec;
+    http::read(socket_, buffer_, res, ec);
+    last_error_ = ec;
+    return res;
+  }
+  // True if the server closed the connection (read returns EOF).
+  bool ServerClosed() {
+    char c;
+    beast::error_code ec;
+    if (buffer_.size() > 0) return false;
+    socket_.read_some(asio::buffer(&c, 1), ec);
+    return ec == asio::error::eof || ec == asio::error::connection_reset;
+  }
+  void Close() { socket_.close(); }
+  beast::error_code last_error_;
+
+ private:
+  asio::io_context ioc_;
+  tcp::socket socket_;
+  beast::flat_buffer buffer_;
+};
+
+HttpServerOptions TestOptions() {
+  HttpServerOptions o;
+  o.host = "127.0.0.1";
+  o.port = 0;
+  o.threads = 2;
+  o.max_body_bytes = 1000;
+  return o;
+}
+
+template <typename Pred>
+bool WaitFor(Pred pred, std::chrono::milliseconds limit = std::chrono::seconds(5)) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+void Echo(const HttpRequest& req, std::shared_ptr<HttpResponder> r) {
+  r->Send({.status = 200,
+           .content_type = "text/plain",
+           .body = req.method + " " + req.path + " " + req.query + " " + req.body});
+}
+
+TEST(HttpServerTest, RoutesMethodsAndErrors) {
+  HttpServer server(TestOptions());
+  server.Handle("GET", "/ok", Echo);
+  server.Handle("POST", "/ok", Echo);
+  server.Handle("GET", "/only-get", Echo);
+  ASSERT_TRUE(server.Start().ok());
+  ASSERT_GT(server.port(), 0);
+  Client c(server.port());
+
+  c.Send("GET", "/ok?a=1");
+  auto res = c.Read();
+  EXPECT_EQ(res.result_int(), 200);
+  EXPECT_EQ(res.body(), "GET /ok a=1 ");
+
+  c.Send("POST", "/ok", "hello");
+  res = c.Read();
+  EXPECT_EQ(res.body(), "POST /ok  hello");
+
+  c.Send("GET", "/nope");
+  res = c.Read();
+  EXPECT_EQ(res.result_int(), 404);
+  EXPECT_THAT(res.body(), HasSubstr(R"("error":{"message":"no route for GET /nope")"));
+  EXPECT_EQ(res[http::field::content_type], "application/json");
+
+  c.Send("DELETE", "/only-get");
+  res = c.Read();
+  EXPECT_EQ(res.result_int(), 405);
+  EXPECT_EQ(res[http::field::allow], "GET");
+  // All of that on one keep-alive connection.
+  EXPECT_EQ(server.open_connections(), 1);
+  server.Shutdown(std::chrono::seconds(1));
+}
+
+TEST(HttpServerTest, BodyOverLimitGets413AndClose) {
+  HttpServer server(TestOptions());
+  server.Handle("POST", "/ok", Echo);
+  ASSERT_TRUE(server.Start().ok());
+  Client c(server.port());
+  c.Send("POST", "/ok", std::string(5000, 'x'));
+  auto res = c.Read();
+  EXPECT_EQ(res.result_int(), 413);
+  EXPECT_THAT(res.body(), HasSubstr("limit of 1000 bytes"));
+  EXPECT_TRUE(c.ServerClosed());
+  // A body at the limit is fine.
+  Client c2(server.port());
+  c2.Send("POST", "/ok", std::string(1000, 'y'));
+  EXPECT_EQ(c2.Read().result_int(), 200);
+}
+
+TEST(HttpServerTest, ChunkedBodyOverLimitGets413) {
+  HttpServer server(TestOptions());
+  server.Handle("POST", "/ok", Echo);
+  ASSERT_TRUE(server.Start().ok());
+  Client c(server.port());
+  std::string chunk(800, 'z');
+  c.SendRaw("POST /ok HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n320\r\n" + chunk +
+            "\r\n320\r\n" + chunk + "\r\n0\r\n\r\n");
+  EXPECT_EQ(c.Read().result_int(), 413);
+}
+
+TEST(HttpServerTest, MalformedRequestGets400) {
+  HttpServer server(TestOptions());
+  ASSERT_TRUE(server.Start().ok());
+  Client c(server.port());
+  c.SendRaw("GARBAGE\r\n\r\n");
+  auto res = c.Read();
+  EXPECT_EQ(res.result_int(), 400);
+  EXPECT_THAT(res.body(), HasSubstr("malformed HTTP request"));
+}
+
+TEST(HttpServerTest, PipelinedRequestsAnsweredInOrder) {
+  HttpServer server(TestOptions());
+  server.Handle("GET", "/ok", Echo);
+  ASSERT_TRUE(server.Start().ok());
+  Client c(server.port());
+  c.SendRaw("GET /ok?n=1 HTTP/1.1\r\nHost: x\r\n\r\nGET /ok?n=2 HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(c.Read().body(), "GET /ok n=1 ");
+  EXPECT_EQ(c.Read().body(), "GET /ok n=2 ");
+}
+
+TEST(HttpServerTest, ExpectContinueIsAnswered) {
+  HttpServer server(TestOptions());
+  server.Handle("POST", "/ok", Echo);
+  ASSERT_TRUE(server.Start().ok());
+  Client c(server.port());
+  c.SendRaw("POST /ok HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\n");
+  auto interim = c.Read();  // beast reads the 100 as its own message
+  EXPECT_EQ(interim.result_int(), 100);
+  c.SendRaw("abc");
+  EXPECT_EQ(c.Read().body(), "POST /ok  abc");
+}
+
+TEST(HttpServerTest, StreamsChunksFromAnotherThread) {
+  HttpServer server(TestOptions());
+  std::thread producer;
+  server.Handle("GET", "/stream", [&](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
+    r->StartStream(200, "text/event-stream");
+    producer = std::thread([r] {
+      for (int i = 0; i < 5; ++i) r->Write("data: " + std::to_string(i) + "\n\n");
+      r->End();
+    });
+  });
+  ASSERT_TRUE(server.Start().ok());
+  Client c(server.port());
+  c.Send("GET", "/stream");
+  auto res = c.Read();
+  producer.join();
+  EXPECT_EQ(res.result_int(), 200);
+  EXPECT_EQ(res[http::field::content_type], "text/event-stream");
+  EXPECT_TRUE(res.chunked());
+  EXPECT_EQ(res.body(), "data: 0\n\ndata: 1\n\ndata: 2\n\ndata: 3\n\ndata: 4\n\n");
+  // The connection is still usable.
+  c.Send("GET", "/stream");
+  EXPECT_EQ(c.Read().result_int(), 200);
+  producer.join();
+}
+
+TEST(HttpServerTest, DisconnectWhileWaitingIsReported) {
+  HttpServer server(TestOptions());
+  std::promise<void> gone;
+  std::shared_ptr<HttpResponder> held;
+  std::mutex mu;
+  server.Handle("POST", "/wait", [&](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
+    r->OnDisconnect([&] { gone.set_value(); });
+    std::lock_guard lock(mu);
+    held = r;  // never answered: like a generation still running
+  });
+  ASSERT_TRUE(server.Start().ok());
+  {
+    Client c(server.port());
+    c.Send("POST", "/wait", "{}");
+    ASSERT_TRUE(WaitFor([&] { return server.active_requests() == 1; }));
+    c.Close();
+  }
+  EXPECT_EQ(gone.get_future().wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_TRUE(WaitFor([&] { return server.active_requests() == 0; }));
+  std::lock_guard lock(mu);
+  EXPECT_TRUE(held->disconnected());
+  held->Send({.status = 200, .body = "late"});  // harmless
+}
+
+TEST(HttpServerTest, DisconnectWhileStreamingIsReported) {
+  HttpServer server(TestOptions());
+  std::promise<void> gone;
+  std::atomic<bool> stop{false};
+  std::thread producer;
+  server.Handle("GET", "/stream", [&](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
+    r->OnDisconnect([&] { gone.set_value(); });
+    r->StartStream(200, "text/event-stream");
+    producer = std::thread([r, &stop] {
+      while (!stop.load() && !r->disconnected()) {
+        r->Write("data: x\n\n");
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+    });
+  });
+  ASSERT_TRUE(server.Start().ok());
+  {
+    Client c(server.port());
+    c.Send("GET", "/stream");
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    c.Close();
+  }
+  EXPECT_EQ(gone.get_future().wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  stop = true;
+  producer.join();
+  EXPECT_TRUE(WaitFor([&] { return server.active_requests() == 0 && server.open_connections() == 0; }));
+}
+
+TEST(HttpServerTest, DroppedResponderGets500) {
+  HttpServer server(TestOptions());
+  server.Handle("GET", "/forget", [](const HttpRequest&, std::shared_ptr<HttpResponder>) {});
+  ASSERT_TRUE(server.Start().ok());
+  Client c(server.port());
+  c.Send("GET", "/forget");
+  EXPECT_EQ(c.Read().result_int(), 500);
+}
+
+TEST(HttpServerTest, ShutdownDrainsInFlightResponses) {
+  HttpServer server(TestOptions());
+  std::thread late;
+  server.Handle("GET", "/slow", [&](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
+    late = std::thread([r] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      r->Send({.status = 200, .body = "done"});
+    });
+  });
+  ASSERT_TRUE(server.Start().ok());
+  Client idle(server.port());
+  Client busy(server.port());
+  busy.Send("GET", "/slow");
+  ASSERT_TRUE(WaitFor([&] { return server.active_requests() == 1; }));
+  std::thread stopper([&] { server.Shutdown(std::chrono::seconds(5)); });
+  auto res = busy.Read();
+  EXPECT_EQ(res.result_int(), 200);
+  EXPECT_EQ(res.body(), "done");
+  EXPECT_FALSE(res.keep_alive());  // draining: the server closes after this response
+  EXPECT_TRUE(idle.ServerClosed());
+  stopper.join();
+  late.join();
+  // No longer accepting.
+  EXPECT_THROW(Client(server.port()), boost::system::system_error);
+}
+
+TEST(HttpServerTest, ManyIdleKeepAliveConnections) {
+  HttpServer server(TestOptions());
+  server.Handle("GET", "/ok", Echo);
+  ASSERT_TRUE(server.Start().ok());
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < 300; ++i) clients.push_back(std::make_unique<Client>(server.port()));
+  EXPECT_TRUE(WaitFor([&] { return server.open_connections() == 300; }));
+  for (int i = 0; i < 300; i += 37) {
+    clients[i]->Send("GET", "/ok");
+    EXPECT_EQ(clients[i]->Read().result_int(), 200);
+  }
+  clients.clear();
+  EXPECT_TRUE(WaitFor([&] { return server.open_connections() == 0; }));
+}
+
+TEST(HttpServerTest, IdleTimeoutClosesConnection) {
+  HttpServerOptions o = TestOptions();
+  o.idle_timeout = std::chrono::milliseconds(100);
+  HttpServer server(o);
+  ASSERT_TRUE(server.Start().ok());
+  Client c(server.port());
+  EXPECT_TRUE(c.ServerClosed());
+}
+
+TEST(HttpServerTest, BindFailureIsAStatus) {
+  HttpServer a(TestOptions());
+  ASSERT_TRUE(a.Start().ok());
+  HttpServerOptions o = TestOptions();
+  o.port = a.port();
+  HttpServer b(o);
+  // SO_REUSEADDR lets two sockets bind only if neither listens; the second listen fails.
+  Status s = b.Start();
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable);
+  HttpServerOptions bad = TestOptions();
+  bad.host = "not-an-ip";
+  EXPECT_EQ(HttpServer(bad).Start().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace stoke
