@@ -1,0 +1,156 @@
+// The engine loop for one decoder model: a single thread owns the scheduler, the KV block allocator and the
+// model, and runs continuous-batching steps for as long as there is work. Net threads only touch the inbox.
+//
+//   net thread  Submit(request) -> validate -> inbox (mutex) -> wake
+//   engine      drain inbox -> Scheduler::Schedule -> StepInput (tokens, positions, block tables)
+//               -> DecoderModel::Step -> per sampling sequence: Sampler -> StreamDecoder -> stop checks
+//               -> on_event(GenerationEvent) -> record step (StepRecord) and finished requests
+//               (RequestTimings)
+//
+// A request's outputs do not depend on what it is batched with: positions and block tables are per
+// sequence, and each request's Sampler draws from (seed, its own step), so preemption and recompute replay
+// the same tokens.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "base/clock.h"
+#include "base/status.h"
+#include "engine/kv/block_allocator.h"
+#include "engine/model/decoder.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "serve/llm_engine.h"
+#include "serve/scheduler/scheduler.h"
+#include "telemetry/records.h"
+
+namespace stoke {
+
+struct LlmLoopOptions {
+  SchedulerOptions scheduler;  // token budget, max sequences, chunked prefill, watermark
+  // Token slots per KV block. Smaller wastes less memory at the tail of each sequence and shares prefixes at
+  // a finer grain; larger means shorter block tables. 16 is vLLM's default.
+  int block_size = 16;
+  // KV memory: `num_kv_blocks` when > 0, else kv_budget_bytes / (model KvBytesPerToken * block_size), capped
+  // at what max_num_seqs sequences of full context could use. More KV: more concurrent sequences before
+  // preemption, more prefix cache; costs memory.
+  int64_t kv_budget_bytes = int64_t{1} << 30;
+  int num_kv_blocks = 0;
+  // Reuse KV of identical prompt prefixes (chained block hashes). Off: every prompt is computed in full.
+  bool enable_prefix_caching = true;
+  // Requests waiting (not yet running) beyond which Submit fails with ResourceExhausted (HTTP 503).
+  int max_waiting = 1024;
+  // Time source for timings and step records; nullptr = the real monotonic clock.
+  Clock* clock = nullptr;
+  // Called on the engine thread after each step that ran, and when a request finishes (any reason).
+  // Must only hand data off and return.
+  std::function<void(const StepRecord&)> on_step;
+  std::function<void(const RequestTimings&, const GenerationEvent&)> on_request_done;
+};
+
+// Cumulative counters and current gauges; see LlmLoop::stats().
+struct LlmLoopStats {
+  EngineSnapshot engine;  // running/waiting, KV blocks, prefix cache (tokens), preemptions
+  int64_t steps = 0;
+  int64_t requests_submitted = 0;
+  int64_t requests_rejected = 0;  // Submit failed (queue full, too long, invalid)
+  int64_t requests_finished = 0;  // any reason, cancellations and errors included
+  int64_t requests_cancelled = 0;
+  int64_t requests_failed = 0;    // finished with kError
+  int64_t prompt_tokens = 0;      // of finished requests
+  int64_t generation_tokens = 0;  // sampled tokens, all requests
+  int64_t prefill_tokens = 0;     // computed by the model (prefix hits excluded, recompute included)
+  int64_t recompute_tokens = 0;
+  StepRecord last_step;
+};
+
+class LlmLoop final : public LlmEngine {
+ public:
+  // Sizes and allocates the KV cache on `model` and starts the engine thread. The tokenizer supplies
+  // detokenisation and the EOS set (together with the model config's eos ids).
+  static StatusOr<std::unique_ptr<LlmLoop>> Create(const LlmLoopOptions& options,
+                                                   std::unique_ptr<DecoderModel> model,
+                                                   std::shared_ptr<const Tokenizer> tokenizer);
+  // Stops the thread; requests still queued or running finish with kError (Unavailable).
+  ~LlmLoop() override;
+
+  // Thread-safe. InvalidArgument: empty prompt, ids outside the vocabulary, max_tokens < 1, prompt +
+  // max_tokens beyond the context length or the whole KV cache (message gives the numbers), duplicate id.
+  // ResourceExhausted: max_waiting requests already wait. Unavailable: shutting down.
+  Status Submit(GenerationRequest request) override;
+  // Thread-safe. The request's blocks are freed at the next step boundary; its last event has kCancelled.
+  void Cancel(const std::string& id) override;
+  int context_length() const override { return context_length_; }
+
+  // Thread-safe snapshot, refreshed after every step (for /metrics: ServerMetrics::SetSnapshotSource).
+  LlmLoopStats stats() const;
+  EngineSnapshot Snapshot() const { return stats().engine; }
+  // Blocks until nothing is queued or running (tests, graceful drain). Returns false on timeout.
+  bool WaitIdle(Nanos timeout_ns = int64_t{60} * 1000 * 1000 * 1000);
+
+  int num_kv_blocks() const { return allocator_->num_blocks(); }
+  int block_size() const { return allocator_->block_size(); }
+  const LlmLoopOptions& options() const { return options_; }
+
+ private:
+  struct Active;  // per-request engine state (llm_loop.cc)
+
+  LlmLoop(const LlmLoopOptions& options, std::unique_ptr<DecoderModel> model,
+          std::shared_ptr<const Tokenizer> tokenizer, int num_blocks);
+  void Run();                                            // the engine thread
+  void Accept(GenerationRequest request, Nanos submit);  // inbox -> scheduler
+  void RunStep();
+  void ProcessSample(Active& a, const float* logits, Nanos step_compute);
+  // Ends a request: last event (with usage and timings), scheduler/allocator freed, bookkeeping.
+  void FinishRequest(SeqId seq, FinishReason reason, Status error = OkStatus());
+  void Emit(Active& a, GenerationEvent ev);
+  void PublishStats(const StepRecord* step);
+  void FailAll(const Status& error);
+  Nanos Now() const { return clock_->Now(); }
+
+  const LlmLoopOptions options_;
+  Clock* clock_;
+  std::unique_ptr<DecoderModel> model_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  int vocab_ = 0;
+  int context_length_ = 0;
+  std::vector<int32_t> eos_ids_;  // model config ∪ tokenizer
+
+  // Engine-thread state.
+  std::unique_ptr<BlockAllocator> allocator_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unordered_map<SeqId, std::unique_ptr<Active>> active_;
+  std::unordered_map<std::string, SeqId> seq_of_;
+  SeqId next_seq_ = 1;
+  std::vector<float> scratch_logits_;  // [vocab], a masked copy of one row (min_tokens)
+  bool stuck_warned_ = false;
+
+  // Shared with net threads; guarded by mu_.
+  mutable std::mutex mu_;
+  std::condition_variable wake_;  // engine: inbox or stop
+  std::condition_variable idle_;  // WaitIdle
+  struct Inbound {
+    GenerationRequest request;
+    Nanos submit = 0;
+  };
+  std::vector<Inbound> inbox_;
+  std::vector<std::string> cancels_;
+  std::unordered_set<std::string> live_ids_;  // submitted and not yet finished
+  int num_waiting_ = 0;                       // scheduler's waiting count, after the last step
+  bool busy_ = false;                         // the engine holds work (for WaitIdle)
+  bool stop_ = false;
+  LlmLoopStats stats_;
+
+  std::thread thread_;
+};
+
+}  // namespace stoke
