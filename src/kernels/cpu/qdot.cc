@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -10,10 +11,10 @@
 namespace stoke::cpu {
 namespace {
 
-inline float LoadF16(const void* p) {
-  uint16_t h;
+inline int16_t LoadU16(const void* p) {  // raw fp16 bits (int16 for _mm_setr_epi16)
+  int16_t h;
   std::memcpy(&h, p, sizeof(h));
-  return _cvtsh_ss(h);
+  return h;
 }
 
 // Sum of 8 lanes in a fixed order.
@@ -42,24 +43,27 @@ inline __m256i UnpackHighBits(const uint8_t* qh) {
   return _mm256_and_si256(bytes, _mm256_set1_epi8(0x10));
 }
 
-// Per-format traits. A weight block is x_j = Scale · q_j + Offset with q_j the unpacked byte (unsigned for
-// the 4/5-bit formats, signed for Q8_0), so Σ x_j a_j = Scale·da·Σ q_j qa_j + Offset·(da·Σ qa_j) = ... +
-// Offset·s.
+// Per-format traits. A weight block is x_j = d · q_j + off with q_j the unpacked byte (unsigned 0..15 / 0..31
+// for the 4/5-bit formats, signed for Q8_0), so Σ_j x_j a_j = d·da·Σ q_j qa_j + off·(da·Σ qa_j) = ... +
+// off·s. Offsets: Q4_1/Q5_1 store m; Q4_0 and Q5_0 centre their values: off = -8d / -16d.
 struct Q4_0Traits {
   using Block = BlockQ4_0;
   static constexpr bool kSigned = false;
   static constexpr bool kHasOffset = true;
   static __m256i Unpack(const Block* b) { return UnpackNibbles(b->qs); }
-  static float Scale(const Block* b) { return LoadF16(&b->d); }
-  static float Offset(const Block* b) { return -8.0f * LoadF16(&b->d); }
+  static uint16_t D(const Block* b) { return LoadU16(&b->d); }
+  static __m128 Offsets(const Block* const*, __m128 d) { return _mm_mul_ps(d, _mm_set1_ps(-8.0f)); }
 };
 struct Q4_1Traits {
   using Block = BlockQ4_1;
   static constexpr bool kSigned = false;
   static constexpr bool kHasOffset = true;
   static __m256i Unpack(const Block* b) { return UnpackNibbles(b->qs); }
-  static float Scale(const Block* b) { return LoadF16(&b->d); }
-  static float Offset(const Block* b) { return LoadF16(&b->m); }
+  static uint16_t D(const Block* b) { return LoadU16(&b->d); }
+  static __m128 Offsets(const Block* const* b, __m128) {
+    return _mm_cvtph_ps(_mm_setr_epi16(LoadU16(&b[0]->m), LoadU16(&b[1]->m), LoadU16(&b[2]->m),
+                                       LoadU16(&b[3]->m), 0, 0, 0, 0));
+  }
 };
 struct Q5_0Traits {
   using Block = BlockQ5_0;
@@ -68,8 +72,8 @@ struct Q5_0Traits {
   static __m256i Unpack(const Block* b) {
     return _mm256_or_si256(UnpackNibbles(b->qs), UnpackHighBits(b->qh));
   }
-  static float Scale(const Block* b) { return LoadF16(&b->d); }
-  static float Offset(const Block* b) { return -16.0f * LoadF16(&b->d); }
+  static uint16_t D(const Block* b) { return LoadU16(&b->d); }
+  static __m128 Offsets(const Block* const*, __m128 d) { return _mm_mul_ps(d, _mm_set1_ps(-16.0f)); }
 };
 struct Q5_1Traits {
   using Block = BlockQ5_1;
@@ -78,8 +82,11 @@ struct Q5_1Traits {
   static __m256i Unpack(const Block* b) {
     return _mm256_or_si256(UnpackNibbles(b->qs), UnpackHighBits(b->qh));
   }
-  static float Scale(const Block* b) { return LoadF16(&b->d); }
-  static float Offset(const Block* b) { return LoadF16(&b->m); }
+  static uint16_t D(const Block* b) { return LoadU16(&b->d); }
+  static __m128 Offsets(const Block* const* b, __m128) {
+    return _mm_cvtph_ps(_mm_setr_epi16(LoadU16(&b[0]->m), LoadU16(&b[1]->m), LoadU16(&b[2]->m),
+                                       LoadU16(&b[3]->m), 0, 0, 0, 0));
+  }
 };
 struct Q8_0Traits {
   using Block = BlockQ8_0;
@@ -88,81 +95,77 @@ struct Q8_0Traits {
   static __m256i Unpack(const Block* b) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b->qs));
   }
-  static float Scale(const Block* b) { return LoadF16(&b->d); }
-  static float Offset(const Block*) { return 0.0f; }
+  static uint16_t D(const Block* b) { return LoadU16(&b->d); }
+  static __m128 Offsets(const Block* const*, __m128) { return _mm_setzero_ps(); }
 };
 
-// 8 partial sums (as fp32) of the 32 products w_j · a_j. Exact: |partial| <= 4 · 128 · 127 < 2^24.
+// 8 int32 partial sums of the 32 products w_j · a_j (each lane: 4 adjacent products). Exact: maddubs cannot
+// saturate (|pair| <= 2 · 31 · 127 unsigned; 2 · 128 · 127 with the sign trick).
 template <bool kSigned>
-inline __m256 BlockDot(__m256i w, __m256i a) {
+inline __m256i BlockDotI32(__m256i w, __m256i a) {
   __m256i p;
   if constexpr (kSigned) {
-    // maddubs needs an unsigned left operand: |w| · (a · sign(w)).
-    p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
+    p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));  // |w| · (a · sign(w))
   } else {
-    p = _mm256_maddubs_epi16(w, a);  // <= 2 · 31 · 127: no int16 saturation
+    p = _mm256_maddubs_epi16(w, a);
   }
-  return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+  return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
-// MR activation rows × NR weight rows. Each weight block is unpacked once and used for MR rows; each
-// activation block is loaded once and used for NR weight rows. Per (r, j) the operations and their order are
-// the same for every MR/NR, which is what makes the result independent of the tiling.
-template <class T, int MR, int NR>
-void QDotKernel(const uint8_t* w, size_t w_stride, const QuantizedActs& x, float* y, int64_t ldy) {
+// MR activation rows × 4 weight rows (columns of Y), one column per lane of a 4-wide accumulator.
+// Per block b, the exact integer dot of each (row, column) is formed (maddubs/madd, then a horizontal add
+// tree that leaves column c in lane c), and then
+//   acc[r][c] = fma(fl(d_c · da_rb), isum, acc[r][c]);  acc[r][c] = fma(off_c, s_rb, acc[r][c])
+// in block order. That is the whole floating-point semantics of a result, identical for every MR, column
+// position and caller, so tiling and threading never change a bit.
+// Columns >= ncols repeat the last valid weight row and are not stored.
+template <class T, int MR>
+void QDotKernel(const uint8_t* w, size_t w_stride, int ncols, const QuantizedActs& x, float* y, int64_t ldy) {
   using Block = typename T::Block;
   const int64_t nb = x.k / kQK;
-  const Block* wb[NR];
-#pragma GCC unroll 4
-  for (int j = 0; j < NR; ++j) wb[j] = reinterpret_cast<const Block*>(w + j * w_stride);
-  __m256 acc[MR][NR];
-#pragma GCC unroll 4
-  for (int r = 0; r < MR; ++r) {
-#pragma GCC unroll 4
-    for (int j = 0; j < NR; ++j) acc[r][j] = _mm256_setzero_ps();
+  const Block* wb[kQDotCols];
+  for (int c = 0; c < kQDotCols; ++c) {
+    wb[c] = reinterpret_cast<const Block*>(w + std::min(c, ncols - 1) * w_stride);
   }
-  for (int64_t b = 0; b < nb; ++b) {
-    __m256i wq[NR];
-    __m256 wd[NR];
+  __m128 acc[MR];
 #pragma GCC unroll 4
-    for (int j = 0; j < NR; ++j) {
-      wq[j] = T::Unpack(wb[j] + b);
-      wd[j] = _mm256_set1_ps(T::Scale(wb[j] + b));
-    }
+  for (int r = 0; r < MR; ++r) acc[r] = _mm_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const Block* blk[kQDotCols] = {wb[0] + b, wb[1] + b, wb[2] + b, wb[3] + b};
+    __m256i wq[kQDotCols];
+#pragma GCC unroll 4
+    for (int c = 0; c < kQDotCols; ++c) wq[c] = T::Unpack(blk[c]);
+    const __m128 wd =
+        _mm_cvtph_ps(_mm_setr_epi16(T::D(blk[0]), T::D(blk[1]), T::D(blk[2]), T::D(blk[3]), 0, 0, 0, 0));
+    const __m128 woff = T::Offsets(blk, wd);
 #pragma GCC unroll 4
     for (int r = 0; r < MR; ++r) {
       const __m256i aq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + r * x.k + b * kQK));
-      const __m256 da = _mm256_set1_ps(x.d[r * nb + b]);
-#pragma GCC unroll 4
-      for (int j = 0; j < NR; ++j) {
-        acc[r][j] = _mm256_fmadd_ps(_mm256_mul_ps(wd[j], da), BlockDot<T::kSigned>(wq[j], aq), acc[r][j]);
-      }
+      const __m256i h01 =
+          _mm256_hadd_epi32(BlockDotI32<T::kSigned>(wq[0], aq), BlockDotI32<T::kSigned>(wq[1], aq));
+      const __m256i h23 =
+          _mm256_hadd_epi32(BlockDotI32<T::kSigned>(wq[2], aq), BlockDotI32<T::kSigned>(wq[3], aq));
+      const __m256i h =
+          _mm256_hadd_epi32(h01, h23);  // lane c (+4): column c's sum over the low (high) 16 bytes
+      const __m128i isum = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+      const __m128 scale = _mm_mul_ps(wd, _mm_set1_ps(x.d[r * nb + b]));
+      acc[r] = _mm_fmadd_ps(scale, _mm_cvtepi32_ps(isum), acc[r]);
+      if constexpr (T::kHasOffset) acc[r] = _mm_fmadd_ps(woff, _mm_set1_ps(x.s[r * nb + b]), acc[r]);
     }
   }
   for (int r = 0; r < MR; ++r) {
-    for (int j = 0; j < NR; ++j) {
-      float sum = Hsum(acc[r][j]);
-      if constexpr (T::kHasOffset) {
-        const float* s = x.s + r * nb;
-        float off = 0.0f;
-        for (int64_t b = 0; b < nb; ++b) off = std::fma(T::Offset(wb[j] + b), s[b], off);
-        sum += off;
-      }
-      y[r * ldy + j] = sum;
-    }
+    float out[kQDotCols];
+    _mm_storeu_ps(out, acc[r]);
+    for (int c = 0; c < ncols; ++c) y[r * ldy + c] = out[c];
   }
 }
 
 template <class T>
-QDotTileFn Select(int mr, int nr) {
-  static constexpr QDotTileFn kTable[kQDotMaxRows][kQDotMaxCols] = {
-      {QDotKernel<T, 1, 1>, QDotKernel<T, 1, 2>},
-      {QDotKernel<T, 2, 1>, QDotKernel<T, 2, 2>},
-      {QDotKernel<T, 3, 1>, QDotKernel<T, 3, 2>},
-      {QDotKernel<T, 4, 1>, QDotKernel<T, 4, 2>},
-  };
-  if (mr < 1 || mr > kQDotMaxRows || nr < 1 || nr > kQDotMaxCols) return nullptr;
-  return kTable[mr - 1][nr - 1];
+QDotTileFn Select(int mr) {
+  static constexpr QDotTileFn kTable[kQDotMaxRows] = {QDotKernel<T, 1>, QDotKernel<T, 2>, QDotKernel<T, 3>,
+                                                      QDotKernel<T, 4>};
+  if (mr < 1 || mr > kQDotMaxRows) return nullptr;
+  return kTable[mr - 1];
 }
 
 }  // namespace
@@ -211,18 +214,18 @@ bool HasQDot(DType wt) {
   }
 }
 
-QDotTileFn GetQDotTile(DType wt, int mr, int nr) {
+QDotTileFn GetQDotTile(DType wt, int mr) {
   switch (wt) {
     case DType::kQ4_0:
-      return Select<Q4_0Traits>(mr, nr);
+      return Select<Q4_0Traits>(mr);
     case DType::kQ4_1:
-      return Select<Q4_1Traits>(mr, nr);
+      return Select<Q4_1Traits>(mr);
     case DType::kQ5_0:
-      return Select<Q5_0Traits>(mr, nr);
+      return Select<Q5_0Traits>(mr);
     case DType::kQ5_1:
-      return Select<Q5_1Traits>(mr, nr);
+      return Select<Q5_1Traits>(mr);
     case DType::kQ8_0:
-      return Select<Q8_0Traits>(mr, nr);
+      return Select<Q8_0Traits>(mr);
     default:
       return nullptr;
   }

@@ -28,16 +28,18 @@ void QuantizeActsRow(const float* x, int64_t k, int8_t* qs, float* d, float* s);
 // True for the weight types with an integer kernel: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0.
 bool HasQDot(DType wt);
 
-// One register tile: y[r * ldy + j] = Σ_i W_j[i] · X_r[i] for r < mr, j < nr, where W_j is the weight row of
-// k values (GGML blocks) at w + j * w_stride bytes and X_r the activation row r of `x`.
-// The result for a given (row, column) is bit-identical whatever the tile shape (mr, nr), so splitting a
-// MatMul differently (m = 1 vs m = 128, threads) never changes a value.
-using QDotTileFn = void (*)(const uint8_t* w, size_t w_stride, const QuantizedActs& x, float* y, int64_t ldy);
+inline constexpr int kQDotMaxRows = 4;  // activation rows per tile: 1..4
+inline constexpr int kQDotCols = 4;     // weight rows (Y columns) per tile
 
-inline constexpr int kQDotMaxRows = 4;  // mr in 1..4
-inline constexpr int kQDotMaxCols = 2;  // nr in 1..2
+// One register tile: y[r * ldy + c] = Σ_i W_c[i] · X_r[i] for r < mr and c < ncols (1..4), where W_c is the
+// weight row of k values (GGML blocks) at w + c * w_stride bytes and X_r the activation row r of `x`.
+// Each block's integer dot product is exact; the float work per (row, column) is a fixed sequence of FMAs in
+// block order, so a result is bit-identical whatever the tile shape, the column's position in the tile and
+// the thread: splitting a MatMul differently (m = 1 vs m = 128, any pool) never changes a value.
+using QDotTileFn = void (*)(const uint8_t* w, size_t w_stride, int ncols, const QuantizedActs& x, float* y,
+                            int64_t ldy);
 
-// The kernel for (wt, mr, nr); nullptr when !HasQDot(wt) or mr/nr out of range.
-QDotTileFn GetQDotTile(DType wt, int mr, int nr);
+// The kernel for (wt, mr); nullptr when !HasQDot(wt) or mr is out of range.
+QDotTileFn GetQDotTile(DType wt, int mr);
 
 }  // namespace stoke::cpu
