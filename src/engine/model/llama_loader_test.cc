@@ -1,0 +1,237 @@
+// Loading Llama weights from files: GGUF (with llama.cpp's Q/K permutation), HF folders, and the config
+// readers (GGUF metadata, config.json in both RoPE layouts).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "engine/loader/gguf_reader.h"
+#include "engine/model/factory.h"
+#include "engine/model/llama.h"
+#include "engine/model/llama_test_util.h"
+#include "kernels/cpu/quants.h"
+
+namespace stoke {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::TinyLlama;
+
+fs::path TempDir(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / ("stoke_llama_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+std::vector<float> ScoreAll(DecoderModel& model, const std::vector<int32_t>& ids) {
+  EXPECT_TRUE(model.AllocateKvCache(32, 16).ok());
+  StepInput in;
+  in.token_ids = ids;
+  in.sequences = {
+      StepSequence{0, static_cast<int32_t>(ids.size()), 0, {0, 1, 2, 3}, StepSequence::Logits::kAll}};
+  StepOutput out;
+  Status st = model.Step(in, &out);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return out.logits;
+}
+
+double RelErr(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    if (std::isnan(a[i])) return 1e9;
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+const std::vector<int32_t> kIds = {1, 17, 42, 5, 88, 3, 64, 9, 33, 71, 2, 50, 11, 95, 0, 27, 60, 8, 14};
+
+TEST(LlamaLoaderTest, GgufAndHfFolderMatchReference) {
+  for (bool tied : {false, true}) {
+    for (bool bias : {false, true}) {  // bias: written as qwen2, whose GGUF Q/K are not permuted
+      TinyLlama m(21 + tied + 2 * bias, tied, bias);
+      const fs::path dir = TempDir("hf");
+      m.WriteHfFolder(dir);
+      const fs::path gguf = dir.parent_path() / ("stoke_llama_" + std::to_string(::getpid()) + ".gguf");
+      m.WriteGguf(gguf);
+      const std::vector<float> ref = m.Reference(kIds);
+      auto hf = LoadDecoder(dir.string());
+      ASSERT_TRUE(hf.ok()) << hf.status().ToString();
+      EXPECT_EQ((*hf)->config().tie_word_embeddings, tied);
+      EXPECT_EQ((*hf)->config().attention_bias, bias);
+      EXPECT_LT(RelErr(ScoreAll(**hf, kIds), ref), 2e-5) << "hf tied " << tied << " bias " << bias;
+      auto gg = LoadDecoder(gguf.string());
+      ASSERT_TRUE(gg.ok()) << gg.status().ToString();
+      EXPECT_EQ((*gg)->config().architecture, bias ? "qwen2" : "llama");
+      EXPECT_EQ((*gg)->config().tie_word_embeddings, tied);
+      EXPECT_EQ((*gg)->config().eos_token_ids, std::vector<int32_t>{2});
+      EXPECT_LT(RelErr(ScoreAll(**gg, kIds), ref), 2e-5) << "gguf tied " << tied << " bias " << bias;
+      fs::remove_all(dir);
+      fs::remove(gguf);
+    }
+  }
+}
+
+// Without the un-permutation the GGUF model would be "fluent garbage"; make sure that case is detectable:
+// loading the permuted file as if it were qwen2 (no un-permute) must disagree with the reference.
+TEST(LlamaLoaderTest, SkippingTheQkUnpermuteIsDetectable) {
+  TinyLlama m(31);
+  const fs::path dir = TempDir("perm");
+  m.WriteGguf(dir / "m.gguf");
+  auto gguf = GgufFile::Open((dir / "m.gguf").string());
+  ASSERT_TRUE(gguf.ok());
+  auto w = LoadLlamaWeights(std::shared_ptr<const GgufFile>(std::move(gguf).value()));
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  // Undo the loader's un-permutation of layer 0's Q rows (swap back to file order).
+  LlamaWeights weights = std::move(w).value();
+  LinearWeight& qkv = weights.layers[0].qkv;
+  std::vector<float> copy(static_cast<const float*>(qkv.data),
+                          static_cast<const float*>(qkv.data) + qkv.rows * qkv.cols);
+  auto* dst = const_cast<float*>(static_cast<const float*>(qkv.data));
+  for (int64_t r = 0; r < m.c.num_heads * m.c.head_dim; ++r) {
+    const int64_t src = GgufQkSourceRow(r, m.c.head_dim);
+    std::copy(&copy[r * qkv.cols], &copy[(r + 1) * qkv.cols], dst + src * qkv.cols);
+  }
+  auto model = CpuLlama::Create(std::move(weights));
+  ASSERT_TRUE(model.ok());
+  EXPECT_GT(RelErr(ScoreAll(**model, kIds), m.Reference(kIds)), 1e-2);
+  fs::remove_all(dir);
+}
+
+TEST(LlamaLoaderTest, GgufQ8_0WeightsStayClose) {
+  TinyLlama m(41);
+  const fs::path dir = TempDir("q8");
+  m.WriteGguf(dir / "q8.gguf", /*Q8_0=*/8, [](const float* x, int64_t n) {
+    std::string bytes(n / 32 * sizeof(cpu::BlockQ8_0), '\0');
+    cpu::QuantizeRowQ8_0(x, bytes.data(), n);
+    return bytes;
+  });
+  auto model = LoadDecoder((dir / "q8.gguf").string());
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const std::vector<float> got = ScoreAll(**model, kIds);
+  // Reference over the dequantised weights (rows quantise independently, so permuting commutes with it):
+  // what remains is the 8-bit activation quantisation of the matmuls.
+  TinyLlama dq = m;
+  for (auto& [name, v] : dq.w) {
+    if (dq.shapes[name].size() != 2) continue;
+    std::string bytes(v.size() / 32 * sizeof(cpu::BlockQ8_0), '\0');
+    cpu::QuantizeRowQ8_0(v.data(), bytes.data(), v.size());
+    ASSERT_TRUE(cpu::DequantizeRow(DType::kQ8_0, bytes.data(), v.data(), v.size()).ok());
+  }
+  // This random model amplifies perturbations ~8x (its weight-only Q8_0 error is ~4%), so the bound is
+  // loose; a Q/K row-order bug on quantised rows gives O(1) errors.
+  EXPECT_LT(RelErr(got, dq.Reference(kIds)), 0.1);
+  EXPECT_GT(RelErr(got, m.Reference(kIds)), 1e-3);  // really quantised
+  fs::remove_all(dir);
+}
+
+TEST(LlamaLoaderTest, MissingTensorIsNamed) {
+  TinyLlama m(51);
+  m.w.erase("model.layers.1.mlp.up_proj.weight");
+  const fs::path dir = TempDir("missing");
+  m.WriteHfFolder(dir);
+  auto model = LoadDecoder(dir.string());
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find("model.layers.1.mlp.up_proj.weight"), std::string::npos)
+      << model.status().ToString();
+  fs::remove_all(dir);
+}
+
+TEST(LlamaConfigTest, HfConfigClassicAndV5RopeLayouts) {
+  nlohmann::json j = {{"model_type", "llama"},
+                      {"vocab_size", 128256},
+                      {"hidden_size", 2048},
+                      {"intermediate_size", 8192},
+                      {"num_hidden_layers", 16},
+                      {"num_attention_heads", 32},
+                      {"num_key_value_heads", 8},
+                      {"head_dim", 64},
+                      {"rms_norm_eps", 1e-5},
+                      {"max_position_embeddings", 131072},
+                      {"tie_word_embeddings", true},
+                      {"bos_token_id", 128000},
+                      {"eos_token_id", {128001, 128008, 128009}},
+                      {"rope_theta", 500000.0},
+                      {"rope_scaling",
+                       {{"rope_type", "llama3"},
+                        {"factor", 32.0},
+                        {"low_freq_factor", 1.0},
+                        {"high_freq_factor", 4.0},
+                        {"original_max_position_embeddings", 8192}}}};
+  auto c = LlamaConfigFromHfConfig(j);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->num_kv_heads, 8);
+  EXPECT_EQ(c->head_dim, 64);
+  EXPECT_FLOAT_EQ(c->rope_theta, 500000.0f);
+  EXPECT_EQ(c->rope_scaling.type, RopeScaling::Type::kLlama3);
+  EXPECT_FLOAT_EQ(c->rope_scaling.factor, 32.0f);
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int32_t>{128001, 128008, 128009}));
+  EXPECT_TRUE(c->tie_word_embeddings);
+
+  // transformers v5: theta and scaling inside rope_parameters.
+  nlohmann::json v5 = j;
+  v5.erase("rope_theta");
+  v5.erase("rope_scaling");
+  v5["rope_parameters"] = j["rope_scaling"];
+  v5["rope_parameters"]["rope_theta"] = 500000.0;
+  v5["eos_token_id"] = 2;
+  auto c5 = LlamaConfigFromHfConfig(v5);
+  ASSERT_TRUE(c5.ok()) << c5.status().ToString();
+  EXPECT_FLOAT_EQ(c5->rope_theta, 500000.0f);
+  EXPECT_EQ(c5->rope_scaling.type, RopeScaling::Type::kLlama3);
+  EXPECT_EQ(c5->eos_token_ids, std::vector<int32_t>{2});
+  EXPECT_EQ(RopeInverseFrequencies(*c5), RopeInverseFrequencies(*c));
+
+  // Defaults (head_dim from hidden/heads, eps 1e-6, kv = heads), qwen2 implies q/k/v bias.
+  auto q =
+      LlamaConfigFromHfConfig({{"model_type", "qwen2"}, {"hidden_size", 896}, {"num_attention_heads", 14}});
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->head_dim, 64);
+  EXPECT_EQ(q->num_kv_heads, 14);
+  EXPECT_FLOAT_EQ(q->rms_norm_eps, 1e-6f);
+  EXPECT_TRUE(q->attention_bias);
+
+  EXPECT_FALSE(LlamaConfigFromHfConfig({{"model_type", "bert"}}).ok());
+  EXPECT_FALSE(LlamaConfigFromHfConfig({{"model_type", "llama"}, {"hidden_act", "gelu"}}).ok());
+  EXPECT_FALSE(LlamaConfigFromHfConfig({{"model_type", "llama"}, {"rope_scaling", {{"type", "yarn"}}}}).ok());
+  EXPECT_FALSE(LlamaConfigFromHfConfig({{"model_type", "llama"}, {"hidden_size", "big"}}).ok());
+  EXPECT_FALSE(LlamaConfigFromHfConfig({{"model_type", "llama"}, {"num_key_value_heads", 5}}).ok());
+}
+
+TEST(LlamaConfigTest, Llama3RopeScalingMatchesFormula) {
+  LlamaConfig c;
+  c.head_dim = 128;
+  c.rope_theta = 500000.0f;
+  c.rope_scaling = {RopeScaling::Type::kLlama3, 8.0f, 1.0f, 4.0f, 8192};
+  const std::vector<float> inv = RopeInverseFrequencies(c);
+  ASSERT_EQ(inv.size(), 64u);
+  const double kPi = 3.14159265358979323846;
+  int kept = 0, divided = 0, blended = 0;
+  for (int i = 0; i < 64; ++i) {
+    const double f = std::pow(500000.0, -2.0 * i / 128);
+    const double wl = 2 * kPi / f;
+    double want;
+    if (wl < 8192 / 4.0) {
+      want = f, ++kept;
+    } else if (wl > 8192 / 1.0) {
+      want = f / 8, ++divided;
+    } else {
+      const double s = (8192 / wl - 1) / (4 - 1);
+      want = (1 - s) * f / 8 + s * f, ++blended;
+    }
+    EXPECT_NEAR(inv[i], want, want * 1e-6) << i;
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(divided, 0);
+  EXPECT_GT(blended, 0);
+  // GGUF rope_freqs divisors take precedence.
+  c.rope_freq_divisors.assign(64, 2.0f);
+  EXPECT_NEAR(RopeInverseFrequencies(c)[5], std::pow(500000.0, -10.0 / 128) / 2, 1e-7);
+}
+
+}  // namespace
+}  // namespace stoke

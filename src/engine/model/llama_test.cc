@@ -1,0 +1,235 @@
+#include "engine/model/llama.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "engine/model/llama_test_util.h"
+
+namespace stoke {
+namespace {
+
+using testing::TinyLlama;
+
+// Relative L2 error ||a - b|| / ||b||; NaN never passes.
+double RelErr(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    if (std::isnan(a[i])) return 1e9;
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+double MaxAbsDiff(const float* a, const float* b, size_t n) {
+  double m = 0;
+  for (size_t i = 0; i < n; ++i) m = std::max(m, std::fabs(double(a[i]) - b[i]));
+  return m;
+}
+
+std::vector<int32_t> RandomIds(int n, int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> d(0, vocab - 1);
+  std::vector<int32_t> ids(n);
+  for (auto& x : ids) x = d(rng);
+  return ids;
+}
+
+std::unique_ptr<CpuLlama> MakeModel(const TinyLlama& m, bool fuse, int blocks = 64, int block_size = 4) {
+  auto model = CpuLlama::Create(m.ToWeights(fuse));
+  EXPECT_TRUE(model.ok()) << model.status().ToString();
+  EXPECT_TRUE((*model)->AllocateKvCache(blocks, block_size).ok());
+  return std::move(model).value();
+}
+
+// One sequence, identity block table, positions [start, start + n), logits as asked; poisons output first.
+StepOutput RunSeq(CpuLlama& model, const std::vector<int32_t>& ids, int start, std::vector<int32_t> table,
+                  StepSequence::Logits logits = StepSequence::Logits::kAll) {
+  StepInput in;
+  in.token_ids = ids;
+  StepSequence s;
+  s.token_begin = 0;
+  s.num_tokens = static_cast<int32_t>(ids.size());
+  s.start_pos = start;
+  s.block_table = std::move(table);
+  s.logits = logits;
+  in.sequences.push_back(s);
+  StepOutput out;
+  out.logits.assign(7, NAN);
+  Status st = model.Step(in, &out);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return out;
+}
+
+std::vector<int32_t> Iota(int n, int from = 0) {
+  std::vector<int32_t> v(n);
+  std::iota(v.begin(), v.end(), from);
+  return v;
+}
+
+TEST(CpuLlamaTest, MatchesDoublePrecisionReference) {
+  for (bool fuse : {true, false}) {
+    for (bool tied : {false, true}) {
+      for (bool bias : {false, true}) {
+        TinyLlama m(7 + tied + 2 * bias, tied, bias);
+        auto model = MakeModel(m, fuse);
+        const std::vector<int32_t> ids = RandomIds(23, m.c.vocab_size, 11);
+        StepOutput out = RunSeq(*model, ids, 0, Iota(8));
+        ASSERT_EQ(out.num_rows, 23);
+        EXPECT_LT(RelErr(out.logits, m.Reference(ids)), 2e-5)
+            << "fuse " << fuse << " tied " << tied << " bias " << bias;
+      }
+    }
+  }
+}
+
+TEST(CpuLlamaTest, ChunkedPrefillEqualsOneShot) {
+  TinyLlama m(3);
+  const std::vector<int32_t> ids = RandomIds(37, m.c.vocab_size, 5);
+  auto one = MakeModel(m, true);
+  const std::vector<float> full = RunSeq(*one, ids, 0, Iota(10)).logits;
+  for (int chunk : {1, 3, 7, 16}) {
+    auto model = MakeModel(m, true);
+    std::vector<float> got;
+    for (int b = 0; b < 37; b += chunk) {
+      const int n = std::min(chunk, 37 - b);
+      StepOutput o = RunSeq(*model, std::vector<int32_t>(ids.begin() + b, ids.begin() + b + n), b, Iota(10));
+      ASSERT_EQ(o.num_rows, n);
+      got.insert(got.end(), o.logits.begin(), o.logits.end());
+    }
+    EXPECT_LT(MaxAbsDiff(got.data(), full.data(), full.size()), 1e-4) << "chunk " << chunk;
+  }
+}
+
+TEST(CpuLlamaTest, LogitsModesSelectRows) {
+  TinyLlama m(4);
+  const std::vector<int32_t> ids = RandomIds(9, m.c.vocab_size, 6);
+  auto a = MakeModel(m, true);
+  const std::vector<float> all = RunSeq(*a, ids, 0, Iota(3)).logits;
+  auto b = MakeModel(m, true);
+  StepOutput last = RunSeq(*b, ids, 0, Iota(3), StepSequence::Logits::kLast);
+  ASSERT_EQ(last.num_rows, 1);
+  EXPECT_LT(MaxAbsDiff(last.logits.data(), all.data() + 8 * m.c.vocab_size, m.c.vocab_size), 1e-5);
+  auto c = MakeModel(m, true);
+  StepOutput none = RunSeq(*c, ids, 0, Iota(3), StepSequence::Logits::kNone);
+  EXPECT_EQ(none.num_rows, 0);
+  EXPECT_TRUE(none.logits.empty());
+}
+
+// Three sequences at different positions in one step (a prefill chunk, a decode, a longer prefill) give
+// the same logits as each run alone.
+TEST(CpuLlamaTest, MixedBatchEqualsEachAlone) {
+  TinyLlama m(9, /*tied=*/true, /*bias=*/true);
+  const int vocab = m.c.vocab_size, bs = 4;
+  const std::vector<int32_t> a = RandomIds(13, vocab, 1), b = RandomIds(6, vocab, 2),
+                             c = RandomIds(20, vocab, 3);
+  // Split points: a has 10 tokens in KV, then 3 more; b has 5, then 1 (decode); c starts fresh with 20.
+  auto alone = [&](const std::vector<int32_t>& ids, int split) {
+    auto model = MakeModel(m, true, 16, bs);
+    RunSeq(*model, std::vector<int32_t>(ids.begin(), ids.begin() + split), 0, Iota(8));
+    return RunSeq(*model, std::vector<int32_t>(ids.begin() + split, ids.end()), split, Iota(8)).logits;
+  };
+  const std::vector<float> ra = alone(a, 10), rb = alone(b, 5);
+  std::vector<float> rc;
+  {
+    auto model = MakeModel(m, true, 16, bs);
+    rc = RunSeq(*model, c, 0, Iota(8)).logits;
+  }
+  auto model = MakeModel(m, true, 32, bs);
+  // Disjoint block ranges: a uses blocks 0..3, b 10..11, c 20..24.
+  RunSeq(*model, std::vector<int32_t>(a.begin(), a.begin() + 10), 0, {0, 1, 2, 3});
+  RunSeq(*model, std::vector<int32_t>(b.begin(), b.begin() + 5), 0, {10, 11});
+  StepInput in;
+  in.token_ids.insert(in.token_ids.end(), a.begin() + 10, a.end());
+  in.token_ids.insert(in.token_ids.end(), b.begin() + 5, b.end());
+  in.token_ids.insert(in.token_ids.end(), c.begin(), c.end());
+  in.sequences = {StepSequence{0, 3, 10, {0, 1, 2, 3}, StepSequence::Logits::kAll},
+                  StepSequence{3, 1, 5, {10, 11}, StepSequence::Logits::kAll},
+                  StepSequence{4, 20, 0, {20, 21, 22, 23, 24}, StepSequence::Logits::kAll}};
+  StepOutput out;
+  ASSERT_TRUE(model->Step(in, &out).ok());
+  ASSERT_EQ(out.num_rows, 24);
+  EXPECT_LT(MaxAbsDiff(out.logits.data(), ra.data(), ra.size()), 1e-4);
+  EXPECT_LT(MaxAbsDiff(out.logits.data() + 3 * vocab, rb.data(), rb.size()), 1e-4);
+  EXPECT_LT(MaxAbsDiff(out.logits.data() + 4 * vocab, rc.data(), rc.size()), 1e-4);
+}
+
+TEST(CpuLlamaTest, PermutedBlockTablesGiveIdenticalLogits) {
+  TinyLlama m(12);
+  const std::vector<int32_t> ids = RandomIds(30, m.c.vocab_size, 8);
+  // Prefill 17, then decode one at a time, through `table`.
+  auto run = [&](const std::vector<int32_t>& table) {
+    auto model = MakeModel(m, true, 40, 4);
+    std::vector<float> got =
+        RunSeq(*model, std::vector<int32_t>(ids.begin(), ids.begin() + 17), 0, table).logits;
+    for (int p = 17; p < 30; ++p) {
+      StepOutput o = RunSeq(*model, {ids[p]}, p, table, StepSequence::Logits::kLast);
+      got.insert(got.end(), o.logits.begin(), o.logits.end());
+    }
+    return got;
+  };
+  const std::vector<float> ref = run(Iota(8));
+  ASSERT_LT(RelErr(ref, m.Reference(ids)), 2e-5);
+  std::mt19937 rng(99);
+  for (int trial = 0; trial < 4; ++trial) {
+    std::vector<int32_t> pool = Iota(40);
+    std::shuffle(pool.begin(), pool.end(), rng);
+    // Same arithmetic in the same order whatever the physical blocks: bit-identical.
+    EXPECT_EQ(run(std::vector<int32_t>(pool.begin(), pool.begin() + 8)), ref) << "trial " << trial;
+  }
+}
+
+TEST(CpuLlamaTest, CopyKvBlockCopiesAllLayers) {
+  TinyLlama m(13);
+  const std::vector<int32_t> ids = RandomIds(9, m.c.vocab_size, 4);
+  auto model = MakeModel(m, true, 8, 4);
+  RunSeq(*model, std::vector<int32_t>(ids.begin(), ids.begin() + 8), 0, {0, 1});
+  // Block 1 (positions 4..7) copied to 5: the decode of position 8 sees the same KV through either table.
+  ASSERT_TRUE(model->CopyKvBlock(1, 5).ok());
+  const std::vector<float> x = RunSeq(*model, {ids[8]}, 8, {0, 1, 2}).logits;
+  const std::vector<float> y = RunSeq(*model, {ids[8]}, 8, {0, 5, 3}).logits;
+  EXPECT_EQ(x, y);
+  EXPECT_FALSE(model->CopyKvBlock(0, 8).ok());
+}
+
+TEST(CpuLlamaTest, RejectsBadStepInput) {
+  TinyLlama m(14);
+  auto model = CpuLlama::Create(m.ToWeights(true));
+  ASSERT_TRUE(model.ok());
+  StepInput in;
+  in.token_ids = {1, 2, 3};
+  in.sequences = {StepSequence{0, 3, 0, {0}, StepSequence::Logits::kLast}};
+  StepOutput out;
+  EXPECT_EQ((*model)->Step(in, &out).code(), StatusCode::kFailedPrecondition);  // no KV yet
+  ASSERT_TRUE((*model)->AllocateKvCache(4, 2).ok());
+  EXPECT_EQ((*model)->Step(in, &out).code(), StatusCode::kInvalidArgument);  // 3 tokens need 2 blocks
+  in.sequences[0].block_table = {0, 4};
+  EXPECT_EQ((*model)->Step(in, &out).code(), StatusCode::kInvalidArgument);  // block 4 out of range
+  in.sequences[0].block_table = {0, 1};
+  in.token_ids[1] = m.c.vocab_size;
+  EXPECT_EQ((*model)->Step(in, &out).code(), StatusCode::kInvalidArgument);  // token out of range
+  in.token_ids[1] = 5;
+  in.sequences[0].num_tokens = 2;
+  EXPECT_EQ((*model)->Step(in, &out).code(), StatusCode::kInvalidArgument);  // tokens not covered
+  in.sequences[0].num_tokens = 3;
+  EXPECT_TRUE((*model)->Step(in, &out).ok());
+  EXPECT_EQ((*model)->kv_shape().num_blocks, 4);
+  EXPECT_EQ((*model)->KvBytesPerToken(), 2 * 2 * 2 * 16 * 4);
+}
+
+TEST(CpuLlamaTest, CreateRejectsMismatchedWeights) {
+  TinyLlama m(15);
+  LlamaWeights w = m.ToWeights(true);
+  w.layers[1].down.rows = 7;
+  auto model = CpuLlama::Create(std::move(w));
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find("down"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace stoke
