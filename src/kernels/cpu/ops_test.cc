@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -144,13 +145,19 @@ TEST(OpsTest, SiluMul) {
   std::vector<float> inplace = g;
   SiluMul(inplace.data(), u.data(), n, inplace.data());
   EXPECT_EQ(inplace, out);
-  // Saturation: exp(-g) overflows to inf for g << 0; the result must be -0, not NaN.
-  const float big[3] = {-1000.0f, -100.0f, 100.0f}, ones[3] = {1.0f, 1.0f, 1.0f};
-  float o[3] = {kNaN, kNaN, kNaN};
-  SiluMul(big, ones, 3, o);
-  EXPECT_EQ(o[0], 0.0f);
-  EXPECT_NEAR(o[1], 0.0f, 1e-30f);
+  // Saturation: exp(-g) overflows to inf for g << 0; the result must be -0, not NaN. 9 values: the vector
+  // path and the scalar tail.
+  const float big[9] = {-1000.0f, -100.0f, 100.0f, 1000.0f, -88.5f, 88.5f, 0.0f, -1000.0f, -100.0f};
+  const std::vector<float> ones(9, 1.0f);
+  float o[9];
+  std::fill(o, o + 9, kNaN);
+  SiluMul(big, ones.data(), 9, o);
+  for (int i : {0, 7}) EXPECT_EQ(o[i], 0.0f) << i;
+  for (int i : {1, 4, 8}) EXPECT_NEAR(o[i], 0.0f, 1e-30f) << i;
   EXPECT_EQ(o[2], 100.0f);
+  EXPECT_EQ(o[3], 1000.0f);
+  EXPECT_EQ(o[5], 88.5f);
+  EXPECT_EQ(o[6], 0.0f);
 }
 
 TEST(OpsTest, GeluErf) {
@@ -161,10 +168,19 @@ TEST(OpsTest, GeluErf) {
   std::vector<float> y = x;
   GeluErf(y.data(), n);
   EXPECT_LT(RelL2(y.data(), want), kTol);
+  // The negative tail, element by element: 1 + erf(x/√2) is computed as erfc, so no cancellation.
+  std::vector<float> tail(64);
+  for (int i = 0; i < 64; ++i) tail[i] = -0.1f - 0.125f * i;  // -0.1 .. -7.975
+  std::vector<float> g = tail;
+  GeluErf(g.data(), 64);
+  for (int i = 0; i < 64; ++i) {
+    const double ref = 0.5 * tail[i] * std::erfc(-tail[i] / std::sqrt(2.0));
+    EXPECT_NEAR(g[i], ref, 1e-5 * std::fabs(ref)) << tail[i];
+  }
 }
 
 TEST(OpsTest, SoftmaxAndLogSoftmax) {
-  for (int64_t n : {int64_t{1}, int64_t{5}, int64_t{49152}}) {
+  for (int64_t n : {int64_t{1}, int64_t{5}, int64_t{13}, int64_t{49152}}) {
     // Large logits: a naive exp would overflow.
     const auto x = RandomFloats(n, 17, 8.0f, 100.0f);
     double mx = -1e300;
@@ -190,6 +206,15 @@ TEST(OpsTest, SoftmaxAndLogSoftmax) {
     LogSoftmax(inplace.data(), n, inplace.data());
     EXPECT_EQ(inplace, out);
   }
+}
+
+TEST(OpsTest, SoftmaxOfMaskedScores) {
+  // -inf scores (masked positions) get probability 0, the rest share 1.
+  std::vector<float> x(20, -std::numeric_limits<float>::infinity());
+  x[3] = 1.0f;
+  x[17] = 1.0f;
+  SoftmaxInPlace(x.data(), 20);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(x[i], (i == 3 || i == 17) ? 0.5f : 0.0f) << i;
 }
 
 TEST(OpsTest, RopeNeoxRotatesHalfPairs) {
