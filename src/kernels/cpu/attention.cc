@@ -22,6 +22,13 @@ void Axpy(float a, const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] += a * x[i];
 }
 
+inline float Hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
 void UseSingleThreadedBlas() {
   static std::once_flag once;
   std::call_once(once, [] { openblas_set_num_threads(1); });
@@ -38,41 +45,156 @@ void WriteKv(const PagedKvLayer& kv, const float* k, const float* v, const int32
   }
 }
 
+namespace {
+
+// scores[g][t] = scale · q_g · k_t for G query heads sharing one KV head, t < len: each key vector is loaded
+// once for the G heads. k_t at k + t * k_stride; head_dim % 8 == 0 (scalar tail otherwise).
+template <int G>
+void GroupScores(const float* const* q, const float* k, int64_t k_stride, int64_t len, int hd, float scale,
+                 float* const* scores) {
+  for (int64_t t = 0; t < len; ++t) {
+    const float* kt = k + t * k_stride;
+    __m256 acc[G];
+    for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
+    int c = 0;
+    for (; c + 8 <= hd; c += 8) {
+      const __m256 kv = _mm256_loadu_ps(kt + c);
+      for (int g = 0; g < G; ++g) acc[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q[g] + c), kv, acc[g]);
+    }
+    for (int g = 0; g < G; ++g) {
+      float d = Hsum(acc[g]);
+      for (int cc = c; cc < hd; ++cc) d += q[g][cc] * kt[cc];
+      scores[g][t] = scale * d;
+    }
+  }
+}
+
+void GroupScoresAny(int group, const float* const* q, const float* k, int64_t k_stride, int64_t len, int hd,
+                    float scale, float* const* scores) {
+  switch (group) {
+    case 1:
+      return GroupScores<1>(q, k, k_stride, len, hd, scale, scores);
+    case 2:
+      return GroupScores<2>(q, k, k_stride, len, hd, scale, scores);
+    case 3:
+      return GroupScores<3>(q, k, k_stride, len, hd, scale, scores);
+    default:
+      return GroupScores<4>(q, k, k_stride, len, hd, scale, scores);
+  }
+}
+
+// out_g[c0 .. c0+32) = Σ_t p_g[t] · v_t[c0 .. c0+32) for G heads sharing the values, t < len: the 4×G
+// accumulators stay in registers while the value rows stream. v_t at v + t * v_stride.
+template <int G>
+void GroupValues32(const float* const* p, const float* v, int64_t v_stride, int64_t len,
+                   __m256 (&acc)[G][4]) {
+  for (int64_t t = 0; t < len; ++t) {
+    const float* vt = v + t * v_stride;
+    const __m256 v0 = _mm256_loadu_ps(vt), v1 = _mm256_loadu_ps(vt + 8), v2 = _mm256_loadu_ps(vt + 16),
+                 v3 = _mm256_loadu_ps(vt + 24);
+    for (int g = 0; g < G; ++g) {
+      const __m256 pg = _mm256_set1_ps(p[g][t]);
+      acc[g][0] = _mm256_fmadd_ps(pg, v0, acc[g][0]);
+      acc[g][1] = _mm256_fmadd_ps(pg, v1, acc[g][1]);
+      acc[g][2] = _mm256_fmadd_ps(pg, v2, acc[g][2]);
+      acc[g][3] = _mm256_fmadd_ps(pg, v3, acc[g][3]);
+    }
+  }
+}
+
+// out_g = Σ_t p_g[t] · v_t over the block table, for G query heads of one KV head.
+template <int G>
+void GroupOutputs(float* const* p, const float* v_base, const int32_t* block_table, int bs,
+                  int64_t slot_stride, int64_t ctx, int hd, float* const* out) {
+  int c0 = 0;
+  for (; c0 + 32 <= hd; c0 += 32) {
+    __m256 acc[G][4];
+    for (int g = 0; g < G; ++g) {
+      for (int j = 0; j < 4; ++j) acc[g][j] = _mm256_setzero_ps();
+    }
+    for (int64_t pos0 = 0; pos0 < ctx; pos0 += bs) {
+      const int64_t base_slot = static_cast<int64_t>(block_table[pos0 / bs]) * bs;
+      const float* pp[G];
+      for (int g = 0; g < G; ++g) pp[g] = p[g] + pos0;
+      GroupValues32<G>(pp, v_base + base_slot * slot_stride + c0, slot_stride,
+                       std::min<int64_t>(bs, ctx - pos0), acc);
+    }
+    for (int g = 0; g < G; ++g) {
+      for (int j = 0; j < 4; ++j) _mm256_storeu_ps(out[g] + c0 + 8 * j, acc[g][j]);
+    }
+  }
+  if (c0 == hd) return;
+  for (int g = 0; g < G; ++g) std::fill(out[g] + c0, out[g] + hd, 0.0f);
+  for (int64_t pos0 = 0; pos0 < ctx; pos0 += bs) {
+    const int64_t base_slot = static_cast<int64_t>(block_table[pos0 / bs]) * bs;
+    const int64_t len = std::min<int64_t>(bs, ctx - pos0);
+    for (int64_t t = 0; t < len; ++t) {
+      const float* vt = v_base + (base_slot + t) * slot_stride;
+      for (int g = 0; g < G; ++g) Axpy(p[g][pos0 + t], vt + c0, out[g] + c0, hd - c0);
+    }
+  }
+}
+
+void GroupOutputsAny(int group, float* const* p, const float* v_base, const int32_t* block_table, int bs,
+                     int64_t slot_stride, int64_t ctx, int hd, float* const* out) {
+  switch (group) {
+    case 1:
+      return GroupOutputs<1>(p, v_base, block_table, bs, slot_stride, ctx, hd, out);
+    case 2:
+      return GroupOutputs<2>(p, v_base, block_table, bs, slot_stride, ctx, hd, out);
+    case 3:
+      return GroupOutputs<3>(p, v_base, block_table, bs, slot_stride, ctx, hd, out);
+    default:
+      return GroupOutputs<4>(p, v_base, block_table, bs, slot_stride, ctx, hd, out);
+  }
+}
+
+constexpr int kMaxGroup = 4;  // query heads handled together; larger GQA groups run in chunks of 4
+
+}  // namespace
+
 void PagedAttention(const float* q, int64_t n, int heads, int32_t start_pos, const int32_t* block_table,
                     const PagedKvLayer& kv, float scale, float* out, ThreadPool& pool) {
   const int hd = kv.head_dim;
   const int bs = kv.block_size;
-  const int group = heads / kv.num_kv_heads;
-  const int64_t slot_stride = static_cast<int64_t>(kv.num_kv_heads) * hd;
+  const int nkv = kv.num_kv_heads;
+  const int group = heads / nkv;
+  const int64_t slot_stride = static_cast<int64_t>(nkv) * hd;
   const int64_t ctx_max = start_pos + n;
-  // One (token, head) per item: ~2 · ctx · head_dim multiply-adds.
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(1, 2 * ctx_max * hd));
-  pool.ParallelFor(n * heads, grain, [&](int64_t begin, int64_t end) {
-    thread_local std::vector<float> scores;
-    scores.resize(static_cast<size_t>(ctx_max));
+  // One item = (token, kv head, chunk of <= 4 query heads): ~2 · ctx · head_dim · heads_in_chunk
+  // multiply-adds.
+  const int chunks = (group + kMaxGroup - 1) / kMaxGroup;
+  const int64_t items = n * nkv * chunks;
+  const int64_t grain = std::max<int64_t>(
+      1, (int64_t{1} << 15) / std::max<int64_t>(1, 2 * ctx_max * hd * std::min(group, kMaxGroup)));
+  pool.ParallelFor(items, grain, [&](int64_t begin, int64_t end) {
+    thread_local std::vector<float> scratch;  // [kMaxGroup, ctx] scores
+    scratch.resize(static_cast<size_t>(kMaxGroup * ctx_max));
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t i = item / heads;
-      const int h = static_cast<int>(item % heads);
-      const int kvh = h / group;
+      const int64_t i = item / (nkv * chunks);
+      const int kvh = static_cast<int>(item / chunks % nkv);
+      const int h0 = kvh * group + static_cast<int>(item % chunks) * kMaxGroup;
+      const int g_count = std::min(kMaxGroup, kvh * group + group - h0);
       const int64_t ctx = start_pos + i + 1;  // positions 0 .. start_pos + i
-      const float* qv = q + (i * heads + h) * hd;
-      float* o = out + (i * heads + h) * hd;
-      // scores[pos] = scale · q · k[pos], walking the block table a block at a time.
+      const float* qs[kMaxGroup];
+      float* os[kMaxGroup];
+      float* sc[kMaxGroup];
+      for (int g = 0; g < g_count; ++g) {
+        qs[g] = q + (i * heads + h0 + g) * hd;
+        os[g] = out + (i * heads + h0 + g) * hd;
+        sc[g] = scratch.data() + g * ctx_max;
+      }
+      // Scores, a block of the table at a time.
       for (int64_t pos0 = 0; pos0 < ctx; pos0 += bs) {
         const int64_t base_slot = static_cast<int64_t>(block_table[pos0 / bs]) * bs;
         const int64_t len = std::min<int64_t>(bs, ctx - pos0);
-        for (int64_t t = 0; t < len; ++t) {
-          scores[pos0 + t] = scale * Dot(qv, kv.k + (base_slot + t) * slot_stride + kvh * hd, hd);
-        }
+        float* scp[kMaxGroup];
+        for (int g = 0; g < g_count; ++g) scp[g] = sc[g] + pos0;
+        GroupScoresAny(g_count, qs, kv.k + base_slot * slot_stride + kvh * hd, slot_stride, len, hd, scale,
+                       scp);
       }
-      SoftmaxInPlace(scores.data(), ctx);
-      std::fill(o, o + hd, 0.0f);
-      for (int64_t pos0 = 0; pos0 < ctx; pos0 += bs) {
-        const int64_t base_slot = static_cast<int64_t>(block_table[pos0 / bs]) * bs;
-        const int64_t len = std::min<int64_t>(bs, ctx - pos0);
-        for (int64_t t = 0; t < len; ++t)
-          Axpy(scores[pos0 + t], kv.v + (base_slot + t) * slot_stride + kvh * hd, o, hd);
-      }
+      for (int g = 0; g < g_count; ++g) SoftmaxInPlace(sc[g], ctx);
+      GroupOutputsAny(g_count, sc, kv.v + kvh * hd, block_table, bs, slot_stride, ctx, hd, os);
     }
   });
 }

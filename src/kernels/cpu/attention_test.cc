@@ -129,7 +129,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PagedAttentionTest,
                              PagedCase{9, 3, 64, 7, 0, 20}, PagedCase{9, 3, 64, 7, 23, 9},
                              PagedCase{9, 3, 64, 7, 70, 1},
                              // MHA, odd head_dim (no full 8-lane vector tail) and one-slot blocks.
-                             PagedCase{4, 4, 20, 1, 5, 6}, PagedCase{8, 2, 128, 16, 16, 16}));
+                             PagedCase{4, 4, 20, 1, 5, 6}, PagedCase{8, 2, 128, 16, 16, 16},
+                             // GQA groups above 4 query heads run in chunks of 4: 8 = 4 + 4, 5 = 4 + 1.
+                             PagedCase{8, 1, 64, 16, 10, 5}, PagedCase{10, 2, 32, 16, 3, 4}));
 
 TEST(EncoderAttentionTest, MatchesDenseBidirectional) {
   std::mt19937 rng(77);
