@@ -39,6 +39,13 @@ class Tokenizer {
   // Raw bytes this token decodes to ("" for specials and out-of-range ids); may be an incomplete UTF-8
   // sequence.
   virtual std::string TokenBytes(int32_t id) const;
+
+  // What `id` contributes to a decoded stream: `first` = no token was emitted before it. BPE: TokenBytes (or
+  // the special's text when not skipped). WordPiece: " word" / "##ing" -> "ing", no space before the first
+  // word. Decode() is the concatenation of these pieces, so streaming and one-shot decoding agree.
+  virtual std::string DecodePiece(int32_t id, bool first, bool skip_special) const;
+  // The vocabulary entry as stored ("Ġthe", "##ing", "<|im_end|>"), for display; "" if out of range.
+  virtual std::string TokenText(int32_t id) const;
 };
 
 // A GGUF file (tokenizer.ggml.*) or an HF folder (tokenizer.json).
