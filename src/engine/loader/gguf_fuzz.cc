@@ -2,6 +2,7 @@
 // the buffer; on success every tensor's first and last byte must be readable and small tensors dequantise.
 #include <cstddef>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "engine/loader/gguf_reader.h"

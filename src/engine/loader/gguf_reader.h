@@ -76,7 +76,7 @@ class GgufFile {
   std::optional<GgufType> TypeOf(std::string_view key) const;
   std::optional<GgufType> ArrayElementType(std::string_view key) const;
   // Any value as JSON (for dumps and tests): integers exact (u64 stays unsigned), f32 widened to double,
-  // bool, string, arrays (nested too) as lists. null if the key is absent.
+  // bool, string, arrays (nested too) as lists. null if the key is absent. Callers include <nlohmann/json.hpp>.
   nlohmann::json ValueAsJson(std::string_view key) const;
 
   const std::vector<TensorRef>& tensors() const { return tensors_; }  // shape reversed to outermost-first
