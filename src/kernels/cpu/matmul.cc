@@ -23,6 +23,9 @@ constexpr int64_t kScratchRows = 64;
 // Integer path blocking: kNBlock weight rows × kMBlock X rows of results per scratch tile (8 KB).
 constexpr int64_t kNBlock = 32;
 constexpr int64_t kMBlock = 64;
+// From this many X rows on, the 4/5-bit formats use packed weights (packing 8 rows costs about as much as
+// computing 2-4 X rows against them unpacked).
+constexpr int64_t kPackedMinRows = 5;
 
 // Sum of 8 lanes in a fixed order.
 inline float Hsum(__m256 v) {
@@ -162,6 +165,41 @@ Status MatMulConverted(const float* x, int64_t m, int64_t k, const uint8_t* w, D
   return first_error;
 }
 
+// Integer path with packed weights (4/5-bit formats, m >= kPackedMinRows): each thread packs 8 weight rows at
+// a time into a per-thread scratch (k · 8 bytes + scales) and sweeps all X rows over them.
+void MatMulPacked(const int8_t* qs, const float* ds, const float* ss, int64_t m, int64_t k, const uint8_t* w,
+                  DType wt, size_t row_bytes, int64_t n, float* y, ThreadPool& pool) {
+  const int64_t nb = k / kQK;
+  PackedTileFn fns[kQDotMaxRows];
+  for (int mr = 1; mr <= kQDotMaxRows; ++mr) fns[mr - 1] = GetPackedTile(wt, mr);
+  const int64_t groups = (n + kPackCols - 1) / kPackCols;
+  pool.ParallelFor(groups, Grain(kPackCols * k * m), [&](int64_t b, int64_t e) {
+    thread_local std::vector<uint8_t> packed_q;
+    thread_local std::vector<float> packed_f;
+    packed_q.resize(static_cast<size_t>(k * kPackCols));
+    packed_f.resize(static_cast<size_t>(2 * nb * kPackCols));
+    const PackedCols pc{packed_q.data(), packed_f.data(), packed_f.data() + nb * kPackCols, k};
+    float ybuf[kMBlock * kPackCols];
+    for (int64_t g = b; g < e; ++g) {
+      const int64_t n0 = g * kPackCols;
+      const int cols = static_cast<int>(std::min<int64_t>(kPackCols, n - n0));
+      PackCols(wt, w + n0 * row_bytes, row_bytes, cols, pc);
+      for (int64_t m0 = 0; m0 < m; m0 += kMBlock) {
+        const int64_t rows = std::min(kMBlock, m - m0);
+        for (int64_t r = 0; r < rows; r += kQDotMaxRows) {
+          const int mr = static_cast<int>(std::min<int64_t>(kQDotMaxRows, rows - r));
+          const int64_t row = m0 + r;
+          const QuantizedActs acts{qs + row * k, ds + row * nb, ss + row * nb, k};
+          fns[mr - 1](pc, acts, ybuf + r * kPackCols, kPackCols, kPackCols);
+        }
+        for (int64_t r = 0; r < rows; ++r) {
+          std::memcpy(y + (m0 + r) * n + n0, ybuf + r * kPackCols, cols * sizeof(float));
+        }
+      }
+    }
+  });
+}
+
 // Integer path (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0): quantise X once, then register tiles of up to 4 X rows ×
 // 4 W rows; each thread owns a range of W row pairs and sweeps all X rows over them, kMBlock rows at a time.
 void MatMulQDot(const float* x, int64_t m, int64_t k, const uint8_t* w, DType wt, size_t row_bytes, int64_t n,
@@ -179,6 +217,10 @@ void MatMulQDot(const float* x, int64_t m, int64_t k, const uint8_t* w, DType wt
     for (int64_t r = b; r < e; ++r) QuantizeActsRow(x + r * k, k, qsp + r * k, dsp + r * nb, ssp + r * nb);
   });
 
+  if (m >= kPackedMinRows && HasPackedQDot(wt)) {
+    MatMulPacked(qsp, dsp, ssp, m, k, w, wt, row_bytes, n, y, pool);
+    return;
+  }
   QDotTileFn fns[kQDotMaxRows];
   for (int mr = 1; mr <= kQDotMaxRows; ++mr) fns[mr - 1] = GetQDotTile(wt, mr);
   // Threads own blocks of kNBlock weight rows. A block's rows (kNBlock · row_bytes, ~12 KB for Q4_1 at

@@ -168,7 +168,124 @@ QDotTileFn Select(int mr) {
   return kTable[mr - 1];
 }
 
+// Packed path. kGroup: maddubs results (int16, each 2 products) that can be summed before widening:
+// 8 × 2 × 15 × 127 = 30480 for 4-bit values, 4 × 2 × 31 × 127 = 31496 for 5-bit, both < 32768.
+template <int MR, int kGroup>
+void PackedKernel(const PackedCols& w, const QuantizedActs& x, float* y, int64_t ldy, int ncols) {
+  const int64_t nb = x.k / kQK;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[MR];
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m256i* wq = reinterpret_cast<const __m256i*>(w.q + b * kQK * kPackCols);
+    const __m256 wd = _mm256_loadu_ps(w.d + b * kPackCols);
+    const __m256 woff = _mm256_loadu_ps(w.off + b * kPackCols);
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r) {
+      const int8_t* a = x.qs + r * x.k + b * kQK;
+      __m256i isum = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; g += kGroup) {
+        __m256i s16 = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int q = g; q < g + kGroup; ++q) {
+          int32_t a4;
+          std::memcpy(&a4, a + 4 * q, 4);
+          s16 =
+              _mm256_add_epi16(s16, _mm256_maddubs_epi16(_mm256_loadu_si256(wq + q), _mm256_set1_epi32(a4)));
+        }
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(s16, ones));
+      }
+      const __m256 scale = _mm256_mul_ps(wd, _mm256_set1_ps(x.d[r * nb + b]));
+      acc[r] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(isum), acc[r]);
+      acc[r] = _mm256_fmadd_ps(woff, _mm256_set1_ps(x.s[r * nb + b]), acc[r]);
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    if (ncols == kPackCols) {
+      _mm256_storeu_ps(y + r * ldy, acc[r]);
+    } else {
+      float out[kPackCols];
+      _mm256_storeu_ps(out, acc[r]);
+      for (int c = 0; c < ncols; ++c) y[r * ldy + c] = out[c];
+    }
+  }
+}
+
+template <class T>
+void PackColsT(const uint8_t* w, size_t w_stride, int ncols, const PackedCols& out) {
+  using Block = typename T::Block;
+  const int64_t nb = out.k / kQK;
+  const Block* wb[kPackCols];
+  for (int c = 0; c < kPackCols; ++c)
+    wb[c] = reinterpret_cast<const Block*>(w + std::min(c, ncols - 1) * w_stride);
+  for (int64_t b = 0; b < nb; ++b) {
+    // Column c's 32 values are 8 dwords (chunks of 4); an 8×8 dword transpose puts chunk q of all 8
+    // columns into output vector q, column c in lane c.
+    __m256i r[kPackCols];
+    int16_t dbits[kPackCols];
+    const Block* blk[kPackCols];
+    for (int c = 0; c < kPackCols; ++c) {
+      blk[c] = wb[c] + b;
+      r[c] = T::Unpack(blk[c]);
+      dbits[c] = T::D(blk[c]);
+    }
+    __m256i t[8], u[8];
+    for (int i = 0; i < 4; ++i) {
+      t[2 * i] = _mm256_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+      t[2 * i + 1] = _mm256_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int h = 0; h < 2; ++h) {  // columns 0-3 (h = 0) and 4-7
+      u[4 * h + 0] = _mm256_unpacklo_epi64(t[4 * h], t[4 * h + 2]);
+      u[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h], t[4 * h + 2]);
+      u[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
+      u[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
+    }
+    __m256i* q = reinterpret_cast<__m256i*>(out.q + b * kQK * kPackCols);
+    for (int j = 0; j < 4; ++j) {  // u[j] holds chunks j (low 128) and j + 4 (high) of columns 0-3
+      _mm256_storeu_si256(q + j, _mm256_permute2x128_si256(u[j], u[4 + j], 0x20));
+      _mm256_storeu_si256(q + j + 4, _mm256_permute2x128_si256(u[j], u[4 + j], 0x31));
+    }
+    const __m128 d_lo = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(dbits)));
+    const __m128 d_hi = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(dbits + 4)));
+    _mm_storeu_ps(out.d + b * kPackCols, d_lo);
+    _mm_storeu_ps(out.d + b * kPackCols + 4, d_hi);
+    _mm_storeu_ps(out.off + b * kPackCols, T::Offsets(blk, d_lo));
+    _mm_storeu_ps(out.off + b * kPackCols + 4, T::Offsets(blk + 4, d_hi));
+  }
+}
+
 }  // namespace
+
+bool HasPackedQDot(DType wt) {
+  return HasQDot(wt) && wt != DType::kQ8_0;
+}
+
+void PackCols(DType wt, const uint8_t* w, size_t w_stride, int ncols, const PackedCols& out) {
+  switch (wt) {
+    case DType::kQ4_0:
+      return PackColsT<Q4_0Traits>(w, w_stride, ncols, out);
+    case DType::kQ4_1:
+      return PackColsT<Q4_1Traits>(w, w_stride, ncols, out);
+    case DType::kQ5_0:
+      return PackColsT<Q5_0Traits>(w, w_stride, ncols, out);
+    case DType::kQ5_1:
+      return PackColsT<Q5_1Traits>(w, w_stride, ncols, out);
+    default:
+      return;
+  }
+}
+
+PackedTileFn GetPackedTile(DType wt, int mr) {
+  if (!HasPackedQDot(wt) || mr < 1 || mr > kQDotMaxRows) return nullptr;
+  static constexpr PackedTileFn k4Bit[kQDotMaxRows] = {PackedKernel<1, 8>, PackedKernel<2, 8>,
+                                                       PackedKernel<3, 8>, PackedKernel<4, 8>};
+  static constexpr PackedTileFn k5Bit[kQDotMaxRows] = {PackedKernel<1, 4>, PackedKernel<2, 4>,
+                                                       PackedKernel<3, 4>, PackedKernel<4, 4>};
+  const bool five = wt == DType::kQ5_0 || wt == DType::kQ5_1;
+  return (five ? k5Bit : k4Bit)[mr - 1];
+}
 
 void QuantizeActsRow(const float* x, int64_t k, int8_t* qs, float* d, float* s) {
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));

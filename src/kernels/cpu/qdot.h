@@ -42,4 +42,29 @@ using QDotTileFn = void (*)(const uint8_t* w, size_t w_stride, int ncols, const 
 // The kernel for (wt, mr); nullptr when !HasQDot(wt) or mr is out of range.
 QDotTileFn GetQDotTile(DType wt, int mr);
 
+// The m > 1 path for the 4/5-bit formats: 8 weight rows are unpacked once per call to one byte per value and
+// interleaved 4 values at a time, so one u8×s8 multiply-add covers 8 columns (one per 32-bit lane) and no
+// horizontal reduction is left. Same integer sums, same FMA sequence: bit-identical to QDotTileFn.
+inline constexpr int kPackCols = 8;
+
+// 8 packed weight rows of k values (k % 32 == 0), in caller-owned memory:
+//   q    [k/32 blocks][8 chunks][8 columns][4 values]   uint8 (k · 8 bytes)
+//   d    [k/32][8] block scales, off [k/32][8] block offsets (x = d · q + off), fp32
+struct PackedCols {
+  uint8_t* q;
+  float* d;
+  float* off;
+  int64_t k;
+};
+
+// True for Q4_0, Q4_1, Q5_0, Q5_1.
+bool HasPackedQDot(DType wt);
+
+// Packs ncols (1..8) weight rows at w + c * w_stride; columns >= ncols repeat the last row.
+void PackCols(DType wt, const uint8_t* w, size_t w_stride, int ncols, const PackedCols& out);
+
+// y[r * ldy + c] for r < mr (1..4), c < ncols, from packed weights and activation rows.
+using PackedTileFn = void (*)(const PackedCols& w, const QuantizedActs& x, float* y, int64_t ldy, int ncols);
+PackedTileFn GetPackedTile(DType wt, int mr);
+
 }  // namespace stoke::cpu
