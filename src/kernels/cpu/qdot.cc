@@ -11,10 +11,18 @@
 namespace stoke::cpu {
 namespace {
 
-inline int16_t LoadU16(const void* p) {  // raw fp16 bits (int16 for _mm_setr_epi16)
+inline int16_t LoadU16(const void* p) {  // raw fp16 bits
   int16_t h;
   std::memcpy(&h, p, sizeof(h));
   return h;
+}
+
+// Four fp16 values -> 4 floats. Assembled in a 64-bit integer register (scalar ALU ports) rather than with
+// vector inserts, which compete with the kernels' horizontal adds for the shuffle port.
+inline __m128 Fp16x4(int16_t a, int16_t b, int16_t c, int16_t d) {
+  const uint64_t bits = uint64_t{static_cast<uint16_t>(a)} | uint64_t{static_cast<uint16_t>(b)} << 16 |
+                        uint64_t{static_cast<uint16_t>(c)} << 32 | uint64_t{static_cast<uint16_t>(d)} << 48;
+  return _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(bits)));
 }
 
 // Sum of 8 lanes in a fixed order.
@@ -27,9 +35,9 @@ inline float Hsum(__m256 v) {
 
 // 16 bytes of nibbles -> 32 bytes 0..15: low nibbles are elements 0..15, high nibbles 16..31.
 inline __m256i UnpackNibbles(const uint8_t* qs) {
-  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m256i v = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
-  return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
+  // The 16 bytes in both halves (a load-only broadcast), the high half shifted down a nibble.
+  const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
+  return _mm256_and_si256(_mm256_srlv_epi64(v, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0f));
 }
 
 // The Q5 fifth bits: byte j = 0x10 when bit j of the little-endian u32 qh is set.
@@ -61,8 +69,7 @@ struct Q4_1Traits {
   static __m256i Unpack(const Block* b) { return UnpackNibbles(b->qs); }
   static uint16_t D(const Block* b) { return LoadU16(&b->d); }
   static __m128 Offsets(const Block* const* b, __m128) {
-    return _mm_cvtph_ps(_mm_setr_epi16(LoadU16(&b[0]->m), LoadU16(&b[1]->m), LoadU16(&b[2]->m),
-                                       LoadU16(&b[3]->m), 0, 0, 0, 0));
+    return Fp16x4(LoadU16(&b[0]->m), LoadU16(&b[1]->m), LoadU16(&b[2]->m), LoadU16(&b[3]->m));
   }
 };
 struct Q5_0Traits {
@@ -84,8 +91,7 @@ struct Q5_1Traits {
   }
   static uint16_t D(const Block* b) { return LoadU16(&b->d); }
   static __m128 Offsets(const Block* const* b, __m128) {
-    return _mm_cvtph_ps(_mm_setr_epi16(LoadU16(&b[0]->m), LoadU16(&b[1]->m), LoadU16(&b[2]->m),
-                                       LoadU16(&b[3]->m), 0, 0, 0, 0));
+    return Fp16x4(LoadU16(&b[0]->m), LoadU16(&b[1]->m), LoadU16(&b[2]->m), LoadU16(&b[3]->m));
   }
 };
 struct Q8_0Traits {
@@ -135,8 +141,7 @@ void QDotKernel(const uint8_t* w, size_t w_stride, int ncols, const QuantizedAct
     __m256i wq[kQDotCols];
 #pragma GCC unroll 4
     for (int c = 0; c < kQDotCols; ++c) wq[c] = T::Unpack(blk[c]);
-    const __m128 wd =
-        _mm_cvtph_ps(_mm_setr_epi16(T::D(blk[0]), T::D(blk[1]), T::D(blk[2]), T::D(blk[3]), 0, 0, 0, 0));
+    const __m128 wd = Fp16x4(T::D(blk[0]), T::D(blk[1]), T::D(blk[2]), T::D(blk[3]));
     const __m128 woff = T::Offsets(blk, wd);
 #pragma GCC unroll 4
     for (int r = 0; r < MR; ++r) {
