@@ -41,14 +41,17 @@ std::string_view GgufTypeName(GgufType t);
 // ggml_type id (tensor records) <-> DType. Only the types stoke can compute with map; the removed ids
 // (4, 5, 31-33, 36-38), unknown ids and types stoke lacks (Q2_K, Q5_K, IQ*, ...) return nullopt.
 std::optional<DType> DTypeFromGgmlType(uint32_t ggml_type);
-// Fails for DTypes GGUF cannot store (F64/ints are legal ggml types: I8 24, I16 25, I32 26, I64 27, F64 28).
+// Fails for DTypes ggml has no type for (unsigned integers, bool); I8..I64 and F64 map to ids 24..28.
 StatusOr<uint32_t> GgmlTypeFromDType(DType t);
-// Human name of a ggml type id, "Q2_K", "IQ4_XS", ..., or "type 4 (removed)" / "type 99 (unknown)".
+// Human name of a ggml type id: "Q2_K", "IQ4_XS", ..., "type 4 (removed Q4_2)", "type 99 (unknown)".
 std::string GgmlTypeName(uint32_t ggml_type);
 
 class GgufFile {
  public:
-  // Maps `path` and validates the whole file. Errors name the file and the byte/key/tensor at fault.
+  // Maps `path` and validates the whole file. Errors name the file and the byte/key/tensor at fault:
+  // DataLoss for truncation and out-of-file/overlapping data; InvalidArgument for what the format forbids
+  // (v1, byte-swapped, bad alignment, absurd dims, removed/unknown types, duplicates); Unimplemented for real
+  // ggml types stoke cannot compute with (Q5_K, IQ*, ...).
   static StatusOr<std::unique_ptr<GgufFile>> Open(const std::string& path);
   // Parses a caller-owned buffer without copying it (fuzzing, tests); the buffer must outlive the GgufFile.
   static StatusOr<std::unique_ptr<GgufFile>> FromBuffer(const uint8_t* data, size_t size, std::string name);
@@ -76,7 +79,8 @@ class GgufFile {
   std::optional<GgufType> TypeOf(std::string_view key) const;
   std::optional<GgufType> ArrayElementType(std::string_view key) const;
   // Any value as JSON (for dumps and tests): integers exact (u64 stays unsigned), f32 widened to double,
-  // bool, string, arrays (nested too) as lists. null if the key is absent. Callers include <nlohmann/json.hpp>.
+  // bool, string, arrays (nested too) as lists. null if the key is absent. Callers include
+  // <nlohmann/json.hpp>.
   nlohmann::json ValueAsJson(std::string_view key) const;
 
   const std::vector<TensorRef>& tensors() const { return tensors_; }  // shape reversed to outermost-first
@@ -84,15 +88,15 @@ class GgufFile {
   // The tensor's ggml_type id as stored in the file (tensors() carries the mapped DType).
   uint32_t GgmlType(size_t tensor_index) const { return ggml_types_[tensor_index]; }
 
-  // Parsed metadata value: where it lives in the file. Public for the parser's helpers; not for callers.
+ private:
+  // A parsed metadata value: where it lives in the file (validated, so accessors read it without checks).
   struct Value {
     GgufType type;
     GgufType elem_type;  // arrays only
     uint64_t count;      // arrays only: number of elements
-    size_t offset;       // byte offset of the value payload (for arrays: of the first element)
+    size_t offset;       // byte offset of the payload (arrays: of the header: element type, count)
   };
 
- private:
   GgufFile() = default;
   Status Parse();
   StatusOr<const Value*> Lookup(std::string_view key) const;
