@@ -110,9 +110,9 @@ class LlmLoop final : public LlmEngine {
   void Accept(GenerationRequest request, Nanos submit);  // inbox -> scheduler
   void RunStep();
   void ProcessSample(Active& a, const float* logits, Nanos step_compute);
-  // Ends a request: last event (with usage and timings), scheduler/allocator freed, bookkeeping.
-  void FinishRequest(SeqId seq, FinishReason reason, Status error = OkStatus());
-  void Emit(Active& a, GenerationEvent ev);
+  // Ends a request: `ev` (its last tokens/text, if any) gets the finish reason, usage and timings and is
+  // delivered; the sequence's blocks are freed and its state dropped.
+  void FinishRequest(SeqId seq, FinishReason reason, Status error = OkStatus(), GenerationEvent ev = {});
   void PublishStats(const StepRecord* step);
   void FailAll(const Status& error);
   Nanos Now() const { return clock_->Now(); }

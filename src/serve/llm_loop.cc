@@ -1,0 +1,498 @@
+#include "serve/llm_loop.h"
+
+#include <algorithm>
+#include <deque>
+#include <limits>
+
+#include "base/logging.h"
+#include "engine/runner/sampler.h"
+#include "serve/stop_filter.h"
+
+namespace stoke {
+
+// Per-request state, engine thread only.
+struct LlmLoop::Active {
+  Active(GenerationRequest r, SeqId s, const Tokenizer& tok)
+      : req(std::move(r)),
+        seq(s),
+        sampler(req.sampling, Sampler::SeedFor(req.sampling)),
+        decoder(tok, /*skip_special=*/true),
+        stop(req.sampling.stop) {}
+
+  GenerationRequest req;
+  SeqId seq;
+  Sampler sampler;
+  StreamDecoder decoder;
+  StopFilter stop;
+  std::vector<int32_t> stop_ids;  // EOS (unless ignore_eos) + stop_token_ids: end generation, never emitted
+  int generated = 0;
+  // Sampled tokens whose text is not released yet (held by the stop filter or an incomplete UTF-8 tail).
+  struct Pending {
+    int32_t id;
+    TokenLogprob logprob;
+    size_t text_end;  // decoded text length (cumulative) once this token's piece is in
+  };
+  std::deque<Pending> pending;
+  size_t text_total = 0;    // decoded bytes so far, held ones included
+  size_t text_emitted = 0;  // bytes released in events
+  RequestTimings t;
+  Nanos last_token = 0;  // when the previous token was sampled
+  int cached_prompt_tokens = 0;
+};
+
+namespace {
+
+bool Contains(const std::vector<int32_t>& v, int32_t x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<LlmLoop>> LlmLoop::Create(const LlmLoopOptions& options,
+                                                   std::unique_ptr<DecoderModel> model,
+                                                   std::shared_ptr<const Tokenizer> tokenizer) {
+  if (!model) return InvalidArgumentError("LlmLoop needs a model");
+  if (!tokenizer) return InvalidArgumentError("LlmLoop needs a tokenizer");
+  if (options.block_size < 1)
+    return InvalidArgumentError("block_size must be >= 1, got {}", options.block_size);
+  if (model->config().vocab_size < 1)
+    return InvalidArgumentError("model reports vocab_size {}", model->config().vocab_size);
+  const int bs = options.block_size;
+  int64_t num_blocks = options.num_kv_blocks;
+  if (num_blocks <= 0) {
+    const int64_t per_token = model->KvBytesPerToken();
+    num_blocks = BlockAllocator::NumBlocksForBudget(options.kv_budget_bytes, per_token, bs);
+    // More than every sequence at full context could use is wasted memory.
+    const int context = model->config().max_position;
+    if (context > 0) {
+      const int64_t cap =
+          int64_t{std::max(1, options.scheduler.max_num_seqs)} * BlockAllocator::BlocksForTokens(context, bs);
+      num_blocks = std::min(num_blocks, cap);
+    }
+    if (num_blocks < 1) {
+      return InvalidArgumentError("KV budget of {} bytes holds no block of {} tokens ({} bytes per token)",
+                                  options.kv_budget_bytes, bs, per_token);
+    }
+  }
+  RETURN_IF_ERROR(model->AllocateKvCache(static_cast<int>(num_blocks), bs));
+  std::unique_ptr<LlmLoop> loop(new LlmLoop(options, std::move(model), std::move(tokenizer), num_blocks));
+  LOG_INFO(
+      "llm loop: {} KV blocks x {} tokens ({:.1f} MiB), context {}, max {} seqs, {} tokens/step, prefix "
+      "cache {}",
+      num_blocks, bs, num_blocks * bs * static_cast<double>(loop->model_->KvBytesPerToken()) / (1 << 20),
+      loop->context_length_, loop->scheduler_->options().max_num_seqs,
+      loop->scheduler_->options().max_num_batched_tokens, options.enable_prefix_caching ? "on" : "off");
+  loop->thread_ = std::thread(&LlmLoop::Run, loop.get());
+  return loop;
+}
+
+LlmLoop::LlmLoop(const LlmLoopOptions& options, std::unique_ptr<DecoderModel> model,
+                 std::shared_ptr<const Tokenizer> tokenizer, int num_blocks)
+    : options_(options),
+      clock_(options.clock ? options.clock : Clock::Real()),
+      model_(std::move(model)),
+      tokenizer_(std::move(tokenizer)) {
+  const LlamaConfig& cfg = model_->config();
+  vocab_ = cfg.vocab_size;
+  allocator_ = std::make_unique<BlockAllocator>(
+      BlockAllocatorOptions{.num_blocks = num_blocks,
+                            .block_size = options.block_size,
+                            .enable_prefix_caching = options.enable_prefix_caching});
+  scheduler_ = std::make_unique<Scheduler>(options.scheduler, allocator_.get());
+  context_length_ = cfg.max_position > 0 ? cfg.max_position : num_blocks * options.block_size;
+  eos_ids_ = cfg.eos_token_ids;
+  for (int32_t id : tokenizer_->eos_ids()) {
+    if (!Contains(eos_ids_, id)) eos_ids_.push_back(id);
+  }
+  scratch_logits_.resize(vocab_);
+  PublishStats(nullptr);
+}
+
+LlmLoop::~LlmLoop() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+Status LlmLoop::Submit(GenerationRequest request) {
+  auto reject = [&](Status s) {
+    std::lock_guard<std::mutex> lk(mu_);
+    ++stats_.requests_rejected;
+    return s;
+  };
+  const SamplingParams& sp = request.sampling;
+  const int n = static_cast<int>(request.prompt_ids.size());
+  if (!request.on_event) return reject(InvalidArgumentError("request {}: no event callback", request.id));
+  if (n == 0) return reject(InvalidArgumentError("request {}: the prompt is empty", request.id));
+  if (sp.max_tokens < 1) {
+    return reject(
+        InvalidArgumentError("request {}: max_tokens must be at least 1, got {}", request.id, sp.max_tokens));
+  }
+  for (int i = 0; i < n; ++i) {
+    const int32_t t = request.prompt_ids[i];
+    if (t < 0 || t >= vocab_) {
+      return reject(InvalidArgumentError(
+          "request {}: prompt token {} at position {} is outside the vocabulary (size {})", request.id, t, i,
+          vocab_));
+    }
+  }
+  const int64_t total = int64_t{n} + sp.max_tokens;
+  if (total > context_length_) {
+    return reject(InvalidArgumentError(
+        "request {}: prompt ({} tokens) + max_tokens ({}) = {} exceeds the model's context length {}",
+        request.id, n, sp.max_tokens, total, context_length_));
+  }
+  const int64_t capacity = int64_t{allocator_->num_blocks()} * allocator_->block_size();
+  if (total > capacity) {
+    return reject(InvalidArgumentError(
+        "request {}: prompt ({} tokens) + max_tokens ({}) = {} exceeds the KV cache ({} tokens)", request.id,
+        n, sp.max_tokens, total, capacity));
+  }
+  const SchedulerOptions& so = scheduler_->options();
+  if (!so.enable_chunked_prefill && n > so.max_num_batched_tokens) {
+    return reject(InvalidArgumentError(
+        "request {}: prompt ({} tokens) exceeds max_num_batched_tokens {} (chunked prefill is off)",
+        request.id, n, so.max_num_batched_tokens));
+  }
+  const Nanos submit = Now();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stop_) {
+      ++stats_.requests_rejected;
+      return UnavailableError("the engine is shutting down");
+    }
+    if (live_ids_.count(request.id)) {
+      ++stats_.requests_rejected;
+      return InvalidArgumentError("request id {} is already in flight", request.id);
+    }
+    const int waiting = num_waiting_ + static_cast<int>(inbox_.size());
+    if (waiting >= options_.max_waiting) {
+      ++stats_.requests_rejected;
+      return ResourceExhaustedError("{} requests are waiting (max_waiting {})", waiting,
+                                    options_.max_waiting);
+    }
+    live_ids_.insert(request.id);
+    ++stats_.requests_submitted;
+    inbox_.push_back({std::move(request), submit});
+    busy_ = true;
+  }
+  wake_.notify_one();
+  return OkStatus();
+}
+
+void LlmLoop::Cancel(const std::string& id) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!live_ids_.count(id)) return;
+    cancels_.push_back(id);
+  }
+  wake_.notify_one();
+}
+
+LlmLoopStats LlmLoop::stats() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  LlmLoopStats s = stats_;
+  s.engine.num_waiting += static_cast<int>(inbox_.size());
+  return s;
+}
+
+bool LlmLoop::WaitIdle(Nanos timeout_ns) {
+  std::unique_lock<std::mutex> lk(mu_);
+  return idle_.wait_for(lk, std::chrono::nanoseconds(timeout_ns),
+                        [&] { return !busy_ && inbox_.empty() && cancels_.empty(); });
+}
+
+void LlmLoop::Run() {
+  while (true) {
+    std::vector<Inbound> in;
+    std::vector<std::string> cancels;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      if (!scheduler_->HasWork() && inbox_.empty() && cancels_.empty()) {
+        busy_ = false;
+        idle_.notify_all();
+        wake_.wait(lk, [&] { return stop_ || !inbox_.empty() || !cancels_.empty(); });
+      }
+      if (stop_) break;
+      busy_ = true;
+      in.swap(inbox_);
+      cancels.swap(cancels_);
+    }
+    for (Inbound& r : in) Accept(std::move(r.request), r.submit);
+    for (const std::string& id : cancels) {
+      auto it = seq_of_.find(id);
+      if (it != seq_of_.end()) scheduler_->Cancel(it->second);
+    }
+    RunStep();
+  }
+  FailAll(UnavailableError("the engine is shutting down"));
+  std::lock_guard<std::mutex> lk(mu_);
+  busy_ = false;
+  idle_.notify_all();
+}
+
+void LlmLoop::Accept(GenerationRequest request, Nanos submit) {
+  const SeqId seq = next_seq_++;
+  Status st = scheduler_->Add(seq, request.prompt_ids, request.priority);
+  if (!st.ok()) {  // Submit validated already; this is a safety net
+    GenerationEvent ev;
+    ev.finish = FinishReason::kError;
+    ev.error = st;
+    ev.prompt_tokens = static_cast<int>(request.prompt_ids.size());
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      live_ids_.erase(request.id);
+      ++stats_.requests_finished;
+      ++stats_.requests_failed;
+    }
+    request.on_event(std::move(ev));
+    return;
+  }
+  auto a = std::make_unique<Active>(std::move(request), seq, *tokenizer_);
+  const SamplingParams& sp = a->req.sampling;
+  if (!sp.ignore_eos) a->stop_ids = eos_ids_;
+  for (int32_t id : sp.stop_token_ids) {
+    if (id >= 0 && id < vocab_ && !Contains(a->stop_ids, id)) a->stop_ids.push_back(id);
+  }
+  a->t.recv = a->req.recv_time;
+  a->t.submit = submit;
+  seq_of_[a->req.id] = seq;
+  active_[seq] = std::move(a);
+}
+
+void LlmLoop::RunStep() {
+  const Nanos t0 = Now();
+  StepPlan plan = scheduler_->Schedule();
+  for (SeqId id : plan.cancelled) FinishRequest(id, FinishReason::kCancelled);
+  for (SeqId id : plan.preempted) ++active_.at(id)->t.num_preemptions;
+  if (plan.empty()) {
+    PublishStats(nullptr);
+    if (scheduler_->HasWork()) {
+      // Work that cannot be scheduled would spin; Submit's size checks should make this unreachable.
+      if (!stuck_warned_) LOG_WARN("llm loop: {} waiting but nothing schedulable", scheduler_->num_waiting());
+      stuck_warned_ = true;
+      std::unique_lock<std::mutex> lk(mu_);
+      wake_.wait_for(lk, std::chrono::milliseconds(1));
+    }
+    return;
+  }
+
+  Status st;
+  for (const BlockCopy& c : plan.copies) {
+    st = model_->CopyKvBlock(c.src, c.dst);
+    if (!st.ok()) break;
+  }
+  StepInput input;
+  input.token_ids.reserve(plan.num_tokens());
+  input.sequences.reserve(plan.seqs.size());
+  int64_t rows = 0;
+  for (const ScheduledSeq& s : plan.seqs) {
+    std::span<const int32_t> toks = scheduler_->Tokens(s.id);
+    const std::vector<BlockId>& table = scheduler_->BlockTable(s.id);
+    StepSequence ss;
+    ss.token_begin = static_cast<int32_t>(input.token_ids.size());
+    ss.num_tokens = s.num_tokens;
+    ss.start_pos = s.start_pos;
+    const int blocks = BlockAllocator::BlocksForTokens(s.start_pos + s.num_tokens, allocator_->block_size());
+    ss.block_table.assign(table.begin(), table.begin() + blocks);
+    ss.logits = s.sample ? StepSequence::Logits::kLast : StepSequence::Logits::kNone;
+    rows += s.sample;
+    input.token_ids.insert(input.token_ids.end(), toks.begin() + s.start_pos,
+                           toks.begin() + s.start_pos + s.num_tokens);
+    input.sequences.push_back(std::move(ss));
+    if (s.first_schedule) {
+      Active& a = *active_.at(s.id);
+      a.t.first_scheduled = t0;
+      a.cached_prompt_tokens = scheduler_->Find(s.id)->num_cached_tokens;
+    }
+  }
+
+  const Nanos t1 = Now();
+  StepOutput out;
+  if (st.ok()) st = model_->Step(input, &out);
+  const Nanos t2 = Now();
+  if (st.ok() && (out.num_rows != rows || out.logits.size() < static_cast<size_t>(rows) * vocab_)) {
+    st = InternalError("model step returned {} logit rows, expected {}", out.num_rows, rows);
+  }
+  if (!st.ok()) {
+    LOG_ERROR("llm loop: step over {} sequences failed: {}", plan.seqs.size(), st.ToString());
+    for (const ScheduledSeq& s : plan.seqs) FinishRequest(s.id, FinishReason::kError, st);
+  } else {
+    scheduler_->CompleteStep(plan);
+    int64_t row = 0;
+    for (const ScheduledSeq& s : plan.seqs) {
+      Active& a = *active_.at(s.id);
+      a.t.compute += t2 - t1;
+      if (s.sample) ProcessSample(a, out.logits.data() + row++ * vocab_, t2 - t1);
+    }
+  }
+
+  StepRecord rec;
+  rec.start = t0;
+  rec.duration = Now() - t0;
+  rec.prefill_tokens = plan.num_prefill_tokens;
+  rec.decode_tokens = plan.num_decode_tokens;
+  rec.num_running = plan.num_running;
+  rec.num_waiting = plan.num_waiting;
+  rec.num_preempted = static_cast<int>(plan.preempted.size());
+  rec.kv_blocks_used = plan.blocks_used;
+  rec.kv_blocks_free = plan.blocks_free;
+  rec.admission_stop = AdmissionStopName(plan.admission_stop);
+  PublishStats(&rec);
+  if (options_.on_step) options_.on_step(rec);
+}
+
+void LlmLoop::ProcessSample(Active& a, const float* logits, Nanos /*step_compute*/) {
+  const Nanos p0 = Now();
+  const SamplingParams& sp = a.req.sampling;
+  // Before min_tokens, the stop tokens cannot be drawn at all (vLLM's MinTokensLogitsProcessor).
+  const float* row = logits;
+  if (a.generated < sp.min_tokens && !a.stop_ids.empty()) {
+    std::copy(logits, logits + vocab_, scratch_logits_.begin());
+    for (int32_t id : a.stop_ids) scratch_logits_[id] = -std::numeric_limits<float>::infinity();
+    row = scratch_logits_.data();
+  }
+  const int32_t tok = a.sampler.Sample(row, vocab_);
+  TokenLogprob lp;
+  if (sp.logprobs >= 0) lp = a.sampler.Logprobs(logits, vocab_, tok, sp.logprobs);
+  Status st = scheduler_->AppendToken(a.seq, tok);
+  if (!st.ok()) {
+    FinishRequest(a.seq, FinishReason::kError, st);
+    return;
+  }
+  ++a.generated;
+  if (a.t.first_token == 0) {
+    a.t.first_token = p0;
+  } else {
+    a.t.inter_token.push_back(p0 - a.last_token);
+  }
+  a.last_token = p0;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    ++stats_.generation_tokens;
+  }
+
+  GenerationEvent ev;
+  FinishReason finish = FinishReason::kNone;
+  bool stopped_by_string = false;
+  if (Contains(a.stop_ids, tok)) {
+    finish = FinishReason::kStop;  // the stop token itself is not part of the output
+  } else {
+    const std::string piece = a.decoder.Push(tok);
+    a.text_total += piece.size();
+    a.pending.push_back({tok, std::move(lp), a.text_total});
+    StopFilter::Result r = a.stop.Push(piece);
+    a.text_emitted += r.text.size();
+    ev.text = std::move(r.text);
+    if (r.stopped) {
+      finish = FinishReason::kStop;
+      stopped_by_string = true;
+    }
+  }
+  const int total = static_cast<int>(a.req.prompt_ids.size()) + a.generated;
+  if (finish == FinishReason::kNone && (a.generated >= sp.max_tokens || total >= context_length_)) {
+    finish = FinishReason::kLength;
+  }
+  if (finish != FinishReason::kNone && !stopped_by_string) {
+    // The end: an incomplete UTF-8 tail and text held for a possible stop string are released, unless the
+    // tail completes a stop string after all.
+    StopFilter::Result r = a.stop.Push(a.decoder.Flush());
+    ev.text += r.text;
+    a.text_emitted += r.text.size();
+    if (r.stopped) {
+      stopped_by_string = true;
+      finish = FinishReason::kStop;
+    } else {
+      const std::string rest = a.stop.Flush();
+      ev.text += rest;
+      a.text_emitted += rest.size();
+    }
+  }
+  // Release the tokens whose text is out. At a stop string, tokens reaching into it are dropped; at any
+  // other end, all are released.
+  const bool release_all = finish != FinishReason::kNone && !stopped_by_string;
+  while (!a.pending.empty() && (release_all || a.pending.front().text_end <= a.text_emitted)) {
+    ev.token_ids.push_back(a.pending.front().id);
+    if (sp.logprobs >= 0) ev.logprobs.push_back(std::move(a.pending.front().logprob));
+    a.pending.pop_front();
+  }
+  a.t.postprocess += Now() - p0;
+  if (finish != FinishReason::kNone) {
+    FinishRequest(a.seq, finish, OkStatus(), std::move(ev));
+    return;
+  }
+  if (!ev.token_ids.empty() || !ev.text.empty()) a.req.on_event(std::move(ev));
+}
+
+void LlmLoop::FinishRequest(SeqId seq, FinishReason reason, Status error, GenerationEvent ev) {
+  auto it = active_.find(seq);
+  if (it == active_.end()) return;
+  std::unique_ptr<Active> a = std::move(it->second);
+  active_.erase(it);
+  seq_of_.erase(a->req.id);
+  scheduler_->Finish(seq);  // no-op when the scheduler already dropped it (cancellation)
+  ev.finish = reason;
+  ev.error = std::move(error);
+  ev.prompt_tokens = static_cast<int>(a->req.prompt_ids.size());
+  ev.completion_tokens = a->generated;
+  ev.cached_prompt_tokens = a->cached_prompt_tokens;
+  a->t.finish = Now();
+  ev.timings = a->t;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    live_ids_.erase(a->req.id);
+    ++stats_.requests_finished;
+    stats_.prompt_tokens += ev.prompt_tokens;
+    if (reason == FinishReason::kCancelled) ++stats_.requests_cancelled;
+    if (reason == FinishReason::kError) ++stats_.requests_failed;
+  }
+  if (options_.on_request_done) options_.on_request_done(ev.timings, ev);
+  a->req.on_event(std::move(ev));
+}
+
+void LlmLoop::PublishStats(const StepRecord* step) {
+  const SchedulerCounters& c = scheduler_->counters();
+  const BlockAllocatorStats a = allocator_->stats();
+  std::lock_guard<std::mutex> lk(mu_);
+  EngineSnapshot& e = stats_.engine;
+  e.num_running = scheduler_->num_running();
+  e.num_waiting = scheduler_->num_waiting();
+  e.kv_blocks_used = a.used;
+  e.kv_blocks_free = a.free + a.cached;
+  e.kv_blocks_total = a.num_blocks;
+  e.prefix_cache_queries = c.prefix_query_tokens;
+  e.prefix_cache_hits = c.prefix_hit_tokens;
+  e.prefix_cache_evictions = a.evictions;
+  e.num_preemptions = c.preemptions;
+  stats_.prefill_tokens = c.prefill_tokens;
+  stats_.recompute_tokens = c.recompute_tokens;
+  num_waiting_ = e.num_waiting;
+  if (step) {
+    ++stats_.steps;
+    stats_.last_step = *step;
+  }
+}
+
+void LlmLoop::FailAll(const Status& error) {
+  std::vector<SeqId> ids;
+  for (const auto& [id, a] : active_) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  for (SeqId id : ids) FinishRequest(id, FinishReason::kError, error);
+  std::vector<Inbound> left;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    left.swap(inbox_);
+  }
+  for (Inbound& r : left) {
+    GenerationEvent ev;
+    ev.finish = FinishReason::kError;
+    ev.error = error;
+    ev.prompt_tokens = static_cast<int>(r.request.prompt_ids.size());
+    r.request.on_event(std::move(ev));
+  }
+}
+
+}  // namespace stoke

@@ -1,0 +1,606 @@
+// LlmLoop with a fake decoder: its "KV cache" stores token ids in the slots the block tables name, and its
+// logits are a deterministic function of the history it reads back through the block table. So a wrong
+// position, block table, copy or eviction changes the output, and a request's output must not depend on
+// what it is batched with, on chunking or on preemption.
+#include "serve/llm_loop.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <map>
+#include <thread>
+
+#include "base/logging.h"
+
+namespace stoke {
+namespace {
+
+// Each loop logs its sizing at info; keep test output readable.
+const bool kQuiet = [] {
+  InitLogging("warn");
+  return true;
+}();
+
+constexpr int kVocab = 64;
+constexpr int32_t kEos = 63;
+
+// ids 0..25 'a'..'z', 26..51 'A'..'Z', 52..59 '0'..'7', 60/61 the two bytes of 'é', 62 ' ', 63 EOS.
+class FakeTokenizer final : public Tokenizer {
+ public:
+  StatusOr<std::vector<int32_t>> Encode(std::string_view text, const EncodeOptions&) const override {
+    std::vector<int32_t> ids;
+    for (char c : text) {
+      if (c >= 'a' && c <= 'z') ids.push_back(c - 'a');
+      if (c >= 'A' && c <= 'Z') ids.push_back(26 + c - 'A');
+      if (c == ' ') ids.push_back(62);
+    }
+    return ids;
+  }
+  std::string Decode(std::span<const int32_t> ids, bool skip_special) const override {
+    std::string s;
+    for (int32_t id : ids) s += TokenBytes(id);
+    return s;
+  }
+  int vocab_size() const override { return kVocab; }
+  const std::vector<int32_t>& eos_ids() const override { return eos_; }
+  bool IsSpecial(int32_t id) const override { return id == kEos; }
+  std::string TokenBytes(int32_t id) const override {
+    if (id < 26) return std::string(1, static_cast<char>('a' + id));
+    if (id < 52) return std::string(1, static_cast<char>('A' + id - 26));
+    if (id < 60) return std::string(1, static_cast<char>('0' + id - 52));
+    if (id == 60) return "\xC3";
+    if (id == 61) return "\xA9";
+    if (id == 62) return " ";
+    return "";
+  }
+  std::string DecodePiece(int32_t id, bool, bool) const override { return TokenBytes(id); }
+
+ private:
+  std::vector<int32_t> eos_ = {kEos};
+};
+
+struct FakeModelOptions {
+  int context = 512;
+  // The next token after a history; default: a hash of the whole history (never EOS).
+  std::function<int32_t(const std::vector<int32_t>& history)> next;
+  int step_sleep_us = 0;
+  int fail_at_step = -1;          // Step number (0-based) that returns an error
+  std::shared_future<void> gate;  // when valid, each Step waits for it first
+};
+
+int32_t HashNext(const std::vector<int32_t>& h) {
+  uint64_t x = 1469598103934665603ull;
+  for (int32_t t : h) x = (x ^ static_cast<uint32_t>(t)) * 1099511628211ull;
+  x ^= x >> 29;
+  return static_cast<int32_t>(x % 60);  // 0..59: letters and digits, one byte each
+}
+
+class FakeModel final : public DecoderModel {
+ public:
+  explicit FakeModel(FakeModelOptions o) : o_(std::move(o)) {
+    cfg_.vocab_size = kVocab;
+    cfg_.max_position = o_.context;
+    cfg_.eos_token_ids = {kEos};
+    if (!o_.next) o_.next = HashNext;
+  }
+  const LlamaConfig& config() const override { return cfg_; }
+  Status AllocateKvCache(int num_blocks, int block_size) override {
+    num_blocks_ = num_blocks;
+    bs_ = block_size;
+    kv_.assign(static_cast<size_t>(num_blocks) * block_size, -1);
+    return OkStatus();
+  }
+  KvCacheShape kv_shape() const override { return {1, 1, 1, bs_, num_blocks_}; }
+  int64_t KvBytesPerToken() const override { return 64; }
+  Status CopyKvBlock(int32_t src, int32_t dst) override {
+    std::copy_n(kv_.begin() + src * bs_, bs_, kv_.begin() + dst * bs_);
+    ++copies;
+    return OkStatus();
+  }
+  Status Step(const StepInput& in, StepOutput* out) override {
+    if (o_.gate.valid()) o_.gate.wait();
+    if (o_.step_sleep_us) std::this_thread::sleep_for(std::chrono::microseconds(o_.step_sleep_us));
+    if (steps++ == o_.fail_at_step) return InternalError("injected failure");
+    max_batch = std::max<int>(max_batch, in.sequences.size());
+    out->logits.clear();
+    out->num_rows = 0;
+    for (const StepSequence& s : in.sequences) {
+      // Write K/V (here: the token ids) into the slots of this chunk.
+      for (int i = 0; i < s.num_tokens; ++i) {
+        const int pos = s.start_pos + i;
+        if (pos / bs_ >= static_cast<int>(s.block_table.size()))
+          return InternalError("block table too short");
+        kv_[s.block_table[pos / bs_] * bs_ + pos % bs_] = in.token_ids[s.token_begin + i];
+      }
+      if (s.logits == StepSequence::Logits::kNone) continue;
+      // Attend: read the whole history back through the block table.
+      std::vector<int32_t> history;
+      for (int pos = 0; pos < s.start_pos + s.num_tokens; ++pos) {
+        const int32_t t = kv_[s.block_table[pos / bs_] * bs_ + pos % bs_];
+        if (t < 0) return InternalError("KV slot for position {} was never written", pos);
+        history.push_back(t);
+      }
+      const int32_t next = o_.next(history);
+      // A peaked but smooth distribution, so seeded sampling has real choices to make.
+      for (int v = 0; v < kVocab; ++v)
+        out->logits.push_back(-0.4f * static_cast<float>((v - next + kVocab) % kVocab));
+      ++out->num_rows;
+    }
+    return OkStatus();
+  }
+
+  std::atomic<int> steps{0};
+  std::atomic<int> max_batch{0};
+  std::atomic<int> copies{0};
+
+ private:
+  FakeModelOptions o_;
+  LlamaConfig cfg_;
+  int num_blocks_ = 0;
+  int bs_ = 16;
+  std::vector<int32_t> kv_;
+};
+
+// Collects one request's events (engine thread writes, test reads after `done`).
+struct Collector {
+  std::mutex mu;
+  std::vector<GenerationEvent> events;
+  std::promise<void> done_promise;
+  std::shared_future<void> done = done_promise.get_future().share();
+
+  std::function<void(GenerationEvent)> Callback() {
+    return [this](GenerationEvent ev) {
+      std::lock_guard<std::mutex> lk(mu);
+      const bool last = ev.finish != FinishReason::kNone;
+      events.push_back(std::move(ev));
+      if (last) done_promise.set_value();
+    };
+  }
+  bool Wait(int seconds = 20) {
+    return done.wait_for(std::chrono::seconds(seconds)) == std::future_status::ready;
+  }
+  std::vector<int32_t> Tokens() {
+    std::lock_guard<std::mutex> lk(mu);
+    std::vector<int32_t> t;
+    for (const auto& e : events) t.insert(t.end(), e.token_ids.begin(), e.token_ids.end());
+    return t;
+  }
+  std::string Text() {
+    std::lock_guard<std::mutex> lk(mu);
+    std::string s;
+    for (const auto& e : events) s += e.text;
+    return s;
+  }
+  const GenerationEvent& Last() { return events.back(); }
+};
+
+struct Spec {
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  int priority = 0;
+};
+
+std::vector<int32_t> Prompt(int n, int32_t salt) {
+  std::vector<int32_t> p(n);
+  for (int i = 0; i < n; ++i) p[i] = (i * 7 + salt) % 52;
+  return p;
+}
+
+SamplingParams Greedy(int max_tokens) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = max_tokens;
+  return p;
+}
+
+SamplingParams Seeded(int max_tokens, uint64_t seed) {
+  SamplingParams p;
+  p.temperature = 0.9f;
+  p.top_k = 8;
+  p.seed = seed;
+  p.max_tokens = max_tokens;
+  return p;
+}
+
+std::unique_ptr<LlmLoop> MakeLoop(LlmLoopOptions lo, FakeModelOptions mo = {},
+                                  FakeModel** model_out = nullptr) {
+  auto model = std::make_unique<FakeModel>(std::move(mo));
+  if (model_out) *model_out = model.get();
+  auto loop = LlmLoop::Create(lo, std::move(model), std::make_shared<FakeTokenizer>());
+  EXPECT_TRUE(loop.ok()) << loop.status().ToString();
+  return loop.ok() ? std::move(*loop) : nullptr;
+}
+
+LlmLoopOptions SmallLoop(int num_blocks = 64, int budget = 32, int max_seqs = 8) {
+  LlmLoopOptions lo;
+  lo.block_size = 4;
+  lo.num_kv_blocks = num_blocks;
+  lo.scheduler.max_num_batched_tokens = budget;
+  lo.scheduler.max_num_seqs = max_seqs;
+  lo.scheduler.watermark_blocks = 0;
+  return lo;
+}
+
+GenerationRequest Req(const std::string& id, const Spec& s, Collector& c) {
+  GenerationRequest r;
+  r.id = id;
+  r.prompt_ids = s.prompt;
+  r.sampling = s.sampling;
+  r.priority = s.priority;
+  r.on_event = c.Callback();
+  return r;
+}
+
+// Runs each spec alone on a fresh loop: the reference outputs.
+std::vector<std::pair<std::vector<int32_t>, std::string>> RunAlone(const std::vector<Spec>& specs) {
+  std::vector<std::pair<std::vector<int32_t>, std::string>> out;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    auto loop = MakeLoop(SmallLoop(/*num_blocks=*/256, /*budget=*/512, /*max_seqs=*/1));
+    Collector c;
+    EXPECT_TRUE(loop->Submit(Req("alone", specs[i], c)).ok());
+    EXPECT_TRUE(c.Wait());
+    out.emplace_back(c.Tokens(), c.Text());
+  }
+  return out;
+}
+
+std::vector<Spec> MixedSpecs() {
+  std::vector<Spec> specs;
+  for (int i = 0; i < 10; ++i) {
+    Spec s;
+    s.prompt = Prompt(3 + (i * 11) % 37, i);
+    s.sampling = i % 2 ? Seeded(5 + i * 3, 1000 + i) : Greedy(5 + i * 3);
+    specs.push_back(s);
+  }
+  return specs;
+}
+
+TEST(LlmLoopTest, BatchedRequestsGetWhatEachGetsAlone) {
+  const std::vector<Spec> specs = MixedSpecs();
+  const auto alone = RunAlone(specs);
+  FakeModel* model = nullptr;
+  // A small budget forces chunked prefill interleaved with decodes.
+  auto loop = MakeLoop(SmallLoop(/*num_blocks=*/256, /*budget=*/16, /*max_seqs=*/6), {}, &model);
+  std::vector<std::unique_ptr<Collector>> cs;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    cs.push_back(std::make_unique<Collector>());
+    ASSERT_TRUE(loop->Submit(Req("r" + std::to_string(i), specs[i], *cs[i])).ok());
+  }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    ASSERT_TRUE(cs[i]->Wait());
+    EXPECT_EQ(cs[i]->Tokens(), alone[i].first) << "request " << i;
+    EXPECT_EQ(cs[i]->Text(), alone[i].second) << "request " << i;
+    EXPECT_EQ(cs[i]->Last().finish, FinishReason::kLength);
+    EXPECT_EQ(cs[i]->Last().completion_tokens, specs[i].sampling.max_tokens);
+    EXPECT_EQ(cs[i]->Last().prompt_tokens, static_cast<int>(specs[i].prompt.size()));
+  }
+  EXPECT_GE(model->max_batch.load(), 4) << "requests never shared a step";
+  ASSERT_TRUE(loop->WaitIdle());
+  const LlmLoopStats st = loop->stats();
+  EXPECT_EQ(st.requests_finished, 10);
+  EXPECT_EQ(st.engine.kv_blocks_used, 0);
+  EXPECT_EQ(st.engine.num_running, 0);
+}
+
+TEST(LlmLoopTest, PreemptionKeepsOutputsIdentical) {
+  const std::vector<Spec> specs = MixedSpecs();
+  const auto alone = RunAlone(specs);
+  // 24 blocks of 4 = 96 token slots for ten requests of up to ~70 tokens each: preemption is certain.
+  auto loop = MakeLoop(SmallLoop(/*num_blocks=*/24, /*budget=*/64, /*max_seqs=*/8));
+  std::vector<std::unique_ptr<Collector>> cs;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    cs.push_back(std::make_unique<Collector>());
+    ASSERT_TRUE(loop->Submit(Req("r" + std::to_string(i), specs[i], *cs[i])).ok());
+  }
+  int preempted_requests = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    ASSERT_TRUE(cs[i]->Wait());
+    EXPECT_EQ(cs[i]->Tokens(), alone[i].first) << "request " << i;
+    EXPECT_EQ(cs[i]->Text(), alone[i].second) << "request " << i;
+    preempted_requests += cs[i]->Last().timings.num_preemptions > 0;
+  }
+  const LlmLoopStats st = loop->stats();
+  EXPECT_GT(st.engine.num_preemptions, 0);
+  EXPECT_GT(preempted_requests, 0);
+  EXPECT_GT(st.recompute_tokens, 0);
+}
+
+TEST(LlmLoopTest, PrefixCacheSkipsSharedPromptAndKeepsOutput) {
+  Spec s{Prompt(40, 3), Greedy(6)};
+  auto loop = MakeLoop(SmallLoop());
+  Collector a, b;
+  ASSERT_TRUE(loop->Submit(Req("a", s, a)).ok());
+  ASSERT_TRUE(a.Wait());
+  ASSERT_TRUE(loop->Submit(Req("b", s, b)).ok());
+  ASSERT_TRUE(b.Wait());
+  EXPECT_EQ(a.Tokens(), b.Tokens());
+  EXPECT_EQ(a.Last().cached_prompt_tokens, 0);
+  EXPECT_EQ(b.Last().cached_prompt_tokens, 36);  // 9 full blocks of 4; the 40th token is always computed
+  const LlmLoopStats st = loop->stats();
+  EXPECT_EQ(st.engine.prefix_cache_queries, 80);
+  EXPECT_EQ(st.engine.prefix_cache_hits, 36);
+}
+
+TEST(LlmLoopTest, CancelFreesBlocksWithinAStep) {
+  FakeModelOptions mo;
+  mo.step_sleep_us = 2000;
+  auto loop = MakeLoop(SmallLoop(), mo);
+  Collector running, waiting;
+  Spec s{Prompt(10, 1), Greedy(200)};
+  std::atomic<bool> first_token{false};
+  GenerationRequest r = Req("run", s, running);
+  auto inner = r.on_event;
+  r.on_event = [&, inner](GenerationEvent ev) {
+    first_token = true;
+    inner(std::move(ev));
+  };
+  ASSERT_TRUE(loop->Submit(std::move(r)).ok());
+  while (!first_token) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_GT(loop->stats().engine.kv_blocks_used, 0);
+  loop->Cancel("run");
+  loop->Cancel("no-such-request");  // ignored
+  ASSERT_TRUE(running.Wait());
+  EXPECT_EQ(running.Last().finish, FinishReason::kCancelled);
+  EXPECT_LT(running.Last().completion_tokens, 200);
+  ASSERT_TRUE(loop->WaitIdle());
+  EXPECT_EQ(loop->stats().engine.kv_blocks_used, 0);
+  EXPECT_EQ(loop->stats().requests_cancelled, 1);
+}
+
+TEST(LlmLoopTest, CancelWhileWaiting) {
+  std::promise<void> open;
+  FakeModelOptions mo;
+  mo.gate = open.get_future().share();
+  auto loop = MakeLoop(SmallLoop(64, 32, /*max_seqs=*/1), mo);
+  Collector a, b;
+  ASSERT_TRUE(loop->Submit(Req("a", {Prompt(5, 1), Greedy(3)}, a)).ok());
+  ASSERT_TRUE(loop->Submit(Req("b", {Prompt(5, 2), Greedy(3)}, b)).ok());
+  loop->Cancel("b");
+  open.set_value();
+  ASSERT_TRUE(a.Wait());
+  ASSERT_TRUE(b.Wait());
+  EXPECT_EQ(a.Last().finish, FinishReason::kLength);
+  EXPECT_EQ(b.Last().finish, FinishReason::kCancelled);
+  EXPECT_EQ(b.Last().completion_tokens, 0);
+}
+
+TEST(LlmLoopTest, StopStringEndsBeforeItAndIsNeverEmitted) {
+  Spec s{Prompt(7, 5), Greedy(40)};
+  const auto ref = RunAlone({s})[0];
+  const std::string& full = ref.second;
+  ASSERT_GE(full.size(), 20u);
+  // A stop string taken from the middle of the reference output.
+  const std::string stop = full.substr(10, 3);
+  const size_t cut = full.find(stop);
+  s.sampling.stop = {stop, "this never occurs"};
+  auto loop = MakeLoop(SmallLoop());
+  Collector c;
+  ASSERT_TRUE(loop->Submit(Req("s", s, c)).ok());
+  ASSERT_TRUE(c.Wait());
+  EXPECT_EQ(c.Text(), full.substr(0, cut));
+  EXPECT_EQ(c.Last().finish, FinishReason::kStop);
+  // Tokens released are exactly those whose text was released (the stop string's tokens withheld).
+  FakeTokenizer tok;
+  EXPECT_EQ(tok.Decode(c.Tokens(), true), c.Text());
+  for (const auto& e : c.events) EXPECT_EQ(e.text.find(stop), std::string::npos);
+}
+
+TEST(LlmLoopTest, EosStopsUnlessIgnoredOrBeforeMinTokens) {
+  FakeModelOptions mo;
+  // EOS whenever the history is at least 12 tokens long, else a letter.
+  mo.next = [](const std::vector<int32_t>& h) {
+    return h.size() >= 12 ? kEos : static_cast<int32_t>(h.size());
+  };
+  auto loop = MakeLoop(SmallLoop(), mo);
+  Collector plain, min_tok, ignore;
+  SamplingParams p = Greedy(20);
+  ASSERT_TRUE(loop->Submit(Req("plain", {Prompt(10, 0), p}, plain)).ok());
+  p.min_tokens = 5;
+  ASSERT_TRUE(loop->Submit(Req("min", {Prompt(10, 0), p}, min_tok)).ok());
+  p.min_tokens = 0;
+  p.ignore_eos = true;
+  ASSERT_TRUE(loop->Submit(Req("ignore", {Prompt(10, 0), p}, ignore)).ok());
+  ASSERT_TRUE(plain.Wait() && min_tok.Wait() && ignore.Wait());
+  // History 10 -> token 10 ('k'), 11 -> 'l', then EOS: 2 tokens emitted, EOS counted but not emitted.
+  EXPECT_EQ(plain.Tokens(), (std::vector<int32_t>{10, 11}));
+  EXPECT_EQ(plain.Text(), "kl");
+  EXPECT_EQ(plain.Last().finish, FinishReason::kStop);
+  EXPECT_EQ(plain.Last().completion_tokens, 3);
+  // min_tokens 5: EOS is masked for the first 5 tokens (the peaked distribution's runner-up is taken).
+  EXPECT_EQ(min_tok.Last().finish, FinishReason::kStop);
+  EXPECT_EQ(min_tok.Last().completion_tokens, 6);
+  EXPECT_EQ(min_tok.Tokens().size(), 5u);
+  for (int32_t t : min_tok.Tokens()) EXPECT_NE(t, kEos);
+  // ignore_eos: runs to max_tokens; EOS tokens are part of the output (and decode to nothing).
+  EXPECT_EQ(ignore.Last().finish, FinishReason::kLength);
+  EXPECT_EQ(ignore.Last().completion_tokens, 20);
+  EXPECT_EQ(ignore.Tokens().size(), 20u);
+}
+
+TEST(LlmLoopTest, StopTokenIdsEndGeneration) {
+  Spec s{Prompt(6, 9), Greedy(30)};
+  const auto ref = RunAlone({s})[0];
+  ASSERT_GE(ref.first.size(), 10u);
+  const int32_t stop_id = ref.first[6];
+  const size_t first = std::find(ref.first.begin(), ref.first.end(), stop_id) - ref.first.begin();
+  s.sampling.stop_token_ids = {stop_id};
+  auto loop = MakeLoop(SmallLoop());
+  Collector c;
+  ASSERT_TRUE(loop->Submit(Req("t", s, c)).ok());
+  ASSERT_TRUE(c.Wait());
+  EXPECT_EQ(c.Tokens(), std::vector<int32_t>(ref.first.begin(), ref.first.begin() + first));
+  EXPECT_EQ(c.Last().finish, FinishReason::kStop);
+}
+
+TEST(LlmLoopTest, Utf8IsNeverSplitAcrossEvents) {
+  FakeModelOptions mo;
+  // Alternate the two bytes of 'é' with letters: c3 a9 'x' c3 a9 'x' ...
+  mo.next = [](const std::vector<int32_t>& h) {
+    const int32_t last = h.back();
+    return last == 60 ? 61 : last == 61 ? 23 : 60;
+  };
+  auto loop = MakeLoop(SmallLoop(), mo);
+  Collector c;
+  ASSERT_TRUE(loop->Submit(Req("u", {{0}, Greedy(9)}, c)).ok());
+  ASSERT_TRUE(c.Wait());
+  EXPECT_EQ(c.Text(), "\xC3\xA9x\xC3\xA9x\xC3\xA9x");
+  for (const auto& e : c.events) {
+    EXPECT_NE(e.text, "\xC3") << "a broken character was emitted";
+  }
+}
+
+TEST(LlmLoopTest, LogprobsOnePerToken) {
+  Spec s{Prompt(5, 1), Greedy(4)};
+  s.sampling.logprobs = 2;
+  auto loop = MakeLoop(SmallLoop());
+  Collector c;
+  ASSERT_TRUE(loop->Submit(Req("lp", s, c)).ok());
+  ASSERT_TRUE(c.Wait());
+  size_t n = 0;
+  for (const auto& e : c.events) {
+    ASSERT_EQ(e.logprobs.size(), e.token_ids.size());
+    for (size_t i = 0; i < e.token_ids.size(); ++i) {
+      EXPECT_EQ(e.logprobs[i].token_id, e.token_ids[i]);
+      ASSERT_EQ(e.logprobs[i].top.size(), 2u);
+      EXPECT_EQ(e.logprobs[i].top[0].first, e.token_ids[i]);  // greedy: the chosen one is the best
+      EXPECT_LT(e.logprobs[i].logprob, 0.0f);
+    }
+    n += e.token_ids.size();
+  }
+  EXPECT_EQ(n, 4u);
+}
+
+TEST(LlmLoopTest, RejectsBadRequestsWithTheNumbers) {
+  FakeModelOptions mo;
+  mo.context = 100;
+  auto loop = MakeLoop(SmallLoop(/*num_blocks=*/64), mo);
+  Collector c;
+  Status st = loop->Submit(Req("long", {Prompt(60, 0), Greedy(50)}, c));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("60"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("50"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("100"), std::string::npos) << st.message();
+  EXPECT_EQ(loop->Submit(Req("empty", {{}, Greedy(5)}, c)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(loop->Submit(Req("vocab", {{1, 2, kVocab}, Greedy(5)}, c)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(loop->Submit(Req("zero", {{1}, Greedy(0)}, c)).code(), StatusCode::kInvalidArgument);
+  // The KV cache is smaller than the context here: 16 blocks of 4 = 64 tokens.
+  auto small = MakeLoop(SmallLoop(/*num_blocks=*/16), mo);
+  st = small->Submit(Req("kv", {Prompt(40, 0), Greedy(30)}, c));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("64"), std::string::npos) << st.message();
+  EXPECT_EQ(loop->context_length(), 100);
+  EXPECT_EQ(loop->stats().requests_rejected, 4);
+}
+
+TEST(LlmLoopTest, FullQueueIsResourceExhausted) {
+  std::promise<void> open;
+  FakeModelOptions mo;
+  mo.gate = open.get_future().share();
+  LlmLoopOptions lo = SmallLoop(64, 32, /*max_seqs=*/1);
+  lo.max_waiting = 2;
+  auto loop = MakeLoop(lo, mo);
+  Collector a, b, c, d;
+  ASSERT_TRUE(loop->Submit(Req("a", {Prompt(5, 1), Greedy(2)}, a)).ok());
+  ASSERT_TRUE(loop->WaitIdle(int64_t{50} * 1000 * 1000) == false);  // a is stuck in the gated step
+  ASSERT_TRUE(loop->Submit(Req("b", {Prompt(5, 2), Greedy(2)}, b)).ok());
+  ASSERT_TRUE(loop->Submit(Req("c", {Prompt(5, 3), Greedy(2)}, c)).ok());
+  EXPECT_EQ(loop->Submit(Req("b", {Prompt(5, 2), Greedy(2)}, d)).code(),
+            StatusCode::kInvalidArgument);  // in flight
+  EXPECT_EQ(loop->Submit(Req("d", {Prompt(5, 4), Greedy(2)}, d)).code(), StatusCode::kResourceExhausted);
+  open.set_value();
+  ASSERT_TRUE(a.Wait() && b.Wait() && c.Wait());
+  ASSERT_TRUE(loop->WaitIdle());
+  EXPECT_TRUE(loop->Submit(Req("d", {Prompt(5, 4), Greedy(2)}, d)).ok());
+  ASSERT_TRUE(d.Wait());
+}
+
+TEST(LlmLoopTest, ModelErrorFailsTheStepsRequestsOnly) {
+  FakeModelOptions mo;
+  mo.fail_at_step = 0;
+  auto loop = MakeLoop(SmallLoop(), mo);
+  Collector a, b;
+  ASSERT_TRUE(loop->Submit(Req("a", {Prompt(5, 1), Greedy(3)}, a)).ok());
+  ASSERT_TRUE(a.Wait());
+  EXPECT_EQ(a.Last().finish, FinishReason::kError);
+  EXPECT_EQ(a.Last().error.code(), StatusCode::kInternal);
+  ASSERT_TRUE(loop->Submit(Req("b", {Prompt(5, 1), Greedy(3)}, b)).ok());
+  ASSERT_TRUE(b.Wait());
+  EXPECT_EQ(b.Last().finish, FinishReason::kLength);
+  ASSERT_TRUE(loop->WaitIdle());
+  EXPECT_EQ(loop->stats().engine.kv_blocks_used, 0);
+  EXPECT_EQ(loop->stats().requests_failed, 1);
+}
+
+TEST(LlmLoopTest, TimingsAndStepRecords) {
+  std::mutex mu;
+  std::vector<StepRecord> steps;
+  std::vector<RequestTimings> done;
+  LlmLoopOptions lo = SmallLoop(64, /*budget=*/8);
+  lo.on_step = [&](const StepRecord& r) {
+    std::lock_guard<std::mutex> lk(mu);
+    steps.push_back(r);
+  };
+  lo.on_request_done = [&](const RequestTimings& t, const GenerationEvent&) {
+    std::lock_guard<std::mutex> lk(mu);
+    done.push_back(t);
+  };
+  auto loop = MakeLoop(lo);
+  Collector c;
+  GenerationRequest r = Req("t", {Prompt(20, 1), Greedy(5)}, c);
+  r.recv_time = MonotonicNanos();
+  ASSERT_TRUE(loop->Submit(std::move(r)).ok());
+  ASSERT_TRUE(c.Wait());
+  ASSERT_TRUE(loop->WaitIdle());
+  const RequestTimings& t = c.Last().timings;
+  EXPECT_GT(t.recv, 0);
+  EXPECT_LE(t.recv, t.submit);
+  EXPECT_LE(t.submit, t.first_scheduled);
+  EXPECT_LE(t.first_scheduled, t.first_token);
+  EXPECT_LE(t.first_token, t.finish);
+  EXPECT_EQ(t.inter_token.size(), 4u);
+  EXPECT_GT(t.compute, 0);
+  EXPECT_GE(t.ttft(), t.queue());
+  std::lock_guard<std::mutex> lk(mu);
+  ASSERT_EQ(done.size(), 1u);
+  // 20 prompt tokens at 8 per step: 3 prefill steps (8, 8, 4), then 4 decode steps.
+  ASSERT_EQ(steps.size(), 7u);
+  EXPECT_EQ(steps[0].prefill_tokens, 8);
+  EXPECT_EQ(steps[0].admission_stop, "queue_empty");  // the one request was admitted (chunked)
+  EXPECT_EQ(steps[2].prefill_tokens, 4);
+  EXPECT_EQ(steps[3].decode_tokens, 1);
+  EXPECT_EQ(steps[6].admission_stop, "queue_empty");
+  EXPECT_EQ(loop->stats().steps, 7);
+  EXPECT_EQ(loop->stats().generation_tokens, 5);
+}
+
+TEST(LlmLoopTest, ShutdownFailsRequestsInFlight) {
+  Collector c;
+  {
+    FakeModelOptions mo;
+    mo.step_sleep_us = 1000;
+    auto loop = MakeLoop(SmallLoop(), mo);
+    ASSERT_TRUE(loop->Submit(Req("x", {Prompt(5, 1), Greedy(200)}, c)).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(c.Wait(1));
+  EXPECT_EQ(c.Last().finish, FinishReason::kError);
+  EXPECT_EQ(c.Last().error.code(), StatusCode::kUnavailable);
+}
+
+TEST(LlmLoopTest, SizesKvFromTheBudget) {
+  LlmLoopOptions lo;
+  lo.block_size = 16;
+  lo.kv_budget_bytes = 64 * 16 * 100;  // 64 bytes per token (fake), 16 per block: 100 blocks
+  lo.scheduler.max_num_seqs = 64;
+  auto loop = MakeLoop(lo);
+  EXPECT_EQ(loop->num_kv_blocks(), 100);
+  lo.kv_budget_bytes = 10;
+  auto r =
+      LlmLoop::Create(lo, std::make_unique<FakeModel>(FakeModelOptions{}), std::make_shared<FakeTokenizer>());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace stoke
