@@ -1,0 +1,440 @@
+#include "net/openai/openai_service.h"
+
+#include <ctime>
+#include <random>
+
+#include "base/logging.h"
+
+namespace stoke {
+namespace {
+
+constexpr int kDefaultCompletionMaxTokens = 16;  // OpenAI's (and vLLM's) default for /v1/completions
+
+double Seconds(Nanos ns) {
+  return static_cast<double>(ns) * 1e-9;
+}
+
+HttpResponse JsonResponse(int status, std::string body, HttpHeaders headers = {}) {
+  return {.status = status,
+          .content_type = "application/json",
+          .body = std::move(body),
+          .headers = std::move(headers)};
+}
+
+void SendError(HttpResponder& r, const ApiError& e) {
+  HttpHeaders headers;
+  if (e.status == 503) headers.emplace_back("Retry-After", "1");
+  r.Send(JsonResponse(e.status, ErrorJson(e), std::move(headers)));
+}
+
+// One request's life after Submit, on its connection's strand.
+class Generation {
+ public:
+  Generation(ApiKind kind, const OpenAiRequest& req, ResponseHeader header, int prompt_tokens,
+             std::shared_ptr<const Tokenizer> tokenizer, std::shared_ptr<HttpResponder> responder,
+             ServerMetrics* metrics, std::atomic<int>* in_flight)
+      : kind_(kind),
+        stream_(req.stream),
+        include_usage_(req.include_usage),
+        want_logprobs_(req.sampling.logprobs >= 0),
+        header_(std::move(header)),
+        prompt_tokens_(prompt_tokens),
+        tokenizer_(std::move(tokenizer)),
+        responder_(std::move(responder)),
+        metrics_(metrics),
+        in_flight_(in_flight) {
+    in_flight_->fetch_add(1);
+  }
+  ~Generation() {
+    if (!finished_) in_flight_->fetch_sub(1);
+  }
+
+  // Headers and the role chunk go out as soon as the request is accepted (time to first byte).
+  void BeginStream() {
+    responder_->StartStream(200, "text/event-stream");
+    if (kind_ == ApiKind::kChat) {
+      responder_->Write(
+          SseData(ChatChunkJson(header_, "assistant", "", nullptr, FinishReason::kNone, include_usage_)));
+    }
+  }
+
+  void OnEvent(GenerationEvent ev, Nanos arrived) {
+    if (finished_) return;
+    std::vector<TokenLogprobText> lps;
+    if (want_logprobs_) lps = LogprobTexts(ev.logprobs);
+    if (ev.finish == FinishReason::kNone) {
+      if (stream_) {
+        WriteDelta(ev.text, lps);
+      } else {
+        Accumulate(ev.text, std::move(lps));
+      }
+      return;
+    }
+    // The last event: usage, timings, and the end of the response.
+    finished_ = true;
+    in_flight_->fetch_sub(1);
+    final_arrival_ = arrived;
+    timings_ = ev.timings;
+    finish_ = ev.finish;
+    usage_ = {.prompt_tokens = ev.prompt_tokens > 0 ? ev.prompt_tokens : prompt_tokens_,
+              .completion_tokens = ev.completion_tokens,
+              .cached_tokens = ev.cached_prompt_tokens};
+    if (stream_) {
+      FinishStream(ev, lps);
+    } else {
+      Accumulate(ev.text, std::move(lps));
+      FinishJson(ev);
+    }
+    MaybeRecord();  // the client may already be gone
+  }
+
+  // Last byte written, or the client gone (then possibly before the final event).
+  void OnComplete(Nanos when, Nanos recv_time) {
+    completed_at_ = when;
+    recv_time_ = recv_time;
+    MaybeRecord();
+  }
+
+ private:
+  // Once both the final event and the response's end are known: the request's totals go to the metrics.
+  void MaybeRecord() {
+    if (metrics_ == nullptr || recorded_ || final_arrival_ == 0 || completed_at_ == 0) return;
+    recorded_ = true;
+    const Nanos end = std::max(completed_at_, final_arrival_);
+    RequestRecord rec;
+    rec.finish = responder_->disconnected() ? FinishReason::kCancelled : finish_;
+    rec.prompt_tokens = usage_.prompt_tokens;
+    rec.completion_tokens = usage_.completion_tokens;
+    rec.cached_prompt_tokens = usage_.cached_tokens;
+    if (timings_.first_token) rec.ttft = Seconds(timings_.ttft());
+    rec.e2e = Seconds(end - recv_time_);
+    if (timings_.first_scheduled) rec.queue_time = Seconds(timings_.queue());
+    rec.inter_token.reserve(timings_.inter_token.size());
+    for (Nanos gap : timings_.inter_token) rec.inter_token.push_back(Seconds(gap));
+    metrics_->RecordRequest(rec);
+    if (timings_.first_scheduled) metrics_->ObserveStage(LedgerStage::kQueue, Seconds(timings_.queue()));
+    metrics_->ObserveStage(LedgerStage::kCompute, Seconds(timings_.compute));
+    metrics_->ObserveStage(LedgerStage::kPostprocess, Seconds(timings_.postprocess));
+    metrics_->ObserveStage(LedgerStage::kSend, Seconds(end - final_arrival_));
+  }
+
+  std::vector<TokenLogprobText> LogprobTexts(const std::vector<TokenLogprob>& in) const {
+    std::vector<TokenLogprobText> out;
+    out.reserve(in.size());
+    for (const TokenLogprob& t : in) {
+      TokenLogprobText x{.token = tokenizer_->TokenBytes(t.token_id), .logprob = t.logprob};
+      for (const auto& [id, lp] : t.top) x.top.emplace_back(tokenizer_->TokenBytes(id), lp);
+      out.push_back(std::move(x));
+    }
+    return out;
+  }
+
+  void Accumulate(const std::string& text, std::vector<TokenLogprobText> lps) {
+    text_ += text;
+    for (auto& x : lps) logprobs_.push_back(std::move(x));
+  }
+
+  void WriteDelta(const std::string& text, const std::vector<TokenLogprobText>& lps) {
+    if (text.empty() && lps.empty()) return;
+    const auto* lp = want_logprobs_ ? &lps : nullptr;
+    if (kind_ == ApiKind::kChat) {
+      responder_->Write(
+          SseData(ChatChunkJson(header_, std::nullopt, text, lp, FinishReason::kNone, include_usage_)));
+    } else {
+      responder_->Write(
+          SseData(CompletionChunkJson(header_, text, lp, text_offset_, FinishReason::kNone, include_usage_)));
+    }
+    text_offset_ += text.size();
+  }
+
+  void FinishStream(const GenerationEvent& ev, const std::vector<TokenLogprobText>& lps) {
+    if (ev.finish == FinishReason::kCancelled && responder_->disconnected()) return;  // nobody to tell
+    if (ev.finish == FinishReason::kError || ev.finish == FinishReason::kCancelled) {
+      WriteDelta(ev.text, lps);
+      Status err = ev.error.ok() ? UnavailableError("request cancelled") : ev.error;
+      responder_->Write(SseData(ErrorJson(ApiErrorFromStatus(err))));
+    } else {
+      WriteDelta(ev.text, lps);
+      if (kind_ == ApiKind::kChat) {
+        responder_->Write(
+            SseData(ChatChunkJson(header_, std::nullopt, std::nullopt, nullptr, finish_, include_usage_)));
+      } else {
+        responder_->Write(
+            SseData(CompletionChunkJson(header_, "", nullptr, text_offset_, finish_, include_usage_)));
+      }
+      if (include_usage_) responder_->Write(SseData(UsageChunkJson(header_, kind_, usage_)));
+    }
+    responder_->Write(std::string(kSseDone));
+    responder_->End();
+  }
+
+  void FinishJson(const GenerationEvent& ev) {
+    if (ev.finish == FinishReason::kCancelled && responder_->disconnected()) return;
+    if (ev.finish == FinishReason::kError || ev.finish == FinishReason::kCancelled) {
+      Status err = ev.error.ok() ? UnavailableError("request cancelled") : ev.error;
+      ApiError e = ApiErrorFromStatus(err);
+      if (e.status < 500) e.status = 500;  // the request was valid; the engine failed it
+      SendError(*responder_, e);
+      return;
+    }
+    const auto* lp = want_logprobs_ ? &logprobs_ : nullptr;
+    std::string body = kind_ == ApiKind::kChat ? ChatCompletionJson(header_, text_, finish_, lp, usage_)
+                                               : CompletionJson(header_, text_, finish_, lp, usage_);
+    responder_->Send(JsonResponse(200, std::move(body)));
+  }
+
+  const ApiKind kind_;
+  const bool stream_;
+  const bool include_usage_;
+  const bool want_logprobs_;
+  const ResponseHeader header_;
+  const int prompt_tokens_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  std::shared_ptr<HttpResponder> responder_;
+  ServerMetrics* metrics_;
+  std::atomic<int>* in_flight_;
+
+  // Strand-only.
+  bool finished_ = false;
+  std::string text_;  // non-streaming: the whole completion
+  std::vector<TokenLogprobText> logprobs_;
+  size_t text_offset_ = 0;  // streaming completions: bytes sent so far
+  FinishReason finish_ = FinishReason::kNone;
+  UsageCounts usage_;
+  RequestTimings timings_;
+  Nanos final_arrival_ = 0;
+  Nanos completed_at_ = 0;
+  Nanos recv_time_ = 0;
+  bool recorded_ = false;
+};
+
+}  // namespace
+
+OpenAiService::OpenAiService(OpenAiServiceOptions options, ServerMetrics* metrics)
+    : options_(std::move(options)),
+      metrics_(metrics),
+      created_(static_cast<int64_t>(std::time(nullptr))),
+      id_base_(std::random_device{}() * 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(MonotonicNanos())) {}
+
+void OpenAiService::RegisterRoutes(HttpServer& server) {
+  auto bind = [this](void (OpenAiService::*fn)(const HttpRequest&, std::shared_ptr<HttpResponder>)) {
+    return [this, fn](const HttpRequest& req, std::shared_ptr<HttpResponder> r) {
+      (this->*fn)(req, std::move(r));
+    };
+  };
+  server.Handle("POST", "/v1/chat/completions", bind(&OpenAiService::HandleChatCompletions));
+  server.Handle("POST", "/v1/completions", bind(&OpenAiService::HandleCompletions));
+  server.Handle("GET", "/v1/models", bind(&OpenAiService::HandleModels));
+  server.Handle("GET", "/health/live", bind(&OpenAiService::HandleLive));
+  server.Handle("GET", "/health/ready", bind(&OpenAiService::HandleReady));
+  server.Handle("GET", "/health", bind(&OpenAiService::HandleReady));
+  if (metrics_ != nullptr) server.Handle("GET", "/metrics", bind(&OpenAiService::HandleMetrics));
+}
+
+void OpenAiService::SetReady(std::shared_ptr<LlmEngine> engine, std::shared_ptr<const Tokenizer> tokenizer,
+                             std::optional<ChatTemplate> chat_template) {
+  auto l = std::make_shared<Loaded>();
+  l->engine = std::move(engine);
+  l->tokenizer = std::move(tokenizer);
+  l->chat_template = std::move(chat_template);
+  std::lock_guard lock(mu_);
+  loaded_ = std::move(l);
+}
+
+std::shared_ptr<const OpenAiService::Loaded> OpenAiService::loaded() const {
+  std::lock_guard lock(mu_);
+  return loaded_;
+}
+
+bool OpenAiService::ready() const {
+  return loaded() != nullptr;
+}
+
+bool OpenAiService::KnownModel(const std::string& name) const {
+  if (name.empty() || name == options_.served_model_name) return true;
+  for (const auto& alias : options_.model_aliases) {
+    if (name == alias) return true;
+  }
+  return false;
+}
+
+std::string OpenAiService::NewRequestId(ApiKind kind) {
+  const uint64_t n = id_counter_.fetch_add(1);
+  // splitmix64 of (base + n): unique per process, not guessable from the previous one.
+  uint64_t z = id_base_ + n * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return fmt::format("{}-{:016x}{:08x}", kind == ApiKind::kChat ? "chatcmpl" : "cmpl", z,
+                     static_cast<uint32_t>(n));
+}
+
+void OpenAiService::HandleChatCompletions(const HttpRequest& req, std::shared_ptr<HttpResponder> r) {
+  HandleGeneration(ApiKind::kChat, req, std::move(r));
+}
+
+void OpenAiService::HandleCompletions(const HttpRequest& req, std::shared_ptr<HttpResponder> r) {
+  HandleGeneration(ApiKind::kCompletion, req, std::move(r));
+}
+
+void OpenAiService::HandleGeneration(ApiKind kind, const HttpRequest& req, std::shared_ptr<HttpResponder> r) {
+  // 1. Parse and validate.
+  std::string param;
+  StatusOr<OpenAiRequest> parsed = kind == ApiKind::kChat ? ParseChatCompletionRequest(req.body, &param)
+                                                          : ParseCompletionRequest(req.body, &param);
+  if (!parsed.ok()) {
+    SendError(*r, ApiErrorFromStatus(parsed.status(), param));
+    return;
+  }
+  OpenAiRequest& oreq = *parsed;
+  if (!KnownModel(oreq.model)) {
+    SendError(*r, {.status = 404,
+                   .message = fmt::format("The model `{}` does not exist (this server serves `{}`).",
+                                          oreq.model, options_.served_model_name),
+                   .param = "model",
+                   .code = "model_not_found"});
+    return;
+  }
+  std::shared_ptr<const Loaded> l = loaded();
+  if (l == nullptr) {
+    SendError(*r,
+              {.status = 503, .message = "the model is still loading; retry shortly", .code = "not_ready"});
+    return;
+  }
+
+  // 2. Prompt -> token ids (preprocess).
+  const Nanos pre_start = MonotonicNanos();
+  std::vector<int32_t> ids;
+  const char* prompt_param = kind == ApiKind::kChat ? "messages" : "prompt";
+  if (kind == ApiKind::kChat) {
+    if (!l->chat_template) {
+      SendError(*r, {.status = 400,
+                     .message = "this model has no chat template; use /v1/completions",
+                     .param = "messages"});
+      return;
+    }
+    StatusOr<std::string> text = l->chat_template->Apply(oreq.messages, /*add_generation_prompt=*/true);
+    if (!text.ok()) {
+      SendError(*r, ApiErrorFromStatus(text.status(), "messages"));
+      return;
+    }
+    // The template already holds the special tokens (BOS where the model wants it): parse them, add none.
+    auto enc = l->tokenizer->Encode(*text, {.add_special = false, .parse_special = true});
+    if (!enc.ok()) {
+      SendError(*r, ApiErrorFromStatus(enc.status(), "messages"));
+      return;
+    }
+    ids = std::move(*enc);
+  } else if (oreq.prompt_is_ids) {
+    const int vocab = l->tokenizer->vocab_size();
+    for (int32_t id : oreq.prompt_ids) {
+      if (id >= vocab) {
+        SendError(*r, {.status = 400,
+                       .message = fmt::format("token id {} in 'prompt' is outside the vocabulary (size {})",
+                                              id, vocab),
+                       .param = "prompt"});
+        return;
+      }
+    }
+    ids = std::move(oreq.prompt_ids);
+  } else {
+    auto enc = l->tokenizer->Encode(oreq.prompt_text, {.add_special = true, .parse_special = false});
+    if (!enc.ok()) {
+      SendError(*r, ApiErrorFromStatus(enc.status(), "prompt"));
+      return;
+    }
+    ids = std::move(*enc);
+  }
+  if (ids.empty()) {
+    SendError(*r, {.status = 400, .message = "the prompt is empty (0 tokens)", .param = prompt_param});
+    return;
+  }
+
+  // 3. Context check, with OpenAI's message.
+  const int ctx = l->engine->context_length();
+  const int prompt_tokens = static_cast<int>(ids.size());
+  int max_tokens =
+      oreq.max_tokens.value_or(kind == ApiKind::kChat ? ctx - prompt_tokens : kDefaultCompletionMaxTokens);
+  if (prompt_tokens + std::max(max_tokens, 1) > ctx) {
+    SendError(*r,
+              {.status = 400,
+               .message = fmt::format(
+                   "This model's maximum context length is {} tokens. However, you requested "
+                   "{} tokens ({} in the {}, {} in the completion). Please reduce the length "
+                   "of the {} or completion.",
+                   ctx, prompt_tokens + max_tokens, prompt_tokens, prompt_param, max_tokens, prompt_param),
+               .param = prompt_param,
+               .code = "context_length_exceeded"});
+    return;
+  }
+  oreq.sampling.max_tokens = max_tokens;
+  const Nanos pre_end = MonotonicNanos();
+
+  // 4. Submit. Events come on the engine thread and are handed to this connection's strand.
+  ResponseHeader header{.id = NewRequestId(kind),
+                        .created = static_cast<int64_t>(std::time(nullptr)),
+                        .model = options_.served_model_name};
+  auto gen =
+      std::make_shared<Generation>(kind, oreq, header, prompt_tokens, l->tokenizer, r, metrics_, &in_flight_);
+  GenerationRequest greq;
+  greq.id = header.id;
+  greq.prompt_ids = std::move(ids);
+  greq.sampling = oreq.sampling;
+  greq.priority = oreq.priority;
+  greq.recv_time = req.recv_time;
+  std::weak_ptr<HttpResponder> weak_r = r;
+  greq.on_event = [gen, weak_r](GenerationEvent ev) {
+    const Nanos arrived = MonotonicNanos();
+    if (auto resp = weak_r.lock()) {
+      resp->Post([gen, ev = std::move(ev), arrived]() mutable { gen->OnEvent(std::move(ev), arrived); });
+    }
+  };
+  Status submitted = l->engine->Submit(std::move(greq));
+  if (!submitted.ok()) {
+    ApiError e =
+        ApiErrorFromStatus(submitted, submitted.code() == StatusCode::kInvalidArgument ? prompt_param : "");
+    if (submitted.code() == StatusCode::kResourceExhausted) e.code = "queue_full";
+    SendError(*r, e);
+    return;
+  }
+  if (metrics_ != nullptr) {
+    metrics_->ObserveStage(LedgerStage::kRecv, Seconds(req.parsed_time - req.recv_time));
+    metrics_->ObserveStage(LedgerStage::kPreprocess, Seconds(pre_end - pre_start));
+  }
+  // The client going away cancels the generation (its blocks are freed within a step).
+  std::weak_ptr<LlmEngine> weak_engine = l->engine;
+  r->OnDisconnect([weak_engine, id = header.id] {
+    if (auto e = weak_engine.lock()) e->Cancel(id);
+  });
+  const Nanos recv_time = req.recv_time;
+  r->OnComplete([gen, recv_time](bool, Nanos when) { gen->OnComplete(when, recv_time); });
+  if (oreq.stream) gen->BeginStream();
+}
+
+void OpenAiService::HandleModels(const HttpRequest&, std::shared_ptr<HttpResponder> r) {
+  std::shared_ptr<const Loaded> l = loaded();
+  if (l == nullptr) {
+    SendError(*r, {.status = 503, .message = "the model is still loading", .code = "not_ready"});
+    return;
+  }
+  r->Send(
+      JsonResponse(200, ModelListJson(options_.served_model_name, created_, l->engine->context_length())));
+}
+
+void OpenAiService::HandleLive(const HttpRequest&, std::shared_ptr<HttpResponder> r) {
+  r->Send(JsonResponse(200, R"({"status":"live"})"));
+}
+
+void OpenAiService::HandleReady(const HttpRequest&, std::shared_ptr<HttpResponder> r) {
+  if (ready()) {
+    r->Send(JsonResponse(200, R"({"status":"ready"})"));
+  } else {
+    r->Send(JsonResponse(503, R"({"status":"loading"})", {{"Retry-After", "1"}}));
+  }
+}
+
+void OpenAiService::HandleMetrics(const HttpRequest&, std::shared_ptr<HttpResponder> r) {
+  r->Send({.status = 200, .content_type = kPrometheusContentType, .body = metrics_->ExposeText()});
+}
+
+}  // namespace stoke
