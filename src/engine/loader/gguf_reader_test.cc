@@ -459,7 +459,9 @@ TEST(GgufReader, GgmlTypeMapping) {
   EXPECT_EQ(GgmlTypeName(99), "type 99 (unknown)");
   // Every mapped type round-trips.
   for (uint32_t id = 0; id < 64; ++id) {
-    if (auto d = DTypeFromGgmlType(id)) EXPECT_EQ(*GgmlTypeFromDType(*d), id);
+    if (auto d = DTypeFromGgmlType(id)) {
+      EXPECT_EQ(*GgmlTypeFromDType(*d), id);
+    }
   }
 }
 
