@@ -23,8 +23,8 @@ constexpr int64_t kScratchRows = 64;
 // Integer path blocking: kNBlock weight rows × kMBlock X rows of results per scratch tile (8 KB).
 constexpr int64_t kNBlock = 32;
 constexpr int64_t kMBlock = 64;
-// From this many X rows on, the 4/5-bit formats use packed weights (packing 8 rows costs about as much as
-// computing 2-4 X rows against them unpacked).
+// From this many X rows on, the integer path uses packed weights (packing 8 rows costs about as
+// much as computing 2-4 X rows against them unpacked).
 constexpr int64_t kPackedMinRows = 5;
 
 // Sum of 8 lanes in a fixed order.
@@ -129,7 +129,7 @@ Status RowsToF32(const uint8_t* w, DType wt, size_t row_bytes, int64_t r0, int64
   return OkStatus();
 }
 
-// Weights without an integer kernel (F16, BF16, K-quants): convert kScratchRows rows at a time into a
+// Weights without an integer kernel (F16, BF16): convert kScratchRows rows at a time into a
 // per-thread fp32 scratch, then dot (m == 1) or sgemm (m > 1).
 Status MatMulConverted(const float* x, int64_t m, int64_t k, const uint8_t* w, DType wt, size_t row_bytes,
                        int64_t n, float* y, ThreadPool& pool) {
@@ -165,8 +165,8 @@ Status MatMulConverted(const float* x, int64_t m, int64_t k, const uint8_t* w, D
   return first_error;
 }
 
-// Integer path with packed weights (4/5-bit formats, m >= kPackedMinRows): each thread packs 8 weight rows at
-// a time into a per-thread scratch (k · 8 bytes + scales) and sweeps all X rows over them.
+// Integer path with packed weights (every integer type; m >= kPackedMinRows): each thread packs 8
+// weight rows at a time into a per-thread scratch (k · 8 bytes + scales) and sweeps all X rows over them.
 void MatMulPacked(const int8_t* qs, const float* ds, const float* ss, int64_t m, int64_t k, const uint8_t* w,
                   DType wt, size_t row_bytes, int64_t n, float* y, ThreadPool& pool) {
   const int64_t nb = k / kQK;
@@ -176,9 +176,14 @@ void MatMulPacked(const int8_t* qs, const float* ds, const float* ss, int64_t m,
   pool.ParallelFor(groups, Grain(kPackCols * k * m), [&](int64_t b, int64_t e) {
     thread_local std::vector<uint8_t> packed_q;
     thread_local std::vector<float> packed_f;
-    packed_q.resize(static_cast<size_t>(k * kPackCols));
-    packed_f.resize(static_cast<size_t>(2 * nb * kPackCols));
-    const PackedCols pc{packed_q.data(), packed_f.data(), packed_f.data() + nb * kPackCols, k};
+    thread_local std::vector<int16_t> packed_hs;
+    const PackedColsSize size(k);
+    packed_q.resize(static_cast<size_t>(2 * size.q));
+    packed_f.resize(static_cast<size_t>(2 * size.f));
+    packed_hs.resize(static_cast<size_t>(size.hs));
+    const PackedCols pc{packed_q.data(),  reinterpret_cast<int8_t*>(packed_q.data() + size.q),
+                        packed_f.data(),  packed_f.data() + size.f,
+                        packed_hs.data(), k};
     float ybuf[kMBlock * kPackCols];
     for (int64_t g = b; g < e; ++g) {
       const int64_t n0 = g * kPackCols;
@@ -200,8 +205,9 @@ void MatMulPacked(const int8_t* qs, const float* ds, const float* ss, int64_t m,
   });
 }
 
-// Integer path (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0): quantise X once, then register tiles of up to 4 X rows ×
-// 4 W rows; each thread owns a range of W row pairs and sweeps all X rows over them, kMBlock rows at a time.
+// Integer path (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K): quantise X once, then register tiles of up to 4 X
+// rows × 4 W rows; each thread owns a range of W row pairs and sweeps all X rows over them, kMBlock rows at a
+// time.
 void MatMulQDot(const float* x, int64_t m, int64_t k, const uint8_t* w, DType wt, size_t row_bytes, int64_t n,
                 float* y, ThreadPool& pool) {
   const int64_t nb = k / kQK;

@@ -154,7 +154,9 @@ TEST_P(MatMulTypeTest, MatchesDoubleReference) {
     const double err_q = RelL2(y, Reference(ActsAsQuantized(x, s.m, s.k), s.m, s.k, w, t, s.n));
     EXPECT_LT(err_q, 1e-5) << DTypeName(t) << " vs quantised X, m=" << s.m << " k=" << s.k << " n=" << s.n;
     // One or two outputs are single noisy samples of the error; judge the bound on larger outputs.
-    if (s.m * s.n >= 32) EXPECT_LT(err, 1e-2) << DTypeName(t) << " m=" << s.m << " k=" << s.k << " n=" << s.n;
+    if (s.m * s.n >= 32) {
+      EXPECT_LT(err, 1e-2) << DTypeName(t) << " m=" << s.m << " k=" << s.k << " n=" << s.n;
+    }
     EXPECT_LT(err, 3e-2) << DTypeName(t) << " m=" << s.m << " k=" << s.k << " n=" << s.n;
   }
 }

@@ -6,39 +6,13 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu/qdot_internal.h"
 #include "kernels/cpu/quants.h"
 
 namespace stoke::cpu {
 namespace {
 
-inline int16_t LoadU16(const void* p) {  // raw fp16 bits
-  int16_t h;
-  std::memcpy(&h, p, sizeof(h));
-  return h;
-}
-
-// Four fp16 values -> 4 floats. Assembled in a 64-bit integer register (scalar ALU ports) rather than with
-// vector inserts, which compete with the kernels' horizontal adds for the shuffle port.
-inline __m128 Fp16x4(int16_t a, int16_t b, int16_t c, int16_t d) {
-  const uint64_t bits = uint64_t{static_cast<uint16_t>(a)} | uint64_t{static_cast<uint16_t>(b)} << 16 |
-                        uint64_t{static_cast<uint16_t>(c)} << 32 | uint64_t{static_cast<uint16_t>(d)} << 48;
-  return _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(bits)));
-}
-
-// Sum of 8 lanes in a fixed order.
-inline float Hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-// 16 bytes of nibbles -> 32 bytes 0..15: low nibbles are elements 0..15, high nibbles 16..31.
-inline __m256i UnpackNibbles(const uint8_t* qs) {
-  // The 16 bytes in both halves (a load-only broadcast), the high half shifted down a nibble.
-  const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
-  return _mm256_and_si256(_mm256_srlv_epi64(v, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0f));
-}
+using namespace qdot_internal;
 
 // The Q5 fifth bits: byte j = 0x10 when bit j of the little-endian u32 qh is set.
 inline __m256i UnpackHighBits(const uint8_t* qh) {
@@ -104,19 +78,6 @@ struct Q8_0Traits {
   static uint16_t D(const Block* b) { return LoadU16(&b->d); }
   static __m128 Offsets(const Block* const*, __m128) { return _mm_setzero_ps(); }
 };
-
-// 8 int32 partial sums of the 32 products w_j · a_j (each lane: 4 adjacent products). Exact: maddubs cannot
-// saturate (|pair| <= 2 · 31 · 127 unsigned; 2 · 128 · 127 with the sign trick).
-template <bool kSigned>
-inline __m256i BlockDotI32(__m256i w, __m256i a) {
-  __m256i p;
-  if constexpr (kSigned) {
-    p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));  // |w| · (a · sign(w))
-  } else {
-    p = _mm256_maddubs_epi16(w, a);
-  }
-  return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-}
 
 // MR activation rows × 4 weight rows (columns of Y), one column per lane of a 4-wide accumulator.
 // Per block b, the exact integer dot of each (row, column) is formed (maddubs/madd, then a horizontal add
@@ -236,22 +197,7 @@ void PackColsT(const uint8_t* w, size_t w_stride, int ncols, const PackedCols& o
       r[c] = T::Unpack(blk[c]);
       dbits[c] = T::D(blk[c]);
     }
-    __m256i t[8], u[8];
-    for (int i = 0; i < 4; ++i) {
-      t[2 * i] = _mm256_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-      t[2 * i + 1] = _mm256_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-    }
-    for (int h = 0; h < 2; ++h) {  // columns 0-3 (h = 0) and 4-7
-      u[4 * h + 0] = _mm256_unpacklo_epi64(t[4 * h], t[4 * h + 2]);
-      u[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h], t[4 * h + 2]);
-      u[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
-      u[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
-    }
-    __m256i* q = reinterpret_cast<__m256i*>(out.q + b * kQK * kPackCols);
-    for (int j = 0; j < 4; ++j) {  // u[j] holds chunks j (low 128) and j + 4 (high) of columns 0-3
-      _mm256_storeu_si256(q + j, _mm256_permute2x128_si256(u[j], u[4 + j], 0x20));
-      _mm256_storeu_si256(q + j + 4, _mm256_permute2x128_si256(u[j], u[4 + j], 0x31));
-    }
+    StoreTransposed8x8(r, out.q + b * kQK * kPackCols);
     const __m128 d_lo = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(dbits)));
     const __m128 d_hi = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(dbits + 4)));
     _mm_storeu_ps(out.d + b * kPackCols, d_lo);
@@ -264,7 +210,18 @@ void PackColsT(const uint8_t* w, size_t w_stride, int ncols, const PackedCols& o
 }  // namespace
 
 bool HasPackedQDot(DType wt) {
-  return HasQDot(wt) && wt != DType::kQ8_0;
+  switch (wt) {
+    case DType::kQ4_0:
+    case DType::kQ4_1:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
+    case DType::kQ4_K:
+    case DType::kQ6_K:
+    case DType::kQ8_0:
+      return true;
+    default:
+      return false;
+  }
 }
 
 void PackCols(DType wt, const uint8_t* w, size_t w_stride, int ncols, const PackedCols& out) {
@@ -277,6 +234,12 @@ void PackCols(DType wt, const uint8_t* w, size_t w_stride, int ncols, const Pack
       return PackColsT<Q5_0Traits>(w, w_stride, ncols, out);
     case DType::kQ5_1:
       return PackColsT<Q5_1Traits>(w, w_stride, ncols, out);
+    case DType::kQ4_K:
+      return qdot_internal::PackColsQ4_K(w, w_stride, ncols, out);
+    case DType::kQ6_K:
+      return qdot_internal::PackColsQ6_K(w, w_stride, ncols, out);
+    case DType::kQ8_0:
+      return qdot_internal::PackColsQ8_0(w, w_stride, ncols, out);
     default:
       return;
   }
@@ -284,6 +247,7 @@ void PackCols(DType wt, const uint8_t* w, size_t w_stride, int ncols, const Pack
 
 PackedTileFn GetPackedTile(DType wt, int mr) {
   if (!HasPackedQDot(wt) || mr < 1 || mr > kQDotMaxRows) return nullptr;
+  if (wt == DType::kQ6_K || wt == DType::kQ8_0) return qdot_internal::GetPackedTileSigned(wt, mr);
   static constexpr PackedTileFn k4Bit[kQDotMaxRows] = {PackedKernel<1, 8>, PackedKernel<2, 8>,
                                                        PackedKernel<3, 8>, PackedKernel<4, 8>};
   static constexpr PackedTileFn k5Bit[kQDotMaxRows] = {PackedKernel<1, 4>, PackedKernel<2, 4>,
@@ -330,6 +294,8 @@ bool HasQDot(DType wt) {
     case DType::kQ5_0:
     case DType::kQ5_1:
     case DType::kQ8_0:
+    case DType::kQ4_K:
+    case DType::kQ6_K:
       return true;
     default:
       return false;
@@ -348,6 +314,9 @@ QDotTileFn GetQDotTile(DType wt, int mr) {
       return Select<Q5_1Traits>(mr);
     case DType::kQ8_0:
       return Select<Q8_0Traits>(mr);
+    case DType::kQ4_K:
+    case DType::kQ6_K:
+      return qdot_internal::GetQDotTileK(wt, mr);
     default:
       return nullptr;
   }

@@ -1,0 +1,101 @@
+// Packed kernels (see PackedCols in qdot.h) for signed weight values: Q6_K (q − 32, scaled per 16 values by
+// int8 sub-block scales) and Q8_0. The packed |w| goes to maddubs' unsigned side and the activation takes
+// w's sign, as in the unpacked kernels; the integer sums and the FMA sequence are the same as theirs.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu/qdot_internal.h"
+#include "kernels/cpu/quants.h"
+
+namespace stoke::cpu::qdot_internal {
+namespace {
+
+// kGroup chunks of 4 values summed in int16 before widening: Q6_K |pair| <= 2 · 32 · 127, four chunks (one
+// 16-value half, one scale) stay below 32768; Q8_0 pairs reach 2 · 128 · 127, so one chunk at a time.
+// kScaled: the widening madd weights the pairs with the half's scale (Q6_K) instead of 1.
+template <int MR, int kGroup, bool kScaled>
+void PackedKernelSigned(const PackedCols& w, const QuantizedActs& x, float* y, int64_t ldy, int ncols) {
+  const int64_t nb = x.k / kQK;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[MR];
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m256i* wa = reinterpret_cast<const __m256i*>(w.q + b * kQK * kPackCols);
+    const __m256i* ws = reinterpret_cast<const __m256i*>(w.qsign + b * kQK * kPackCols);
+    const __m256 wd = _mm256_loadu_ps(w.d + b * kPackCols);
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r) {
+      const int8_t* a = x.qs + r * x.k + b * kQK;
+      __m256i isum = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; g += kGroup) {
+        __m256i s16 = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int q = g; q < g + kGroup; ++q) {
+          int32_t a4;
+          std::memcpy(&a4, a + 4 * q, 4);
+          const __m256i sa = _mm256_sign_epi8(_mm256_set1_epi32(a4), _mm256_loadu_si256(ws + q));
+          s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(_mm256_loadu_si256(wa + q), sa));
+        }
+        __m256i m16 = ones;
+        if constexpr (kScaled) {
+          m16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.hs + (b * 2 + g / 4) * 16));
+        }
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(s16, m16));
+      }
+      const __m256 scale = _mm256_mul_ps(wd, _mm256_set1_ps(x.d[r * nb + b]));
+      acc[r] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(isum), acc[r]);
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    if (ncols == kPackCols) {
+      _mm256_storeu_ps(y + r * ldy, acc[r]);
+    } else {
+      float out[kPackCols];
+      _mm256_storeu_ps(out, acc[r]);
+      for (int c = 0; c < ncols; ++c) y[r * ldy + c] = out[c];
+    }
+  }
+}
+
+}  // namespace
+
+PackedTileFn GetPackedTileSigned(DType wt, int mr) {
+  if (mr < 1 || mr > kQDotMaxRows) return nullptr;
+  static constexpr PackedTileFn kQ6[kQDotMaxRows] = {
+      PackedKernelSigned<1, 4, true>, PackedKernelSigned<2, 4, true>, PackedKernelSigned<3, 4, true>,
+      PackedKernelSigned<4, 4, true>};
+  static constexpr PackedTileFn kQ8[kQDotMaxRows] = {
+      PackedKernelSigned<1, 1, false>, PackedKernelSigned<2, 1, false>, PackedKernelSigned<3, 1, false>,
+      PackedKernelSigned<4, 1, false>};
+  if (wt == DType::kQ6_K) return kQ6[mr - 1];
+  if (wt == DType::kQ8_0) return kQ8[mr - 1];
+  return nullptr;
+}
+
+void PackColsQ8_0(const uint8_t* w, size_t w_stride, int ncols, const PackedCols& out) {
+  const BlockQ8_0* rows[kPackCols];
+  for (int c = 0; c < kPackCols; ++c) {
+    rows[c] = reinterpret_cast<const BlockQ8_0*>(w + std::min(c, ncols - 1) * w_stride);
+  }
+  for (int64_t b = 0; b < out.k / kQK; ++b) {
+    __m256i r[kPackCols], ra[kPackCols];
+    int16_t dbits[kPackCols];
+    for (int c = 0; c < kPackCols; ++c) {
+      const BlockQ8_0* blk = rows[c] + b;
+      r[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
+      ra[c] = _mm256_sign_epi8(r[c], r[c]);  // |w|, with -128 -> 128 as unsigned, as the unpacked kernel
+      dbits[c] = LoadU16(&blk->d);
+      out.off[b * kPackCols + c] = 0.0f;
+    }
+    _mm256_storeu_ps(out.d + b * kPackCols,
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dbits))));
+    StoreTransposed8x8(ra, out.q + b * kQK * kPackCols);
+    StoreTransposed8x8(r, reinterpret_cast<uint8_t*>(out.qsign) + b * kQK * kPackCols);
+  }
+}
+
+}  // namespace stoke::cpu::qdot_internal
