@@ -370,10 +370,7 @@ void LlmLoop::ProcessSample(Active& a, const float* logits, Nanos /*step_compute
     a.t.inter_token.push_back(p0 - a.last_token);
   }
   a.last_token = p0;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    ++stats_.generation_tokens;
-  }
+  ++generated_total_;
 
   GenerationEvent ev;
   FinishReason finish = FinishReason::kNone;
@@ -469,6 +466,7 @@ void LlmLoop::PublishStats(const StepRecord* step) {
   e.num_preemptions = c.preemptions;
   stats_.prefill_tokens = c.prefill_tokens;
   stats_.recompute_tokens = c.recompute_tokens;
+  stats_.generation_tokens = generated_total_;
   num_waiting_ = e.num_waiting;
   if (step) {
     ++stats_.steps;

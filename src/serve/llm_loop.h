@@ -133,6 +133,7 @@ class LlmLoop final : public LlmEngine {
   SeqId next_seq_ = 1;
   std::vector<float> scratch_logits_;  // [vocab], a masked copy of one row (min_tokens)
   bool stuck_warned_ = false;
+  int64_t generated_total_ = 0;  // sampled tokens, published by PublishStats
 
   // Shared with net threads; guarded by mu_.
   mutable std::mutex mu_;
