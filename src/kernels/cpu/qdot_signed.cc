@@ -26,28 +26,41 @@ void PackedKernelSigned(const PackedCols& w, const QuantizedActs& x, float* y, i
     const __m256i* wa = reinterpret_cast<const __m256i*>(w.q + b * kQK * kPackCols);
     const __m256i* ws = reinterpret_cast<const __m256i*>(w.qsign + b * kQK * kPackCols);
     const __m256 wd = _mm256_loadu_ps(w.d + b * kPackCols);
+    // Chunk-outer, row-inner: each packed weight vector is loaded once for the MR rows, and only the MR
+    // partial sums stay live (a row-outer loop keeps all 16 weight vectors in registers and spills).
+    __m256i s16[MR], isum[MR];
 #pragma GCC unroll 4
     for (int r = 0; r < MR; ++r) {
-      const int8_t* a = x.qs + r * x.k + b * kQK;
-      __m256i isum = _mm256_setzero_si256();
+      s16[r] = _mm256_setzero_si256();
+      isum[r] = _mm256_setzero_si256();
+    }
 #pragma GCC unroll 8
-      for (int g = 0; g < 8; g += kGroup) {
-        __m256i s16 = _mm256_setzero_si256();
-#pragma GCC unroll 8
-        for (int q = g; q < g + kGroup; ++q) {
-          int32_t a4;
-          std::memcpy(&a4, a + 4 * q, 4);
-          const __m256i sa = _mm256_sign_epi8(_mm256_set1_epi32(a4), _mm256_loadu_si256(ws + q));
-          s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(_mm256_loadu_si256(wa + q), sa));
-        }
+    for (int q = 0; q < 8; ++q) {
+      const __m256i wq = _mm256_loadu_si256(wa + q);
+      const __m256i wsq = _mm256_loadu_si256(ws + q);
+#pragma GCC unroll 4
+      for (int r = 0; r < MR; ++r) {
+        int32_t a4;
+        std::memcpy(&a4, x.qs + r * x.k + b * kQK + 4 * q, 4);
+        const __m256i sa = _mm256_sign_epi8(_mm256_set1_epi32(a4), wsq);
+        s16[r] = _mm256_add_epi16(s16[r], _mm256_maddubs_epi16(wq, sa));
+      }
+      if ((q + 1) % kGroup == 0) {
         __m256i m16 = ones;
         if constexpr (kScaled) {
-          m16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.hs + (b * 2 + g / 4) * 16));
+          m16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.hs + (b * 2 + q / 4) * 16));
         }
-        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(s16, m16));
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; ++r) {
+          isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(s16[r], m16));
+          s16[r] = _mm256_setzero_si256();
+        }
       }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r) {
       const __m256 scale = _mm256_mul_ps(wd, _mm256_set1_ps(x.d[r * nb + b]));
-      acc[r] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(isum), acc[r]);
+      acc[r] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(isum[r]), acc[r]);
     }
   }
   for (int r = 0; r < MR; ++r) {
