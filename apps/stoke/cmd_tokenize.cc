@@ -1,13 +1,14 @@
 // stoke tokenize: text -> token ids with a model's own tokenizer (and chat template), as the server does.
 //
-//   stoke tokenize --model M TEXT                  ids of TEXT as a JSON array (with BOS/[CLS].. if the model
-//   adds them) stoke tokenize --model M --chat TEXT           TEXT as one user message, rendered by the chat
-//   template; the
-//                                                  markers in the template output become control tokens
-//   stoke tokenize --model M --no-special TEXT     no BOS/[CLS]/[SEP]
-//   stoke tokenize --model M --file F --jsonl      one JSON array per line of F (the line without its '\n')
-//   stoke tokenize --model M --file F --jsonl --input-json   each line of F is a JSON string (texts with
-//   newlines) stoke tokenize --model M --decode '[1, 2, 3]'  ids -> text
+//   stoke tokenize --model M TEXT              ids as a JSON array (with BOS or [CLS]..[SEP] if added)
+//   stoke tokenize --model M --no-special TEXT without BOS / [CLS] / [SEP]
+//   stoke tokenize --model M --chat TEXT       TEXT as one user message rendered by the chat template; the
+//                                              template's markers become control tokens
+//     --chat --messages '[{"role": "system", "content": "..."}, ...]'  a whole conversation
+//     --chat --print-prompt                    print the rendered prompt instead of ids
+//   stoke tokenize --model M --file F --jsonl  one JSON array per line of F (the line without its '\n');
+//                                              with --input-json each line is a JSON string (may hold '\n')
+//   stoke tokenize --model M --decode '[1, 2]' ids -> text
 //
 // Data goes to stdout, errors to stderr; exit 1 on errors, 2 on usage errors.
 #include <fmt/format.h>
@@ -39,6 +40,8 @@ struct TokenizeOptions {
   bool input_json = false;
   bool decode = false;
   bool keep_special = false;
+  bool messages = false;
+  bool print_prompt = false;
 };
 
 int Fail(const Status& s) {
@@ -106,12 +109,41 @@ int Run(const TokenizeOptions& o) {
     tmpl = std::move(*ct);
     enc.parse_special = true;  // the markers are the template's, not the user's
   }
+  if ((o.messages || o.print_prompt) && !tmpl) {
+    std::fprintf(stderr, "stoke tokenize: --messages and --print-prompt need --chat\n");
+    return 2;
+  }
+  // TEXT -> the conversation to render: one user message, or a JSON list of {role, content} with --messages.
+  auto conversation = [&](const std::string& text) -> StatusOr<std::vector<ChatMessage>> {
+    if (!o.messages) return std::vector<ChatMessage>{{"user", text}};
+    auto j = nlohmann::json::parse(text, nullptr, false);
+    if (j.is_discarded() || !j.is_array())
+      return InvalidArgumentError("--messages wants a JSON list of messages");
+    std::vector<ChatMessage> msgs;
+    for (const auto& m : j) {
+      if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
+          !m["content"].is_string()) {
+        return InvalidArgumentError("--messages: {} is not {{\"role\": str, \"content\": str}}", m.dump());
+      }
+      msgs.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+    }
+    return msgs;
+  };
   auto encode = [&](const std::string& text) -> StatusOr<std::vector<int32_t>> {
     if (!tmpl) return t.Encode(text, enc);
-    ASSIGN_OR_RETURN(std::string prompt, tmpl->Apply({{"user", text}}));
+    ASSIGN_OR_RETURN(auto msgs, conversation(text));
+    ASSIGN_OR_RETURN(std::string prompt, tmpl->Apply(msgs));
     ASSIGN_OR_RETURN(auto ids, t.Encode(prompt, enc));
     return DropDoubleBos(t, std::move(ids));
   };
+  if (o.print_prompt) {
+    auto msgs = conversation(o.text);
+    if (!msgs.ok()) return Fail(msgs.status());
+    auto prompt = tmpl->Apply(*msgs);
+    if (!prompt.ok()) return Fail(prompt.status());
+    std::fwrite(prompt->data(), 1, prompt->size(), stdout);
+    return 0;
+  }
 
   std::string out;
   if (!o.jsonl) {
@@ -163,6 +195,10 @@ CommandRegistrar kTokenize(
                     "match special-token strings in the text (off: they stay text)");
       cmd->add_flag("--jsonl", o->jsonl, "with --file: one JSON array per input line");
       cmd->add_flag("--input-json", o->input_json, "with --jsonl: each input line is a JSON string");
+      cmd->add_flag("--messages", o->messages,
+                    "with --chat: TEXT (or each line) is a JSON list of {role, content}");
+      cmd->add_flag("--print-prompt", o->print_prompt,
+                    "with --chat: print the rendered prompt instead of ids");
       cmd->add_flag("--decode", o->decode, "decode the JSON id array TEXT instead");
       cmd->add_flag("--keep-special", o->keep_special, "with --decode: print special tokens");
       return [o]() { return Run(*o); };
