@@ -112,9 +112,14 @@ Status HttpServer::Start() {
   return OkStatus();
 }
 
-int HttpServer::WaitForSignal() {
+int HttpServer::WaitForSignal(std::chrono::milliseconds timeout) {
   std::unique_lock lock(impl_->stop_mu);
-  impl_->stop_cv.wait(lock, [&] { return impl_->signal != 0 || impl_->stop_requested; });
+  auto done = [&] { return impl_->signal != 0 || impl_->stop_requested; };
+  if (timeout == std::chrono::milliseconds::max()) {
+    impl_->stop_cv.wait(lock, done);
+  } else {
+    impl_->stop_cv.wait_for(lock, timeout, done);
+  }
   return impl_->signal;
 }
 

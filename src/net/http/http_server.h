@@ -59,8 +59,9 @@ class HttpServer {
   // everything and joins the io threads. Idempotent; safe from any thread except an io thread.
   void Shutdown(std::chrono::milliseconds drain);
 
-  // Blocks until a SIGINT or SIGTERM arrives (or Shutdown was called). Returns the signal number (0 if none).
-  int WaitForSignal();
+  // Blocks until a SIGINT or SIGTERM arrives, Shutdown is called, or `timeout` passes. Returns the signal
+  // number (0 if none). The signals are caught from Start() on, so they never kill the process meanwhile.
+  int WaitForSignal(std::chrono::milliseconds timeout = std::chrono::milliseconds::max());
 
   // Requests whose response is not yet complete, and open connections (for tests and /metrics).
   int active_requests() const;

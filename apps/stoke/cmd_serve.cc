@@ -1,0 +1,293 @@
+// stoke serve: the OpenAI-compatible HTTP server for one Llama-family model on the CPU engine.
+//
+//   stoke serve --model smollm2-135m-instruct --port 8000
+//   stoke serve --model /path/model.gguf --config serve.json --max-num-seqs 16    (flags win over the file)
+//
+// The HTTP server listens first (/health/live answers at once, /health/ready says 503), then the model loads
+// (fetched if it is a known alias not yet on disk); when it is ready a line with the URL goes to stderr.
+// SIGINT/SIGTERM: stop accepting, let in-flight responses finish (--drain-seconds), then exit 0.
+//
+// --config FILE: a JSON object whose keys are the long flag names ("port", "max-num-seqs"; "max_num_seqs"
+// also works), e.g. {"port": 8080, "kv-cache-bytes": "2GiB", "no-prefix-cache": true}.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "apps/stoke/command.h"
+#include "base/file_util.h"
+#include "base/logging.h"
+#include "base/status.h"
+#include "base/thread_pool.h"
+#include "engine/loader/model_registry.h"
+#include "engine/model/factory.h"
+#include "engine/tokenizer/chat_template.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "net/http/http_server.h"
+#include "net/openai/openai_service.h"
+#include "serve/llm_loop.h"
+#include "telemetry/server_metrics.h"
+
+namespace stoke {
+namespace {
+
+struct ServeOptions {
+  std::string model;
+  std::string served_model_name;
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  int grpc_port = 8001;
+  std::string config;
+  int64_t max_body_bytes = 8 << 20;
+  int http_threads = 2;
+  int threads = 0;  // compute threads; 0 = hardware threads
+  int64_t kv_cache_bytes = int64_t{1} << 30;
+  int kv_blocks = 0;
+  int block_size = 16;
+  int max_num_seqs = 64;
+  int max_num_batched_tokens = 2048;
+  int max_waiting = 1024;
+  bool no_prefix_cache = false;
+  bool no_chunked_prefill = false;
+  double drain_seconds = 10;
+  double idle_timeout_seconds = 120;
+};
+
+// Applies --config: every key sets its flag unless the flag was given on the command line.
+Status ApplyConfigFile(CLI::App* cmd, const std::string& path) {
+  ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return InvalidArgumentError("--config {}: expected a JSON object of flag names", path);
+  for (const auto& [key, value] : j.items()) {
+    std::string name = key;
+    std::replace(name.begin(), name.end(), '_', '-');
+    if (name == "config") return InvalidArgumentError("--config {}: 'config' cannot be nested", path);
+    CLI::Option* opt = cmd->get_option_no_throw("--" + name);
+    if (opt == nullptr) return InvalidArgumentError("--config {}: unknown key '{}'", path, key);
+    if (opt->count() > 0) continue;  // the command line wins
+    std::string v;
+    if (value.is_string()) {
+      v = value.get<std::string>();
+    } else if (value.is_boolean()) {
+      v = value.get<bool>() ? "true" : "false";
+    } else if (value.is_number()) {
+      v = value.dump();
+    } else {
+      return InvalidArgumentError("--config {}: '{}' must be a string, number or boolean", path, key);
+    }
+    try {
+      opt->add_result(v);
+      opt->run_callback();
+    } catch (const CLI::Error& e) {
+      return InvalidArgumentError("--config {}: '{}': {}", path, key, e.what());
+    }
+  }
+  return OkStatus();
+}
+
+// "smollm2-135m-instruct" stays; "/x/SmolLM2-135M-Instruct.Q4_1.gguf" -> "SmolLM2-135M-Instruct.Q4_1".
+std::string DefaultServedName(const std::string& model) {
+  std::string name = model;
+  while (name.size() > 1 && name.back() == '/') name.pop_back();
+  if (const size_t slash = name.rfind('/'); slash != std::string::npos) name = name.substr(slash + 1);
+  if (name.size() > 5 && name.ends_with(".gguf")) name.resize(name.size() - 5);
+  return name;
+}
+
+Status Validate(const ServeOptions& o) {
+  if (o.port < 0 || o.port > 65535) return InvalidArgumentError("--port {} is out of range", o.port);
+  if (o.max_body_bytes < 1024) return InvalidArgumentError("--max-body-bytes must be at least 1024");
+  if (o.http_threads < 1 || o.http_threads > 256)
+    return InvalidArgumentError("--http-threads must be in [1, 256]");
+  if (o.max_num_seqs < 1) return InvalidArgumentError("--max-num-seqs must be at least 1");
+  if (o.max_num_batched_tokens < 1)
+    return InvalidArgumentError("--max-num-batched-tokens must be at least 1");
+  if (o.max_waiting < 0) return InvalidArgumentError("--max-waiting must be >= 0");
+  if (o.kv_blocks < 0) return InvalidArgumentError("--kv-blocks must be >= 0");
+  if (o.kv_cache_bytes <= 0) return InvalidArgumentError("--kv-cache-bytes must be positive");
+  if (o.block_size < 1) return InvalidArgumentError("--block-size must be at least 1");
+  return OkStatus();
+}
+
+struct Engine {
+  std::shared_ptr<LlmLoop> loop;
+  std::shared_ptr<const Tokenizer> tokenizer;
+  std::optional<ChatTemplate> chat_template;
+  std::string path;
+};
+
+StatusOr<Engine> LoadEngine(const ServeOptions& o, ServerMetrics* metrics) {
+  Engine e;
+  ASSIGN_OR_RETURN(e.path, ResolveModel(o.model));
+  ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, LoadTokenizer(e.path));
+  e.tokenizer = std::move(tok);
+  auto tmpl = ChatTemplate::FromModel(e.path);
+  if (tmpl.ok()) {
+    e.chat_template = std::move(*tmpl);
+  } else {
+    LOG_WARN("serve: no usable chat template ({}); /v1/chat/completions will answer 400",
+             tmpl.status().message());
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<DecoderModel> model, LoadDecoder(e.path));
+
+  LlmLoopOptions lo;
+  lo.scheduler.max_num_seqs = o.max_num_seqs;
+  lo.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
+  lo.scheduler.enable_chunked_prefill = !o.no_chunked_prefill;
+  lo.block_size = o.block_size;
+  lo.kv_budget_bytes = o.kv_cache_bytes;
+  lo.num_kv_blocks = o.kv_blocks;
+  lo.enable_prefix_caching = !o.no_prefix_cache;
+  lo.max_waiting = o.max_waiting;
+  lo.on_step = [metrics](const StepRecord& step) { metrics->RecordStep(step); };
+  ASSIGN_OR_RETURN(std::unique_ptr<LlmLoop> loop, LlmLoop::Create(lo, std::move(model), e.tokenizer));
+  e.loop = std::move(loop);
+  return e;
+}
+
+int RunServe(CLI::App* cmd, ServeOptions o) {
+  if (!o.config.empty()) {
+    if (Status s = ApplyConfigFile(cmd, o.config); !s.ok()) {
+      fmt::print(stderr, "stoke serve: {}\n", s.message());
+      return 2;
+    }
+  }
+  if (Status s = Validate(o); !s.ok()) {
+    fmt::print(stderr, "stoke serve: {}\n", s.message());
+    return 2;
+  }
+  if (o.threads > 0) ThreadPool::SetDefaultThreads(o.threads);
+  const std::string served = o.served_model_name.empty() ? DefaultServedName(o.model) : o.served_model_name;
+
+  // Token-count histograms need a bound before the model (and its context length) is known.
+  auto metrics_or = ServerMetrics::Create(served, 1 << 17);
+  if (!metrics_or.ok()) {
+    fmt::print(stderr, "stoke serve: metrics: {}\n", metrics_or.status().message());
+    return 1;
+  }
+  std::unique_ptr<ServerMetrics> metrics = std::move(*metrics_or);
+
+  HttpServerOptions ho;
+  ho.host = o.host;
+  ho.port = o.port;
+  ho.threads = o.http_threads;
+  ho.max_body_bytes = static_cast<size_t>(o.max_body_bytes);
+  ho.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.idle_timeout_seconds * 1000));
+  ho.error_body = OpenAiErrorBody;
+  HttpServer server(ho);
+  auto service = std::make_unique<OpenAiService>(
+      OpenAiServiceOptions{.served_model_name = served, .model_aliases = {o.model}}, metrics.get());
+  service->RegisterRoutes(server);
+  if (Status s = server.Start(); !s.ok()) {
+    fmt::print(stderr, "stoke serve: {}\n", s.message());
+    return 1;
+  }
+  const std::string url = fmt::format("http://{}:{}", o.host, server.port());
+  fmt::print(stderr, "stoke serve: listening on {} (loading {})\n", url, o.model);
+  if (cmd->get_option("--grpc-port")->count() > 0) {
+    LOG_WARN("serve: --grpc-port {}: the gRPC (KServe v2) endpoint is not part of this build yet",
+             o.grpc_port);
+  }
+
+  // Load on a worker so a signal during a long load (or fetch) still stops the process promptly.
+  StatusOr<Engine> loaded = InternalError("not loaded");
+  std::atomic<bool> load_done{false};
+  std::thread loader([&] {
+    loaded = LoadEngine(o, metrics.get());
+    load_done = true;
+  });
+  while (!load_done.load()) {
+    if (server.WaitForSignal(std::chrono::milliseconds(50)) != 0) {
+      // Nothing is in flight yet; the load can't be interrupted cleanly, so leave without unwinding it.
+      fmt::print(stderr, "stoke serve: interrupted while loading the model\n");
+      server.Shutdown(std::chrono::milliseconds(0));
+      std::fflush(stderr);
+      std::_Exit(0);
+    }
+  }
+  loader.join();
+  if (!loaded.ok()) {
+    fmt::print(stderr, "stoke serve: cannot load {}: {}\n", o.model, loaded.status().message());
+    server.Shutdown(std::chrono::milliseconds(0));
+    return 1;
+  }
+  Engine engine = std::move(*loaded);
+  std::weak_ptr<LlmLoop> weak_loop = engine.loop;
+  metrics->SetSnapshotSource([weak_loop]() -> EngineSnapshot {
+    auto loop = weak_loop.lock();
+    return loop ? loop->Snapshot() : EngineSnapshot{};
+  });
+  service->SetReady(engine.loop, engine.tokenizer, engine.chat_template);
+  fmt::print(
+      stderr,
+      "stoke serve: ready on {} (model '{}' from {}, context {} tokens, {} KV blocks of {}, prefix cache "
+      "{})\n",
+      url, served, engine.path, engine.loop->context_length(), engine.loop->num_kv_blocks(),
+      engine.loop->block_size(), o.no_prefix_cache ? "off" : "on");
+
+  const int signo = server.WaitForSignal();
+  fmt::print(stderr, "stoke serve: {} received; draining (up to {} s)\n",
+             signo == SIGTERM ? "SIGTERM" : "SIGINT", o.drain_seconds);
+  server.Shutdown(std::chrono::milliseconds(static_cast<int64_t>(o.drain_seconds * 1000)));
+  // Teardown order: nothing calls into the engine any more; then the engine (its thread joins; leftover
+  // callbacks only queue onto the stopped server); metrics last (the engine's step hook uses them).
+  service.reset();
+  engine.loop.reset();
+  fmt::print(stderr, "stoke serve: stopped\n");
+  return 0;
+}
+
+CommandRegistrar kServe("serve", "Serve a model over an OpenAI-compatible HTTP API", [](CLI::App* cmd) {
+  auto o = std::make_shared<ServeOptions>();
+  cmd->add_option("--model", o->model, "Model alias (smollm2-135m-instruct) or path (GGUF file or HF folder)")
+      ->required();
+  cmd->add_option("--served-model-name", o->served_model_name,
+                  "Name clients use in \"model\" (default: the alias, or the file name without .gguf)");
+  cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", o->port, "HTTP port (0: any free port)")->capture_default_str();
+  cmd->add_option("--grpc-port", o->grpc_port, "gRPC (KServe v2) port (not served yet)")
+      ->capture_default_str();
+  cmd->add_option("--config", o->config, "JSON file with the same keys as these flags (flags win)");
+  cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body; larger gets 413 (e.g. 8MiB)")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  cmd->add_option("--http-threads", o->http_threads, "Threads running the HTTP event loop")
+      ->capture_default_str();
+  cmd->add_option("--threads", o->threads, "Compute threads for the CPU engine (0: one per hardware thread)")
+      ->capture_default_str();
+  cmd->add_option("--kv-cache-bytes", o->kv_cache_bytes, "KV cache memory budget (e.g. 1GiB)")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  cmd->add_option("--kv-blocks", o->kv_blocks,
+                  "KV cache size in blocks (overrides --kv-cache-bytes; 0: use it)")
+      ->capture_default_str();
+  cmd->add_option("--block-size", o->block_size, "Tokens per KV block")->capture_default_str();
+  cmd->add_option("--max-num-seqs", o->max_num_seqs, "Sequences running at once")->capture_default_str();
+  cmd->add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "Tokens computed per engine step")
+      ->capture_default_str();
+  cmd->add_option("--max-waiting", o->max_waiting, "Waiting requests beyond which new ones get 503")
+      ->capture_default_str();
+  cmd->add_flag("--no-prefix-cache", o->no_prefix_cache, "Compute every prompt in full (no KV reuse)");
+  cmd->add_flag("--no-chunked-prefill", o->no_chunked_prefill,
+                "Admit a prompt only when it fits one step whole");
+  cmd->add_option("--drain-seconds", o->drain_seconds,
+                  "On SIGINT/SIGTERM, time in-flight requests get to finish")
+      ->capture_default_str();
+  cmd->add_option("--idle-timeout-seconds", o->idle_timeout_seconds,
+                  "Close keep-alive connections idle this long")
+      ->capture_default_str();
+  return [cmd, o]() -> int { return RunServe(cmd, *o); };
+});
+
+}  // namespace
+}  // namespace stoke
