@@ -47,24 +47,57 @@ void WriteKv(const PagedKvLayer& kv, const float* k, const float* v, const int32
 
 namespace {
 
-// scores[g][t] = scale · q_g · k_t for G query heads sharing one KV head, t < len: each key vector is loaded
-// once for the G heads. k_t at k + t * k_stride; head_dim % 8 == 0 (scalar tail otherwise).
-template <int G>
+// Lane j of the result = Σ of the 8 lanes of a_j, summed as ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)).
+inline __m128 ReduceLanes4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+  const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+// scores[g][t] = scale · q_g · k_t for G query heads sharing one KV head, t < len; k_t at k + t * k_stride.
+// A score is 8 lanes of FMAs over head_dim in order (lane l: dims ≡ l mod 8), a fixed reduction tree, then
+// the scalar tail of head_dim % 8: its bits do not depend on P, len, the neighbouring positions or how a
+// prompt is chunked. Each key vector is loaded once for the G heads; P positions at a time give independent
+// FMA chains (P · G accumulators).
+template <int G, int P>
 void GroupScores(const float* const* q, const float* k, int64_t k_stride, int64_t len, int hd, float scale,
                  float* const* scores) {
-  for (int64_t t = 0; t < len; ++t) {
-    const float* kt = k + t * k_stride;
-    __m256 acc[G];
-    for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
+  static_assert(P == 2 || P == 4);
+  for (int64_t t0 = 0; t0 < len; t0 += P) {
+    const int np = static_cast<int>(std::min<int64_t>(P, len - t0));
+    const float* kt[P];
+#pragma GCC unroll 8
+    for (int j = 0; j < P; ++j) kt[j] = k + (t0 + std::min(j, np - 1)) * k_stride;
+    __m256 acc[G][P];
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) {
+#pragma GCC unroll 8
+      for (int j = 0; j < P; ++j) acc[g][j] = _mm256_setzero_ps();
+    }
     int c = 0;
     for (; c + 8 <= hd; c += 8) {
-      const __m256 kv = _mm256_loadu_ps(kt + c);
-      for (int g = 0; g < G; ++g) acc[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q[g] + c), kv, acc[g]);
+      __m256 kv[P];
+#pragma GCC unroll 8
+      for (int j = 0; j < P; ++j) kv[j] = _mm256_loadu_ps(kt[j] + c);
+#pragma GCC unroll 8
+      for (int g = 0; g < G; ++g) {
+        const __m256 qv = _mm256_loadu_ps(q[g] + c);
+#pragma GCC unroll 8
+        for (int j = 0; j < P; ++j) acc[g][j] = _mm256_fmadd_ps(qv, kv[j], acc[g][j]);
+      }
     }
+#pragma GCC unroll 8
     for (int g = 0; g < G; ++g) {
-      float d = Hsum(acc[g]);
-      for (int cc = c; cc < hd; ++cc) d += q[g][cc] * kt[cc];
-      scores[g][t] = scale * d;
+      float sums[4];
+      if constexpr (P == 4) {
+        _mm_storeu_ps(sums, ReduceLanes4(acc[g][0], acc[g][1], acc[g][2], acc[g][3]));
+      } else {
+        _mm_storeu_ps(sums, ReduceLanes4(acc[g][0], acc[g][1], acc[g][0], acc[g][1]));
+      }
+      for (int j = 0; j < np; ++j) {
+        float d = sums[j];
+        for (int cc = c; cc < hd; ++cc) d += q[g][cc] * kt[j][cc];
+        scores[g][t0 + j] = scale * d;
+      }
     }
   }
 }
@@ -73,13 +106,13 @@ void GroupScoresAny(int group, const float* const* q, const float* k, int64_t k_
                     float scale, float* const* scores) {
   switch (group) {
     case 1:
-      return GroupScores<1>(q, k, k_stride, len, hd, scale, scores);
+      return GroupScores<1, 4>(q, k, k_stride, len, hd, scale, scores);
     case 2:
-      return GroupScores<2>(q, k, k_stride, len, hd, scale, scores);
+      return GroupScores<2, 4>(q, k, k_stride, len, hd, scale, scores);
     case 3:
-      return GroupScores<3>(q, k, k_stride, len, hd, scale, scores);
+      return GroupScores<3, 2>(q, k, k_stride, len, hd, scale, scores);
     default:
-      return GroupScores<4>(q, k, k_stride, len, hd, scale, scores);
+      return GroupScores<4, 2>(q, k, k_stride, len, hd, scale, scores);
   }
 }
 
@@ -92,6 +125,7 @@ void GroupValues32(const float* const* p, const float* v, int64_t v_stride, int6
     const float* vt = v + t * v_stride;
     const __m256 v0 = _mm256_loadu_ps(vt), v1 = _mm256_loadu_ps(vt + 8), v2 = _mm256_loadu_ps(vt + 16),
                  v3 = _mm256_loadu_ps(vt + 24);
+#pragma GCC unroll 8
     for (int g = 0; g < G; ++g) {
       const __m256 pg = _mm256_set1_ps(p[g][t]);
       acc[g][0] = _mm256_fmadd_ps(pg, v0, acc[g][0]);
@@ -109,27 +143,34 @@ void GroupOutputs(float* const* p, const float* v_base, const int32_t* block_tab
   int c0 = 0;
   for (; c0 + 32 <= hd; c0 += 32) {
     __m256 acc[G][4];
+#pragma GCC unroll 8
     for (int g = 0; g < G; ++g) {
+#pragma GCC unroll 8
       for (int j = 0; j < 4; ++j) acc[g][j] = _mm256_setzero_ps();
     }
     for (int64_t pos0 = 0; pos0 < ctx; pos0 += bs) {
       const int64_t base_slot = static_cast<int64_t>(block_table[pos0 / bs]) * bs;
       const float* pp[G];
+#pragma GCC unroll 8
       for (int g = 0; g < G; ++g) pp[g] = p[g] + pos0;
       GroupValues32<G>(pp, v_base + base_slot * slot_stride + c0, slot_stride,
                        std::min<int64_t>(bs, ctx - pos0), acc);
     }
+#pragma GCC unroll 8
     for (int g = 0; g < G; ++g) {
+#pragma GCC unroll 8
       for (int j = 0; j < 4; ++j) _mm256_storeu_ps(out[g] + c0 + 8 * j, acc[g][j]);
     }
   }
   if (c0 == hd) return;
+#pragma GCC unroll 8
   for (int g = 0; g < G; ++g) std::fill(out[g] + c0, out[g] + hd, 0.0f);
   for (int64_t pos0 = 0; pos0 < ctx; pos0 += bs) {
     const int64_t base_slot = static_cast<int64_t>(block_table[pos0 / bs]) * bs;
     const int64_t len = std::min<int64_t>(bs, ctx - pos0);
     for (int64_t t = 0; t < len; ++t) {
       const float* vt = v_base + (base_slot + t) * slot_stride;
+#pragma GCC unroll 8
       for (int g = 0; g < G; ++g) Axpy(p[g][pos0 + t], vt + c0, out[g] + c0, hd - c0);
     }
   }
