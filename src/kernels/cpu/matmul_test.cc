@@ -183,6 +183,25 @@ TEST_P(MatMulTypeTest, TilingAndThreadsDoNotChangeBits) {
   }
 }
 
+// GGUF tensors need not be aligned (general.alignment can be 1): an odd address gives the same bits.
+TEST_P(MatMulTypeTest, UnalignedWeightsAndLongRows) {
+  const DType t = GetParam();
+  std::mt19937 rng(7);
+  ThreadPool pool(2);
+  for (const Shape& s : {Shape{1, 4096, 9}, Shape{7, 4096, 9}}) {
+    const std::vector<float> x = RandomFloats(s.m * s.k, rng);
+    const std::vector<uint8_t> w = RandomWeight(t, s.n, s.k, rng);
+    std::vector<uint8_t> shifted(w.size() + 1);
+    std::memcpy(shifted.data() + 1, w.data(), w.size());
+    std::vector<float> y(s.m * s.n, std::numeric_limits<float>::quiet_NaN()), ys = y;
+    ASSERT_TRUE(MatMul(x.data(), s.m, s.k, w.data(), t, s.n, y.data(), pool).ok());
+    ASSERT_TRUE(MatMul(x.data(), s.m, s.k, shifted.data() + 1, t, s.n, ys.data(), pool).ok());
+    EXPECT_EQ(0, std::memcmp(y.data(), ys.data(), y.size() * sizeof(float))) << DTypeName(t) << " m=" << s.m;
+    const std::vector<float> xq = HasQDot(t) ? ActsAsQuantized(x, s.m, s.k) : x;
+    EXPECT_LT(RelL2(y, Reference(xq, s.m, s.k, w, t, s.n)), 1e-5) << DTypeName(t) << " m=" << s.m;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatMulTypeTest,
                          ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ4_1,
                                            DType::kQ5_0, DType::kQ5_1, DType::kQ8_0, DType::kQ4_K,
