@@ -23,6 +23,7 @@
 #include "engine/loader/model_registry.h"
 #include "engine/model/bert.h"
 #include "engine/model/llama_config.h"
+#include "engine/tokenizer/chat_template.h"
 
 namespace stoke {
 namespace {
@@ -67,7 +68,7 @@ bool CountsAsParameter(DType t) {
          t == DType::kF64;
 }
 
-// The template's family from its marker tokens (what the tokenizer's ChatTemplate also keys on).
+// The template's family from its marker tokens, for templates stoke's ChatTemplate does not render.
 std::string ChatTemplateFamily(const std::string& tmpl) {
   if (tmpl.find("<|im_start|>") != std::string::npos) return "chatml";
   if (tmpl.find("<|start_header_id|>") != std::string::npos) return "llama3";
@@ -75,11 +76,16 @@ std::string ChatTemplateFamily(const std::string& tmpl) {
   return "unknown";
 }
 
+// supported: whether stoke's ChatTemplate recognises (and so can render) it.
 Json ChatTemplateJson(const std::string& tmpl) {
   if (tmpl.empty()) return nullptr;
   std::string first = tmpl.substr(0, tmpl.find('\n'));
   if (first.size() > 100) first = first.substr(0, 97) + "...";
-  return Json{{"family", ChatTemplateFamily(tmpl)}, {"first_line", first}, {"chars", tmpl.size()}};
+  auto ct = ChatTemplate::FromString(tmpl);
+  return Json{{"family", ct.ok() ? std::string(ct->name()) : ChatTemplateFamily(tmpl)},
+              {"supported", ct.ok()},
+              {"first_line", first},
+              {"chars", tmpl.size()}};
 }
 
 // Per storage type: how many tensors, their values and bytes. `names` is parallel to `tensors`.
@@ -360,8 +366,10 @@ void PrintInspect(const Json& j) {
     Row("tokenizer", "none");
   }
   if (j["chat_template"].is_object()) {
-    Row("chat template", fmt::format("{}: {}", j["chat_template"]["family"].get<std::string>(),
-                                     j["chat_template"]["first_line"].get<std::string>()));
+    const Json& ct = j["chat_template"];
+    Row("chat template", fmt::format("{}{}: {}", ct["family"].get<std::string>(),
+                                     ct["supported"].get<bool>() ? "" : " (not supported by stoke)",
+                                     ct["first_line"].get<std::string>()));
   } else {
     Row("chat template", "none");
   }

@@ -49,6 +49,7 @@ def test_inspect_smollm2(stoke_bin, smollm2_path):
     assert j["tokenizer"]["vocab_size"] == 49152
     assert j["tokenizer"]["pre"] == "smollm"
     assert j["chat_template"]["family"] == "chatml"
+    assert j["chat_template"]["supported"] is True
 
 
 def test_inspect_minilm(stoke_bin, minilm_path):
