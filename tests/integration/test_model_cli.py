@@ -11,7 +11,9 @@ import subprocess
 
 import pytest
 
-from conftest import model_dir
+
+def model_dir() -> pathlib.Path:  # as in tests/conftest.py (not imported: conftest module names are ambiguous)
+    return pathlib.Path(os.environ.get("STOKE_MODEL_DIR", pathlib.Path.home() / ".cache" / "stoke" / "models"))
 
 
 def run(stoke_bin, *args, env_extra=None, timeout=300):
