@@ -155,13 +155,15 @@ StatusOr<Engine> LoadEngine(const ServeOptions& o, ServerMetrics* metrics) {
   return e;
 }
 
-int RunServe(CLI::App* cmd, ServeOptions o) {
-  if (!o.config.empty()) {
-    if (Status s = ApplyConfigFile(cmd, o.config); !s.ok()) {
+// `bound` is what CLI11 writes into: --config values land there too, so read the options after applying it.
+int RunServe(CLI::App* cmd, ServeOptions* bound) {
+  if (!bound->config.empty()) {
+    if (Status s = ApplyConfigFile(cmd, bound->config); !s.ok()) {
       fmt::print(stderr, "stoke serve: {}\n", s.message());
       return 2;
     }
   }
+  const ServeOptions o = *bound;
   if (Status s = Validate(o); !s.ok()) {
     fmt::print(stderr, "stoke serve: {}\n", s.message());
     return 2;
@@ -286,7 +288,7 @@ CommandRegistrar kServe("serve", "Serve a model over an OpenAI-compatible HTTP A
   cmd->add_option("--idle-timeout-seconds", o->idle_timeout_seconds,
                   "Close keep-alive connections idle this long")
       ->capture_default_str();
-  return [cmd, o]() -> int { return RunServe(cmd, *o); };
+  return [cmd, o]() -> int { return RunServe(cmd, o.get()); };
 });
 
 }  // namespace
