@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 
 #include "kernels/cpu/qdot_internal.h"
@@ -32,51 +33,53 @@ struct Q4_0Traits {
   using Block = BlockQ4_0;
   static constexpr bool kSigned = false;
   static constexpr bool kHasOffset = true;
-  static __m256i Unpack(const Block* b) { return UnpackNibbles(b->qs); }
-  static uint16_t D(const Block* b) { return LoadU16(&b->d); }
-  static __m128 Offsets(const Block* const*, __m128 d) { return _mm_mul_ps(d, _mm_set1_ps(-8.0f)); }
+  static __m256i Unpack(const uint8_t* b) { return UnpackNibbles(b + offsetof(Block, qs)); }
+  static uint16_t D(const uint8_t* b) { return LoadU16(b + offsetof(Block, d)); }
+  static __m128 Offsets(const uint8_t* const*, __m128 d) { return _mm_mul_ps(d, _mm_set1_ps(-8.0f)); }
 };
 struct Q4_1Traits {
   using Block = BlockQ4_1;
   static constexpr bool kSigned = false;
   static constexpr bool kHasOffset = true;
-  static __m256i Unpack(const Block* b) { return UnpackNibbles(b->qs); }
-  static uint16_t D(const Block* b) { return LoadU16(&b->d); }
-  static __m128 Offsets(const Block* const* b, __m128) {
-    return Fp16x4(LoadU16(&b[0]->m), LoadU16(&b[1]->m), LoadU16(&b[2]->m), LoadU16(&b[3]->m));
+  static __m256i Unpack(const uint8_t* b) { return UnpackNibbles(b + offsetof(Block, qs)); }
+  static uint16_t D(const uint8_t* b) { return LoadU16(b + offsetof(Block, d)); }
+  static __m128 Offsets(const uint8_t* const* b, __m128) {
+    constexpr size_t m = offsetof(Block, m);
+    return Fp16x4(LoadU16(b[0] + m), LoadU16(b[1] + m), LoadU16(b[2] + m), LoadU16(b[3] + m));
   }
 };
 struct Q5_0Traits {
   using Block = BlockQ5_0;
   static constexpr bool kSigned = false;
   static constexpr bool kHasOffset = true;
-  static __m256i Unpack(const Block* b) {
-    return _mm256_or_si256(UnpackNibbles(b->qs), UnpackHighBits(b->qh));
+  static __m256i Unpack(const uint8_t* b) {
+    return _mm256_or_si256(UnpackNibbles(b + offsetof(Block, qs)), UnpackHighBits(b + offsetof(Block, qh)));
   }
-  static uint16_t D(const Block* b) { return LoadU16(&b->d); }
-  static __m128 Offsets(const Block* const*, __m128 d) { return _mm_mul_ps(d, _mm_set1_ps(-16.0f)); }
+  static uint16_t D(const uint8_t* b) { return LoadU16(b + offsetof(Block, d)); }
+  static __m128 Offsets(const uint8_t* const*, __m128 d) { return _mm_mul_ps(d, _mm_set1_ps(-16.0f)); }
 };
 struct Q5_1Traits {
   using Block = BlockQ5_1;
   static constexpr bool kSigned = false;
   static constexpr bool kHasOffset = true;
-  static __m256i Unpack(const Block* b) {
-    return _mm256_or_si256(UnpackNibbles(b->qs), UnpackHighBits(b->qh));
+  static __m256i Unpack(const uint8_t* b) {
+    return _mm256_or_si256(UnpackNibbles(b + offsetof(Block, qs)), UnpackHighBits(b + offsetof(Block, qh)));
   }
-  static uint16_t D(const Block* b) { return LoadU16(&b->d); }
-  static __m128 Offsets(const Block* const* b, __m128) {
-    return Fp16x4(LoadU16(&b[0]->m), LoadU16(&b[1]->m), LoadU16(&b[2]->m), LoadU16(&b[3]->m));
+  static uint16_t D(const uint8_t* b) { return LoadU16(b + offsetof(Block, d)); }
+  static __m128 Offsets(const uint8_t* const* b, __m128) {
+    constexpr size_t m = offsetof(Block, m);
+    return Fp16x4(LoadU16(b[0] + m), LoadU16(b[1] + m), LoadU16(b[2] + m), LoadU16(b[3] + m));
   }
 };
 struct Q8_0Traits {
   using Block = BlockQ8_0;
   static constexpr bool kSigned = true;
   static constexpr bool kHasOffset = false;
-  static __m256i Unpack(const Block* b) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b->qs));
+  static __m256i Unpack(const uint8_t* b) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + offsetof(Block, qs)));
   }
-  static uint16_t D(const Block* b) { return LoadU16(&b->d); }
-  static __m128 Offsets(const Block* const*, __m128) { return _mm_setzero_ps(); }
+  static uint16_t D(const uint8_t* b) { return LoadU16(b + offsetof(Block, d)); }
+  static __m128 Offsets(const uint8_t* const*, __m128) { return _mm_setzero_ps(); }
 };
 
 // MR activation rows × 4 weight rows (columns of Y), one column per lane of a 4-wide accumulator.
@@ -88,17 +91,18 @@ struct Q8_0Traits {
 // Columns >= ncols repeat the last valid weight row and are not stored.
 template <class T, int MR>
 void QDotKernel(const uint8_t* w, size_t w_stride, int ncols, const QuantizedActs& x, float* y, int64_t ldy) {
-  using Block = typename T::Block;
+  constexpr size_t kBlockBytes = sizeof(typename T::Block);
   const int64_t nb = x.k / kQK;
-  const Block* wb[kQDotCols];
+  const uint8_t* wb[kQDotCols];
   for (int c = 0; c < kQDotCols; ++c) {
-    wb[c] = reinterpret_cast<const Block*>(w + std::min(c, ncols - 1) * w_stride);
+    wb[c] = w + std::min(c, ncols - 1) * w_stride;
   }
   __m128 acc[MR];
 #pragma GCC unroll 4
   for (int r = 0; r < MR; ++r) acc[r] = _mm_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    const Block* blk[kQDotCols] = {wb[0] + b, wb[1] + b, wb[2] + b, wb[3] + b};
+    const int64_t off = b * kBlockBytes;
+    const uint8_t* blk[kQDotCols] = {wb[0] + off, wb[1] + off, wb[2] + off, wb[3] + off};
     __m256i wq[kQDotCols];
 #pragma GCC unroll 4
     for (int c = 0; c < kQDotCols; ++c) wq[c] = T::Unpack(blk[c]);
@@ -181,19 +185,18 @@ void PackedKernel(const PackedCols& w, const QuantizedActs& x, float* y, int64_t
 
 template <class T>
 void PackColsT(const uint8_t* w, size_t w_stride, int ncols, const PackedCols& out) {
-  using Block = typename T::Block;
+  constexpr size_t kBlockBytes = sizeof(typename T::Block);
   const int64_t nb = out.k / kQK;
-  const Block* wb[kPackCols];
-  for (int c = 0; c < kPackCols; ++c)
-    wb[c] = reinterpret_cast<const Block*>(w + std::min(c, ncols - 1) * w_stride);
+  const uint8_t* wb[kPackCols];
+  for (int c = 0; c < kPackCols; ++c) wb[c] = w + std::min(c, ncols - 1) * w_stride;
   for (int64_t b = 0; b < nb; ++b) {
     // Column c's 32 values are 8 dwords (chunks of 4); an 8×8 dword transpose puts chunk q of all 8
     // columns into output vector q, column c in lane c.
     __m256i r[kPackCols];
     int16_t dbits[kPackCols];
-    const Block* blk[kPackCols];
+    const uint8_t* blk[kPackCols];
     for (int c = 0; c < kPackCols; ++c) {
-      blk[c] = wb[c] + b;
+      blk[c] = wb[c] + b * kBlockBytes;
       r[c] = T::Unpack(blk[c]);
       dbits[c] = T::D(blk[c]);
     }

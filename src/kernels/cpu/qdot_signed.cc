@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 #include "kernels/cpu/qdot_internal.h"
@@ -90,18 +91,16 @@ PackedTileFn GetPackedTileSigned(DType wt, int mr) {
 }
 
 void PackColsQ8_0(const uint8_t* w, size_t w_stride, int ncols, const PackedCols& out) {
-  const BlockQ8_0* rows[kPackCols];
-  for (int c = 0; c < kPackCols; ++c) {
-    rows[c] = reinterpret_cast<const BlockQ8_0*>(w + std::min(c, ncols - 1) * w_stride);
-  }
+  const uint8_t* rows[kPackCols];
+  for (int c = 0; c < kPackCols; ++c) rows[c] = w + std::min(c, ncols - 1) * w_stride;
   for (int64_t b = 0; b < out.k / kQK; ++b) {
     __m256i r[kPackCols], ra[kPackCols];
     int16_t dbits[kPackCols];
     for (int c = 0; c < kPackCols; ++c) {
-      const BlockQ8_0* blk = rows[c] + b;
-      r[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
+      const uint8_t* blk = rows[c] + b * sizeof(BlockQ8_0);
+      r[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + offsetof(BlockQ8_0, qs)));
       ra[c] = _mm256_sign_epi8(r[c], r[c]);  // |w|, with -128 -> 128 as unsigned, as the unpacked kernel
-      dbits[c] = LoadU16(&blk->d);
+      dbits[c] = LoadU16(blk + offsetof(BlockQ8_0, d));
       out.off[b * kPackCols + c] = 0.0f;
     }
     _mm256_storeu_ps(out.d + b * kPackCols,
