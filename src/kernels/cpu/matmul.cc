@@ -17,7 +17,7 @@ namespace {
 
 // Below this many multiply-adds per chunk, waking another thread costs more than it saves.
 constexpr int64_t kMinMacsPerChunk = int64_t{1} << 16;
-// Output features per BLAS tile (fp32 and dequantised paths) and per dequantised scratch tile.
+// Output features per BLAS tile (fp32, fp16, bf16) and per converted fp16/bf16 scratch tile.
 constexpr int64_t kTileN = 16;
 constexpr int64_t kScratchRows = 64;
 // Integer path blocking: kNBlock weight rows × kMBlock X rows of results per scratch tile (8 KB).
@@ -69,6 +69,12 @@ void MatMulF32(const float* x, int64_t m, int64_t k, const float* w, int64_t n, 
   });
 }
 
+inline uint16_t LoadU16(const uint16_t* p) {  // GGUF tensors may sit at odd addresses
+  uint16_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
 // fp16/bf16 row -> fp32 (F16C / shift), 8 at a time.
 void HalfRowToF32(DType t, const uint16_t* src, float* dst, int64_t k) {
   int64_t i = 0;
@@ -76,14 +82,14 @@ void HalfRowToF32(DType t, const uint16_t* src, float* dst, int64_t k) {
     for (; i + 8 <= k; i += 8) {
       _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
     }
-    for (; i < k; ++i) dst[i] = _cvtsh_ss(src[i]);
+    for (; i < k; ++i) dst[i] = _cvtsh_ss(LoadU16(src + i));
   } else {
     for (; i + 8 <= k; i += 8) {
       const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
       _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
     }
     for (; i < k; ++i) {
-      const uint32_t bits = static_cast<uint32_t>(src[i]) << 16;
+      const uint32_t bits = static_cast<uint32_t>(LoadU16(src + i)) << 16;
       std::memcpy(dst + i, &bits, 4);
     }
   }
@@ -115,54 +121,27 @@ float DotHalf(DType t, const float* x, const uint16_t* w, int64_t k) {
   return sum;
 }
 
-// Converts rows [r0, r0 + rows) of W into fp32 scratch [rows, k].
-Status RowsToF32(const uint8_t* w, DType wt, size_t row_bytes, int64_t r0, int64_t rows, int64_t k,
-                 float* dst) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const uint8_t* src = w + (r0 + r) * row_bytes;
-    if (wt == DType::kF16 || wt == DType::kBF16) {
-      HalfRowToF32(wt, reinterpret_cast<const uint16_t*>(src), dst + r * k, k);
-    } else {
-      RETURN_IF_ERROR(DequantizeRow(wt, src, dst + r * k, k));
-    }
-  }
-  return OkStatus();
-}
-
-// Weights without an integer kernel (F16, BF16): convert kScratchRows rows at a time into a
-// per-thread fp32 scratch, then dot (m == 1) or sgemm (m > 1).
-Status MatMulConverted(const float* x, int64_t m, int64_t k, const uint8_t* w, DType wt, size_t row_bytes,
-                       int64_t n, float* y, ThreadPool& pool) {
-  if (m == 1 && (wt == DType::kF16 || wt == DType::kBF16)) {
+// F16/BF16 W: converted on the fly for one row (a dot per output); otherwise kScratchRows weight rows at a
+// time into a per-thread fp32 scratch, then sgemm.
+void MatMulHalf(const float* x, int64_t m, int64_t k, const uint16_t* w, DType wt, int64_t n, float* y,
+                ThreadPool& pool) {
+  if (m == 1) {
     pool.ParallelFor(n, Grain(k), [&](int64_t b, int64_t e) {
-      for (int64_t j = b; j < e; ++j)
-        y[j] = DotHalf(wt, x, reinterpret_cast<const uint16_t*>(w + j * row_bytes), k);
+      for (int64_t j = b; j < e; ++j) y[j] = DotHalf(wt, x, w + j * k, k);
     });
-    return OkStatus();
+    return;
   }
-  if (m > 1) UseSingleThreadedBlas();
-  std::mutex mu;
-  Status first_error;
+  UseSingleThreadedBlas();
   const int64_t tiles = (n + kTileN - 1) / kTileN;
   pool.ParallelFor(tiles, Grain(m * k * kTileN), [&](int64_t b, int64_t e) {
     thread_local std::vector<float> scratch;
     scratch.resize(static_cast<size_t>(kScratchRows * k));
     for (int64_t n0 = b * kTileN, n_end = std::min(n, e * kTileN); n0 < n_end; n0 += kScratchRows) {
       const int64_t rows = std::min(kScratchRows, n_end - n0);
-      Status st = RowsToF32(w, wt, row_bytes, n0, rows, k, scratch.data());
-      if (!st.ok()) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (first_error.ok()) first_error = st;
-        return;
-      }
-      if (m == 1) {
-        for (int64_t r = 0; r < rows; ++r) y[n0 + r] = Dot(x, scratch.data() + r * k, k);
-      } else {
-        SgemmTile(x, m, k, scratch.data(), rows, y + n0, n);
-      }
+      for (int64_t r = 0; r < rows; ++r) HalfRowToF32(wt, w + (n0 + r) * k, scratch.data() + r * k, k);
+      SgemmTile(x, m, k, scratch.data(), rows, y + n0, n);
     }
   });
-  return first_error;
 }
 
 // Integer path with packed weights (every integer type; m >= kPackedMinRows): each thread packs 8
@@ -285,7 +264,11 @@ Status MatMul(const float* x, int64_t m, int64_t k, const void* w, DType wt, int
     MatMulQDot(x, m, k, wb, wt, row_bytes, n, y, pool);
     return OkStatus();
   }
-  return MatMulConverted(x, m, k, wb, wt, row_bytes, n, y, pool);
+  if (wt == DType::kF16 || wt == DType::kBF16) {
+    MatMulHalf(x, m, k, static_cast<const uint16_t*>(w), wt, n, y, pool);
+    return OkStatus();
+  }
+  return InvalidArgumentError("MatMul: no kernel for weight dtype {}", info.name);
 }
 
 }  // namespace stoke::cpu
