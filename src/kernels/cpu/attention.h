@@ -32,7 +32,9 @@ void WriteKv(const PagedKvLayer& kv, const float* k, const float* v, const int32
 // of kv and must cover position start_pos + n - 1.
 // GQA: query head h uses kv head h / (heads / num_kv_heads); heads % num_kv_heads == 0.
 // q, out = [n, heads, head_dim] (head_dim == kv.head_dim). scores = scale · q·k (scale usually
-// 1/sqrt(head_dim)), softmax in fp32. out must not alias q. Parallel over (token, head) on `pool`.
+// 1/sqrt(head_dim)), softmax in fp32. out must not alias q. Parallel over (token, KV head) on `pool`.
+// A token's output is bit-identical however the prompt is chunked (n, start_pos), whatever the block size,
+// block placement and pool.
 void PagedAttention(const float* q, int64_t n, int heads, int32_t start_pos, const int32_t* block_table,
                     const PagedKvLayer& kv, float scale, float* out, ThreadPool& pool);
 
