@@ -166,9 +166,18 @@ NUMBERS = [
     "1e10 1E-10 6.022e23 0.0001 .5 5. 0x7FFFFFFF",
 ]
 
+# Where Unicode tables and case rules differ between implementations.
+EDGE = [
+    "new emoji 🥲 🫠 🫨 🩷 🪿 🫎 hi🫨there",
+    "unassigned \U0001FAFF \U000E0080 x, private use \ue000\U000F0000, last plane \U0010FFFD",
+    "Kelvin \u212a 'ſ 'S 'K, titlecase ǅ ǈ ᾈ, sharp s ẞß, dotted İ, dotless ı, final sigma ΟΔΟΣ",
+    "combining x\u0345y e\u0301\u0301\u0301 a\u20dd q\u0327 Hangul jamo \u1100\u1161\u11a8 한",
+    "fullwidth ＨＥＬＬＯ　ｗｏｒｌｄ！ circled ⓐⓑⓒ Ⓐ math 𝐀𝐁𝐂 𝟙𝟚𝟛 superscripts ᵃᵇᶜ",
+]
+
 SEPARATORS = [" ", " ", " ", "", "  ", "\t", " \t ", "   ", "\r", " - ", ", ", "; ", " | ", "\u3000", "\u00a0"]
 
-POOLS = [ENGLISH, EUROPEAN, ASIAN_AND_OTHERS, EMOJI, CODE, SPECIAL_LOOKALIKES, WHITESPACE, NUMBERS]
+POOLS = [ENGLISH, EUROPEAN, ASIAN_AND_OTHERS, EMOJI, CODE, SPECIAL_LOOKALIKES, WHITESPACE, NUMBERS, EDGE]
 
 
 def words(rng: random.Random, pool: list[str]) -> str:

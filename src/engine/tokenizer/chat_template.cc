@@ -128,6 +128,14 @@ StatusOr<ChatTemplate> ChatTemplate::FromString(const std::string& t, const std:
 }
 
 StatusOr<ChatTemplate> ChatTemplate::FromModel(const std::string& model_path) {
+  try {  // a JSON value of the wrong type in tokenizer_config.json is a user error, never an abort
+    return FromModelUnchecked(model_path);
+  } catch (const nlohmann::json::exception& e) {
+    return InvalidArgumentError("{}: {}", model_path, e.what());
+  }
+}
+
+StatusOr<ChatTemplate> ChatTemplate::FromModelUnchecked(const std::string& model_path) {
   std::error_code ec;
   const fs::path p(model_path);
   std::string text, bos = "<|begin_of_text|>";

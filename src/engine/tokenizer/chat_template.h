@@ -40,6 +40,8 @@ class ChatTemplate {
   const std::string& default_system() const { return default_system_; }
 
  private:
+  static StatusOr<ChatTemplate> FromModelUnchecked(const std::string& model_path);
+
   Kind kind_ = Kind::kChatMl;
   std::string default_system_;
   bool llama31_knowledge_block_ = false;  // "Cutting Knowledge Date" block in the system header

@@ -409,9 +409,7 @@ StatusOr<std::unique_ptr<Tokenizer>> LoadVocabTxt(const fs::path& dir) {
   return std::unique_ptr<Tokenizer>(std::move(wp));
 }
 
-}  // namespace
-
-StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& model_path) {
+StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerUnchecked(const std::string& model_path) {
   std::error_code ec;
   const fs::path p(model_path);
   if (fs::is_directory(p, ec)) {
@@ -427,6 +425,16 @@ StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& model_path
   f.read(magic, 4);
   if (f.gcount() == 4 && std::string_view(magic, 4) == "GGUF") return LoadGguf(model_path);
   return InvalidArgumentError("{}: neither a GGUF file, a tokenizer.json nor a model folder", model_path);
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& model_path) {
+  try {  // a JSON value of the wrong type deep in a config file is a user error, never an abort
+    return LoadTokenizerUnchecked(model_path);
+  } catch (const json::exception& e) {
+    return InvalidArgumentError("{}: {}", model_path, e.what());
+  }
 }
 
 }  // namespace stoke

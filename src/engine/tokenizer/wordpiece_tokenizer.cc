@@ -18,13 +18,13 @@ utf8proc_category_t Category(uint32_t c) {
   return utf8proc_category(static_cast<utf8proc_int32_t>(c));
 }
 
-// HF is_control: "Other" categories (Cc, Cf, Cn, Co, Cs) except \t \n \r, which count as whitespace.
+// HF is_control: Cc, Cf, Co, Cs except \t \n \r, which count as whitespace. Unassigned code points (Cn) are
+// kept (HF's category tables cannot list them), so they end up as [UNK].
 bool IsControl(uint32_t c) {
   if (c == '\t' || c == '\n' || c == '\r') return false;
   switch (Category(c)) {
     case UTF8PROC_CATEGORY_CC:
     case UTF8PROC_CATEGORY_CF:
-    case UTF8PROC_CATEGORY_CN:
     case UTF8PROC_CATEGORY_CO:
     case UTF8PROC_CATEGORY_CS:
       return true;
