@@ -12,6 +12,9 @@ int main(int argc, char** argv) {
   CLI::App app{"stoke: an inference server that keeps the GPU busy and shows where the time goes"};
   app.require_subcommand(1);
   std::string log_level = "warn";
+  app.set_version_flag("--version", "stoke 0.1.0");
+  app.footer("Models: --model takes an alias (stoke model list) or a path; a missing alias is fetched on first use.\n"
+             "Run `stoke <command> --help` for a command's options.");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off")->capture_default_str();
 
   auto& registry = stoke::CommandRegistry();
@@ -21,7 +24,14 @@ int main(int argc, char** argv) {
     CLI::App* sub = app.add_subcommand(spec.name, spec.description);
     runs[sub] = spec.setup(sub);
   }
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {  // --help, --version
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);  // prints the message and the relevant usage
+    return 2;     // usage errors exit 2, as documented in README
+  }
   stoke::InitLogging(log_level);
   for (auto& [sub, run] : runs) {
     if (sub->parsed()) return run();
