@@ -1,6 +1,7 @@
 #include "telemetry/server_metrics.h"
 
 #include <algorithm>
+#include <iterator>
 
 namespace stoke {
 namespace {
@@ -146,10 +147,10 @@ Status ServerMetrics::Init(const std::string& model_name, int max_model_len) {
       r.AddCounter("stoke:step_admission_stop_total",
                    "Engine steps by why admitting waiting requests stopped (token_budget, max_seqs, "
                    "no_blocks, queue_empty)."));
-  for (const char* reason : kAdmissionReasons) {
+  for (size_t i = 0; i < std::size(kAdmissionReasons); ++i) {
     MetricLabels l = labels_;
-    l["reason"] = reason;
-    RETURN_IF_ERROR(admission_stop_.TryWithLabels(l).status());
+    l["reason"] = kAdmissionReasons[i];
+    ASSIGN_OR_RETURN(admission_stop_known_[i], admission_stop_.TryWithLabels(l));
   }
 
   r.AddCollectHook([this] {
@@ -174,7 +175,13 @@ void ServerMetrics::RecordStep(const StepRecord& step) {
   const int total = step.kv_blocks_used + step.kv_blocks_free;
   kv_usage_.Set(total > 0 ? static_cast<double>(step.kv_blocks_used) / total : 0.0);
   if (!step.admission_stop.empty()) {
-    MetricLabels l = labels_;
+    for (size_t i = 0; i < std::size(kAdmissionReasons); ++i) {
+      if (step.admission_stop == kAdmissionReasons[i]) {
+        admission_stop_known_[i].Inc();
+        return;
+      }
+    }
+    MetricLabels l = labels_;  // a reason added later: slower path, still counted
     l["reason"] = step.admission_stop;
     admission_stop_.WithLabels(l).Inc();
   }

@@ -68,8 +68,9 @@ class ServerMetrics {
   Gauge running_, waiting_, kv_usage_, kv_free_, kv_used_;
   Counter prefix_hits_, prefix_queries_, prefix_evictions_, preemptions_;
   Counter prompt_tokens_total_, generation_tokens_total_;
-  CounterFamily success_;         // {finished_reason}
-  CounterFamily admission_stop_;  // {reason}
+  CounterFamily success_;                        // {finished_reason}
+  CounterFamily admission_stop_;                 // {reason}
+  std::array<Counter, 4> admission_stop_known_;  // the four reasons, in kAdmissionReasons order
 };
 
 }  // namespace stoke

@@ -25,9 +25,9 @@ using error_code = boost::system::error_code;
 HttpServer::Impl::Impl(HttpServerOptions o)
     : options(std::move(o)),
       ioc(std::make_unique<asio::io_context>()),
-      acceptor(std::make_unique<tcp::acceptor>(*ioc)),
+      acceptor(std::make_unique<tcp::acceptor>(asio::make_strand(*ioc))),
       signals(std::make_unique<asio::signal_set>(*ioc)),
-      accept_retry(std::make_unique<asio::steady_timer>(*ioc)) {
+      accept_retry(std::make_unique<asio::steady_timer>(acceptor->get_executor())) {
   if (!options.error_body) options.error_body = DefaultHttpErrorBody;
 }
 

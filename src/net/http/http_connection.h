@@ -40,6 +40,7 @@ struct HttpServer::Impl {
 
   // Declared last, destroyed first (see ~Impl): the io objects before the io_context they belong to.
   std::unique_ptr<boost::asio::io_context> ioc;
+  // On a strand of its own, shared with accept_retry: accepting, retrying and closing never overlap.
   std::unique_ptr<boost::asio::ip::tcp::acceptor> acceptor;
   std::unique_ptr<boost::asio::signal_set> signals;
   std::unique_ptr<boost::asio::steady_timer> accept_retry;

@@ -133,11 +133,14 @@ void HttpServer::Shutdown(std::chrono::milliseconds drain) {
     impl->stop_cv.notify_all();
   }
   impl->draining = true;
-  asio::post(*impl->ioc, [impl] {
+  asio::post(impl->acceptor->get_executor(), [impl] {
     boost::system::error_code ignored;
     impl->acceptor->close(ignored);
-    impl->signals->cancel(ignored);
     impl->accept_retry->cancel();
+  });
+  asio::post(*impl->ioc, [impl] {
+    boost::system::error_code ignored;
+    impl->signals->cancel(ignored);
   });
   ForEachConnection(impl, /*force=*/false);  // idle connections close now, busy ones after their response
   const auto deadline = std::chrono::steady_clock::now() + drain;

@@ -112,8 +112,9 @@ StatusOr<json> ParseBody(std::string_view body, std::string* param) {
   json j;
   try {
     j = json::parse(body);
-  } catch (const json::parse_error& e) {
-    // e.what(): "[json.exception.parse_error.101] parse error at line 1, column 5: ..."
+  } catch (const json::exception& e) {
+    // parse_error ("[json.exception.parse_error.101] parse error at line 1, column 5: ...") or out_of_range
+    // (a number too large for a double).
     std::string what = e.what();
     const size_t p = what.find("] ");
     return InvalidArgumentError("request body is not valid JSON: {}",

@@ -178,6 +178,8 @@ TEST(OpenAiCodecTest, InvalidJsonAndNonObjects) {
   EXPECT_THAT(ParseChatCompletionRequest("[1]").status().message(),
               HasSubstr("must be a JSON object, got array"));
   EXPECT_THAT(ParseChatCompletionRequest("").status().message(), HasSubstr("not valid JSON"));
+  // A number beyond a double's range is an out_of_range error inside the JSON library, not a crash.
+  EXPECT_THAT(ParseCompletionRequest(R"({"prompt": 1e999})").status().message(), HasSubstr("not valid JSON"));
   std::string deep(100, '[');
   EXPECT_THAT(ParseCompletionRequest("{\"prompt\": " + deep).status().message(), HasSubstr("deeper than"));
   // Brackets inside strings don't count as nesting.

@@ -1,0 +1,301 @@
+#include "net/kserve/embeddings_service.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "net/openai/openai_codec.h"
+
+namespace stoke {
+namespace {
+
+using nlohmann::json;
+
+void SendError(HttpResponder& r, const Status& s, std::string param = {}) {
+  ApiError e = ApiErrorFromStatus(s, std::move(param));
+  HttpResponse resp{.status = e.status, .body = ErrorJson(e)};
+  if (e.status == 503) resp.headers.emplace_back("Retry-After", "1");
+  r.Send(std::move(resp));
+}
+
+std::string Base64(const void* data, size_t n) {
+  static const char kTable[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  const auto* p = static_cast<const uint8_t*>(data);
+  std::string out;
+  out.reserve((n + 2) / 3 * 4);
+  size_t i = 0;
+  for (; i + 2 < n; i += 3) {
+    const uint32_t v = (p[i] << 16) | (p[i + 1] << 8) | p[i + 2];
+    out += kTable[v >> 18];
+    out += kTable[(v >> 12) & 63];
+    out += kTable[(v >> 6) & 63];
+    out += kTable[v & 63];
+  }
+  if (i < n) {
+    const uint32_t v = (p[i] << 16) | (i + 1 < n ? p[i + 1] << 8 : 0);
+    out += kTable[v >> 18];
+    out += kTable[(v >> 12) & 63];
+    out += i + 1 < n ? kTable[(v >> 6) & 63] : '=';
+    out += '=';
+  }
+  return out;
+}
+
+struct EmbeddingsRequest {
+  std::vector<std::string> texts;                // either texts
+  std::vector<std::vector<int32_t>> token_rows;  // or token ids
+  bool base64 = false;
+  std::string model;
+};
+
+// Parse + validate; on error *param names the field.
+StatusOr<EmbeddingsRequest> ParseEmbeddingsRequest(std::string_view body, int hidden, std::string* param) {
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return InvalidArgumentError("the request body must be a JSON object");
+  EmbeddingsRequest r;
+  if (j.contains("model")) {
+    *param = "model";
+    if (!j["model"].is_string()) return InvalidArgumentError("'model' must be a string");
+    r.model = j["model"].get<std::string>();
+  }
+  *param = "input";
+  if (!j.contains("input")) return InvalidArgumentError("'input' is required");
+  const json& in = j["input"];
+  auto token_id = [](const json& v, int32_t* out) {
+    if (!v.is_number_integer()) return false;
+    const int64_t x = v.get<int64_t>();
+    if (x < 0 || x > INT32_MAX) return false;
+    *out = static_cast<int32_t>(x);
+    return true;
+  };
+  if (in.is_string()) {
+    r.texts.push_back(in.get<std::string>());
+  } else if (in.is_array()) {
+    if (in.empty()) return InvalidArgumentError("'input' must not be an empty list");
+    if (in[0].is_string()) {
+      for (size_t i = 0; i < in.size(); ++i) {
+        if (!in[i].is_string()) return InvalidArgumentError("input[{}] must be a string like the others", i);
+        r.texts.push_back(in[i].get<std::string>());
+      }
+    } else if (in[0].is_number()) {
+      std::vector<int32_t> row;
+      for (size_t i = 0; i < in.size(); ++i) {
+        int32_t id;
+        if (!token_id(in[i], &id)) return InvalidArgumentError("input[{}] must be a token id (integer >= 0)", i);
+        row.push_back(id);
+      }
+      r.token_rows.push_back(std::move(row));
+    } else if (in[0].is_array()) {
+      for (size_t i = 0; i < in.size(); ++i) {
+        if (!in[i].is_array() || in[i].empty()) {
+          return InvalidArgumentError("input[{}] must be a non-empty list of token ids", i);
+        }
+        std::vector<int32_t> row;
+        for (size_t k = 0; k < in[i].size(); ++k) {
+          int32_t id;
+          if (!token_id(in[i][k], &id)) {
+            return InvalidArgumentError("input[{}][{}] must be a token id (integer >= 0)", i, k);
+          }
+          row.push_back(id);
+        }
+        r.token_rows.push_back(std::move(row));
+      }
+    } else {
+      return InvalidArgumentError("'input' must be a string, a list of strings or a list of token ids");
+    }
+  } else {
+    return InvalidArgumentError("'input' must be a string, a list of strings or a list of token ids");
+  }
+  if (j.contains("encoding_format")) {
+    *param = "encoding_format";
+    const json& f = j["encoding_format"];
+    if (!f.is_string() || (f.get<std::string>() != "float" && f.get<std::string>() != "base64")) {
+      return InvalidArgumentError("'encoding_format' must be \"float\" or \"base64\"");
+    }
+    r.base64 = f.get<std::string>() == "base64";
+  }
+  if (j.contains("dimensions") && !j["dimensions"].is_null()) {
+    *param = "dimensions";
+    if (!j["dimensions"].is_number_integer() || j["dimensions"].get<int64_t>() != hidden) {
+      return InvalidArgumentError("'dimensions' must be {} for this model (it cannot be shortened)", hidden);
+    }
+  }
+  param->clear();
+  return r;
+}
+
+// Collects the chunks' results; the last one to arrive sends the response (on the strand).
+struct EmbeddingsCall {
+  std::mutex mu;
+  std::vector<float> embeddings;  // [rows, hidden]
+  int pending = 0;
+  Status error;
+  int64_t hidden = 0;
+  size_t rows = 0;
+  int64_t prompt_tokens = 0;
+  bool base64 = false;
+  std::string model;
+};
+
+std::string EmbeddingsResponseJson(const EmbeddingsCall& c) {
+  std::string out = R"({"object":"list","data":[)";
+  for (size_t i = 0; i < c.rows; ++i) {
+    if (i) out += ',';
+    fmt::format_to(std::back_inserter(out), R"({{"object":"embedding","index":{},"embedding":)", i);
+    const float* row = c.embeddings.data() + i * c.hidden;
+    if (c.base64) {
+      out += '"' + Base64(row, c.hidden * sizeof(float)) + '"';
+    } else {
+      out += '[';
+      for (int64_t k = 0; k < c.hidden; ++k) {
+        if (k) out += ',';
+        fmt::format_to(std::back_inserter(out), "{}", row[k]);
+      }
+      out += ']';
+    }
+    out += '}';
+  }
+  fmt::format_to(std::back_inserter(out), R"(],"model":{},"usage":{{"prompt_tokens":{},"total_tokens":{}}}}})",
+                 json(c.model).dump(), c.prompt_tokens, c.prompt_tokens);
+  return out;
+}
+
+}  // namespace
+
+EmbeddingsService::EmbeddingsService(EmbeddingsServiceOptions options, ModelRepository* repo,
+                                     const MetricsRegistry* registry)
+    : options_(std::move(options)),
+      repo_(repo),
+      registry_(registry),
+      created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+                   .count()) {}
+
+void EmbeddingsService::SetModel(std::shared_ptr<const BertClassicModel> model) {
+  std::lock_guard lock(mu_);
+  model_ = std::move(model);
+}
+
+void EmbeddingsService::RegisterRoutes(HttpServer& server) {
+  ModelRepository* repo = repo_;
+  if (options_.embeddings) {
+    server.Handle("POST", "/v1/embeddings", [this](const HttpRequest& req, std::shared_ptr<HttpResponder> r) {
+      HandleEmbeddings(req, std::move(r));
+    });
+  }
+  server.Handle("GET", "/v1/models", [this, repo](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
+    json data = json::array();
+    for (ServedModel* m : repo->models()) {
+      data.push_back(json{{"id", m->name()}, {"object", "model"}, {"created", created_}, {"owned_by", "stoke"}});
+    }
+    r->Send({.body = json{{"object", "list"}, {"data", data}}.dump()});
+  });
+  server.Handle("GET", "/health/live", [](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
+    r->Send({.body = R"({"status":"live"})"});
+  });
+  for (const char* path : {"/health/ready", "/health"}) {
+    server.Handle("GET", path, [repo](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
+      if (repo->ready()) {
+        r->Send({.body = R"({"status":"ready"})"});
+      } else {
+        r->Send({.status = 503, .body = R"({"status":"loading"})", .headers = {{"Retry-After", "1"}}});
+      }
+    });
+  }
+  if (registry_ != nullptr) {
+    server.Handle("GET", "/metrics", [this](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
+      r->Send({.status = 200, .content_type = kPrometheusContentType, .body = registry_->ExposeText()});
+    });
+  }
+}
+
+void EmbeddingsService::HandleEmbeddings(const HttpRequest& req, std::shared_ptr<HttpResponder> r) {
+  std::shared_ptr<const BertClassicModel> model;
+  {
+    std::lock_guard lock(mu_);
+    model = model_;
+  }
+  auto served = repo_->Find(options_.served_model_name, "");
+  if (model == nullptr || !served.ok() || !(*served)->ready()) {
+    SendError(*r, UnavailableError("the model is still loading"));
+    return;
+  }
+  ServedModel* m = *served;
+  std::string param;
+  auto parsed = ParseEmbeddingsRequest(req.body, model->hidden_size(), &param);
+  if (!parsed.ok()) {
+    SendError(*r, parsed.status(), param);
+    return;
+  }
+  if (!parsed->model.empty() && parsed->model != m->name()) {
+    bool alias = false;
+    for (const auto& a : options_.model_aliases) alias |= a == parsed->model;
+    if (!alias) {
+      ApiError e{.status = 404,
+                 .message = fmt::format("The model '{}' does not exist", parsed->model),
+                 .param = "model",
+                 .code = "model_not_found"};
+      r->Send({.status = 404, .body = ErrorJson(e)});
+      return;
+    }
+  }
+  int64_t longest = 0, total = 0;
+  auto rows = parsed->texts.empty() ? model->CheckIds(std::move(parsed->token_rows), &longest, &total)
+                                    : model->TokenizeTexts(parsed->texts, &longest, &total);
+  if (!rows.ok()) {
+    SendError(*r, rows.status(), "input");
+    return;
+  }
+  auto call = std::make_shared<EmbeddingsCall>();
+  std::vector<std::vector<int32_t>>& all = (*rows)->rows;
+  call->hidden = model->hidden_size();
+  call->rows = all.size();
+  call->embeddings.resize(all.size() * call->hidden);
+  call->prompt_tokens = total;
+  call->base64 = parsed->base64;
+  call->model = m->name();
+  // Requests of at most max_batch_size rows, all submitted before any can finish.
+  const size_t chunk = static_cast<size_t>(std::max(1, m->config().max_batch_size));
+  const size_t num_chunks = (all.size() + chunk - 1) / chunk;
+  call->pending = static_cast<int>(num_chunks);
+  const InferOptions opts{.arrival = req.recv_time};
+  for (size_t c = 0; c < num_chunks; ++c) {
+    const size_t begin = c * chunk, end = std::min(all.size(), begin + chunk);
+    auto part = std::make_unique<TokenRows>();
+    int64_t part_longest = 0;
+    for (size_t i = begin; i < end; ++i) {
+      part_longest = std::max<int64_t>(part_longest, all[i].size());
+      part->rows.push_back(std::move(all[i]));
+    }
+    Status s = m->Submit(std::move(part), static_cast<int64_t>(end - begin), part_longest, opts,
+                         [call, r, begin](InferResult res) {
+                           std::lock_guard lock(call->mu);
+                           if (res.status.ok()) {
+                             const InferTensor& t = res.outputs.at(0);
+                             std::memcpy(call->embeddings.data() + begin * call->hidden, t.data.data(),
+                                         t.data.size());
+                           } else if (call->error.ok()) {
+                             call->error = res.status;
+                           }
+                           if (--call->pending > 0) return;
+                           r->Post([call, r] {
+                             if (!call->error.ok()) {
+                               SendError(*r, call->error);
+                             } else {
+                               r->Send({.body = EmbeddingsResponseJson(*call)});
+                             }
+                           });
+                         });
+    if (!s.ok()) {
+      // Chunks already queued finish on their own; the response carries this error.
+      std::lock_guard lock(call->mu);
+      if (call->error.ok()) call->error = s;
+      call->pending -= static_cast<int>(num_chunks - c);
+      if (call->pending == 0) SendError(*r, call->error);
+      return;
+    }
+  }
+}
+
+}  // namespace stoke

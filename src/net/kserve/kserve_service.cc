@@ -1,0 +1,257 @@
+#include "net/kserve/kserve_service.h"
+
+#include "net/kserve/kserve_codec.h"
+
+namespace stoke {
+namespace {
+
+using nlohmann::json;
+
+HttpResponse JsonReply(int status, std::string body) {
+  HttpResponse resp;
+  resp.status = status;
+  resp.body = std::move(body);
+  if (status == 503) resp.headers.emplace_back("Retry-After", "1");
+  return resp;
+}
+
+HttpResponse ErrorReply(const Status& s) { return JsonReply(HttpStatusFor(s), KserveErrorBody(s.message())); }
+
+// Triton answers health and readiness with a status code only.
+HttpResponse Empty(int status) { return {.status = status, .content_type = "text/plain", .body = ""}; }
+
+json Duration(const DurationStat& d) { return json{{"count", d.count}, {"ns", d.ns}}; }
+
+json TensorMetadata(const TensorSpec& s, int max_batch_size) {
+  std::vector<int64_t> shape;
+  if (max_batch_size > 0) shape.push_back(-1);
+  shape.insert(shape.end(), s.dims.begin(), s.dims.end());
+  return json{{"name", s.name}, {"datatype", std::string(TensorTypeName(s.type))}, {"shape", shape}};
+}
+
+// The ledger of one infer request, all monotonic ns.
+struct CallTimes {
+  Nanos recv = 0;    // first byte
+  Nanos submit = 0;  // parsed, validated, tokenised, queued
+};
+
+void ObserveLedger(ClassicMetrics* metrics, const CallTimes& c, const RequestTimes& t, Nanos sent) {
+  if (metrics == nullptr) return;
+  ClassicLedger l;
+  l[static_cast<int>(ClassicStage::kRecv)] = c.submit - c.recv;
+  l[static_cast<int>(ClassicStage::kQueue)] = t.dispatch - t.enqueue;
+  l[static_cast<int>(ClassicStage::kPreprocess)] = t.exec.preprocess;
+  l[static_cast<int>(ClassicStage::kH2d)] = t.exec.h2d;
+  l[static_cast<int>(ClassicStage::kCompute)] = t.exec.compute;
+  l[static_cast<int>(ClassicStage::kD2h)] = t.exec.d2h;
+  l[static_cast<int>(ClassicStage::kPostprocess)] = t.exec.postprocess;
+  l[static_cast<int>(ClassicStage::kSend)] = sent - t.done;
+  metrics->ObserveLedger(l);
+}
+
+}  // namespace
+
+const std::vector<std::string>& KserveExtensions() {
+  static const std::vector<std::string> kExt = {"binary_tensor_data", "parameters",     "statistics",
+                                                "model_configuration", "schedule_policy", "model_repository"};
+  return kExt;
+}
+
+KserveService::KserveService(KserveServiceOptions options, ModelRepository* repo)
+    : options_(std::move(options)), repo_(repo) {}
+
+json KserveService::ServerMetadataJson() const {
+  return json{{"name", options_.server_name}, {"version", options_.server_version}, {"extensions", KserveExtensions()}};
+}
+
+json KserveService::ModelMetadataJson(const ServedModel& m) {
+  json inputs = json::array(), outputs = json::array();
+  const int mbs = m.config().max_batch_size;
+  for (const TensorSpec& s : m.model().signature().inputs) inputs.push_back(TensorMetadata(s, mbs));
+  for (const TensorSpec& s : m.model().signature().outputs) outputs.push_back(TensorMetadata(s, mbs));
+  return json{{"name", m.name()},
+              {"versions", json::array({m.version()})},
+              {"platform", m.model().platform()},
+              {"inputs", inputs},
+              {"outputs", outputs}};
+}
+
+json KserveService::ModelConfigJson(const ServedModel& m) {
+  json j = m.config().ToJson();
+  j["name"] = m.name();
+  j["platform"] = m.model().platform();
+  j["backend"] = "stoke";
+  j["version_policy"] = json{{"latest", json{{"num_versions", 1}}}};
+  json in = json::array(), out = json::array();
+  for (const TensorSpec& s : m.model().signature().inputs) {
+    in.push_back(json{{"name", s.name},
+                      {"data_type", std::string(TensorTypeConfigName(s.type))},
+                      {"format", "FORMAT_NONE"},
+                      {"dims", s.dims},
+                      {"is_shape_tensor", false},
+                      {"allow_ragged_batch", false},
+                      {"optional", false}});
+  }
+  for (const TensorSpec& s : m.model().signature().outputs) {
+    out.push_back(json{{"name", s.name},
+                       {"data_type", std::string(TensorTypeConfigName(s.type))},
+                       {"dims", s.dims},
+                       {"label_filename", ""},
+                       {"is_shape_tensor", false}});
+  }
+  j["input"] = in;
+  j["output"] = out;
+  j["model_transaction_policy"] = json{{"decoupled", false}};
+  j["response_cache"] = json{{"enable", false}};
+  j["parameters"] = json::object();
+  return j;
+}
+
+json KserveService::ModelStatsJson(const ServedModel& m) {
+  const ModelStats s = m.Stats();
+  json batch = json::array();
+  for (const auto& [rows, b] : s.batch_stats) {
+    batch.push_back(json{{"batch_size", static_cast<uint64_t>(rows)},
+                         {"compute_input", Duration(b.compute_input)},
+                         {"compute_infer", Duration(b.compute_infer)},
+                         {"compute_output", Duration(b.compute_output)}});
+  }
+  return json{{"name", m.name()},
+              {"version", m.version()},
+              {"last_inference", s.last_inference_ms},
+              {"inference_count", s.inference_count},
+              {"execution_count", s.execution_count},
+              {"inference_stats",
+               json{{"success", Duration(s.success)},
+                    {"fail", Duration(s.fail)},
+                    {"queue", Duration(s.queue)},
+                    {"compute_input", Duration(s.compute_input)},
+                    {"compute_infer", Duration(s.compute_infer)},
+                    {"compute_output", Duration(s.compute_output)},
+                    {"cache_hit", Duration(s.cache_hit)},
+                    {"cache_miss", Duration(s.cache_miss)}}},
+              {"batch_stats", batch},
+              {"memory_usage", json::array()}};
+}
+
+void KserveService::RegisterRoutes(HttpServer& server) {
+  ModelRepository* repo = repo_;
+  server.Handle("GET", "/v2/health/live", [](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
+    r->Send(Empty(200));
+  });
+  server.Handle("GET", "/v2/health/ready", [repo](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
+    r->Send(Empty(repo->ready() ? 200 : 400));
+  });
+  server.Handle("GET", "/v2", [this](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
+    r->Send(JsonReply(200, ServerMetadataJson().dump()));
+  });
+  server.Handle("GET", "/v2/models/stats", [repo](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
+    json all = json::array();
+    for (ServedModel* m : repo->models()) all.push_back(ModelStatsJson(*m));
+    r->Send(JsonReply(200, json{{"model_stats", all}}.dump()));
+  });
+  server.Handle("POST", "/v2/repository/index", [repo](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
+    json all = json::array();
+    for (ServedModel* m : repo->models()) {
+      all.push_back(json{{"name", m->name()}, {"version", m->version()}, {"state", m->ready() ? "READY" : "LOADING"}});
+    }
+    r->Send(JsonReply(200, all.dump()));
+  });
+  for (ServedModel* m : repo_->models()) {
+    const std::string base = "/v2/models/" + m->name();
+    for (const std::string& prefix : {base, base + "/versions/" + m->version()}) {
+      server.Handle("GET", prefix, [m](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
+        if (!m->ready()) return r->Send(ErrorReply(UnavailableError("model '{}' is not ready", m->name())));
+        r->Send(JsonReply(200, ModelMetadataJson(*m).dump()));
+      });
+      server.Handle("GET", prefix + "/ready", [m](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
+        if (m->ready()) {
+          r->Send(Empty(200));
+        } else {
+          r->Send(JsonReply(400, KserveErrorBody("model '" + m->name() + "' is not ready")));
+        }
+      });
+      server.Handle("GET", prefix + "/config", [m](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
+        if (!m->ready()) return r->Send(ErrorReply(UnavailableError("model '{}' is not ready", m->name())));
+        r->Send(JsonReply(200, ModelConfigJson(*m).dump()));
+      });
+      server.Handle("GET", prefix + "/stats", [m](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
+        r->Send(JsonReply(200, json{{"model_stats", json::array({ModelStatsJson(*m)})}}.dump()));
+      });
+      server.Handle("POST", prefix + "/infer", [this, m](const HttpRequest& req, std::shared_ptr<HttpResponder> r) {
+        HandleInfer(m, req, std::move(r));
+      });
+    }
+  }
+}
+
+void KserveService::HandleInfer(ServedModel* m, const HttpRequest& req, std::shared_ptr<HttpResponder> r) {
+  if (!m->ready()) {
+    r->Send(ErrorReply(UnavailableError("model '{}' is not ready", m->name())));
+    return;
+  }
+  const std::string encoding = req.Header("content-encoding");
+  if (!encoding.empty() && encoding != "identity") {
+    r->Send(ErrorReply(UnimplementedError("Content-Encoding '{}' is not supported; send the body uncompressed",
+                                          encoding)));
+    return;
+  }
+  auto header_length = ParseHeaderLength(req.Header("inference-header-content-length"));
+  if (!header_length.ok()) {
+    r->Send(ErrorReply(header_length.status()));
+    return;
+  }
+  StatusOr<RestInferRequest> parsed =
+      (*header_length && **header_length == 0)
+          ? ParseRawBinaryRequest(req.body, m->model().signature(), m->config().max_batch_size)
+          : ParseRestInferRequest(req.body, *header_length);
+  if (!parsed.ok()) {
+    r->Send(ErrorReply(parsed.status()));
+    return;
+  }
+  for (const RequestedOutput& o : parsed->outputs) {
+    bool known = false;
+    for (const TensorSpec& s : m->model().signature().outputs) known |= s.name == o.name;
+    if (!known) {
+      r->Send(ErrorReply(InvalidArgumentError("unexpected inference output '{}' for model '{}'", o.name, m->name())));
+      return;
+    }
+  }
+  InferOptions opts{.priority = parsed->priority, .timeout_us = parsed->timeout_us, .arrival = req.recv_time};
+  std::vector<InferTensor> inputs = std::move(parsed->inputs);
+  auto call = std::make_shared<RestInferRequest>(std::move(parsed).value());
+  auto times = std::make_shared<CallTimes>(CallTimes{.recv = req.recv_time});
+  times->submit = MonotonicNanos();
+  Status s = m->Infer(std::move(inputs), opts, [m, r, call, times](InferResult result) {
+    auto res = std::make_shared<InferResult>(std::move(result));
+    r->Post([m, r, call, times, res] {
+      if (!res->status.ok()) {
+        r->Send(ErrorReply(res->status));
+        return;
+      }
+      auto encoded = EncodeRestInferResponse(m->name(), m->version(), *call, std::move(res->outputs));
+      if (!encoded.ok()) {
+        r->Send(ErrorReply(encoded.status()));
+        return;
+      }
+      HttpResponse resp;
+      resp.body = std::move(encoded->body);
+      if (encoded->header_length) {
+        resp.content_type = "application/octet-stream";
+        resp.headers.emplace_back("Inference-Header-Content-Length", std::to_string(*encoded->header_length));
+      }
+      const RequestTimes t = res->times;
+      r->OnComplete([m, times, t](bool ok, Nanos when) {
+        if (ok) ObserveLedger(m->metrics(), *times, t, when);
+      });
+      r->Send(std::move(resp));
+    });
+  });
+  if (!s.ok()) {
+    // Queue-full rejections are counted by the batcher; malformed requests here.
+    if (m->metrics() != nullptr && s.code() != StatusCode::kUnavailable) m->metrics()->OnFailure("OTHER");
+    r->Send(ErrorReply(s));
+  }
+}
+
+}  // namespace stoke
