@@ -124,8 +124,10 @@ def test_full_queue_answers_503(start_server):
     with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
         results = list(pool.map(post, range(8)))
     codes = [c for c, _, _ in results]
-    assert codes.count(200) >= 2, codes  # one running + one waiting always get through
+    # at most one runs and one waits at a time: some get through, the flood gets 503
+    assert codes.count(200) >= 1, codes
     assert codes.count(503) >= 1, codes
+    assert codes.count(200) + codes.count(503) == len(codes), codes
     for code, retry_after, j in results:
         if code == 503:
             assert retry_after is not None
