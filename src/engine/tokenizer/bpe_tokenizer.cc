@@ -154,6 +154,10 @@ void BpeTokenizer::EncodePiece(const std::string& piece, std::vector<int32_t>* o
       return;
     }
   }
+  if (piece.size() > kCacheMaxPieceBytes) {  // long pieces are rare and would bloat the cache
+    MergePiece(piece, out);
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(cache_mu_);
     auto it = cache_.find(piece);

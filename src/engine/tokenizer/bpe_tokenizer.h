@@ -72,6 +72,7 @@ class BpeTokenizer final : public Tokenizer {
 
   // Per-pre-token cache: the same words recur constantly. Bounded; cleared when full.
   static constexpr size_t kCacheMaxEntries = 1 << 16;
+  static constexpr size_t kCacheMaxPieceBytes = 128;
   mutable std::mutex cache_mu_;
   mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;
 };

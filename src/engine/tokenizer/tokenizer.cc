@@ -33,11 +33,11 @@ std::string Tokenizer::TokenText(int32_t id) const {
 }
 
 StreamDecoder::StreamDecoder(const Tokenizer& tok, bool skip_special)
-    : tok_(tok), skip_special_(skip_special) {}
+    : tok_(&tok), skip_special_(skip_special) {}
 
 std::string StreamDecoder::Push(int32_t id) {
-  if (id < 0 || id >= tok_.vocab_size() || (skip_special_ && tok_.IsSpecial(id))) return "";
-  pending_ += tok_.DecodePiece(id, first_, skip_special_);
+  if (id < 0 || id >= tok_->vocab_size() || (skip_special_ && tok_->IsSpecial(id))) return "";
+  pending_ += tok_->DecodePiece(id, first_, skip_special_);
   first_ = false;
   const size_t n = tok::CompleteUtf8Prefix(pending_);
   if (n == 0) return "";

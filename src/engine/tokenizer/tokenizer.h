@@ -61,7 +61,7 @@ class StreamDecoder {
   std::string Flush();
 
  private:
-  const Tokenizer& tok_;
+  const Tokenizer* tok_;  // not owned; a pointer keeps StreamDecoder assignable
   bool skip_special_;
   std::string pending_;  // bytes of an incomplete UTF-8 sequence
   bool first_ = true;    // WordPiece: no space before the first word
