@@ -10,8 +10,8 @@ namespace stoke::cuda {
 Status CudaError(const char* file, int line, const char* expr, cudaError_t err);
 }  // namespace stoke::cuda
 
-#define CUDA_RETURN_IF_ERROR(expr)                                                   \
-  do {                                                                               \
-    cudaError_t _e = (expr);                                                         \
+#define CUDA_RETURN_IF_ERROR(expr)                                                         \
+  do {                                                                                     \
+    cudaError_t _e = (expr);                                                               \
     if (_e != cudaSuccess) return ::stoke::cuda::CudaError(__FILE__, __LINE__, #expr, _e); \
   } while (0)

@@ -7,8 +7,8 @@ namespace {
 constexpr int kThreads = 256;
 
 // One block per row; a block-wide sum of squares through warp shuffles, then scale.
-__global__ void RmsNormKernel(const float* __restrict__ x, const float* __restrict__ w, int64_t dim, float eps,
-                              float* __restrict__ out) {
+__global__ void RmsNormKernel(const float* __restrict__ x, const float* __restrict__ w, int64_t dim,
+                              float eps, float* __restrict__ out) {
   const float* row = x + blockIdx.x * dim;
   float* orow = out + blockIdx.x * dim;
   float sum = 0.f;

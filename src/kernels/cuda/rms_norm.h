@@ -1,4 +1,5 @@
-// RMSNorm on the GPU: out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * weight. Checked against cpu::RmsNorm.
+// RMSNorm on the GPU: out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * weight. Checked against
+// cpu::RmsNorm.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,0 +1,73 @@
+// Decoder attention on the GPU over a paged KV cache, plus the RoPE + cache-write kernel that fills it.
+// Checked against cpu::RopeNeox + cpu::WriteKv and cpu::PagedAttention. Device pointers; async on `stream`.
+//
+// Cache layout (one layer), the same as the CPU's PagedKvLayer:
+//   k, v = [num_blocks, block_size, num_kv_heads, head_dim] of T (fp32 or bf16)
+//   a sequence's position pos lives in slot = block_table[pos / block_size] * block_size + pos % block_size
+// block_tables = [num_seqs, max_blocks_per_seq] int32, row-major (unused tail entries may hold anything).
+// GQA: query head h reads kv head h / (heads / num_kv_heads). Softmax and accumulation in fp32.
+// Supported head_dim: 64, 128, 256 (others return InvalidArgument).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "base/status.h"
+
+namespace stoke::cuda {
+
+template <typename T>
+struct DevicePagedKv {
+  T* k = nullptr;
+  T* v = nullptr;
+  int num_blocks = 0;
+  int block_size = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+};
+
+// NeoX RoPE on q (in place) and k, then k and v stored into the cache:
+//   q = [tokens, heads, head_dim] (rotated in place), k, v = [tokens, num_kv_heads, head_dim] (read only),
+//   positions = [tokens], slots = [tokens] (negative: token skipped, its q still rotated),
+//   inv_freq = [head_dim / 2] fp32. Angle = positions[t] * inv_freq[i] in fp32, as the CPU.
+Status RopeWriteKv(float* q, const float* k, const float* v, const int32_t* positions, const int32_t* slots,
+                   int64_t tokens, int heads, const float* inv_freq, const DevicePagedKv<float>& kv,
+                   cudaStream_t stream);
+Status RopeWriteKv(__nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* positions,
+                   const int32_t* slots, int64_t tokens, int heads, const float* inv_freq,
+                   const DevicePagedKv<__nv_bfloat16>& kv, cudaStream_t stream);
+
+// Decode: one query token per sequence, attending to its context_lens[s] cached positions [0, ctx).
+// q, out = [num_seqs, heads, head_dim]. Long contexts are split into kDecodePartition-position pieces
+// processed by separate blocks, then merged by a second kernel (log-sum-exp weights); that needs
+// `workspace` of DecodeWorkspaceBytes(...) bytes (may be nullptr when it returns 0).
+// max_context_len bounds every context_lens[s]. A sequence with context 0 gets zeros.
+inline constexpr int kDecodePartition = 512;
+size_t DecodeWorkspaceBytes(int num_seqs, int heads, int head_dim, int max_context_len);
+Status PagedDecodeAttention(const float* q, const int32_t* block_tables, int max_blocks_per_seq,
+                            const int32_t* context_lens, int num_seqs, int heads, int max_context_len,
+                            float scale, const DevicePagedKv<float>& kv, void* workspace, float* out,
+                            cudaStream_t stream);
+Status PagedDecodeAttention(const __nv_bfloat16* q, const int32_t* block_tables, int max_blocks_per_seq,
+                            const int32_t* context_lens, int num_seqs, int heads, int max_context_len,
+                            float scale, const DevicePagedKv<__nv_bfloat16>& kv, void* workspace,
+                            __nv_bfloat16* out, cudaStream_t stream);
+
+// Prefill (chunked, variable length, causal): sequence s contributes tokens cu_seqlens[s] ..
+// cu_seqlens[s+1]-1 of q (total_tokens = cu_seqlens[num_seqs]), at positions start_pos[s] .. ; query i of s
+// attends to cached positions [0, start_pos[s] + i] (its own chunk must already be in the cache: RopeWriteKv
+// first), so a cached prefix is read from the cache like any other block. q, out = [total_tokens, heads,
+// head_dim]. One warp per (token, head), walking the keys in order: simple and exact, not yet tiled for
+// tensor cores.
+Status PrefillAttention(const float* q, const int32_t* cu_seqlens, const int32_t* start_pos, int num_seqs,
+                        int64_t total_tokens, const int32_t* block_tables, int max_blocks_per_seq, int heads,
+                        float scale, const DevicePagedKv<float>& kv, float* out, cudaStream_t stream);
+Status PrefillAttention(const __nv_bfloat16* q, const int32_t* cu_seqlens, const int32_t* start_pos,
+                        int num_seqs, int64_t total_tokens, const int32_t* block_tables,
+                        int max_blocks_per_seq, int heads, float scale,
+                        const DevicePagedKv<__nv_bfloat16>& kv, __nv_bfloat16* out, cudaStream_t stream);
+
+}  // namespace stoke::cuda

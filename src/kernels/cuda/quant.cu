@@ -1,0 +1,162 @@
+#include <cuda_fp16.h>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/quant.h"
+
+namespace stoke::cuda {
+namespace {
+
+constexpr int kQK = 32;
+constexpr int kQ4_1Bytes = 20;  // d, m (fp16), 16 bytes of nibbles
+constexpr int kQ8_0Bytes = 34;  // d (fp16), 32 int8
+constexpr int kGemvWarps = 8;
+
+__device__ __forceinline__ float LoadHalf(const uint8_t* p) {
+  return __half2float(__ushort_as_half(*reinterpret_cast<const unsigned short*>(p)));
+}
+
+// One warp per 32-value block: lane j produces value j.
+template <bool kQ4>
+__global__ void DequantKernel(const uint8_t* __restrict__ src, int64_t nb, __nv_bfloat16* __restrict__ dst) {
+  const int64_t b = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int j = threadIdx.x & 31;
+  if (b >= nb) return;
+  float v;
+  if constexpr (kQ4) {
+    const uint8_t* x = src + b * kQ4_1Bytes;
+    const float d = LoadHalf(x), m = LoadHalf(x + 2);
+    const uint8_t q = x[4 + (j & 15)];
+    const int qi = j < 16 ? (q & 0x0F) : (q >> 4);
+    v = __fadd_rn(__fmul_rn(static_cast<float>(qi), d), m);
+  } else {
+    const uint8_t* x = src + b * kQ8_0Bytes;
+    const float d = LoadHalf(x);
+    v = __fmul_rn(static_cast<float>(static_cast<int8_t>(x[2 + j])), d);
+  }
+  dst[b * kQK + j] = __float2bfloat16_rn(v);
+}
+
+// Loads the 32 activations of one block into registers (x 16-byte aligned).
+__device__ __forceinline__ void LoadX(const float* x, float (&v)[kQK]) {
+  const float4* p = reinterpret_cast<const float4*>(x);
+#pragma unroll
+  for (int i = 0; i < kQK / 4; ++i) {
+    const float4 f = p[i];
+    v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
+  }
+}
+__device__ __forceinline__ void LoadX(const __nv_bfloat16* x, float (&v)[kQK]) {
+  const uint4* p = reinterpret_cast<const uint4*>(x);
+#pragma unroll
+  for (int i = 0; i < kQK / 8; ++i) {
+    uint4 u = p[i];
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 f = __bfloat1622float2(h[j]);
+      v[8 * i + 2 * j] = f.x, v[8 * i + 2 * j + 1] = f.y;
+    }
+  }
+}
+
+// grid = ceil(n / kGemvWarps), block = kGemvWarps warps; warp w computes row blockIdx.x * kGemvWarps + w, its
+// lanes taking blocks lane, lane + 32, ... of the row (a warp reads 32 consecutive blocks at a time).
+template <bool kQ4, typename T>
+__global__ void __launch_bounds__(kGemvWarps * 32)
+    GemvKernel(const uint8_t* __restrict__ w, int64_t n, int64_t nb, const T* __restrict__ x,
+               T* __restrict__ y) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= n) return;
+  constexpr int kBytes = kQ4 ? kQ4_1Bytes : kQ8_0Bytes;
+  const uint8_t* wr = w + row * nb * kBytes;
+  float sum = 0.f;
+  for (int64_t b = lane; b < nb; b += 32) {
+    float xv[kQK];
+    LoadX(x + b * kQK, xv);
+    const uint8_t* blk = wr + b * kBytes;
+    const float d = LoadHalf(blk);
+    float dot = 0.f;
+    if constexpr (kQ4) {
+      const float m = LoadHalf(blk + 2);
+      float xs = 0.f;
+      const uint32_t* q4 = reinterpret_cast<const uint32_t*>(blk + 4);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint32_t q = q4[i];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const uint32_t byte = (q >> (8 * j)) & 0xFFu;
+          const int e = 4 * i + j;
+          dot += static_cast<float>(byte & 0x0Fu) * xv[e] + static_cast<float>(byte >> 4) * xv[e + 16];
+          xs += xv[e] + xv[e + 16];
+        }
+      }
+      sum += d * dot + m * xs;
+    } else {
+      const unsigned short* q2 = reinterpret_cast<const unsigned short*>(blk + 2);
+#pragma unroll
+      for (int i = 0; i < kQK / 2; ++i) {
+        const unsigned short q = q2[i];
+        dot += static_cast<float>(static_cast<int8_t>(q & 0xFF)) * xv[2 * i] +
+               static_cast<float>(static_cast<int8_t>(q >> 8)) * xv[2 * i + 1];
+      }
+      sum += d * dot;
+    }
+  }
+  sum = WarpSum(sum);
+  if (lane == 0) y[row] = FromFloat<T>(sum);
+}
+
+Status CheckType(const char* what, DType t, int64_t k) {
+  if (t != DType::kQ4_1 && t != DType::kQ8_0) {
+    return Status(StatusCode::kInvalidArgument, std::string(what) + ": only Q4_1 and Q8_0 are supported");
+  }
+  if (k % kQK != 0) {
+    return Status(StatusCode::kInvalidArgument, std::string(what) + ": length not a multiple of 32");
+  }
+  return OkStatus();
+}
+
+template <typename T>
+Status LaunchGemv(DType t, const void* w, int64_t n, int64_t k, const T* x, T* y, cudaStream_t stream) {
+  RETURN_IF_ERROR(CheckType("QuantGemv", t, k));
+  if (n <= 0 || k <= 0) return OkStatus();
+  const unsigned grid = CeilDiv(n, kGemvWarps);
+  const auto* wb = static_cast<const uint8_t*>(w);
+  if (t == DType::kQ4_1) {
+    GemvKernel<true, T><<<grid, kGemvWarps * 32, 0, stream>>>(wb, n, k / kQK, x, y);
+  } else {
+    GemvKernel<false, T><<<grid, kGemvWarps * 32, 0, stream>>>(wb, n, k / kQK, x, y);
+  }
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return OkStatus();
+}
+
+}  // namespace
+
+Status DequantizeToBf16(DType t, const void* src, int64_t n, __nv_bfloat16* dst, cudaStream_t stream) {
+  RETURN_IF_ERROR(CheckType("DequantizeToBf16", t, n));
+  if (n <= 0) return OkStatus();
+  const unsigned grid = CeilDiv(n, 256);
+  const auto* s = static_cast<const uint8_t*>(src);
+  if (t == DType::kQ4_1) {
+    DequantKernel<true><<<grid, 256, 0, stream>>>(s, n / kQK, dst);
+  } else {
+    DequantKernel<false><<<grid, 256, 0, stream>>>(s, n / kQK, dst);
+  }
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return OkStatus();
+}
+
+Status QuantGemv(DType t, const void* w, int64_t n, int64_t k, const float* x, float* y,
+                 cudaStream_t stream) {
+  return LaunchGemv(t, w, n, k, x, y, stream);
+}
+Status QuantGemv(DType t, const void* w, int64_t n, int64_t k, const __nv_bfloat16* x, __nv_bfloat16* y,
+                 cudaStream_t stream) {
+  return LaunchGemv(t, w, n, k, x, y, stream);
+}
+
+}  // namespace stoke::cuda

@@ -1,0 +1,28 @@
+// GGUF block-quantised weights on the GPU: Q4_1 and Q8_0 (layouts in kernels/cpu/quants.h, blocks of 32
+// values along the contiguous dimension). Checked against cpu::DequantizeRow. Device pointers; async on
+// `stream`.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "api/dtype.h"
+#include "base/status.h"
+
+namespace stoke::cuda {
+
+// dst[i] = bf16(d * q_i + m) for n values (n % 32 == 0) of blocks `src` of type t (kQ4_1 or kQ8_0); the fp32
+// value is computed exactly as ggml's reference (no FMA), then rounded to nearest even: bit-identical to
+// Fp32ToBf16(cpu::DequantizeRow(...)). src must be 2-byte aligned (4-byte for Q4_1).
+Status DequantizeToBf16(DType t, const void* src, int64_t n, __nv_bfloat16* dst, cudaStream_t stream);
+
+// The m = 1 matrix-vector product straight from the quantised blocks (decode's GEMV; no dequantised copy):
+//   y[r] = Σ_c W[r, c] · x[c],  W = [n, k] row-major in t (kQ4_1 or kQ8_0, k % 32 == 0), x = [k], y = [n].
+// x must be 16-byte aligned; y must not alias x. Accumulation in fp32, one warp per output row.
+Status QuantGemv(DType t, const void* w, int64_t n, int64_t k, const float* x, float* y, cudaStream_t stream);
+Status QuantGemv(DType t, const void* w, int64_t n, int64_t k, const __nv_bfloat16* x, __nv_bfloat16* y,
+                 cudaStream_t stream);
+
+}  // namespace stoke::cuda
