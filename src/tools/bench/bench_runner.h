@@ -1,0 +1,49 @@
+// A whole `stoke bench` run: discover the model, fetch KServe metadata, scrape /metrics alongside, run each
+// load point in turn, and return the report. Also the parsers for the command's option values.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "tools/bench/bench_types.h"
+#include "tools/bench/load_generator.h"
+#include "tools/bench/report.h"
+#include "tools/bench/workload.h"
+
+namespace stoke::bench {
+
+struct BenchOptions {
+  std::string url;
+  std::string model;  // "" = the first of GET /v1/models (OpenAI APIs)
+  Api api = Api::kOpenAiChat;
+  LoadMode mode = LoadMode::kConcurrency;
+  std::vector<double> loads;
+  WorkloadSpec workload;
+  PointOptions point;  // everything but mode/load, which come per point
+  bool stream = true;
+  bool ignore_eos = true;
+  bool kserve_binary = false;
+  bool scrape = true;
+  std::string metrics_path = "/metrics";
+  double scrape_interval_s = 1;
+  std::string label;
+  std::string command;
+  bool quiet = false;
+};
+
+// "1,2,4" | "1:256" (powers of two from 1 to 256) | "sweep" (1:256). Rates: "5,10,20.5".
+StatusOr<std::vector<double>> ParseLoadList(std::string_view spec, bool powers_of_two_ranges);
+// "ttft=200ms,tpot=50ms,e2e=2s"; units ms (default), s, us.
+StatusOr<Slo> ParseSlo(std::string_view spec);
+StatusOr<Api> ParseApi(std::string_view name);
+
+StatusOr<BenchReport> RunBench(const BenchOptions& opts, ProgressPrinter* progress);
+
+// "host: 2 CPUs (model name), Linux 6.1"; "" parts are skipped.
+std::string DescribeHost();
+// The short commit of the git checkout in the working directory, or "".
+std::string GitCommit();
+
+}  // namespace stoke::bench

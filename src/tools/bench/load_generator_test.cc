@@ -1,0 +1,183 @@
+// The generator against an in-process server that answers every request after exactly 20 ms (on its own
+// thread): closed-loop throughput must be concurrency / 20 ms and latency 20 ms plus loopback overhead.
+#include "tools/bench/load_generator.h"
+
+#include <gtest/gtest.h>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <memory>
+#include <thread>
+
+namespace stoke::bench {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+constexpr auto kDelay = std::chrono::milliseconds(20);
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  explicit Session(tcp::socket s) : socket_(std::move(s)), timer_(socket_.get_executor()) {}
+  void Read() {
+    req_ = {};
+    http::async_read(socket_, buf_, req_, [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec) return;
+      self->timer_.expires_after(kDelay);
+      self->timer_.async_wait([self](beast::error_code) { self->Write(); });
+    });
+  }
+  void Write() {
+    res_ = {http::status::ok, 11};
+    res_.set(http::field::content_type, "application/json");
+    res_.body() = R"({"data": [{"embedding": [1.0]}], "usage": {"prompt_tokens": 3}})";
+    res_.keep_alive(true);
+    res_.prepare_payload();
+    http::async_write(socket_, res_, [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (!ec) self->Read();
+    });
+  }
+
+ private:
+  tcp::socket socket_;
+  asio::steady_timer timer_;
+  beast::flat_buffer buf_;
+  http::request<http::string_body> req_;
+  http::response<http::string_body> res_;
+};
+
+class DelayServer {
+ public:
+  DelayServer() : acceptor_(io_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)) {
+    Accept();
+    thread_ = std::thread([this] { io_.run(); });
+  }
+  ~DelayServer() {
+    io_.stop();
+    thread_.join();
+  }
+  int port() const { return acceptor_.local_endpoint().port(); }
+
+ private:
+  void Accept() {
+    acceptor_.async_accept([this](beast::error_code ec, tcp::socket s) {
+      if (!ec) std::make_shared<Session>(std::move(s))->Read();
+      Accept();
+    });
+  }
+  asio::io_context io_;
+  tcp::acceptor acceptor_;
+  std::thread thread_;
+};
+
+struct Fixture {
+  Fixture() : server(), prompts(*PromptSource::Create(*ParseWorkload("short"), Api::kOpenAiEmbeddings, 1)) {
+    endpoint = *ParseHttpUrl("http://127.0.0.1:" + std::to_string(server.port()));
+    proto.api = Api::kOpenAiEmbeddings;
+    proto.model = "m";
+  }
+  PointOptions Opts(LoadMode mode, double load) {
+    PointOptions o;
+    o.mode = mode;
+    o.load = load;
+    o.warmup_s = 0.2;
+    o.window_s = 0.4;
+    o.max_duration_s = 1.2;
+    o.stability = 0;           // always the full 1.2 s
+    o.max_send_lag_ms = 1000;  // this test checks latency, not the (shared, busy) machine's scheduling
+    o.max_cpu_percent = 101;
+    return o;
+  }
+  DelayServer server;
+  PromptSource prompts;
+  HttpEndpoint endpoint;
+  ProtocolOptions proto;
+};
+
+TEST(LoadGenerator, ClosedLoopMeasuresTheServersDelay) {
+  Fixture f;
+  LoadGenerator gen(f.endpoint, f.proto, &f.prompts);
+  int windows = 0;
+  auto p = gen.RunPoint(f.Opts(LoadMode::kConcurrency, 4),
+                        [&](const ProgressEvent& e) { windows += e.phase == ProgressEvent::Phase::kWindow; });
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(windows, 3);
+  EXPECT_EQ(p->windows.size(), 3u);
+  EXPECT_TRUE(p->errors.empty());
+  EXPECT_GT(p->succeeded, 100);
+  EXPECT_GE(p->latency_ms.min, 20.0);
+  EXPECT_LT(p->latency_ms.p50, 24.0);
+  // 4 clients / 20 ms = 200 requests/s, less the per-request overhead.
+  EXPECT_GT(p->requests_per_s, 160);
+  EXPECT_LE(p->requests_per_s, 201);
+  EXPECT_NEAR(p->measured_s, 1.2, 1e-6);
+  EXPECT_DOUBLE_EQ(p->mean_input_tokens, 3);  // the server's usage
+}
+
+TEST(LoadGenerator, OpenLoopSendsOnScheduleAndCountsFromIt) {
+  Fixture f;
+  LoadGenerator gen(f.endpoint, f.proto, &f.prompts);
+  PointOptions o = f.Opts(LoadMode::kRate, 100);
+  o.arrival = Arrival::kConstant;
+  auto p = gen.RunPoint(o, nullptr);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  // 100 requests/s for 1.2 s, each taking 20 ms: two in flight at a time, no queueing.
+  EXPECT_NEAR(static_cast<double>(p->sent), 120, 2);
+  EXPECT_NEAR(p->requests_per_s, 100, 5);
+  EXPECT_GE(p->latency_ms.min, 20.0);
+  EXPECT_LT(p->latency_ms.p50, 24.0);
+  EXPECT_EQ(p->generator.dropped_sends, 0);
+  EXPECT_EQ(p->generator.send_lag_ms.count, p->sent);
+}
+
+TEST(LoadGenerator, ConnectionCapDelaysSendsAndMarksThePointInvalid) {
+  Fixture f;
+  LoadGenerator gen(f.endpoint, f.proto, &f.prompts);
+  PointOptions o = f.Opts(LoadMode::kRate, 200);
+  o.arrival = Arrival::kConstant;
+  o.max_connections = 1;  // capacity 50 requests/s: sends fall behind the schedule
+  o.max_send_lag_ms = 10;
+  o.drain_timeout_s = 0.3;
+  auto p = gen.RunPoint(o, nullptr);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_FALSE(p->valid);
+  ASSERT_FALSE(p->invalid_reasons.empty());
+  EXPECT_GT(p->generator.send_lag_ms.p99, 100);
+  // Latency counts from the schedule, so the generator's own backlog shows: far above 20 ms.
+  EXPECT_GT(p->latency_ms.p99, 200);
+}
+
+TEST(LoadGenerator, RefusedConnectionIsAnError) {
+  asio::io_context io;
+  tcp::acceptor a(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  int port = a.local_endpoint().port();
+  a.close();  // nothing listens there now
+  auto prompts = *PromptSource::Create(*ParseWorkload("short"), Api::kOpenAiEmbeddings, 1);
+  ProtocolOptions proto;
+  proto.api = Api::kOpenAiEmbeddings;
+  LoadGenerator gen(*ParseHttpUrl("http://127.0.0.1:" + std::to_string(port)), proto, &prompts);
+  PointOptions o;
+  o.load = 2;
+  auto p = gen.RunPoint(o, nullptr);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kUnavailable);
+}
+
+TEST(HttpUrl, Parses) {
+  auto e = ParseHttpUrl("http://localhost:8000/prefix/");
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->host, "localhost");
+  EXPECT_EQ(e->port, "8000");
+  EXPECT_EQ(e->base_path, "/prefix");
+  EXPECT_EQ(ParseHttpUrl("http://[::1]:9/")->host, "::1");
+  EXPECT_EQ(ParseHttpUrl("127.0.0.1")->port, "80");
+  EXPECT_FALSE(ParseHttpUrl("https://x").ok());
+  EXPECT_FALSE(ParseHttpUrl("http://x:abc").ok());
+}
+
+}  // namespace
+}  // namespace stoke::bench

@@ -1,0 +1,80 @@
+#include "tools/bench/metrics_scraper.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace stoke::bench {
+namespace {
+
+constexpr const char* kScrape1 = R"(# HELP stoke:num_requests_running Running.
+# TYPE stoke:num_requests_running gauge
+stoke:num_requests_running{model_name="m"} 3
+# TYPE stoke:kv_cache_usage_ratio gauge
+stoke:kv_cache_usage_ratio{model_name="m"} 0.25
+# TYPE stoke:generation_tokens_total counter
+stoke:generation_tokens_total{model_name="m"} 100
+# TYPE stoke:request_stage_seconds histogram
+stoke:request_stage_seconds_bucket{model_name="m",stage="queue",le="+Inf"} 2
+stoke:request_stage_seconds_sum{model_name="m",stage="queue"} 0.5
+stoke:request_stage_seconds_count{model_name="m",stage="queue"} 2
+# TYPE other_gauge gauge
+other_gauge 5
+)";
+
+constexpr const char* kScrape2 = R"(# TYPE stoke:num_requests_running gauge
+stoke:num_requests_running{model_name="m"} 1
+# TYPE stoke:kv_cache_usage_ratio gauge
+stoke:kv_cache_usage_ratio{model_name="m"} 0.5
+# TYPE stoke:generation_tokens_total counter
+stoke:generation_tokens_total{model_name="m"} 300
+# TYPE stoke:request_stage_seconds histogram
+stoke:request_stage_seconds_sum{model_name="m",stage="queue"} 0.8
+stoke:request_stage_seconds_count{model_name="m",stage="queue"} 4
+# TYPE nv_gpu_utilization gauge
+nv_gpu_utilization{gpu_uuid="x",gpu="0"} 0.75
+)";
+
+TEST(Prometheus, ParsesSamplesLabelsAndTypes) {
+  std::map<std::string, std::string> types;
+  auto s = ParsePrometheusText("# TYPE a gauge\na{x=\"1\",y=\"q\\\"z\"} 2.5 1700000000\nb +Inf\n\n", &types);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_EQ(s->size(), 2u);
+  EXPECT_EQ((*s)[0].name, "a");
+  EXPECT_EQ((*s)[0].labels.at("x"), "1");
+  EXPECT_EQ((*s)[0].labels.at("y"), "q\"z");
+  EXPECT_DOUBLE_EQ((*s)[0].value, 2.5);
+  EXPECT_TRUE(std::isinf((*s)[1].value));
+  EXPECT_EQ(types["a"], "gauge");
+  EXPECT_FALSE(ParsePrometheusText("a{x=\"1\" 2\n", nullptr).ok());
+  EXPECT_FALSE(ParsePrometheusText("a notanumber\n", nullptr).ok());
+}
+
+TEST(Prometheus, SeriesBuilderKeepsGaugesRatesAndStageMeans) {
+  SeriesBuilder b;
+  for (auto [t, text] : {std::pair{0.0, kScrape1}, std::pair{2.0, kScrape2}}) {
+    std::map<std::string, std::string> types;
+    auto s = ParsePrometheusText(text, &types);
+    ASSERT_TRUE(s.ok());
+    b.Add(t, *s, types);
+  }
+  ServerSeries out = b.Take();
+  ASSERT_EQ(out.t_s.size(), 2u);
+  EXPECT_EQ(out.series.count("other_gauge"), 0u);  // not one the report charts
+  EXPECT_EQ(out.series["stoke:num_requests_running"], (std::vector<double>{3, 1}));
+  EXPECT_EQ(out.series["stoke:kv_cache_usage_ratio"], (std::vector<double>{0.25, 0.5}));
+  auto rate = out.series["stoke:generation_tokens_per_s"];
+  ASSERT_EQ(rate.size(), 2u);
+  EXPECT_TRUE(std::isnan(rate[0]));
+  EXPECT_DOUBLE_EQ(rate[1], 100);  // (300 - 100) / 2 s
+  auto queue = out.series["stage_ms:queue"];
+  EXPECT_TRUE(std::isnan(queue[0]));
+  EXPECT_DOUBLE_EQ(queue[1], 150);                     // (0.8 - 0.5) / (4 - 2) s
+  auto gpu = out.series["nv_gpu_utilization{gpu=0}"];  // first seen in the second scrape
+  ASSERT_EQ(gpu.size(), 2u);
+  EXPECT_TRUE(std::isnan(gpu[0]));
+  EXPECT_DOUBLE_EQ(gpu[1], 0.75);
+}
+
+}  // namespace
+}  // namespace stoke::bench

@@ -1,0 +1,93 @@
+"""Cross-check: stoke bench and Triton's perf_analyzer measure the same server and must agree.
+
+perf_analyzer comes from the tritonclient 2.50.0 wheel (tests/fixtures/install_perf_analyzer.sh explains why
+that one). The server is tests/fixtures/delay_server.py speaking KServe v2 REST (metadata, config, ready,
+stats, infer with binary tensors): throughput and p50/p99 latency must agree within 5 %.
+
+For OpenAI streaming, neither genai-perf nor guidellm installs usefully here (genai-perf needs the
+perf-analyzer wheel, which needs glibc 2.38; guidellm pulls in torch), so the check uses what genai-perf
+itself runs underneath: perf_analyzer --service-kind openai with a profile export of every response chunk's
+arrival time, from which TTFT and inter-token gaps are computed as genai-perf does.
+"""
+import csv
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "fixtures"))
+from bench_helpers import ROOT, DelayServer, pct, run_bench, stoke_bin_path  # noqa: E402
+
+PA_DIR = ROOT / ".venv" / "opt" / "perf_analyzer-2.50"
+
+
+def perf_analyzer():
+    exe = pathlib.Path(os.environ.get("PERF_ANALYZER", PA_DIR / "bin" / "perf_analyzer"))
+    if not exe.exists():
+        pytest.skip(f"perf_analyzer not installed at {exe}: run tests/fixtures/install_perf_analyzer.sh")
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = str(PA_DIR / "nvidia" / "cuda_runtime" / "lib") + ":" + env.get("LD_LIBRARY_PATH", "")
+    probe = subprocess.run([str(exe), "--version"], capture_output=True, text=True, env=env, timeout=30)
+    if "error while loading shared libraries" in probe.stderr or "GLIBC" in probe.stderr:
+        pytest.skip(f"perf_analyzer cannot run here: {probe.stderr.strip()[:200]}")
+    return exe, env
+
+
+def run_pa(args, cwd):
+    exe, env = perf_analyzer()
+    r = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, env=env, cwd=cwd, timeout=300)
+    assert r.returncode == 0, f"perf_analyzer {' '.join(map(str, args))}\n{r.stdout}\n{r.stderr}"
+    return r
+
+
+def within(a, b, rel):
+    return abs(a - b) <= rel * abs(b)
+
+
+def test_kserve_throughput_and_latency_agree_with_perf_analyzer(tmp_path):
+    perf_analyzer()
+    with DelayServer("--delay-ms", 100) as srv:
+        host = srv.url.removeprefix("http://")
+        run_pa(["-m", "fixture", "-u", host, "-i", "http", "--concurrency-range", "4:4",
+                "--measurement-interval", 3000, "--stability-percentage", 10, "-f", tmp_path / "pa.csv"], tmp_path)
+        bench = run_bench(srv.url, tmp_path / "bench", "--api", "kserve-http", "--model", "fixture",
+                          "--kserve-binary", "--concurrency", 4, "--warmup", 1, "--window", 3, "--duration", 12,
+                          "--stability", 0.1)
+    row = next(csv.DictReader(open(tmp_path / "pa.csv")))
+    pa = {"rps": float(row["Inferences/Second"]), "p50": float(row["p50 latency"]) / 1e3,
+          "p99": float(row["p99 latency"]) / 1e3}
+    p = bench.point(4)
+    assert p["valid"], p["invalid_reasons"]
+    ours = {"rps": p["throughput"]["requests_per_s"], "p50": p["latency_ms"]["p50"], "p99": p["latency_ms"]["p99"]}
+    for k in ("rps", "p50", "p99"):
+        assert within(ours[k], pa[k], 0.05), f"{k}: stoke bench {ours[k]:.3f} vs perf_analyzer {pa[k]:.3f}"
+
+
+def test_openai_streaming_ttft_and_itl_agree_with_perf_analyzer(tmp_path):
+    perf_analyzer()
+    n_tokens = 6
+    with DelayServer("--ttft-ms", 50, "--itl-ms", 20) as srv:
+        host = srv.url.removeprefix("http://")
+        payload = {"model": "fixture", "prompt": list(range(1000, 1016)), "max_tokens": n_tokens, "stream": True,
+                   "stream_options": {"include_usage": True}}
+        (tmp_path / "in.json").write_text(json.dumps({"data": [{"payload": [payload]}]}))
+        run_pa(["-m", "fixture", "--service-kind", "openai", "--endpoint", "v1/completions", "-u", host, "-i", "http",
+                "--async", "--concurrency-range", 2, "--measurement-interval", 3000, "--input-data",
+                tmp_path / "in.json", "--profile-export-file", tmp_path / "prof.json"], tmp_path)
+        bench = run_bench(srv.url, tmp_path / "bench", "--api", "openai-completions", "--concurrency", 2,
+                          "--input-len", 16, "--output-len", n_tokens, "--warmup", 1, "--window", 3,
+                          "--duration", 9, "--stability", 0.1)
+    requests = json.loads((tmp_path / "prof.json").read_text())["experiments"][0]["requests"]
+    ttft, itl = [], []
+    for r in requests:
+        ts = r["response_timestamps"]
+        assert len(ts) >= n_tokens
+        ttft.append((ts[0] - r["timestamp"]) / 1e6)  # ns -> ms; the first chunk carries the first token
+        itl += [(b - a) / 1e6 for a, b in zip(ts[:n_tokens], ts[1:n_tokens])]
+    p = bench.point(2)
+    assert p["valid"], p["invalid_reasons"]
+    assert within(p["ttft_ms"]["p50"], pct(ttft, 50), 0.05), (p["ttft_ms"], pct(ttft, 50))
+    assert within(p["itl_ms"]["p50"], pct(itl, 50), 0.05), (p["itl_ms"], pct(itl, 50))

@@ -1,0 +1,56 @@
+"""stoke bench against the real `stoke serve` (SmolLM2 on the CPU): exact token counts through the vLLM
+extensions stoke supports, streamed timings that agree with the server's own ledger, and its metrics scraped."""
+import json
+import pathlib
+import sys
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "fixtures"))
+from bench_helpers import run_bench  # noqa: E402
+
+SHORT = ["--input-len", 16, "--output-len", 8, "--warmup", 1, "--window", 2, "--duration", 4, "--stability", 0]
+
+
+def hist_sum_count(server, name):
+    m = server.metrics()
+    s = sum(v for (n, _), v in m.items() if n == name + "_sum")
+    c = sum(v for (n, _), v in m.items() if n == name + "_count")
+    return s, c
+
+
+def test_completions_sweep_against_stoke_serve(server, tmp_path):
+    s0, c0 = hist_sum_count(server, "stoke:e2e_request_latency_seconds")
+    run = run_bench(server.base_url, tmp_path, "--api", "openai-completions", "--concurrency", "1,2", *SHORT)
+    s1, c1 = hist_sum_count(server, "stoke:e2e_request_latency_seconds")
+    assert run.report["run"]["model"] == server.model_name()
+    for c in (1, 2):
+        p = run.point(c)
+        assert p["valid"], p["invalid_reasons"]
+        assert p["requests"]["errors"] == {}, p["requests"]["error_examples"]
+        assert p["requests"]["succeeded"] > 0
+        # ignore_eos + min_tokens = max_tokens: every request generates exactly 8 tokens from 16 prompt ids.
+        assert p["throughput"]["mean_output_tokens"] == 8
+        assert p["throughput"]["mean_input_tokens"] == 16
+        assert 0 < p["ttft_ms"]["p50"] < p["latency_ms"]["p50"]
+        assert p["itl_ms"]["count"] > 0
+    # The client's view and the server's ledger of the same requests: the client adds only loopback time.
+    server_mean_ms = (s1 - s0) / (c1 - c0) * 1e3
+    bench_mean_ms = sum(run.point(c)["latency_ms"]["mean"] * run.point(c)["requests"]["succeeded"] for c in (1, 2)) \
+        / sum(run.point(c)["requests"]["succeeded"] for c in (1, 2))
+    assert bench_mean_ms == pytest.approx(server_mean_ms, rel=0.15)
+    sm = run.report["server_metrics"]
+    assert sm["available"], sm["note"]
+    assert any(k.endswith("num_requests_running") for k in sm["series"])
+    assert any(k.startswith("stage_ms:") for k in sm["series"])
+
+
+def test_chat_streaming_against_stoke_serve(server, tmp_path):
+    run = run_bench(server.base_url, tmp_path, "--api", "openai-chat", "--concurrency", "2", *SHORT)
+    p = run.point(2)
+    assert p["valid"], p["invalid_reasons"]
+    assert p["requests"]["errors"] == {}, p["requests"]["error_examples"]
+    assert p["throughput"]["mean_output_tokens"] == 8
+    # 16 words of synthetic text plus the chat template: more than 16 tokens, counted by the server.
+    assert p["throughput"]["mean_input_tokens"] > 16
+    assert json.loads((tmp_path / "bench.json").read_text())["run"]["api"] == "openai-chat"
