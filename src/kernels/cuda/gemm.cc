@@ -1,0 +1,251 @@
+#include "kernels/cuda/gemm.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "base/file_util.h"
+#include "base/logging.h"
+#include "kernels/cuda/cuda_check.h"
+
+namespace stoke::cuda {
+namespace {
+
+Status LtError(const char* what, cublasStatus_t s) {
+  return InternalError("cuBLASLt {} failed: {} ({})", what, cublasLtGetStatusString(s), static_cast<int>(s));
+}
+#define LT_RETURN_IF_ERROR(expr)                                \
+  do {                                                          \
+    cublasStatus_t _s = (expr);                                 \
+    if (_s != CUBLAS_STATUS_SUCCESS) return LtError(#expr, _s); \
+  } while (0)
+
+}  // namespace
+
+// The descriptors of one call, destroyed with it (creating them costs ~1 µs each; cache later if it shows).
+struct BlasLtGemm::Descs {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~Descs() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+std::string GemmCacheKey(std::string_view gpu_name, int cc_major, int cc_minor, int cudart_version,
+                         size_t cublaslt_version) {
+  return fmt::format("{}|sm_{}{}|cudart={}|cublasLt={}", gpu_name, cc_major, cc_minor, cudart_version,
+                     cublaslt_version);
+}
+
+std::string GemmShapeKey(int64_t m, int64_t n, int64_t k, DType out) {
+  return fmt::format("m={},n={},k={},out={}", m, n, k, GetDTypeInfo(out).name);
+}
+
+std::string SerializeGemmCache(std::string_view key, const GemmCacheMap& entries) {
+  nlohmann::json j;
+  j["format"] = "stoke-gemm-cache-v1";
+  j["key"] = std::string(key);
+  nlohmann::json shapes = nlohmann::json::object();
+  for (const auto& [shape, e] : entries) {
+    nlohmann::json words = nlohmann::json::array();
+    for (uint64_t w : e.algo) words.push_back(fmt::format("{:016x}", w));
+    shapes[shape] = {{"algo", words}, {"us", e.micros}};
+  }
+  j["shapes"] = shapes;
+  return j.dump(1);
+}
+
+StatusOr<GemmCacheMap> ParseGemmCache(std::string_view text, std::string_view expected_key) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || j.value("format", "") != "stoke-gemm-cache-v1" ||
+      !j.contains("key") || !j["key"].is_string() || !j.contains("shapes") || !j["shapes"].is_object()) {
+    return InvalidArgumentError("not a stoke GEMM cache (format stoke-gemm-cache-v1)");
+  }
+  const std::string key = j["key"].get<std::string>();
+  if (key != expected_key) {
+    return FailedPreconditionError("GEMM cache was written for '{}', this machine is '{}'", key,
+                                   expected_key);
+  }
+  GemmCacheMap out;
+  for (const auto& [shape, e] : j["shapes"].items()) {
+    if (!e.is_object() || !e.contains("algo") || !e["algo"].is_array() || e["algo"].size() != 8) {
+      return InvalidArgumentError("GEMM cache entry '{}' malformed", shape);
+    }
+    GemmCacheEntry entry;
+    for (size_t i = 0; i < 8; ++i) {
+      if (!e["algo"][i].is_string()) return InvalidArgumentError("GEMM cache entry '{}' malformed", shape);
+      const std::string w = e["algo"][i].get<std::string>();
+      char* end = nullptr;
+      entry.algo[i] = std::strtoull(w.c_str(), &end, 16);
+      if (w.empty() || *end != '\0') return InvalidArgumentError("GEMM cache entry '{}' malformed", shape);
+    }
+    if (e.contains("us") && e["us"].is_number()) entry.micros = e["us"].get<float>();
+    out[shape] = entry;
+  }
+  return out;
+}
+
+StatusOr<std::unique_ptr<BlasLtGemm>> BlasLtGemm::Create(const GemmOptions& options) {
+  std::unique_ptr<BlasLtGemm> g(new BlasLtGemm());
+  g->options_ = options;
+  g->options_.candidates = std::max(1, options.candidates);
+  g->options_.timing_iters = std::max(1, options.timing_iters);
+  int dev = 0;
+  CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
+  cudaDeviceProp prop{};
+  CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, dev));
+  int rt = 0;
+  CUDA_RETURN_IF_ERROR(cudaRuntimeGetVersion(&rt));
+  g->key_ = GemmCacheKey(prop.name, prop.major, prop.minor, rt, cublasLtGetVersion());
+  LT_RETURN_IF_ERROR(cublasLtCreate(&g->handle_));
+  if (options.workspace_bytes > 0) CUDA_RETURN_IF_ERROR(cudaMalloc(&g->workspace_, options.workspace_bytes));
+  if (!options.cache_path.empty() && std::filesystem::exists(options.cache_path)) {
+    auto text = ReadFileToString(options.cache_path);
+    if (!text.ok()) {
+      g->load_status_ = "unreadable: " + text.status().ToString();
+    } else {
+      auto parsed = ParseGemmCache(*text, g->key_);
+      if (parsed.ok()) {
+        g->entries_ = std::move(*parsed);
+        g->load_status_ = fmt::format("loaded {}", g->entries_.size());
+      } else {
+        g->load_status_ = "refused: " + parsed.status().message();
+      }
+    }
+    if (g->entries_.empty())
+      LOG_WARN("GEMM cache {}: {}; it will be rebuilt", options.cache_path, g->load_status_);
+  }
+  return g;
+}
+
+BlasLtGemm::~BlasLtGemm() {
+  if (workspace_ != nullptr) cudaFree(workspace_);
+  if (handle_ != nullptr) cublasLtDestroy(handle_);
+}
+
+Status BlasLtGemm::Save() const {
+  if (options_.cache_path.empty()) return OkStatus();
+  const std::string tmp = options_.cache_path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) return InternalError("cannot write GEMM cache {}", tmp);
+    f << SerializeGemmCache(key_, entries_);
+    if (!f) return InternalError("cannot write GEMM cache {}", tmp);
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, options_.cache_path, ec);
+  if (ec) return InternalError("cannot rename {} to {}: {}", tmp, options_.cache_path, ec.message());
+  return OkStatus();
+}
+
+// Column-major view of the row-major product: Y^T[n, m] = W[n, k] · X^T[k, m]. W's memory is a column-major
+// k x n matrix (op T), X's a column-major k x m (op N), Y's a column-major n x m with ld n.
+static Status BuildDescs(int64_t m, int64_t n, int64_t k, DType out_type, size_t workspace,
+                         cublasLtMatmulDesc_t* op, cublasLtMatrixLayout_t* a, cublasLtMatrixLayout_t* b,
+                         cublasLtMatrixLayout_t* c, cublasLtMatmulPreference_t* pref) {
+  if (out_type != DType::kBF16 && out_type != DType::kF32) {
+    return InvalidArgumentError("BlasLtGemm: output must be BF16 or F32, not {}",
+                                GetDTypeInfo(out_type).name);
+  }
+  const cudaDataType_t ct = out_type == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F;
+  LT_RETURN_IF_ERROR(cublasLtMatmulDescCreate(op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(a, CUDA_R_16BF, k, n, k));
+  LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(b, CUDA_R_16BF, k, m, k));
+  LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(c, ct, n, m, n));
+  LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(pref));
+  LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(*pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                          &workspace, sizeof(workspace)));
+  return OkStatus();
+}
+
+Status BlasLtGemm::Choose(const Descs& d, const std::string& shape, const void* x, const void* w, void* y,
+                          cudaStream_t stream, cublasLtMatmulAlgo_t* algo) {
+  auto it = entries_.find(shape);
+  if (it != entries_.end()) {
+    static_assert(sizeof(cublasLtMatmulAlgo_t) == sizeof(it->second.algo));
+    std::memcpy(algo, it->second.algo.data(), sizeof(*algo));
+    cublasLtMatmulHeuristicResult_t check{};
+    if (cublasLtMatmulAlgoCheck(handle_, d.op, d.a, d.b, d.c, d.c, algo, &check) == CUBLAS_STATUS_SUCCESS &&
+        check.workspaceSize <= options_.workspace_bytes) {
+      return OkStatus();
+    }
+    LOG_WARN("GEMM cache: stored algorithm for {} rejected by cuBLASLt; re-tuning", shape);
+    entries_.erase(it);
+  }
+  std::vector<cublasLtMatmulHeuristicResult_t> cands(options_.candidates);
+  int returned = 0;
+  LT_RETURN_IF_ERROR(cublasLtMatmulAlgoGetHeuristic(handle_, d.op, d.a, d.b, d.c, d.c, d.pref,
+                                                    options_.candidates, cands.data(), &returned));
+  if (returned <= 0) return UnimplementedError("cuBLASLt has no algorithm for {}", shape);
+  const float alpha = 1.f, beta = 0.f;
+  int best = 0;
+  float best_us = 0.f;
+  if (returned > 1) {
+    cudaEvent_t e0, e1;
+    CUDA_RETURN_IF_ERROR(cudaEventCreate(&e0));
+    CUDA_RETURN_IF_ERROR(cudaEventCreate(&e1));
+    best = -1;
+    for (int i = 0; i < returned; ++i) {
+      const auto* al = &cands[i].algo;
+      if (cublasLtMatmul(handle_, d.op, &alpha, w, d.a, x, d.b, &beta, y, d.c, y, d.c, al, workspace_,
+                         options_.workspace_bytes, stream) != CUBLAS_STATUS_SUCCESS) {
+        continue;  // a candidate that cannot run here is skipped, not fatal
+      }
+      cudaEventRecord(e0, stream);
+      for (int r = 0; r < options_.timing_iters; ++r) {
+        cublasLtMatmul(handle_, d.op, &alpha, w, d.a, x, d.b, &beta, y, d.c, y, d.c, al, workspace_,
+                       options_.workspace_bytes, stream);
+      }
+      cudaEventRecord(e1, stream);
+      CUDA_RETURN_IF_ERROR(cudaEventSynchronize(e1));
+      float ms = 0.f;
+      cudaEventElapsedTime(&ms, e0, e1);
+      const float us = ms * 1000.f / options_.timing_iters;
+      if (best < 0 || us < best_us) best = i, best_us = us;
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    if (best < 0) return InternalError("no cuBLASLt candidate ran for {}", shape);
+  }
+  *algo = cands[best].algo;
+  GemmCacheEntry e;
+  std::memcpy(e.algo.data(), algo, sizeof(*algo));
+  e.micros = best_us;
+  entries_[shape] = e;
+  LOG_DEBUG("GEMM {}: candidate {} of {} ({:.1f} us)", shape, best, returned, best_us);
+  return OkStatus();
+}
+
+Status BlasLtGemm::Tune(const __nv_bfloat16* x, const __nv_bfloat16* w, void* y, DType out_type, int64_t m,
+                        int64_t n, int64_t k, cudaStream_t stream) {
+  Descs d;
+  RETURN_IF_ERROR(BuildDescs(m, n, k, out_type, options_.workspace_bytes, &d.op, &d.a, &d.b, &d.c, &d.pref));
+  cublasLtMatmulAlgo_t algo;
+  return Choose(d, GemmShapeKey(m, n, k, out_type), x, w, y, stream, &algo);
+}
+
+Status BlasLtGemm::Run(const __nv_bfloat16* x, const __nv_bfloat16* w, void* y, DType out_type, int64_t m,
+                       int64_t n, int64_t k, cudaStream_t stream) {
+  if (m <= 0 || n <= 0) return OkStatus();
+  Descs d;
+  RETURN_IF_ERROR(BuildDescs(m, n, k, out_type, options_.workspace_bytes, &d.op, &d.a, &d.b, &d.c, &d.pref));
+  cublasLtMatmulAlgo_t algo;
+  RETURN_IF_ERROR(Choose(d, GemmShapeKey(m, n, k, out_type), x, w, y, stream, &algo));
+  const float alpha = 1.f, beta = 0.f;
+  LT_RETURN_IF_ERROR(cublasLtMatmul(handle_, d.op, &alpha, w, d.a, x, d.b, &beta, y, d.c, y, d.c, &algo,
+                                    workspace_, options_.workspace_bytes, stream));
+  return OkStatus();
+}
+
+}  // namespace stoke::cuda
