@@ -1,0 +1,296 @@
+// GPU RoPE + KV write, paged decode attention (with the split-context reduction) and prefill attention
+// against cpu::RopeNeox / cpu::WriteKv / cpu::PagedAttention, and the GPU argmax / sampler. Skipped without a
+// GPU.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <numeric>
+#include <random>
+
+#include "base/thread_pool.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/gpu_test_util.h"
+#include "kernels/cuda/sampling.h"
+
+namespace stoke::cuda {
+namespace {
+
+using testing::DeviceBuffer;
+using testing::FromBf16;
+using testing::kTolBf16;
+using testing::kTolF32;
+using testing::RandomFloats;
+using testing::RoundBf16;
+using testing::ToBf16;
+
+std::vector<float> InvFreq(int head_dim, float theta = 10000.f) {
+  std::vector<float> f(head_dim / 2);
+  for (int i = 0; i < head_dim / 2; ++i) f[i] = std::pow(theta, -2.f * i / head_dim);
+  return f;
+}
+
+// A paged cache with shuffled physical blocks, one block table row per sequence, filled with random K/V for
+// every position of every sequence (the CPU holds the fp32 copy, the GPU fp32 or bf16).
+struct PagedFixture {
+  int block_size = 16, kv_heads = 2, head_dim = 64, num_blocks = 0, max_blocks = 0;
+  std::vector<int> lens;
+  std::vector<int32_t> tables;  // [num_seqs, max_blocks]
+  std::vector<float> k, v;      // [num_blocks, block_size, kv_heads, head_dim]
+
+  PagedFixture(std::vector<int> seq_lens, int bs, int kvh, int hd, bool bf16, uint32_t seed)
+      : block_size(bs), kv_heads(kvh), head_dim(hd), lens(std::move(seq_lens)) {
+    for (int l : lens) max_blocks = std::max(max_blocks, (l + bs - 1) / bs);
+    num_blocks = max_blocks * static_cast<int>(lens.size()) + 3;
+    std::vector<int32_t> phys(num_blocks);
+    std::iota(phys.begin(), phys.end(), 0);
+    std::shuffle(phys.begin(), phys.end(), std::mt19937(seed));
+    tables.assign(lens.size() * max_blocks, 0);
+    for (size_t s = 0, next = 0; s < lens.size(); ++s) {
+      for (int b = 0; b < (lens[s] + bs - 1) / bs; ++b) tables[s * max_blocks + b] = phys[next++];
+    }
+    const size_t n = static_cast<size_t>(num_blocks) * bs * kvh * hd;
+    k = RandomFloats(n, seed + 1);
+    v = RandomFloats(n, seed + 2);
+    if (bf16) k = RoundBf16(k), v = RoundBf16(v);
+  }
+  cpu::PagedKvLayer Cpu() { return {k.data(), v.data(), num_blocks, block_size, kv_heads, head_dim}; }
+};
+
+template <typename T>
+DevicePagedKv<T> Gpu(const PagedFixture& f, T* k, T* v) {
+  return DevicePagedKv<T>{k, v, f.num_blocks, f.block_size, f.kv_heads, f.head_dim};
+}
+
+class CudaDecode : public ::testing::TestWithParam<int> {};  // head_dim
+
+// Contexts of 1, 17, 513 (just past one split), 1500 and 4100 positions: one-split and multi-split paths.
+TEST_P(CudaDecode, MatchesCpuPagedAttention) {
+  SKIP_WITHOUT_GPU();
+  const int hd = GetParam(), heads = 8, kvh = 2;
+  const std::vector<int> lens = {1, 17, 513, 1500, 4100};
+  const int max_ctx = 4100, num_seqs = static_cast<int>(lens.size());
+  const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+  for (bool bf16 : {false, true}) {
+    PagedFixture f(lens, 16, kvh, hd, bf16, 100 + hd);
+    auto q = RandomFloats(static_cast<size_t>(num_seqs) * heads * hd, 200 + hd, -2.f, 2.f);
+    if (bf16) q = RoundBf16(q);
+    std::vector<float> want(q.size());
+    auto kvc = f.Cpu();
+    for (int s = 0; s < num_seqs; ++s) {
+      cpu::PagedAttention(q.data() + s * heads * hd, 1, heads, lens[s] - 1,
+                          f.tables.data() + s * f.max_blocks, kvc, scale, want.data() + s * heads * hd,
+                          ThreadPool::Default());
+    }
+    DeviceBuffer<int32_t> dt(f.tables), dl(std::vector<int32_t>(lens.begin(), lens.end()));
+    const size_t ws_bytes = DecodeWorkspaceBytes(num_seqs, heads, hd, max_ctx);
+    ASSERT_GT(ws_bytes, 0u);
+    DeviceBuffer<uint8_t> ws(ws_bytes);
+    if (!bf16) {
+      DeviceBuffer<float> dq(q), dk(f.k), dv(f.v), out(q.size());
+      STATUS_ASSERT(PagedDecodeAttention(dq.get(), dt.get(), f.max_blocks, dl.get(), num_seqs, heads, max_ctx,
+                                         scale, Gpu<float>(f, dk.get(), dv.get()), ws.get(), out.get(),
+                                         nullptr));
+      EXPECT_CLOSE(out.Download(), want, kTolF32, ("decode f32 hd=" + std::to_string(hd)).c_str());
+    } else {
+      DeviceBuffer<uint16_t> dq(ToBf16(q)), dk(ToBf16(f.k)), dv(ToBf16(f.v)), out(q.size());
+      STATUS_ASSERT(PagedDecodeAttention(dq.bf16(), dt.get(), f.max_blocks, dl.get(), num_seqs, heads,
+                                         max_ctx, scale, Gpu<__nv_bfloat16>(f, dk.bf16(), dv.bf16()),
+                                         ws.get(), out.bf16(), nullptr));
+      EXPECT_CLOSE(FromBf16(out.Download()), want, kTolBf16,
+                   ("decode bf16 hd=" + std::to_string(hd)).c_str());
+    }
+  }
+}
+INSTANTIATE_TEST_SUITE_P(HeadDims, CudaDecode, ::testing::Values(64, 128));
+
+// Three sequences in one batch: a fresh prompt, a chunk after a 37-token cached prefix, and a chunk after
+// 100.
+TEST(CudaPrefill, MatchesCpuPagedAttentionWithCachedPrefix) {
+  SKIP_WITHOUT_GPU();
+  const int hd = 64, heads = 9, kvh = 3;
+  const std::vector<int> start = {0, 37, 100}, chunk = {5, 20, 64};
+  std::vector<int> lens(3);
+  std::vector<int32_t> cu = {0};
+  for (int s = 0; s < 3; ++s) lens[s] = start[s] + chunk[s], cu.push_back(cu.back() + chunk[s]);
+  const int total = cu.back();
+  const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+  for (bool bf16 : {false, true}) {
+    PagedFixture f(lens, 16, kvh, hd, bf16, 7);
+    auto q = RandomFloats(static_cast<size_t>(total) * heads * hd, 8, -2.f, 2.f);
+    if (bf16) q = RoundBf16(q);
+    std::vector<float> want(q.size());
+    auto kvc = f.Cpu();
+    for (int s = 0; s < 3; ++s) {
+      cpu::PagedAttention(q.data() + cu[s] * heads * hd, chunk[s], heads, start[s],
+                          f.tables.data() + s * f.max_blocks, kvc, scale, want.data() + cu[s] * heads * hd,
+                          ThreadPool::Default());
+    }
+    DeviceBuffer<int32_t> dt(f.tables), dcu(cu), dsp(std::vector<int32_t>(start.begin(), start.end()));
+    if (!bf16) {
+      DeviceBuffer<float> dq(q), dk(f.k), dv(f.v), out(q.size());
+      STATUS_ASSERT(PrefillAttention(dq.get(), dcu.get(), dsp.get(), 3, total, dt.get(), f.max_blocks, heads,
+                                     scale, Gpu<float>(f, dk.get(), dv.get()), out.get(), nullptr));
+      EXPECT_CLOSE(out.Download(), want, kTolF32, "prefill f32");
+    } else {
+      DeviceBuffer<uint16_t> dq(ToBf16(q)), dk(ToBf16(f.k)), dv(ToBf16(f.v)), out(q.size());
+      STATUS_ASSERT(PrefillAttention(dq.bf16(), dcu.get(), dsp.get(), 3, total, dt.get(), f.max_blocks, heads,
+                                     scale, Gpu<__nv_bfloat16>(f, dk.bf16(), dv.bf16()), out.bf16(),
+                                     nullptr));
+      EXPECT_CLOSE(FromBf16(out.Download()), want, kTolBf16, "prefill bf16");
+    }
+  }
+}
+
+TEST(CudaRope, RopeWriteKvMatchesCpuRopeThenWriteKv) {
+  SKIP_WITHOUT_GPU();
+  const int hd = 128, heads = 8, kvh = 2, bs = 16, num_blocks = 8, tokens = 21;
+  std::vector<int32_t> pos(tokens), slots(tokens);
+  for (int t = 0; t < tokens; ++t) pos[t] = 3 + 97 * t, slots[t] = (t * 5) % (num_blocks * bs);
+  slots[4] = -1;  // padding: rotated q, no cache write
+  const auto inv = InvFreq(hd, 500000.f);
+  const size_t cache_n = static_cast<size_t>(num_blocks) * bs * kvh * hd;
+  for (bool bf16 : {false, true}) {
+    auto q = RandomFloats(tokens * heads * hd, 30), k = RandomFloats(tokens * kvh * hd, 31),
+         v = RandomFloats(tokens * kvh * hd, 32);
+    if (bf16) q = RoundBf16(q), k = RoundBf16(k), v = RoundBf16(v);
+    std::vector<float> wq = q, wk = k;
+    cpu::RopeNeox(wq.data(), pos.data(), tokens, heads, hd, inv.data());
+    cpu::RopeNeox(wk.data(), pos.data(), tokens, kvh, hd, inv.data());
+    std::vector<float> ck(cache_n, 0.f), cv(cache_n, 0.f);
+    cpu::PagedKvLayer kvc{ck.data(), cv.data(), num_blocks, bs, kvh, hd};
+    cpu::WriteKv(kvc, wk.data(), v.data(), slots.data(), tokens);
+    DeviceBuffer<int32_t> dpos(pos), dslots(slots);
+    DeviceBuffer<float> dinv(inv);
+    if (!bf16) {
+      DeviceBuffer<float> dq(q), dk(k), dv(v), kc(std::vector<float>(cache_n, 0.f)),
+          vc(std::vector<float>(cache_n, 0.f));
+      STATUS_ASSERT(RopeWriteKv(dq.get(), dk.get(), dv.get(), dpos.get(), dslots.get(), tokens, heads,
+                                dinv.get(), DevicePagedKv<float>{kc.get(), vc.get(), num_blocks, bs, kvh, hd},
+                                nullptr));
+      EXPECT_CLOSE(dq.Download(), wq, kTolF32, "rope q f32");
+      EXPECT_CLOSE(kc.Download(), ck, kTolF32, "rope k cache f32");
+      EXPECT_CLOSE(vc.Download(), cv, 1e-12, "v cache f32");
+    } else {
+      const std::vector<uint16_t> zeros(cache_n, 0);
+      DeviceBuffer<uint16_t> dq(ToBf16(q)), dk(ToBf16(k)), dv(ToBf16(v)), kc(zeros), vc(zeros);
+      STATUS_ASSERT(
+          RopeWriteKv(dq.bf16(), dk.bf16(), dv.bf16(), dpos.get(), dslots.get(), tokens, heads, dinv.get(),
+                      DevicePagedKv<__nv_bfloat16>{kc.bf16(), vc.bf16(), num_blocks, bs, kvh, hd}, nullptr));
+      EXPECT_CLOSE(FromBf16(dq.Download()), wq, kTolBf16, "rope q bf16");
+      EXPECT_CLOSE(FromBf16(kc.Download()), ck, kTolBf16, "rope k cache bf16");
+      EXPECT_CLOSE(FromBf16(vc.Download()), cv, 1e-12, "v cache bf16");
+    }
+  }
+}
+
+int32_t HostArgmax(const float* x, int n) {
+  int32_t best = -1;
+  for (int i = 0; i < n; ++i) {
+    if (std::isnan(x[i])) continue;
+    if (best < 0 || x[i] > x[best]) best = i;
+  }
+  return best < 0 ? 0 : best;
+}
+
+TEST(CudaSampling, ArgmaxMatchesHostWithTiesAndNaN) {
+  SKIP_WITHOUT_GPU();
+  const int rows = 6, vocab = 49152;
+  auto logits = RandomFloats(static_cast<size_t>(rows) * vocab, 40, -10.f, 10.f);
+  logits[1 * vocab + 777] = 50.f, logits[1 * vocab + 30000] = 50.f;  // tie: the lower id wins
+  logits[2 * vocab + 5] = NAN, logits[2 * vocab + 6] = 99.f;
+  for (int i = 0; i < vocab; ++i) logits[3 * vocab + i] = NAN;  // all NaN: 0
+  std::vector<int32_t> want(rows);
+  for (int r = 0; r < rows; ++r) want[r] = HostArgmax(logits.data() + r * vocab, vocab);
+  EXPECT_EQ(want[1], 777);
+  DeviceBuffer<float> dl(logits);
+  DeviceBuffer<int32_t> out(rows);
+  STATUS_ASSERT(ArgmaxRows(dl.get(), rows, vocab, out.get(), nullptr));
+  EXPECT_EQ(out.Download(), want);
+}
+
+// Many draws of one row: every draw lies in the top-k / top-p set and the frequencies follow the renormalised
+// softmax (within 5 sigma); greedy settings give the argmax; the same (seed, step) gives the same token.
+TEST(CudaSampling, SamplerFollowsTopKTopPDistribution) {
+  SKIP_WITHOUT_GPU();
+  const int vocab = 10, draws = 20000;
+  const std::vector<float> row = {1.0f, 2.5f, 0.3f, 2.5f, -1.f, 1.7f, NAN, 0.9f, 2.0f, -3.f};
+  const float temp = 0.8f, top_p = 0.8f;
+  const int top_k = 5;
+  // Reference: best first (ties lower id), keep 5, then the smallest prefix with mass >= 0.8 of them.
+  std::vector<int> order;
+  for (int i = 0; i < vocab; ++i)
+    if (!std::isnan(row[i])) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return row[a] > row[b]; });
+  order.resize(top_k);
+  double z = 0;
+  for (int i : order) z += std::exp((row[i] - 2.5) / temp);
+  std::vector<int> kept;
+  double mass = 0;
+  for (int i : order) {
+    kept.push_back(i);
+    mass += std::exp((row[i] - 2.5) / temp);
+    if (mass >= top_p * z) break;
+  }
+  std::map<int, double> p;
+  for (int i : kept) p[i] = std::exp((row[i] - 2.5) / temp) / mass;
+
+  std::vector<float> logits;
+  std::vector<RowSampling> params(draws);
+  for (int d = 0; d < draws; ++d) {
+    logits.insert(logits.end(), row.begin(), row.end());
+    params[d] = RowSampling{temp, top_k, top_p, 1234, static_cast<uint64_t>(d)};
+  }
+  DeviceBuffer<float> dl(logits);
+  DeviceBuffer<RowSampling> dp(params);
+  DeviceBuffer<int32_t> out(draws);
+  STATUS_ASSERT(SampleRows(dl.get(), draws, vocab, dp.get(), out.get(), nullptr));
+  const auto got = out.Download();
+  std::map<int, int> count;
+  for (int32_t id : got) ++count[id];
+  for (const auto& [id, c] : count) {
+    std::printf("  [sampler] id %d: %d draws (expected %.1f)\n", id, c, p.count(id) ? p[id] * draws : 0.0);
+    EXPECT_TRUE(p.count(id)) << "id " << id << " is outside the top-k/top-p set";
+  }
+  for (const auto& [id, prob] : p) {
+    const double mean = prob * draws, sigma = std::sqrt(draws * prob * (1 - prob));
+    EXPECT_NEAR(count[id], mean, 5 * sigma + 1) << "id " << id;
+  }
+  // Determinism: the same rows again give the same tokens.
+  DeviceBuffer<int32_t> out2(draws);
+  STATUS_ASSERT(SampleRows(dl.get(), draws, vocab, dp.get(), out2.get(), nullptr));
+  EXPECT_EQ(out2.Download(), got);
+  // Greedy settings: argmax (ties to the lower id: 1).
+  for (auto& q : params) q.temperature = 0.f;
+  dp.Upload(params);
+  STATUS_ASSERT(SampleRows(dl.get(), 4, vocab, dp.get(), out.get(), nullptr));
+  const auto greedy = out.Download();
+  for (int d = 0; d < 4; ++d) EXPECT_EQ(greedy[d], 1);
+}
+
+// A realistic vocabulary with bf16-like ties: top-k = 40 never leaves the 40 best.
+TEST(CudaSampling, TopKOnLargeVocabStaysInTopK) {
+  SKIP_WITHOUT_GPU();
+  const int vocab = 128256, rows = 64, k = 40;
+  auto logits = RoundBf16(RandomFloats(static_cast<size_t>(rows) * vocab, 50, -8.f, 8.f));
+  std::vector<RowSampling> params(rows);
+  for (int r = 0; r < rows; ++r) params[r] = RowSampling{1.5f, k, 1.f, 99, static_cast<uint64_t>(r)};
+  DeviceBuffer<float> dl(logits);
+  DeviceBuffer<RowSampling> dp(params);
+  DeviceBuffer<int32_t> out(rows);
+  STATUS_ASSERT(SampleRows(dl.get(), rows, vocab, dp.get(), out.get(), nullptr));
+  const auto got = out.Download();
+  for (int r = 0; r < rows; ++r) {
+    const float* x = logits.data() + static_cast<size_t>(r) * vocab;
+    ASSERT_GE(got[r], 0);
+    ASSERT_LT(got[r], vocab);
+    int better = 0;  // ids strictly ahead in best-first order
+    for (int i = 0; i < vocab; ++i) better += x[i] > x[got[r]] || (x[i] == x[got[r]] && i < got[r]);
+    EXPECT_LT(better, k) << "row " << r << " sampled id " << got[r];
+  }
+}
+
+}  // namespace
+}  // namespace stoke::cuda

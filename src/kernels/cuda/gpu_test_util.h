@@ -1,0 +1,129 @@
+// Helpers for the GPU-vs-CPU tests: device buffers poisoned with NaN, random inputs, bf16 rounding and the
+// rel-L2 / max-abs comparison that every test reports. Tests call SKIP_WITHOUT_GPU() first.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "base/half.h"
+#include "kernels/cuda/device.h"
+
+#define SKIP_WITHOUT_GPU()                                                            \
+  do {                                                                                \
+    if (::stoke::cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device: skipped"; \
+  } while (0)
+
+#define CUDA_ASSERT(expr)                                                  \
+  do {                                                                     \
+    const cudaError_t _e = (expr);                                         \
+    ASSERT_EQ(_e, cudaSuccess) << #expr << ": " << cudaGetErrorString(_e); \
+  } while (0)
+#define STATUS_ASSERT(expr)                  \
+  do {                                       \
+    const ::stoke::Status _st = (expr);      \
+    ASSERT_TRUE(_st.ok()) << _st.ToString(); \
+  } while (0)
+
+namespace stoke::cuda::testing {
+
+// A device array of n T's, filled with 0xFF bytes on creation: NaN for fp32 and bf16, -1 for integers, so an
+// element the kernel forgot to write shows up.
+template <typename T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t n) : n_(n) {
+    if (cudaMalloc(&ptr_, std::max<size_t>(n, 1) * sizeof(T)) != cudaSuccess) ptr_ = nullptr;
+    if (ptr_ != nullptr) cudaMemset(ptr_, 0xFF, std::max<size_t>(n, 1) * sizeof(T));
+  }
+  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { Upload(host); }
+  ~DeviceBuffer() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void Upload(const std::vector<T>& host) {
+    cudaMemcpy(ptr_, host.data(), std::min(host.size(), n_) * sizeof(T), cudaMemcpyHostToDevice);
+  }
+  std::vector<T> Download() const {
+    std::vector<T> h(n_);
+    cudaDeviceSynchronize();
+    cudaMemcpy(h.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost);
+    return h;
+  }
+  T* get() const { return ptr_; }
+  // The same memory seen as CUDA's bf16 (host vectors of bf16 are uint16_t bits).
+  __nv_bfloat16* bf16() const { return reinterpret_cast<__nv_bfloat16*>(ptr_); }
+  size_t size() const { return n_; }
+
+ private:
+  T* ptr_ = nullptr;
+  size_t n_ = 0;
+};
+
+inline std::vector<float> RandomFloats(size_t n, uint32_t seed, float lo = -1.f, float hi = 1.f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+inline std::vector<uint16_t> ToBf16(const std::vector<float>& v) {
+  std::vector<uint16_t> o(v.size());
+  for (size_t i = 0; i < v.size(); ++i) o[i] = Fp32ToBf16(v[i]);
+  return o;
+}
+inline std::vector<float> FromBf16(const std::vector<uint16_t>& v) {
+  std::vector<float> o(v.size());
+  for (size_t i = 0; i < v.size(); ++i) o[i] = Bf16ToFp32(v[i]);
+  return o;
+}
+// v rounded to bf16 and back: the exact values a bf16 kernel sees.
+inline std::vector<float> RoundBf16(const std::vector<float>& v) {
+  return FromBf16(ToBf16(v));
+}
+
+struct Diff {
+  double rel_l2 = 0;   // ||got - want|| / ||want||
+  double max_abs = 0;  // max |got - want|
+  size_t nan = 0;      // NaN in got (unwritten or broken)
+};
+inline Diff Compare(const std::vector<float>& got, const std::vector<float>& want) {
+  Diff d;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size() && i < got.size(); ++i) {
+    if (std::isnan(got[i])) {
+      ++d.nan;
+      continue;
+    }
+    const double e = static_cast<double>(got[i]) - want[i];
+    num += e * e;
+    den += static_cast<double>(want[i]) * want[i];
+    d.max_abs = std::max(d.max_abs, std::fabs(e));
+  }
+  d.rel_l2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  return d;
+}
+
+// Asserts rel-L2 < tol and no NaN, printing both figures either way (the log is the GPU run's record).
+#define EXPECT_CLOSE(got, want, tol, what)                                                        \
+  do {                                                                                            \
+    const auto _d = ::stoke::cuda::testing::Compare((got), (want));                               \
+    std::printf("  [%s] rel_l2=%.3e max_abs=%.3e nan=%zu (tol %.0e, n=%zu)\n", (what), _d.rel_l2, \
+                _d.max_abs, _d.nan, static_cast<double>(tol), (want).size());                     \
+    EXPECT_EQ(_d.nan, 0u) << (what) << ": NaN in output (unwritten elements?)";                   \
+    EXPECT_LT(_d.rel_l2, (tol)) << (what) << ": max abs diff " << _d.max_abs;                     \
+    EXPECT_EQ((got).size(), (want).size());                                                       \
+  } while (0)
+
+constexpr double kTolF32 = 1e-5;
+constexpr double kTolBf16 = 1e-2;
+
+}  // namespace stoke::cuda::testing

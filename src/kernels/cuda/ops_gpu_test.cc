@@ -1,0 +1,271 @@
+// GPU element-wise, normalisation, quantisation and GEMM kernels against the CPU references, on fresh random
+// inputs with outputs poisoned (NaN) beforehand. Skipped when no GPU is present.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/quants.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gpu_test_util.h"
+#include "kernels/cuda/norm.h"
+#include "kernels/cuda/quant.h"
+#include "kernels/cuda/rms_norm.h"
+
+namespace stoke::cuda {
+namespace {
+
+using testing::DeviceBuffer;
+using testing::FromBf16;
+using testing::kTolBf16;
+using testing::kTolF32;
+using testing::RandomFloats;
+using testing::RoundBf16;
+using testing::ToBf16;
+
+TEST(CudaEmbedding, MatchesCpuForF32AndBf16Tables) {
+  SKIP_WITHOUT_GPU();
+  const int64_t vocab = 1000, dim = 576, n = 33;
+  const auto table = RandomFloats(vocab * dim, 1);
+  std::vector<int32_t> ids(n);
+  for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>((i * 7919) % vocab);
+  std::vector<float> want(n * dim);
+  ASSERT_TRUE(cpu::EmbeddingLookup(table.data(), DType::kF32, vocab, dim, ids.data(), n, want.data()).ok());
+  DeviceBuffer<float> dt(table), out(n * dim);
+  DeviceBuffer<int32_t> did(ids);
+  STATUS_ASSERT(EmbeddingGather(dt.get(), vocab, dim, did.get(), n, out.get(), nullptr));
+  EXPECT_CLOSE(out.Download(), want, 1e-12, "embedding f32");
+
+  const auto tb = ToBf16(table);
+  ASSERT_TRUE(cpu::EmbeddingLookup(tb.data(), DType::kBF16, vocab, dim, ids.data(), n, want.data()).ok());
+  DeviceBuffer<uint16_t> dtb(tb), outb(n * dim);
+  DeviceBuffer<float> out2(n * dim);
+  STATUS_ASSERT(EmbeddingGather(dtb.bf16(), vocab, dim, did.get(), n, out2.get(), nullptr));
+  EXPECT_CLOSE(out2.Download(), want, 1e-12, "embedding bf16->f32");
+  STATUS_ASSERT(EmbeddingGather(dtb.bf16(), vocab, dim, did.get(), n, outb.bf16(), nullptr));
+  EXPECT_CLOSE(FromBf16(outb.Download()), want, 1e-12, "embedding bf16->bf16");
+
+  // An out-of-range id gives a zero row rather than reading outside the table.
+  DeviceBuffer<int32_t> bad(std::vector<int32_t>{-1, static_cast<int32_t>(vocab)});
+  DeviceBuffer<float> out3(2 * dim);
+  STATUS_ASSERT(EmbeddingGather(dt.get(), vocab, dim, bad.get(), 2, out3.get(), nullptr));
+  for (float v : out3.Download()) ASSERT_EQ(v, 0.f);
+}
+
+TEST(CudaNorm, RmsNormResidualMatchesAddThenRmsNorm) {
+  SKIP_WITHOUT_GPU();
+  const int64_t rows = 19, dim = 4096;
+  const float eps = 1e-5f;
+  const auto x = RandomFloats(rows * dim, 2), res = RandomFloats(rows * dim, 3),
+             w = RandomFloats(dim, 4, 0.5f, 1.5f);
+  std::vector<float> sum(rows * dim), want(rows * dim);
+  cpu::Add(x.data(), res.data(), rows * dim, sum.data());
+  cpu::RmsNorm(sum.data(), w.data(), rows, dim, eps, want.data());
+  DeviceBuffer<float> dx(x), dres(res), dw(w), out(rows * dim);
+  STATUS_ASSERT(RmsNormResidual(dx.get(), dres.get(), dw.get(), rows, dim, eps, out.get(), nullptr));
+  EXPECT_CLOSE(out.Download(), want, kTolF32, "rmsnorm+residual f32 out");
+  EXPECT_CLOSE(dres.Download(), sum, kTolF32, "rmsnorm+residual f32 residual");
+
+  // bf16: the reference sees the bf16-rounded inputs and the bf16-rounded sum, as the kernel does.
+  const auto xb = RoundBf16(x), rb = RoundBf16(res);
+  cpu::Add(xb.data(), rb.data(), rows * dim, sum.data());
+  sum = RoundBf16(sum);
+  cpu::RmsNorm(sum.data(), w.data(), rows, dim, eps, want.data());
+  DeviceBuffer<uint16_t> bx(ToBf16(x)), bres(ToBf16(res)), bout(rows * dim);
+  STATUS_ASSERT(RmsNormResidual(bx.bf16(), bres.bf16(), dw.get(), rows, dim, eps, bout.bf16(), nullptr));
+  EXPECT_CLOSE(FromBf16(bout.Download()), want, kTolBf16, "rmsnorm+residual bf16 out");
+  EXPECT_CLOSE(FromBf16(bres.Download()), sum, kTolBf16, "rmsnorm+residual bf16 residual");
+
+  // Plain RMSNorm, fp32 (rms_norm.h) and bf16 (norm.h).
+  cpu::RmsNorm(x.data(), w.data(), rows, dim, eps, want.data());
+  STATUS_ASSERT(RmsNorm(dx.get(), dw.get(), rows, dim, eps, out.get(), nullptr));
+  EXPECT_CLOSE(out.Download(), want, kTolF32, "rmsnorm f32");
+  STATUS_ASSERT(RmsNorm(bx.bf16(), dw.get(), rows, dim, eps, bout.bf16(), nullptr));
+  EXPECT_CLOSE(FromBf16(bout.Download()), want, kTolBf16, "rmsnorm bf16");
+}
+
+TEST(CudaNorm, LayerNormMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  const int64_t rows = 23, dim = 384;
+  const float eps = 1e-12f;
+  auto x = RandomFloats(rows * dim, 5, 2.f, 4.f);  // a large mean checks the two-pass variance
+  const auto g = RandomFloats(dim, 6, 0.5f, 1.5f), b = RandomFloats(dim, 7);
+  std::vector<float> want(rows * dim);
+  cpu::LayerNorm(x.data(), g.data(), b.data(), rows, dim, eps, want.data());
+  DeviceBuffer<float> dx(x), dg(g), db(b), out(rows * dim);
+  STATUS_ASSERT(LayerNorm(dx.get(), dg.get(), db.get(), rows, dim, eps, out.get(), nullptr));
+  EXPECT_CLOSE(out.Download(), want, kTolF32, "layernorm f32");
+  const auto xb = RoundBf16(x);
+  cpu::LayerNorm(xb.data(), g.data(), b.data(), rows, dim, eps, want.data());
+  DeviceBuffer<uint16_t> bx(ToBf16(x)), bout(rows * dim);
+  STATUS_ASSERT(LayerNorm(bx.bf16(), dg.get(), db.get(), rows, dim, eps, bout.bf16(), nullptr));
+  EXPECT_CLOSE(FromBf16(bout.Download()), want, kTolBf16, "layernorm bf16");
+}
+
+TEST(CudaActivation, SiluMulAndGeluBiasMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  const int64_t rows = 7, inter = 1536;
+  const auto gu = RandomFloats(rows * 2 * inter, 8, -6.f, 6.f);
+  std::vector<float> gate(rows * inter), up(rows * inter), want(rows * inter);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < inter; ++c) {
+      gate[r * inter + c] = gu[r * 2 * inter + c];
+      up[r * inter + c] = gu[r * 2 * inter + inter + c];
+    }
+  }
+  cpu::SiluMul(gate.data(), up.data(), rows * inter, want.data());
+  DeviceBuffer<float> dgu(gu), dg(gate), du(up), out(rows * inter), out2(rows * inter);
+  STATUS_ASSERT(SiluMulFused(dgu.get(), rows, inter, out.get(), nullptr));
+  EXPECT_CLOSE(out.Download(), want, kTolF32, "silu*up fused f32");
+  STATUS_ASSERT(SiluMul(dg.get(), du.get(), rows * inter, out2.get(), nullptr));
+  EXPECT_CLOSE(out2.Download(), want, kTolF32, "silu*up f32");
+  const auto gb = RoundBf16(gate), ub = RoundBf16(up);
+  cpu::SiluMul(gb.data(), ub.data(), rows * inter, want.data());
+  DeviceBuffer<uint16_t> bgu(ToBf16(gu)), bout(rows * inter);
+  STATUS_ASSERT(SiluMulFused(bgu.bf16(), rows, inter, bout.bf16(), nullptr));
+  EXPECT_CLOSE(FromBf16(bout.Download()), want, kTolBf16, "silu*up fused bf16");
+
+  const int64_t dim = 1536;
+  auto x = RandomFloats(rows * dim, 9, -4.f, 4.f);
+  const auto bias = RandomFloats(dim, 10);
+  std::vector<float> ref = x;
+  cpu::AddBias(ref.data(), bias.data(), rows, dim);
+  cpu::GeluErf(ref.data(), rows * dim);
+  DeviceBuffer<float> dx(x), dbias(bias);
+  STATUS_ASSERT(GeluBias(dx.get(), dbias.get(), rows, dim, nullptr));
+  EXPECT_CLOSE(dx.Download(), ref, kTolF32, "gelu+bias f32");
+  ref = RoundBf16(x);
+  cpu::AddBias(ref.data(), bias.data(), rows, dim);
+  cpu::GeluErf(ref.data(), rows * dim);
+  DeviceBuffer<uint16_t> bx(ToBf16(x));
+  STATUS_ASSERT(GeluBias(bx.bf16(), dbias.get(), rows, dim, nullptr));
+  EXPECT_CLOSE(FromBf16(bx.Download()), ref, kTolBf16, "gelu+bias bf16");
+}
+
+// Random rows quantised by ggml's reference quantiser: the GPU's bf16 must equal bf16(cpu dequant) bit for
+// bit.
+TEST(CudaQuant, DequantizeToBf16IsBitExact) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = 64 * 1024;
+  const auto x = RandomFloats(n, 11, -3.f, 3.f);
+  for (DType t : {DType::kQ4_1, DType::kQ8_0}) {
+    const size_t bytes = (n / 32) * (t == DType::kQ4_1 ? sizeof(cpu::BlockQ4_1) : sizeof(cpu::BlockQ8_0));
+    std::vector<uint8_t> q(bytes);
+    if (t == DType::kQ4_1)
+      cpu::QuantizeRowQ4_1(x.data(), q.data(), n);
+    else
+      cpu::QuantizeRowQ8_0(x.data(), q.data(), n);
+    std::vector<float> ref(n);
+    ASSERT_TRUE(cpu::DequantizeRow(t, q.data(), ref.data(), n).ok());
+    const auto want = ToBf16(ref);
+    DeviceBuffer<uint8_t> dq(q);
+    DeviceBuffer<uint16_t> out(n);
+    STATUS_ASSERT(DequantizeToBf16(t, dq.get(), n, out.bf16(), nullptr));
+    const auto got = out.Download();
+    int64_t mismatches = 0;
+    for (int64_t i = 0; i < n; ++i) mismatches += got[i] != want[i];
+    std::printf("  [dequant %s] %lld of %lld values differ\n", t == DType::kQ4_1 ? "Q4_1" : "Q8_0",
+                static_cast<long long>(mismatches), static_cast<long long>(n));
+    EXPECT_EQ(mismatches, 0);
+  }
+}
+
+TEST(CudaQuant, GemvMatchesDequantisedMatMul) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = 1000, k = 2048;
+  const auto wf = RandomFloats(n * k, 12), x = RandomFloats(k, 13);
+  for (DType t : {DType::kQ4_1, DType::kQ8_0}) {
+    const size_t row_bytes = (k / 32) * (t == DType::kQ4_1 ? sizeof(cpu::BlockQ4_1) : sizeof(cpu::BlockQ8_0));
+    std::vector<uint8_t> q(n * row_bytes);
+    for (int64_t r = 0; r < n; ++r) {
+      if (t == DType::kQ4_1)
+        cpu::QuantizeRowQ4_1(wf.data() + r * k, q.data() + r * row_bytes, k);
+      else
+        cpu::QuantizeRowQ8_0(wf.data() + r * k, q.data() + r * row_bytes, k);
+    }
+    std::vector<float> wd(n * k), want(n);
+    ASSERT_TRUE(cpu::DequantizeRow(t, q.data(), wd.data(), n * k).ok());
+    ASSERT_TRUE(cpu::MatMul(x.data(), 1, k, wd.data(), DType::kF32, n, want.data()).ok());
+    DeviceBuffer<uint8_t> dq(q);
+    DeviceBuffer<float> dx(x), y(n);
+    STATUS_ASSERT(QuantGemv(t, dq.get(), n, k, dx.get(), y.get(), nullptr));
+    EXPECT_CLOSE(y.Download(), want, kTolF32, t == DType::kQ4_1 ? "gemv Q4_1 f32" : "gemv Q8_0 f32");
+    const auto xb = RoundBf16(x);
+    ASSERT_TRUE(cpu::MatMul(xb.data(), 1, k, wd.data(), DType::kF32, n, want.data()).ok());
+    DeviceBuffer<uint16_t> bx(ToBf16(x)), by(n);
+    STATUS_ASSERT(QuantGemv(t, dq.get(), n, k, bx.bf16(), by.bf16(), nullptr));
+    EXPECT_CLOSE(FromBf16(by.Download()), want, kTolBf16,
+                 t == DType::kQ4_1 ? "gemv Q4_1 bf16" : "gemv Q8_0 bf16");
+  }
+}
+
+TEST(CudaGemm, Bf16GemmMatchesCpuAndCachesChoices) {
+  SKIP_WITHOUT_GPU();
+  const int64_t m = 37, n = 256, k = 512;
+  const auto x = RoundBf16(RandomFloats(m * k, 14)), w = RoundBf16(RandomFloats(n * k, 15));
+  std::vector<float> want(m * n);
+  ASSERT_TRUE(cpu::MatMul(x.data(), m, k, w.data(), DType::kF32, n, want.data()).ok());
+  const std::string cache = ::testing::TempDir() + "/stoke_gemm_cache.json";
+  std::filesystem::remove(cache);
+  GemmOptions opt;
+  opt.cache_path = cache;
+  auto gemm = BlasLtGemm::Create(opt);
+  ASSERT_TRUE(gemm.ok()) << gemm.status().ToString();
+  std::printf("  [gemm] cache key: %s\n", (*gemm)->cache_key().c_str());
+  DeviceBuffer<uint16_t> dx(ToBf16(x)), dw(ToBf16(w)), yb(m * n);
+  DeviceBuffer<float> yf(m * n);
+  STATUS_ASSERT((*gemm)->Run(dx.bf16(), dw.bf16(), yf.get(), DType::kF32, m, n, k, nullptr));
+  EXPECT_CLOSE(yf.Download(), want, kTolF32, "gemm bf16 -> f32");
+  STATUS_ASSERT((*gemm)->Run(dx.bf16(), dw.bf16(), yb.get(), DType::kBF16, m, n, k, nullptr));
+  EXPECT_CLOSE(FromBf16(yb.Download()), want, kTolBf16, "gemm bf16 -> bf16");
+  EXPECT_EQ((*gemm)->entries().size(), 2u);
+  STATUS_ASSERT((*gemm)->Save());
+
+  // A second instance reuses the two choices; a file from another machine is refused and rebuilt.
+  auto again = BlasLtGemm::Create(opt);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)->load_status(), "loaded 2");
+  STATUS_ASSERT((*again)->Run(dx.bf16(), dw.bf16(), yf.get(), DType::kF32, m, n, k, nullptr));
+  EXPECT_CLOSE(yf.Download(), want, kTolF32, "gemm bf16 -> f32 (cached algorithm)");
+  {
+    std::ofstream f(cache, std::ios::trunc);
+    f << SerializeGemmCache("Some Other GPU|sm_80|cudart=12000|cublasLt=120000", (*again)->entries());
+  }
+  auto other = BlasLtGemm::Create(opt);
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ((*other)->load_status().rfind("refused", 0), 0u) << (*other)->load_status();
+  EXPECT_TRUE((*other)->entries().empty());
+  std::filesystem::remove(cache);
+}
+
+// The cache file format needs no GPU.
+TEST(GemmCache, RoundTripsAndRefusesAnotherKey) {
+  GemmCacheMap m;
+  GemmCacheEntry e;
+  for (int i = 0; i < 8; ++i) e.algo[i] = 0x0123456789abcdefull * (i + 1);
+  e.micros = 12.5f;
+  m[GemmShapeKey(1, 4096, 4096, DType::kBF16)] = e;
+  const std::string key = GemmCacheKey("NVIDIA H200", 9, 0, 13000, 130000);
+  EXPECT_EQ(key, "NVIDIA H200|sm_90|cudart=13000|cublasLt=130000");
+  const std::string text = SerializeGemmCache(key, m);
+  auto back = ParseGemmCache(text, key);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_EQ(back->size(), 1u);
+  EXPECT_EQ(back->begin()->first, "m=1,n=4096,k=4096,out=BF16");
+  EXPECT_EQ(back->begin()->second.algo, e.algo);
+  EXPECT_FLOAT_EQ(back->begin()->second.micros, 12.5f);
+  auto other = ParseGemmCache(text, GemmCacheKey("NVIDIA A100-SXM4-80GB", 8, 0, 13000, 130000));
+  ASSERT_FALSE(other.ok());
+  EXPECT_EQ(other.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(other.status().message().find("sm_80"), std::string::npos);
+  EXPECT_EQ(ParseGemmCache("{not json", key).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseGemmCache(R"({"format":"stoke-gemm-cache-v1","key":"k","shapes":{"a":{"algo":[1]}}})", "k")
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace stoke::cuda
