@@ -2,6 +2,7 @@
 // so a pool of N threads uses N-1 workers plus the caller. ParallelFor blocks until every chunk is done.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -21,8 +22,8 @@ class ThreadPool {
 
   int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
 
-  // Calls fn(begin, end) on disjoint sub-ranges covering [0, n), each at least `grain` long (except the last).
-  // Runs inline when n is small or the pool has one thread. Not reentrant: do not call from inside fn.
+  // Calls fn(begin, end) on disjoint sub-ranges covering [0, n), each at least `grain` long (except the
+  // last). Runs inline when n is small or the pool has one thread. Not reentrant: do not call from inside fn.
   void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
   // The process-wide pool the CPU engine uses (sized by SetDefaultThreads, default: hardware threads).
@@ -34,19 +35,20 @@ class ThreadPool {
   void RunChunks();
 
   std::vector<std::thread> workers_;
-  std::mutex mu_;
+  std::mutex mu_;  // only for sleeping workers
   std::condition_variable work_cv_;
-  std::condition_variable done_cv_;
-  uint64_t generation_ = 0;  // bumped per ParallelFor; workers wake on change
-  bool stop_ = false;
-  // Current job (valid while a ParallelFor is in flight).
+  std::atomic<uint64_t> generation_{0};  // bumped per ParallelFor; workers wake on change
+  std::atomic<bool> stop_{false};
+  std::atomic<int> active_{0};         // workers between announcing themselves and leaving the job
+  std::atomic<bool> job_open_{false};  // fields below are valid while true
+  // Current job; written by the caller only while the job is closed and no worker is active.
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0;
   int64_t chunk_ = 0;
   int64_t num_chunks_ = 0;
-  int64_t next_chunk_ = 0;    // guarded by mu_
-  int64_t chunks_done_ = 0;   // guarded by mu_
-  std::mutex call_mu_;        // serialises concurrent ParallelFor callers
+  std::atomic<int64_t> next_chunk_{0};
+  std::atomic<int64_t> chunks_done_{0};
+  std::mutex call_mu_;  // serialises concurrent ParallelFor callers
 };
 
 }  // namespace stoke
