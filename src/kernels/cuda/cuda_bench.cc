@@ -1,0 +1,207 @@
+// Microbenchmarks of the CUDA path, one JSON object per line on stdout (progress on stderr):
+//   d2d_copy      cudaMemcpy device->device, GB/s counting bytes read + written
+//   h2d           pinned vs pageable host->device, GB/s
+//   gemm          bf16 GEMM through BlasLtGemm (tuned), TFLOP/s, at 8192^3 and Llama-3.1-8B shapes
+//   decode_attn   paged decode attention, GB/s of KV read
+// Usage: cuda_bench [--quick]   (--quick: fewer iterations, for a smoke run)
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/gemm.h"
+
+namespace stoke::cuda {
+namespace {
+
+#define BENCH_CHECK(expr)                                                                        \
+  do {                                                                                           \
+    cudaError_t _e = (expr);                                                                     \
+    if (_e != cudaSuccess) {                                                                     \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(_e)); \
+      std::exit(1);                                                                              \
+    }                                                                                            \
+  } while (0)
+
+int g_iters = 20;
+
+// Mean milliseconds per call of fn over g_iters calls after 2 warm-ups, timed with events on `s`.
+template <typename Fn>
+float TimeMs(cudaStream_t s, Fn fn, int iters = 0) {
+  if (iters <= 0) iters = g_iters;
+  for (int i = 0; i < 2; ++i) fn();
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  cudaEventRecord(a, s);
+  for (int i = 0; i < iters; ++i) fn();
+  cudaEventRecord(b, s);
+  BENCH_CHECK(cudaEventSynchronize(b));
+  float ms = 0;
+  cudaEventElapsedTime(&ms, a, b);
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return ms / iters;
+}
+
+void CopyBench(cudaStream_t s) {
+  for (size_t mib : {256, 2048}) {
+    const size_t bytes = mib << 20;
+    void *a, *b;
+    BENCH_CHECK(cudaMalloc(&a, bytes));
+    BENCH_CHECK(cudaMalloc(&b, bytes));
+    cudaMemset(a, 1, bytes);
+    const float ms = TimeMs(s, [&] { cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s); });
+    std::printf("{\"bench\":\"d2d_copy\",\"bytes\":%zu,\"ms\":%.4f,\"gbps_rw\":%.1f}\n", bytes, ms,
+                2.0 * bytes / (ms * 1e-3) / 1e9);
+    cudaFree(a);
+    cudaFree(b);
+  }
+  const size_t bytes = 256u << 20;
+  void* d;
+  BENCH_CHECK(cudaMalloc(&d, bytes));
+  void* pinned;
+  BENCH_CHECK(cudaHostAlloc(&pinned, bytes, cudaHostAllocDefault));
+  std::memset(pinned, 1, bytes);
+  std::vector<char> pageable(bytes, 1);
+  const float ms_p = TimeMs(
+      s, [&] { cudaMemcpyAsync(d, pinned, bytes, cudaMemcpyHostToDevice, s); }, 10);
+  const float ms_q = TimeMs(
+      s, [&] { cudaMemcpyAsync(d, pageable.data(), bytes, cudaMemcpyHostToDevice, s); }, 10);
+  std::printf("{\"bench\":\"h2d\",\"memory\":\"pinned\",\"bytes\":%zu,\"ms\":%.4f,\"gbps\":%.1f}\n", bytes,
+              ms_p, bytes / (ms_p * 1e-3) / 1e9);
+  std::printf("{\"bench\":\"h2d\",\"memory\":\"pageable\",\"bytes\":%zu,\"ms\":%.4f,\"gbps\":%.1f}\n", bytes,
+              ms_q, bytes / (ms_q * 1e-3) / 1e9);
+  cudaFreeHost(pinned);
+  cudaFree(d);
+}
+
+void GemmBench(cudaStream_t s) {
+  GemmOptions opt;
+  auto gemm = BlasLtGemm::Create(opt);
+  if (!gemm.ok()) {
+    std::fprintf(stderr, "gemm: %s\n", gemm.status().ToString().c_str());
+    return;
+  }
+  struct Shape {
+    const char* name;
+    int64_t m, n, k;
+  };
+  // Llama-3.1-8B: hidden 4096, fused qkv 6144 (32 + 2*8 heads of 128), gate|up 2*14336, vocab 128256.
+  const Shape shapes[] = {
+      {"square_8192", 8192, 8192, 8192},      {"decode_qkv_b1", 1, 6144, 4096},
+      {"decode_o_b1", 1, 4096, 4096},         {"decode_gateup_b1", 1, 28672, 4096},
+      {"decode_down_b1", 1, 4096, 14336},     {"decode_gateup_b64", 64, 28672, 4096},
+      {"prefill_qkv_2k", 2048, 6144, 4096},   {"prefill_gateup_2k", 2048, 28672, 4096},
+      {"prefill_down_2k", 2048, 4096, 14336}, {"lm_head_b64", 64, 128256, 4096},
+  };
+  for (const Shape& sh : shapes) {
+    void *x, *w, *y;
+    BENCH_CHECK(cudaMalloc(&x, sh.m * sh.k * 2));
+    BENCH_CHECK(cudaMalloc(&w, sh.n * sh.k * 2));
+    BENCH_CHECK(cudaMalloc(&y, sh.m * sh.n * 2));
+    cudaMemset(x, 0x3c, sh.m * sh.k * 2);  // small finite bf16 values
+    cudaMemset(w, 0x3c, sh.n * sh.k * 2);
+    auto* xb = static_cast<__nv_bfloat16*>(x);
+    auto* wb = static_cast<__nv_bfloat16*>(w);
+    Status st = (*gemm)->Tune(xb, wb, y, DType::kBF16, sh.m, sh.n, sh.k, s);
+    if (!st.ok()) {
+      std::fprintf(stderr, "gemm %s: %s\n", sh.name, st.ToString().c_str());
+    } else {
+      const float ms = TimeMs(s, [&] { (void)(*gemm)->Run(xb, wb, y, DType::kBF16, sh.m, sh.n, sh.k, s); });
+      const double flops = 2.0 * sh.m * sh.n * sh.k;
+      const double bytes = 2.0 * (sh.m * sh.k + sh.n * sh.k + sh.m * sh.n);
+      std::printf(
+          "{\"bench\":\"gemm\",\"shape\":\"%s\",\"m\":%lld,\"n\":%lld,\"k\":%lld,\"ms\":%.4f,"
+          "\"tflops\":%.1f,\"gbps\":%.1f}\n",
+          sh.name, (long long)sh.m, (long long)sh.n, (long long)sh.k, ms, flops / (ms * 1e-3) / 1e12,
+          bytes / (ms * 1e-3) / 1e9);
+    }
+    cudaFree(x);
+    cudaFree(w);
+    cudaFree(y);
+  }
+}
+
+// Llama-3.1-8B attention (32 heads, 8 kv heads, head_dim 128), bf16 cache, block size 16.
+void DecodeAttentionBench(cudaStream_t s) {
+  const int heads = 32, kvh = 8, hd = 128, bs = 16;
+  struct Case {
+    int seqs, ctx;
+  };
+  for (const Case c : {Case{1, 4096}, Case{1, 32768}, Case{32, 2048}, Case{64, 4096}}) {
+    const int blocks_per_seq = (c.ctx + bs - 1) / bs;
+    const int num_blocks = blocks_per_seq * c.seqs;
+    const size_t cache_elems = static_cast<size_t>(num_blocks) * bs * kvh * hd;
+    void *k, *v, *q, *out, *bt, *lens, *ws;
+    BENCH_CHECK(cudaMalloc(&k, cache_elems * 2));
+    BENCH_CHECK(cudaMalloc(&v, cache_elems * 2));
+    cudaMemset(k, 0x3c, cache_elems * 2);
+    cudaMemset(v, 0x3c, cache_elems * 2);
+    BENCH_CHECK(cudaMalloc(&q, c.seqs * heads * hd * 2));
+    BENCH_CHECK(cudaMalloc(&out, c.seqs * heads * hd * 2));
+    cudaMemset(q, 0x3c, c.seqs * heads * hd * 2);
+    std::vector<int32_t> table(static_cast<size_t>(c.seqs) * blocks_per_seq), ctx(c.seqs, c.ctx);
+    for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>((i * 7919) % num_blocks);
+    BENCH_CHECK(cudaMalloc(&bt, table.size() * 4));
+    BENCH_CHECK(cudaMalloc(&lens, c.seqs * 4));
+    cudaMemcpy(bt, table.data(), table.size() * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(lens, ctx.data(), c.seqs * 4, cudaMemcpyHostToDevice);
+    const size_t ws_bytes = DecodeWorkspaceBytes(c.seqs, heads, hd, c.ctx);
+    BENCH_CHECK(cudaMalloc(&ws, ws_bytes > 0 ? ws_bytes : 1));
+    DevicePagedKv<__nv_bfloat16> kv{
+        static_cast<__nv_bfloat16*>(k), static_cast<__nv_bfloat16*>(v), num_blocks, bs, kvh, hd};
+    Status st;
+    const float ms = TimeMs(s, [&] {
+      st = PagedDecodeAttention(static_cast<__nv_bfloat16*>(q), static_cast<int32_t*>(bt), blocks_per_seq,
+                                static_cast<int32_t*>(lens), c.seqs, heads, c.ctx, 0.088f, kv, ws,
+                                static_cast<__nv_bfloat16*>(out), s);
+    });
+    if (!st.ok()) std::fprintf(stderr, "decode_attn: %s\n", st.ToString().c_str());
+    const double kv_bytes = 2.0 * c.seqs * static_cast<double>(c.ctx) * kvh * hd * 2;
+    std::printf(
+        "{\"bench\":\"decode_attn\",\"seqs\":%d,\"ctx\":%d,\"heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,"
+        "\"ms\":%.4f,\"kv_gbps\":%.1f}\n",
+        c.seqs, c.ctx, heads, kvh, hd, ms, kv_bytes / (ms * 1e-3) / 1e9);
+    for (void* p : {k, v, q, out, bt, lens, ws}) cudaFree(p);
+  }
+}
+
+}  // namespace
+}  // namespace stoke::cuda
+
+int main(int argc, char** argv) {
+  using namespace stoke::cuda;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) g_iters = 3;
+  }
+  if (DeviceCount() == 0) {
+    std::fprintf(stderr, "cuda_bench: no CUDA device\n");
+    std::printf("{\"bench\":\"none\",\"error\":\"no CUDA device\"}\n");
+    return 0;
+  }
+  auto info = GetDeviceInfo(0);
+  if (info.ok()) {
+    std::printf("{\"bench\":\"device\",\"name\":\"%s\",\"sm\":\"%d.%d\",\"sms\":%d,\"memory_gib\":%.1f}\n",
+                info->name.c_str(), info->sm_major, info->sm_minor, info->num_sms,
+                info->total_memory / 1073741824.0);
+  }
+  cudaStream_t s;
+  BENCH_CHECK(cudaStreamCreate(&s));
+  std::fprintf(stderr, "cuda_bench: copies\n");
+  CopyBench(s);
+  std::fflush(stdout);
+  std::fprintf(stderr, "cuda_bench: gemm\n");
+  GemmBench(s);
+  std::fflush(stdout);
+  std::fprintf(stderr, "cuda_bench: decode attention\n");
+  DecodeAttentionBench(s);
+  cudaStreamDestroy(s);
+  return 0;
+}
