@@ -55,9 +55,14 @@ std::string RunSection(const BenchReport& rep) {
                           r.mode == LoadMode::kRate ? std::string(", ") + ArrivalName(r.arrival) + " arrivals"
                                                     : std::string(" (closed loop)")));
   row("workload", H(r.workload));
-  row("measurement", fmt::format("warm-up {} s, windows of {} s, stable when the last 3 agree within {:.0f}% "
-                                 "(throughput and p99), at most {} s per point",
-                                 r.warmup_s, r.window_s, 100 * r.stability, r.max_duration_s));
+  row("measurement",
+      r.stability > 0
+          ? fmt::format(
+                "warm-up {} s, windows of {} s, stable when the last 3 agree within {:.0f}% (throughput "
+                "and p99), at most {} s per point",
+                r.warmup_s, r.window_s, 100 * r.stability, r.max_duration_s)
+          : fmt::format("warm-up {} s, then {} s in windows of {} s (fixed duration)", r.warmup_s,
+                        r.max_duration_s, r.window_s));
   row("SLOs", H(slo));
   row("started", H(r.started_at));
   row("commit", H(r.git_commit.empty() ? "unknown" : r.git_commit));
@@ -111,8 +116,10 @@ std::string GeneratorTable(const BenchReport& rep) {
     s += Cell(g.send_lag_ms.p50, 3) + Cell(g.send_lag_ms.p99, 3) + Cell(g.send_lag_ms.max, 3);
     s += fmt::format("<td>{} (&gt; {} ms)</td><td>{}</td>", g.late_sends, g.late_threshold_ms,
                      g.dropped_sends);
-    s += Cell(g.cpu_percent, 1) +
-         fmt::format("<td>{}</td><td>{}</td></tr>\n", p.windows.size(), p.stable ? "yes" : "no");
+    s += Cell(g.cpu_percent, 1) + fmt::format("<td>{}</td><td>{}</td></tr>\n", p.windows.size(),
+                                              rep.run.stability <= 0 ? "-"
+                                              : p.stable             ? "yes"
+                                                                     : "no");
   }
   return s + "</table>\n";
 }
