@@ -77,42 +77,69 @@ int32_t Sampler::SampleAt(const float* logits, int vocab, uint64_t step) {
   size_t n = cand_.size();
   const float max_logit = std::min_element(cand_.begin(), cand_.end(), Better)->first;  // the best
   if (!std::isfinite(max_logit)) return Greedy(logits, vocab);  // all -inf, or +inf present
-  if (top_k_ > 0 && static_cast<size_t>(top_k_) < n) {
+  const bool top_k_cut = top_k_ > 0 && static_cast<size_t>(top_k_) < n;
+  const bool top_p_cut = top_p_ > 0.0f && top_p_ < 1.0f;
+  if (top_k_cut) {
     std::nth_element(cand_.begin(), cand_.begin() + top_k_, cand_.end(), Better);
     n = top_k_;
-    std::sort(cand_.begin(), cand_.begin() + n, Better);
+    cand_.resize(n);
+    std::sort(cand_.begin(), cand_.end(), Better);
+  }
+  // Without a top-k cut the candidates are unsorted: top-p then buckets them by -log p (kBucketsPerNat per
+  // nat) so only the bucket straddling the nucleus edge needs sorting -- O(vocab), not O(vocab log vocab).
+  constexpr int kBuckets = 4096;
+  constexpr double kBucketsPerNat = 64.0;
+  const bool bucketed = top_p_cut && !top_k_cut;
+  if (bucketed) {
+    bucket_.resize(n);
+    bucket_mass_.assign(kBuckets, 0.0);
   }
   // Unnormalised probabilities, in place of the logits.
   double total = 0;
   for (size_t i = 0; i < n; ++i) {
-    const double p = std::exp((static_cast<double>(cand_[i].first) - max_logit) * inv_t);
+    const double z = (static_cast<double>(max_logit) - cand_[i].first) * inv_t;  // >= 0
+    const double p = std::exp(-z);
     cand_[i].first = static_cast<float>(p);
     total += p;
+    if (bucketed) {
+      const int b = z * kBucketsPerNat >= kBuckets - 1 ? kBuckets - 1 : static_cast<int>(z * kBucketsPerNat);
+      bucket_[i] = static_cast<uint16_t>(b);
+      bucket_mass_[b] += p;
+    }
   }
-  if (top_p_ < 1.0f && top_p_ > 0.0f) {
-    if (top_k_ <= 0 || static_cast<size_t>(top_k_) >= cand_.size()) {
-      // Not sorted yet: sort a growing head until it holds top_p of the mass (usually a few hundred ids).
-      size_t head = std::min<size_t>(n, 256);
-      for (;;) {
-        auto by_prob = [](const auto& a, const auto& b) {
-          return a.first != b.first ? a.first > b.first : a.second < b.second;
-        };
-        std::partial_sort(cand_.begin(), cand_.begin() + head, cand_.begin() + n, by_prob);
-        double mass = 0;
-        for (size_t i = 0; i < head; ++i) mass += cand_[i].first;
-        if (mass >= top_p_ * total || head == n) break;
-        head = std::min(n, head * 4);
+  if (top_p_cut) {
+    // The nucleus: the smallest best-first prefix whose mass reaches top_p of the total.
+    const double target = top_p_ * total;
+    size_t keep = 0;
+    double cum = 0;
+    if (bucketed) {
+      int edge = 0;
+      double above = 0;
+      while (edge < kBuckets - 1 && above + bucket_mass_[edge] < target) above += bucket_mass_[edge++];
+      nucleus_.clear();
+      edge_.clear();
+      for (size_t i = 0; i < n; ++i) {
+        if (bucket_[i] < edge) nucleus_.push_back(cand_[i]);
+        if (bucket_[i] == edge) edge_.push_back(cand_[i]);
+      }
+      std::sort(edge_.begin(), edge_.end(), Better);  // probabilities: larger first, ties to the lowest id
+      cum = above;
+      for (const auto& c : edge_) {
+        nucleus_.push_back(c);
+        if ((cum += c.first) >= target) break;
+      }
+      cand_.swap(nucleus_);
+      keep = cand_.size();
+    } else {
+      while (keep < n) {
+        cum += cand_[keep].first;
+        ++keep;
+        if (cum >= target) break;
       }
     }
-    double cum = 0;
-    size_t keep = 0;
-    while (keep < n) {
-      cum += cand_[keep].first;
-      ++keep;
-      if (cum >= top_p_ * total) break;
-    }
     n = keep;
-    total = cum;
+    total = 0;
+    for (size_t i = 0; i < n; ++i) total += cand_[i].first;
   }
   const double target = u * total;
   double cum = 0;

@@ -46,7 +46,10 @@ class Sampler {
   float top_p_;
   uint64_t seed_;
   uint64_t step_ = 0;
-  std::vector<std::pair<float, int32_t>> cand_;  // scratch: (logit, id)
+  // Scratch, reused across calls: candidates (logit, then probability; id), their top-p buckets.
+  std::vector<std::pair<float, int32_t>> cand_, nucleus_, edge_;
+  std::vector<uint16_t> bucket_;
+  std::vector<double> bucket_mass_;
 };
 
 }  // namespace stoke
