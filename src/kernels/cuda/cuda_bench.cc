@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -84,6 +85,7 @@ void CopyBench(cudaStream_t s) {
 
 void GemmBench(cudaStream_t s) {
   GemmOptions opt;
+  if (const char* cache = std::getenv("STOKE_GEMM_CACHE")) opt.cache_path = cache;  // reused across runs
   auto gemm = BlasLtGemm::Create(opt);
   if (!gemm.ok()) {
     std::fprintf(stderr, "gemm: %s\n", gemm.status().ToString().c_str());
@@ -127,6 +129,8 @@ void GemmBench(cudaStream_t s) {
     cudaFree(w);
     cudaFree(y);
   }
+  std::fprintf(stderr, "gemm cache: %s (%s)\n", (*gemm)->cache_key().c_str(), (*gemm)->load_status().c_str());
+  if (Status st = (*gemm)->Save(); !st.ok()) std::fprintf(stderr, "gemm cache: %s\n", st.ToString().c_str());
 }
 
 // Llama-3.1-8B attention (32 heads, 8 kv heads, head_dim 128), bf16 cache, block size 16.

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Builds the release-cuda preset and makes a relocatable bundle in .bundle/ for a GPU host:
+#   .bundle/bin/{stoke, stoke_kernels_cuda_test, cuda_bench}   (debug info stripped)
+#   .bundle/lib/  the non-system shared libraries they need (OpenBLAS, spdlog, fmt, PCRE2, utf8proc, Boost,
+#                 gRPC/protobuf/abseil, libstdc++, ...), found with ldd
+# The binaries carry RPATH $ORIGIN/../lib (DT_RPATH, so it also applies to the libraries' own dependencies).
+# Not bundled: glibc's core libraries (the host's are used; built against glibc 2.36 here, the GPU host has
+# 2.39), the driver (libcuda) and the CUDA toolkit's libraries (cudart, cuBLAS/cuBLASLt: cuBLASLt alone is
+# ~500 MiB). The GPU host provides those in /usr/local/cuda/lib64 (CUDA 13.0); scripts/gpu_check.sh puts it on
+# LD_LIBRARY_PATH. The bundle must stay under 60 MiB (the device tool carries at most 64 MiB).
+#
+# Usage: scripts/bundle.sh            (from the repo root)
+#   BUNDLE_TARGETS="stoke_kernels_cuda_test cuda_bench" scripts/bundle.sh   builds a subset
+#   BUNDLE_BUILD_DIR=build/x scripts/bundle.sh                              another build dir
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BUILD_DIR=${BUNDLE_BUILD_DIR:-build/release-cuda}
+TARGETS=${BUNDLE_TARGETS:-"stoke stoke_kernels_cuda_test cuda_bench"}
+OUT=.bundle
+MAX_MIB=60
+JOBS=${JOBS:-2}
+
+# shellcheck disable=SC2016  # $ORIGIN is for the dynamic loader, not the shell
+RPATH_FLAGS='-Wl,--disable-new-dtags -Wl,-rpath,$ORIGIN/../lib'
+cmake --preset release-cuda -B "$BUILD_DIR" -DCMAKE_EXE_LINKER_FLAGS="$RPATH_FLAGS" >/dev/null
+# shellcheck disable=SC2086
+cmake --build "$BUILD_DIR" -j"$JOBS" --target $TARGETS
+
+rm -rf "$OUT"
+mkdir -p "$OUT/bin" "$OUT/lib"
+for t in $TARGETS; do
+  f=$(find "$BUILD_DIR" -type f -name "$t" -perm -u+x | head -1)
+  [[ -n "$f" ]] || { echo "bundle: built target $t not found under $BUILD_DIR" >&2; exit 1; }
+  cp "$f" "$OUT/bin/$t"
+  strip --strip-debug "$OUT/bin/$t"
+done
+
+# Libraries the host must provide: glibc's core, the GPU driver and the CUDA toolkit.
+is_system() {
+  case "$(basename "$1")" in
+    libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libresolv.so*|ld-linux*|libutil.so*) return 0 ;;
+    libcuda.so*|libcudart.so*|libcublas.so*|libcublasLt.so*|libnvidia-*|libnvrtc*) return 0 ;;
+  esac
+  [[ "$1" == /usr/local/cuda* ]]
+}
+copy_deps() {
+  ldd "$1" | awk '/=>/ && $3 ~ /^\// {print $3}' | while read -r lib; do
+    is_system "$lib" && continue
+    name=$(basename "$lib")
+    [[ -e "$OUT/lib/$name" ]] && continue
+    cp -L "$lib" "$OUT/lib/$name"
+    strip --strip-unneeded "$OUT/lib/$name" 2>/dev/null || true
+  done
+}
+for b in "$OUT"/bin/*; do copy_deps "$b"; done
+
+cat > "$OUT/README.txt" <<TXT
+stoke bundle built $(date -u +%Y-%m-%dT%H:%M:%SZ) from commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+bin/ binaries with RPATH \$ORIGIN/../lib; lib/ their non-system shared libraries.
+Needs on the host: glibc >= 2.36, an NVIDIA driver, CUDA 13 runtime + cuBLASLt (LD_LIBRARY_PATH=/usr/local/cuda/lib64).
+Run scripts/gpu_check.sh from the repo root.
+TXT
+
+size_mib=$(du -sm "$OUT" | cut -f1)
+echo "bundle: $OUT is ${size_mib} MiB ($(ls "$OUT/lib" | wc -l) libraries)" >&2
+if (( size_mib > MAX_MIB )); then
+  du -sh "$OUT"/bin/* "$OUT"/lib/* | sort -h | tail -10 >&2
+  echo "bundle: over ${MAX_MIB} MiB" >&2
+  exit 1
+fi
