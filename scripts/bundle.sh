@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the release-cuda preset and makes a relocatable bundle in .bundle/ for a GPU host:
-#   .bundle/bin/{stoke, stoke_kernels_cuda_test, cuda_bench}   (debug info stripped)
+#   .bundle/bin/{stoke, stoke_kernels_cuda_test, stoke_device_test, cuda_bench}   (debug info stripped)
 #   .bundle/lib/  the non-system shared libraries they need (OpenBLAS, spdlog, fmt, PCRE2, utf8proc, Boost,
 #                 gRPC/protobuf/abseil, libstdc++, ...), found with ldd
 # The binaries carry RPATH $ORIGIN/../lib (DT_RPATH, so it also applies to the libraries' own dependencies).
@@ -16,14 +16,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BUILD_DIR=${BUNDLE_BUILD_DIR:-build/release-cuda}
-TARGETS=${BUNDLE_TARGETS:-"stoke stoke_kernels_cuda_test cuda_bench"}
+TARGETS=${BUNDLE_TARGETS:-"stoke stoke_kernels_cuda_test stoke_device_test cuda_bench"}
 OUT=.bundle
 MAX_MIB=60
 JOBS=${JOBS:-2}
 
+# CMake escapes $ORIGIN for the generator (a raw -Wl,-rpath,$ORIGIN in the linker flags is eaten by the shell).
 # shellcheck disable=SC2016  # $ORIGIN is for the dynamic loader, not the shell
-RPATH_FLAGS='-Wl,--disable-new-dtags -Wl,-rpath,$ORIGIN/../lib'
-cmake --preset release-cuda -B "$BUILD_DIR" -DCMAKE_EXE_LINKER_FLAGS="$RPATH_FLAGS" >/dev/null
+cmake --preset release-cuda -B "$BUILD_DIR" -DCMAKE_EXE_LINKER_FLAGS="-Wl,--disable-new-dtags" \
+  -DCMAKE_BUILD_RPATH='$ORIGIN/../lib' >/dev/null
 # shellcheck disable=SC2086
 cmake --build "$BUILD_DIR" -j"$JOBS" --target $TARGETS
 
@@ -53,7 +54,10 @@ copy_deps() {
     strip --strip-unneeded "$OUT/lib/$name" 2>/dev/null || true
   done
 }
-for b in "$OUT"/bin/*; do copy_deps "$b"; done
+for b in "$OUT"/bin/*; do
+  readelf -d "$b" | grep -q 'RPATH.*\$ORIGIN/\.\./lib' || { echo "bundle: $b lacks RPATH \$ORIGIN/../lib" >&2; exit 1; }
+  copy_deps "$b"
+done
 
 cat > "$OUT/README.txt" <<TXT
 stoke bundle built $(date -u +%Y-%m-%dT%H:%M:%SZ) from commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)

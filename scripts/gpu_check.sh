@@ -26,6 +26,10 @@ run() {
   timeout 240 "$BUNDLE/bin/stoke_kernels_cuda_test" --gtest_output="xml:$OUT/gpu_tests.xml"
   local test_rc=$?
   echo "=== stoke_kernels_cuda_test exit $test_rc"
+  if [[ -x "$BUNDLE/bin/stoke_device_test" ]]; then
+    echo "=== stoke_device_test"
+    timeout 60 "$BUNDLE/bin/stoke_device_test" --gtest_output="xml:$OUT/gpu_device_tests.xml" || test_rc=1
+  fi
   echo "=== cuda_bench"
   timeout 150 "$BUNDLE/bin/cuda_bench" > "$OUT/cuda_bench.jsonl"
   echo "=== cuda_bench exit $?"
