@@ -231,7 +231,8 @@ __global__ void __launch_bounds__(kThreads)
   }
   float before;
   Scan(sh.tmp.scan).ExclusiveSum(mine, before);
-  if (threadIdx.x == 0) sh.i = -1;
+  constexpr int32_t kNone = -0x7fffffff - 1;  // below every encoded pick, so atomicMax replaces it
+  if (threadIdx.x == 0) sh.i = kNone;
   __syncthreads();
   if (target >= before && target < before + mine) {
     float run = before;
@@ -245,10 +246,10 @@ __global__ void __launch_bounds__(kThreads)
         break;
       }
     }
-    atomicMax(&sh.i, -2 - pick);  // the lowest pick wins (encoded so atomicMax finds it); -1 = none
+    atomicMax(&sh.i, -2 - pick);  // the lowest pick wins (encoded so atomicMax finds it)
   }
   __syncthreads();
-  int32_t r = sh.i == -1 ? -1 : -2 - sh.i;
+  int32_t r = sh.i == kNone ? -1 : -2 - sh.i;
   __syncthreads();
   if (r < 0) {  // rounding put the target past the last kept id: take the last kept id
     if (threadIdx.x == 0) sh.i = -1;
