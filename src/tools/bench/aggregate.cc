@@ -4,6 +4,24 @@
 
 namespace stoke::bench {
 
+double OutputTokensIn(const RequestRecord& r, Nanos start, Nanos end) {
+  if (!r.error.empty() || r.done == 0) return 0;
+  if (r.first_token == 0 || r.first_token == r.done || r.itl_ms.empty()) {
+    // Not streamed chunk by chunk: the tokens arrive with the first chunk (or the whole response).
+    Nanos t = r.first_token > 0 ? r.first_token : r.done;
+    return t >= start && t < end ? r.output_tokens : 0;
+  }
+  // One streamed chunk per token for stoke and vLLM; if the server's usage says otherwise, scale.
+  const double per_chunk = static_cast<double>(r.output_tokens) / (r.itl_ms.size() + 1);
+  double t = static_cast<double>(r.first_token), n = 0;
+  n += t >= start && t < end;
+  for (float gap : r.itl_ms) {
+    t += gap * 1e6;
+    n += t >= start && t < end;
+  }
+  return n * per_chunk;
+}
+
 double TpotMs(const RequestRecord& r) {
   if (r.output_tokens < 2 || r.first_token == 0 || r.done < r.first_token) return -1;
   return (r.done - r.first_token) * 1e-6 / (r.output_tokens - 1);
@@ -25,15 +43,16 @@ void AggregatePoint(const std::vector<RequestRecord>& records, Nanos measure_sta
   const double period_s = (measure_end - measure_start) * 1e-9;
   p->measured_s = period_s;
   std::vector<double> e2e, ttft, tpot, itl;
-  int64_t good = 0, completed_in_period = 0, in_tokens_done = 0, out_tokens_done = 0;
+  int64_t good = 0, completed_in_period = 0, in_tokens_done = 0;
+  double out_tokens_in_period = 0;
   int64_t in_tokens_sum = 0, out_tokens_sum = 0;
   for (const RequestRecord& r : records) {
     // Throughput: successful completions inside the period, whoever scheduled them.
     if (r.error.empty() && r.done >= measure_start && r.done < measure_end) {
       ++completed_in_period;
       in_tokens_done += r.input_tokens;
-      out_tokens_done += r.output_tokens;
     }
+    out_tokens_in_period += OutputTokensIn(r, measure_start, measure_end);
     if (r.warmup || r.scheduled < measure_start || r.scheduled >= measure_end) continue;
     ++p->sent;
     std::string kind = r.error;
@@ -55,7 +74,7 @@ void AggregatePoint(const std::vector<RequestRecord>& records, Nanos measure_sta
   if (period_s > 0) {
     p->requests_per_s = completed_in_period / period_s;
     p->input_tokens_per_s = in_tokens_done / period_s;
-    p->output_tokens_per_s = out_tokens_done / period_s;
+    p->output_tokens_per_s = out_tokens_in_period / period_s;
   }
   if (p->succeeded > 0) {
     p->mean_input_tokens = static_cast<double>(in_tokens_sum) / p->succeeded;
@@ -78,13 +97,13 @@ WindowStats WindowOf(const std::vector<RequestRecord>& records, Nanos start, Nan
   w.start_s = (start - point_start) * 1e-9;
   w.duration_s = (end - start) * 1e-9;
   std::vector<double> lat, ttft, tpot;
-  int64_t tokens = 0;
+  double tokens = 0;
   for (const RequestRecord& r : records) {
+    tokens += OutputTokensIn(r, start, end);
     if (!r.error.empty() || r.done < start || r.done >= end || r.done == 0) continue;
     lat.push_back(E2eMs(r));
     if (r.first_token > 0) ttft.push_back(TtftMs(r));
     if (double t = TpotMs(r); t >= 0) tpot.push_back(t);
-    tokens += r.output_tokens;
   }
   w.completed = static_cast<int64_t>(lat.size());
   if (w.duration_s > 0) {

@@ -72,7 +72,6 @@ Api ApiFrom(const std::string& s) {
 
 std::string Ms(double v) {
   if (std::isnan(v)) return "-";
-  if (v >= 10000) return fmt::format("{:.1f}s", v / 1000);
   if (v >= 100) return fmt::format("{:.0f}", v);
   if (v >= 10) return fmt::format("{:.1f}", v);
   return fmt::format("{:.2f}", v);

@@ -85,7 +85,8 @@ TEST(Aggregate, CountsRequestsScheduledInThePeriodAndCompletionsForThroughput) {
   EXPECT_EQ(p.errors["http_503"], 1);
   // Completions inside [1 s, 2 s): records 0, 1, 2 and the failure (which does not count) -> 3 per second.
   EXPECT_DOUBLE_EQ(p.requests_per_s, 3);
-  EXPECT_DOUBLE_EQ(p.output_tokens_per_s, 5 + 11 + 21);
+  // Tokens count when they arrive: record 0's (one chunk at 510 ms) are before the period.
+  EXPECT_DOUBLE_EQ(p.output_tokens_per_s, 11 + 21);
   EXPECT_DOUBLE_EQ(p.latency_ms.min, 110);
   EXPECT_DOUBLE_EQ(p.latency_ms.max, 210);
   EXPECT_DOUBLE_EQ(p.ttft_ms.p50, 25);
@@ -104,6 +105,21 @@ TEST(Aggregate, WindowUsesCompletionTime) {
   EXPECT_DOUBLE_EQ(w.requests_per_s, 20);
   EXPECT_DOUBLE_EQ(w.start_s, 0.1);
   EXPECT_NEAR(w.p50_ms, 125, 1e-9);
+}
+
+TEST(Aggregate, StreamedTokensCountWhenTheyArrive) {
+  const Nanos ms = 1000000;
+  RequestRecord r = Req(0, 100, 400, 4);  // chunks at 100, 200, 300, 400 ms
+  r.itl_ms = {100, 100, 100};
+  EXPECT_DOUBLE_EQ(OutputTokensIn(r, 0, 150 * ms), 1);
+  EXPECT_DOUBLE_EQ(OutputTokensIn(r, 150 * ms, 1000 * ms), 3);
+  r.output_tokens = 8;  // the server's usage says two tokens per chunk
+  EXPECT_DOUBLE_EQ(OutputTokensIn(r, 150 * ms, 1000 * ms), 6);
+  RequestRecord whole = Req(0, 0, 400, 4);  // not streamed: all at the end
+  EXPECT_DOUBLE_EQ(OutputTokensIn(whole, 0, 400 * ms), 0);
+  EXPECT_DOUBLE_EQ(OutputTokensIn(whole, 0, 401 * ms), 4);
+  RequestRecord failed = Req(0, 100, 400, 4, "http_500");
+  EXPECT_DOUBLE_EQ(OutputTokensIn(failed, 0, 1000 * ms), 0);
 }
 
 TEST(Stats, RelativeSpread) {
