@@ -3,11 +3,15 @@
 //   stoke generate --model smollm2-135m-instruct --prompt "Tell me a joke" --chat --temperature 0
 //   stoke generate --model /path/model.gguf --ids '[1, 422, 33]' --max-tokens 64 --ignore-eos --verbose
 //
-// stdout: only the generated text (no trailing newline unless stdout is a terminal). stderr: errors and,
-// with --verbose, one timing line:
+// stdout: only the generated text (no trailing newline unless stdout is a terminal). stderr: errors, with
+// --print-ids one JSON line {"prompt": [...], "generated": [...]} (golden tests), and with --verbose one
+// timing line:
 //   generate: prompt 256 tokens, prefill 812.30 ms (315.16 tok/s), decode 127 tokens in 1234.50 ms
-//   (102.88 tok/s), finish length
+//   (102.88 tok/s), finish length, cpu prefill 1580.20 ms decode 2400.10 ms
+// (prefill = start to first token sampled; decode = the remaining tokens; cpu = process CPU time, all
+// threads)
 #include <fmt/format.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -42,6 +46,7 @@ struct GenerateCmdOptions {
   bool chat = false;
   bool ignore_eos = false;
   bool verbose = false;
+  bool print_ids = false;
   int threads = 0;
   int prefill_chunk = 512;
 };
@@ -78,6 +83,12 @@ StatusOr<std::vector<int32_t>> PromptIds(const GenerateCmdOptions& o, const std:
   return tok.Encode(*o.prompt, eo);
 }
 
+double CpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
 void WriteOut(const std::string& s) {
   if (s.empty()) return;
   std::fwrite(s.data(), 1, s.size(), stdout);
@@ -109,20 +120,30 @@ Status RunGenerate(const GenerateCmdOptions& o) {
   }
 
   StreamDecoder stream(*tok);
+  // Process CPU time (all threads) at the start and at the first token, for --verbose under contention.
+  const double cpu_start = CpuSeconds();
+  double cpu_first = 0;
   ASSIGN_OR_RETURN(GenerateResult r, Generate(*model, prompt, go, [&](int32_t id) {
+                     if (cpu_first == 0) cpu_first = CpuSeconds();
                      WriteOut(stream.Push(id));
                      return true;
                    }));
+  const double cpu_end = CpuSeconds();
   WriteOut(stream.Flush());
   if (isatty(fileno(stdout))) WriteOut("\n");
+  if (o.print_ids) {
+    nlohmann::json ids = {{"prompt", prompt}, {"generated", r.tokens}};
+    fmt::print(stderr, "{}\n", ids.dump());
+  }
   if (o.verbose) {
     const double prefill_ms = r.prefill_ns / 1e6, decode_ms = r.decode_ns / 1e6;
     fmt::print(stderr,
                "generate: prompt {} tokens, prefill {:.2f} ms ({:.2f} tok/s), decode {} tokens in {:.2f} ms "
-               "({:.2f} tok/s), finish {}\n",
+               "({:.2f} tok/s), finish {}, cpu prefill {:.2f} ms decode {:.2f} ms\n",
                r.prompt_tokens, prefill_ms, prefill_ms > 0 ? r.prompt_tokens / (prefill_ms / 1e3) : 0.0,
                r.decode_steps, decode_ms, decode_ms > 0 ? r.decode_steps / (decode_ms / 1e3) : 0.0,
-               FinishReasonName(r.finish));
+               FinishReasonName(r.finish), (cpu_first - cpu_start) * 1e3,
+               (cpu_first > 0 ? cpu_end - cpu_first : 0.0) * 1e3);
   }
   return OkStatus();
 }
@@ -141,6 +162,8 @@ CommandRegistrar kGenerate(
       cmd->add_flag("--chat", o->chat, "wrap the prompt in the model's chat template as one user message");
       cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating past EOS");
       cmd->add_flag("--verbose", o->verbose, "timing summary on stderr");
+      cmd->add_flag("--print-ids", o->print_ids,
+                    "print {\"prompt\": [ids], \"generated\": [ids]} as one JSON line on stderr");
       cmd->add_option("--threads", o->threads, "CPU threads (0 = all)")->capture_default_str();
       cmd->add_option("--prefill-chunk", o->prefill_chunk, "prompt tokens per prefill step")
           ->capture_default_str();
