@@ -51,8 +51,7 @@ std::string CommandLine() {
     if (end == std::string::npos) end = raw.size();
     std::string arg = raw.substr(start, end - start);
     if (first) {
-      size_t slash = arg.rfind('/');
-      if (slash != std::string::npos) arg = arg.substr(slash + 1);  // "stoke", not the build path
+      arg = "stoke";  // not the build path or a renamed copy
       first = false;
     }
     if (!out.empty()) out += ' ';

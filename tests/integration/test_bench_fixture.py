@@ -74,7 +74,7 @@ def test_streaming_ttft_and_inter_token_gaps_match_the_fixture(tmp_path, api):
     server_ttft, server_itl = ms(st["ttft_s"]), ms(st["itl_s"])
     ttft, itl, tpot = p["ttft_ms"], p["itl_ms"], p["tpot_ms"]
     assert ttft["min"] >= 40.0
-    assert pct(server_ttft, 50) <= ttft["p50"] + 0.05 <= pct(server_ttft, 50) + OVERHEAD_MS
+    assert pct(server_ttft, 50) - 0.5 <= ttft["p50"] <= pct(server_ttft, 50) + OVERHEAD_MS
     assert abs(itl["p50"] - pct(server_itl, 50)) <= OVERHEAD_MS
     assert itl["p50"] >= 15.0 - OVERHEAD_MS
     assert tpot["p50"] == pytest.approx(15.0, abs=OVERHEAD_MS)

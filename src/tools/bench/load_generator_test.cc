@@ -110,9 +110,10 @@ TEST(LoadGenerator, ClosedLoopMeasuresTheServersDelay) {
   EXPECT_TRUE(p->errors.empty());
   EXPECT_GT(p->succeeded, 100);
   EXPECT_GE(p->latency_ms.min, 20.0);
-  EXPECT_LT(p->latency_ms.p50, 24.0);
-  // 4 clients / 20 ms = 200 requests/s, less the per-request overhead.
-  EXPECT_GT(p->requests_per_s, 160);
+  EXPECT_LT(p->latency_ms.p50, 28.0);  // loopback + parsing; generous for sanitizer builds on a busy machine
+  // 4 clients / 20 ms = 200 requests/s, less the per-request overhead (Little's law).
+  EXPECT_NEAR(p->requests_per_s, 4 / (p->latency_ms.mean / 1e3), 10);
+  EXPECT_GT(p->requests_per_s, 140);
   EXPECT_LE(p->requests_per_s, 201);
   EXPECT_NEAR(p->measured_s, 1.2, 1e-6);
   EXPECT_DOUBLE_EQ(p->mean_input_tokens, 3);  // the server's usage
@@ -129,7 +130,7 @@ TEST(LoadGenerator, OpenLoopSendsOnScheduleAndCountsFromIt) {
   EXPECT_NEAR(static_cast<double>(p->sent), 120, 2);
   EXPECT_NEAR(p->requests_per_s, 100, 5);
   EXPECT_GE(p->latency_ms.min, 20.0);
-  EXPECT_LT(p->latency_ms.p50, 24.0);
+  EXPECT_LT(p->latency_ms.p50, 28.0);
   EXPECT_EQ(p->generator.dropped_sends, 0);
   EXPECT_EQ(p->generator.send_lag_ms.count, p->sent);
 }
