@@ -34,6 +34,7 @@
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "net/http/http_server.h"
+#include "net/kserve/classic_server.h"
 #include "net/openai/openai_service.h"
 #include "serve/llm_loop.h"
 #include "telemetry/server_metrics.h"
@@ -167,6 +168,20 @@ int RunServe(CLI::App* cmd, ServeOptions* bound) {
   if (Status s = Validate(o); !s.ok()) {
     fmt::print(stderr, "stoke serve: {}\n", s.message());
     return 2;
+  }
+  // Encoders (BERT HF folders) and model files (*.json, e.g. the synthetic model) are served by the dynamic
+  // batcher behind KServe v2 REST/gRPC and /v1/embeddings instead of the LLM loop (net/kserve/classic_server.h).
+  if (IsClassicModel(o.model)) {
+    return RunClassicServe({.model = o.model,
+                            .served_model_name = o.served_model_name,
+                            .host = o.host,
+                            .port = o.port,
+                            .grpc_port = o.grpc_port,
+                            .http_threads = o.http_threads,
+                            .max_body_bytes = static_cast<size_t>(o.max_body_bytes),
+                            .threads = o.threads,
+                            .drain_seconds = o.drain_seconds,
+                            .idle_timeout_seconds = o.idle_timeout_seconds});
   }
   if (o.threads > 0) ThreadPool::SetDefaultThreads(o.threads);
   const std::string served = o.served_model_name.empty() ? DefaultServedName(o.model) : o.served_model_name;

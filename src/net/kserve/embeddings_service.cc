@@ -53,7 +53,8 @@ struct EmbeddingsRequest {
 // Parse + validate; on error *param names the field.
 StatusOr<EmbeddingsRequest> ParseEmbeddingsRequest(std::string_view body, int hidden, std::string* param) {
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return InvalidArgumentError("the request body must be a JSON object");
+  if (j.is_discarded() || !j.is_object())
+    return InvalidArgumentError("the request body must be a JSON object");
   EmbeddingsRequest r;
   if (j.contains("model")) {
     *param = "model";
@@ -83,7 +84,8 @@ StatusOr<EmbeddingsRequest> ParseEmbeddingsRequest(std::string_view body, int hi
       std::vector<int32_t> row;
       for (size_t i = 0; i < in.size(); ++i) {
         int32_t id;
-        if (!token_id(in[i], &id)) return InvalidArgumentError("input[{}] must be a token id (integer >= 0)", i);
+        if (!token_id(in[i], &id))
+          return InvalidArgumentError("input[{}] must be a token id (integer >= 0)", i);
         row.push_back(id);
       }
       r.token_rows.push_back(std::move(row));
@@ -157,8 +159,9 @@ std::string EmbeddingsResponseJson(const EmbeddingsCall& c) {
     }
     out += '}';
   }
-  fmt::format_to(std::back_inserter(out), R"(],"model":{},"usage":{{"prompt_tokens":{},"total_tokens":{}}}}})",
-                 json(c.model).dump(), c.prompt_tokens, c.prompt_tokens);
+  fmt::format_to(std::back_inserter(out),
+                 R"(],"model":{},"usage":{{"prompt_tokens":{},"total_tokens":{}}}}})", json(c.model).dump(),
+                 c.prompt_tokens, c.prompt_tokens);
   return out;
 }
 
@@ -169,7 +172,8 @@ EmbeddingsService::EmbeddingsService(EmbeddingsServiceOptions options, ModelRepo
     : options_(std::move(options)),
       repo_(repo),
       registry_(registry),
-      created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+      created_(std::chrono::duration_cast<std::chrono::seconds>(
+                   std::chrono::system_clock::now().time_since_epoch())
                    .count()) {}
 
 void EmbeddingsService::SetModel(std::shared_ptr<const BertClassicModel> model) {
@@ -187,7 +191,8 @@ void EmbeddingsService::RegisterRoutes(HttpServer& server) {
   server.Handle("GET", "/v1/models", [this, repo](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
     json data = json::array();
     for (ServedModel* m : repo->models()) {
-      data.push_back(json{{"id", m->name()}, {"object", "model"}, {"created", created_}, {"owned_by", "stoke"}});
+      data.push_back(
+          json{{"id", m->name()}, {"object", "model"}, {"created", created_}, {"owned_by", "stoke"}});
     }
     r->Send({.body = json{{"object", "list"}, {"data", data}}.dump()});
   });

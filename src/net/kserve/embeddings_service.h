@@ -24,9 +24,9 @@
 namespace stoke {
 
 struct EmbeddingsServiceOptions {
-  std::string served_model_name;            // the text-form model in the repository
-  std::vector<std::string> model_aliases;   // other names accepted in "model" (e.g. the --model argument)
-  bool embeddings = true;                   // register /v1/embeddings (off for non-encoder models)
+  std::string served_model_name;           // the text-form model in the repository
+  std::vector<std::string> model_aliases;  // other names accepted in "model" (e.g. the --model argument)
+  bool embeddings = true;                  // register /v1/embeddings (off for non-encoder models)
 };
 
 class EmbeddingsService {

@@ -45,14 +45,22 @@ Status AppendElement(const json& v, TensorType type, std::string* out, std::stri
       if (!v.is_boolean()) return InvalidArgumentError("{}: expected true or false, got {}", what, v.dump());
       out->push_back(v.get<bool>() ? 1 : 0);
       return OkStatus();
-    case TensorType::kUint8: return AppendInt<uint8_t>(v, out, what);
-    case TensorType::kUint16: return AppendInt<uint16_t>(v, out, what);
-    case TensorType::kUint32: return AppendInt<uint32_t>(v, out, what);
-    case TensorType::kUint64: return AppendInt<uint64_t>(v, out, what);
-    case TensorType::kInt8: return AppendInt<int8_t>(v, out, what);
-    case TensorType::kInt16: return AppendInt<int16_t>(v, out, what);
-    case TensorType::kInt32: return AppendInt<int32_t>(v, out, what);
-    case TensorType::kInt64: return AppendInt<int64_t>(v, out, what);
+    case TensorType::kUint8:
+      return AppendInt<uint8_t>(v, out, what);
+    case TensorType::kUint16:
+      return AppendInt<uint16_t>(v, out, what);
+    case TensorType::kUint32:
+      return AppendInt<uint32_t>(v, out, what);
+    case TensorType::kUint64:
+      return AppendInt<uint64_t>(v, out, what);
+    case TensorType::kInt8:
+      return AppendInt<int8_t>(v, out, what);
+    case TensorType::kInt16:
+      return AppendInt<int16_t>(v, out, what);
+    case TensorType::kInt32:
+      return AppendInt<int32_t>(v, out, what);
+    case TensorType::kInt64:
+      return AppendInt<int64_t>(v, out, what);
     case TensorType::kFp32:
     case TensorType::kFp64:
       if (!v.is_number()) return InvalidArgumentError("{}: expected a number, got {}", what, v.dump());
@@ -90,7 +98,8 @@ StatusOr<std::vector<int64_t>> ParseShape(const json& j, std::string_view what) 
   std::vector<int64_t> shape;
   for (const json& d : j) {
     if (!d.is_number_integer() || d.get<int64_t>() < 0) {
-      return InvalidArgumentError("{}: 'shape' must be a list of non-negative integers, got {}", what, j.dump());
+      return InvalidArgumentError("{}: 'shape' must be a list of non-negative integers, got {}", what,
+                                  j.dump());
     }
     shape.push_back(d.get<int64_t>());
   }
@@ -112,7 +121,8 @@ Status ParseRequestParameters(const json& params, RestInferRequest* r) {
   if (!params.is_object()) return InvalidArgumentError("'parameters' must be an object");
   for (const auto& [key, v] : params.items()) {
     if (key == "binary_data_output") {
-      if (!v.is_boolean()) return InvalidArgumentError("parameter 'binary_data_output' must be true or false");
+      if (!v.is_boolean())
+        return InvalidArgumentError("parameter 'binary_data_output' must be true or false");
       r->binary_data_output = v.get<bool>();
     } else if (key == "priority") {
       ASSIGN_OR_RETURN(int64_t p, IntParam(v, key));
@@ -176,7 +186,8 @@ StatusOr<RestInferRequest> ParseRestInferRequest(std::string_view body, std::opt
       return InvalidArgumentError("{}: 'datatype' must be a string", what);
     }
     auto type = ParseTensorType(in["datatype"].get<std::string>());
-    if (!type) return InvalidArgumentError("{}: unknown datatype '{}'", what, in["datatype"].get<std::string>());
+    if (!type)
+      return InvalidArgumentError("{}: unknown datatype '{}'", what, in["datatype"].get<std::string>());
     t.type = *type;
     if (!in.contains("shape")) return InvalidArgumentError("{}: 'shape' is missing", what);
     ASSIGN_OR_RETURN(t.shape, ParseShape(in["shape"], what));
@@ -200,9 +211,10 @@ StatusOr<RestInferRequest> ParseRestInferRequest(std::string_view body, std::opt
     if (binary_size) {
       if (in.contains("data")) return InvalidArgumentError("{}: has both binary_data_size and 'data'", what);
       if (!header_length) {
-        return InvalidArgumentError("{}: binary_data_size given but the Inference-Header-Content-Length header "
-                                    "is missing",
-                                    what);
+        return InvalidArgumentError(
+            "{}: binary_data_size given but the Inference-Header-Content-Length header "
+            "is missing",
+            what);
       }
       if (static_cast<uint64_t>(*binary_size) > body.size() - binary_pos) {
         return InvalidArgumentError("{}: binary_data_size {} but only {} bytes of binary data remain", what,
@@ -238,10 +250,12 @@ StatusOr<RestInferRequest> ParseRestInferRequest(std::string_view body, std::opt
       ro.name = o["name"].get<std::string>();
       if (o.contains("parameters")) {
         const json& p = o["parameters"];
-        if (!p.is_object()) return InvalidArgumentError("output '{}': 'parameters' must be an object", ro.name);
+        if (!p.is_object())
+          return InvalidArgumentError("output '{}': 'parameters' must be an object", ro.name);
         for (const auto& [key, v] : p.items()) {
           if (key == "binary_data") {
-            if (!v.is_boolean()) return InvalidArgumentError("output '{}': binary_data must be a boolean", ro.name);
+            if (!v.is_boolean())
+              return InvalidArgumentError("output '{}': binary_data must be a boolean", ro.name);
             ro.binary = v.get<bool>();
           } else if (key == "classification") {
             return UnimplementedError("output '{}': classification is not supported", ro.name);
@@ -259,9 +273,10 @@ StatusOr<RestInferRequest> ParseRestInferRequest(std::string_view body, std::opt
 StatusOr<RestInferRequest> ParseRawBinaryRequest(std::string_view body, const ModelSignature& sig,
                                                  int max_batch_size) {
   if (sig.inputs.size() != 1) {
-    return InvalidArgumentError("a raw binary request (Inference-Header-Content-Length: 0) needs a model with "
-                                "one input; this one has {}",
-                                sig.inputs.size());
+    return InvalidArgumentError(
+        "a raw binary request (Inference-Header-Content-Length: 0) needs a model with "
+        "one input; this one has {}",
+        sig.inputs.size());
   }
   const TensorSpec& s = sig.inputs[0];
   InferTensor t;
@@ -279,7 +294,8 @@ StatusOr<RestInferRequest> ParseRawBinaryRequest(std::string_view body, const Mo
     for (size_t i = 0; i < s.dims.size(); ++i) {
       if (s.dims[i] < 0) {
         if (variable >= 0) {
-          return InvalidArgumentError("input '{}': a raw binary request cannot fill two variable dims", s.name);
+          return InvalidArgumentError("input '{}': a raw binary request cannot fill two variable dims",
+                                      s.name);
         }
         variable = static_cast<int>(i);
       } else {
@@ -341,21 +357,54 @@ StatusOr<std::string> TensorDataJson(const InferTensor& t) {
         sep(i);
         const char* e = p + i * size;
         switch (t.type) {
-          case TensorType::kBool: out += *e ? "true" : "false"; break;
-          case TensorType::kUint8: fmt::format_to(std::back_inserter(out), "{}", *reinterpret_cast<const uint8_t*>(e)); break;
-          case TensorType::kInt8: fmt::format_to(std::back_inserter(out), "{}", *reinterpret_cast<const int8_t*>(e)); break;
+          case TensorType::kBool:
+            out += *e ? "true" : "false";
+            break;
+          case TensorType::kUint8:
+            fmt::format_to(std::back_inserter(out), "{}", *reinterpret_cast<const uint8_t*>(e));
+            break;
+          case TensorType::kInt8:
+            fmt::format_to(std::back_inserter(out), "{}", *reinterpret_cast<const int8_t*>(e));
+            break;
           default: {
             // Wider integers: copy out to stay aligned.
             int64_t sv = 0;
             uint64_t uv = 0;
             switch (t.type) {
-              case TensorType::kUint16: { uint16_t x; std::memcpy(&x, e, 2); uv = x; break; }
-              case TensorType::kUint32: { uint32_t x; std::memcpy(&x, e, 4); uv = x; break; }
-              case TensorType::kUint64: { std::memcpy(&uv, e, 8); break; }
-              case TensorType::kInt16: { int16_t x; std::memcpy(&x, e, 2); sv = x; break; }
-              case TensorType::kInt32: { int32_t x; std::memcpy(&x, e, 4); sv = x; break; }
-              case TensorType::kInt64: { std::memcpy(&sv, e, 8); break; }
-              default: break;
+              case TensorType::kUint16: {
+                uint16_t x;
+                std::memcpy(&x, e, 2);
+                uv = x;
+                break;
+              }
+              case TensorType::kUint32: {
+                uint32_t x;
+                std::memcpy(&x, e, 4);
+                uv = x;
+                break;
+              }
+              case TensorType::kUint64: {
+                std::memcpy(&uv, e, 8);
+                break;
+              }
+              case TensorType::kInt16: {
+                int16_t x;
+                std::memcpy(&x, e, 2);
+                sv = x;
+                break;
+              }
+              case TensorType::kInt32: {
+                int32_t x;
+                std::memcpy(&x, e, 4);
+                sv = x;
+                break;
+              }
+              case TensorType::kInt64: {
+                std::memcpy(&sv, e, 8);
+                break;
+              }
+              default:
+                break;
             }
             const bool is_unsigned = t.type == TensorType::kUint16 || t.type == TensorType::kUint32 ||
                                      t.type == TensorType::kUint64;
@@ -399,10 +448,11 @@ StatusOr<RestInferResponse> EncodeRestInferResponse(const std::string& model_nam
   for (size_t i = 0; i < chosen.size(); ++i) {
     const InferTensor& t = *chosen[i].first;
     if (i) head += ',';
-    fmt::format_to(std::back_inserter(head), "{{\"name\":{},\"datatype\":\"{}\",\"shape\":[{}]", json(t.name).dump(),
-                   TensorTypeName(t.type), fmt::join(t.shape, ","));
+    fmt::format_to(std::back_inserter(head), "{{\"name\":{},\"datatype\":\"{}\",\"shape\":[{}]",
+                   json(t.name).dump(), TensorTypeName(t.type), fmt::join(t.shape, ","));
     if (chosen[i].second) {
-      fmt::format_to(std::back_inserter(head), ",\"parameters\":{{\"binary_data_size\":{}}}}}", t.data.size());
+      fmt::format_to(std::back_inserter(head), ",\"parameters\":{{\"binary_data_size\":{}}}}}",
+                     t.data.size());
       binary += t.data;
     } else {
       ASSIGN_OR_RETURN(std::string data, TensorDataJson(t));
@@ -429,14 +479,20 @@ std::string KserveErrorBody(std::string_view message) {
 
 int HttpStatusFor(const Status& s) {
   switch (s.code()) {
-    case StatusCode::kOk: return 200;
-    case StatusCode::kNotFound: return 404;
+    case StatusCode::kOk:
+      return 200;
+    case StatusCode::kNotFound:
+      return 404;
     case StatusCode::kUnavailable:
-    case StatusCode::kResourceExhausted: return 503;
-    case StatusCode::kUnimplemented: return 501;
+    case StatusCode::kResourceExhausted:
+      return 503;
+    case StatusCode::kUnimplemented:
+      return 501;
     case StatusCode::kInternal:
-    case StatusCode::kDataLoss: return 500;
-    default: return 400;
+    case StatusCode::kDataLoss:
+      return 500;
+    default:
+      return 400;
   }
 }
 

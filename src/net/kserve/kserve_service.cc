@@ -15,12 +15,18 @@ HttpResponse JsonReply(int status, std::string body) {
   return resp;
 }
 
-HttpResponse ErrorReply(const Status& s) { return JsonReply(HttpStatusFor(s), KserveErrorBody(s.message())); }
+HttpResponse ErrorReply(const Status& s) {
+  return JsonReply(HttpStatusFor(s), KserveErrorBody(s.message()));
+}
 
 // Triton answers health and readiness with a status code only.
-HttpResponse Empty(int status) { return {.status = status, .content_type = "text/plain", .body = ""}; }
+HttpResponse Empty(int status) {
+  return {.status = status, .content_type = "text/plain", .body = ""};
+}
 
-json Duration(const DurationStat& d) { return json{{"count", d.count}, {"ns", d.ns}}; }
+json Duration(const DurationStat& d) {
+  return json{{"count", d.count}, {"ns", d.ns}};
+}
 
 json TensorMetadata(const TensorSpec& s, int max_batch_size) {
   std::vector<int64_t> shape;
@@ -52,7 +58,7 @@ void ObserveLedger(ClassicMetrics* metrics, const CallTimes& c, const RequestTim
 }  // namespace
 
 const std::vector<std::string>& KserveExtensions() {
-  static const std::vector<std::string> kExt = {"binary_tensor_data", "parameters",     "statistics",
+  static const std::vector<std::string> kExt = {"binary_tensor_data",  "parameters",      "statistics",
                                                 "model_configuration", "schedule_policy", "model_repository"};
   return kExt;
 }
@@ -61,7 +67,9 @@ KserveService::KserveService(KserveServiceOptions options, ModelRepository* repo
     : options_(std::move(options)), repo_(repo) {}
 
 json KserveService::ServerMetadataJson() const {
-  return json{{"name", options_.server_name}, {"version", options_.server_version}, {"extensions", KserveExtensions()}};
+  return json{{"name", options_.server_name},
+              {"version", options_.server_version},
+              {"extensions", KserveExtensions()}};
 }
 
 json KserveService::ModelMetadataJson(const ServedModel& m) {
@@ -121,24 +129,22 @@ json KserveService::ModelStatsJson(const ServedModel& m) {
               {"last_inference", s.last_inference_ms},
               {"inference_count", s.inference_count},
               {"execution_count", s.execution_count},
-              {"inference_stats",
-               json{{"success", Duration(s.success)},
-                    {"fail", Duration(s.fail)},
-                    {"queue", Duration(s.queue)},
-                    {"compute_input", Duration(s.compute_input)},
-                    {"compute_infer", Duration(s.compute_infer)},
-                    {"compute_output", Duration(s.compute_output)},
-                    {"cache_hit", Duration(s.cache_hit)},
-                    {"cache_miss", Duration(s.cache_miss)}}},
+              {"inference_stats", json{{"success", Duration(s.success)},
+                                       {"fail", Duration(s.fail)},
+                                       {"queue", Duration(s.queue)},
+                                       {"compute_input", Duration(s.compute_input)},
+                                       {"compute_infer", Duration(s.compute_infer)},
+                                       {"compute_output", Duration(s.compute_output)},
+                                       {"cache_hit", Duration(s.cache_hit)},
+                                       {"cache_miss", Duration(s.cache_miss)}}},
               {"batch_stats", batch},
               {"memory_usage", json::array()}};
 }
 
 void KserveService::RegisterRoutes(HttpServer& server) {
   ModelRepository* repo = repo_;
-  server.Handle("GET", "/v2/health/live", [](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
-    r->Send(Empty(200));
-  });
+  server.Handle("GET", "/v2/health/live",
+                [](const HttpRequest&, std::shared_ptr<HttpResponder> r) { r->Send(Empty(200)); });
   server.Handle("GET", "/v2/health/ready", [repo](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
     r->Send(Empty(repo->ready() ? 200 : 400));
   });
@@ -153,7 +159,8 @@ void KserveService::RegisterRoutes(HttpServer& server) {
   server.Handle("POST", "/v2/repository/index", [repo](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
     json all = json::array();
     for (ServedModel* m : repo->models()) {
-      all.push_back(json{{"name", m->name()}, {"version", m->version()}, {"state", m->ready() ? "READY" : "LOADING"}});
+      all.push_back(
+          json{{"name", m->name()}, {"version", m->version()}, {"state", m->ready() ? "READY" : "LOADING"}});
     }
     r->Send(JsonReply(200, all.dump()));
   });
@@ -178,9 +185,10 @@ void KserveService::RegisterRoutes(HttpServer& server) {
       server.Handle("GET", prefix + "/stats", [m](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
         r->Send(JsonReply(200, json{{"model_stats", json::array({ModelStatsJson(*m)})}}.dump()));
       });
-      server.Handle("POST", prefix + "/infer", [this, m](const HttpRequest& req, std::shared_ptr<HttpResponder> r) {
-        HandleInfer(m, req, std::move(r));
-      });
+      server.Handle("POST", prefix + "/infer",
+                    [this, m](const HttpRequest& req, std::shared_ptr<HttpResponder> r) {
+                      HandleInfer(m, req, std::move(r));
+                    });
     }
   }
 }
@@ -192,8 +200,8 @@ void KserveService::HandleInfer(ServedModel* m, const HttpRequest& req, std::sha
   }
   const std::string encoding = req.Header("content-encoding");
   if (!encoding.empty() && encoding != "identity") {
-    r->Send(ErrorReply(UnimplementedError("Content-Encoding '{}' is not supported; send the body uncompressed",
-                                          encoding)));
+    r->Send(ErrorReply(
+        UnimplementedError("Content-Encoding '{}' is not supported; send the body uncompressed", encoding)));
     return;
   }
   auto header_length = ParseHeaderLength(req.Header("inference-header-content-length"));
@@ -213,7 +221,8 @@ void KserveService::HandleInfer(ServedModel* m, const HttpRequest& req, std::sha
     bool known = false;
     for (const TensorSpec& s : m->model().signature().outputs) known |= s.name == o.name;
     if (!known) {
-      r->Send(ErrorReply(InvalidArgumentError("unexpected inference output '{}' for model '{}'", o.name, m->name())));
+      r->Send(ErrorReply(
+          InvalidArgumentError("unexpected inference output '{}' for model '{}'", o.name, m->name())));
       return;
     }
   }

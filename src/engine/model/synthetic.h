@@ -1,0 +1,94 @@
+// A synthetic model whose costs are set by configuration, so scenarios with a known bottleneck can be
+// produced on purpose (design.md §5): CPU-bound preprocessing, many small kernels (launch-bound), copies
+// through pageable memory, instances fighting for memory bandwidth. `stoke doctor` is validated on it.
+//
+// Config (JSON, every key optional; per-item values scale with the batch's rows):
+//   {"type": "synthetic",
+//    "input_bytes": 4096,              // per item: input "INPUT0" is UINT8 [batch, input_bytes]
+//    "output_bytes": 1024,             // per item: output "OUTPUT0" is UINT8 [batch, output_bytes]
+//    "preprocess_us": 0, "preprocess_us_per_item": 200,     // CPU time before the copy in
+//    "buffers": "pageable",            // or "pinned": how the host staging buffers are allocated
+//    "launch_us": 5,                   // CPU cost of launching one kernel
+//    "kernels": [{"name": "gemm", "count": 4, "flops": 0, "flops_per_item": 2e6,
+//                 "bytes": 8e6, "bytes_per_item": 4096}],   // each launch does this much work
+//    "postprocess_us": 0, "postprocess_us_per_item": 50,
+//    "cpu_scale": 1.0}                 // multiplies kernel FLOPs and bytes on the CPU build
+//
+// On the CPU build every stage runs on the calling (instance) thread:
+//   preprocess / postprocess  busy-wait for the configured time (CPU work that cannot overlap);
+//   h2d / d2h                 memcpy between the host staging buffer and the "device" buffer; "pageable"
+//                             stages through a freshly allocated buffer each batch (page faults, like an
+//                             unpinned cudaMemcpy's bounce copy), "pinned" reuses one allocated at start;
+//   kernels                   per launch: launch_us busy-wait, then `flops` fused multiply-adds on
+//                             registers and a read of `bytes` from a weight buffer shared by all
+//                             instances (so instances compete for memory bandwidth) plus bytes_per_item
+//                             per row from the instance's own activations.
+// The output is a pure function of the input (byte j of a row = input byte j mod input_bytes, XOR 0x5A), so
+// a row's result never depends on its batch. The GPU build will spend the same budgets on the device.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/clock.h"
+#include "base/status.h"
+
+namespace stoke {
+
+struct SyntheticKernel {
+  std::string name = "kernel";
+  int count = 1;  // launches per batch
+  double flops = 0, flops_per_item = 0;
+  double bytes = 0, bytes_per_item = 0;
+};
+
+struct SyntheticConfig {
+  int64_t input_bytes = 1024;
+  int64_t output_bytes = 1024;
+  double preprocess_us = 0, preprocess_us_per_item = 0;
+  bool pinned = false;
+  double launch_us = 0;
+  std::vector<SyntheticKernel> kernels;
+  double postprocess_us = 0, postprocess_us_per_item = 0;
+  double cpu_scale = 1.0;
+
+  // Unknown keys are errors naming `source`, except the serving keys (type, name, max_batch_size,
+  // dynamic_batching, instance_group, threads), which belong to the caller.
+  static StatusOr<SyntheticConfig> FromJson(const nlohmann::json& j, std::string_view source);
+};
+
+// Stage durations of one batch, ns.
+struct SyntheticTimes {
+  Nanos preprocess = 0, h2d = 0, compute = 0, d2h = 0, postprocess = 0;
+};
+
+class SyntheticModel {
+ public:
+  explicit SyntheticModel(SyntheticConfig config);
+  const SyntheticConfig& config() const { return config_; }
+
+  // Scratch of one instance (staging and "device" buffers, activations). Not thread-safe: one per instance.
+  struct Workspace {
+    std::vector<uint8_t> staging_in, staging_out;  // host side, reused when "pinned"
+    std::vector<uint8_t> device_in, device_out;    // the "device" side
+    std::vector<uint64_t> activations;             // bytes_per_item reads
+  };
+  std::unique_ptr<Workspace> NewWorkspace() const;
+
+  // input = [rows, input_bytes], output = [rows, output_bytes] (resized).
+  Status Run(const uint8_t* input, int64_t rows, std::vector<uint8_t>* output, Workspace& ws,
+             SyntheticTimes* times) const;
+
+ private:
+  SyntheticConfig config_;
+  std::vector<uint64_t> weights_;  // shared by every instance: the largest kernel's `bytes`
+};
+
+// Spins (no sleep) for `us` microseconds: CPU time that really occupies a core.
+void BusyWaitMicros(double us);
+
+}  // namespace stoke

@@ -1,0 +1,83 @@
+#include "engine/model/synthetic.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+namespace stoke {
+namespace {
+
+SyntheticConfig Parse(const char* text) {
+  auto c = SyntheticConfig::FromJson(nlohmann::json::parse(text), "synth.json");
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  return c.ok() ? *c : SyntheticConfig{};
+}
+
+std::vector<uint8_t> Rows(int64_t rows, int64_t bytes, int seed) {
+  std::vector<uint8_t> v(rows * bytes);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<uint8_t>(i * 7 + seed);
+  return v;
+}
+
+TEST(SyntheticModelTest, ParsesEveryKey) {
+  SyntheticConfig c = Parse(R"({"type": "synthetic", "name": "s", "max_batch_size": 8, "input_bytes": 16,
+      "output_bytes": 8, "preprocess_us": 1, "preprocess_us_per_item": 2, "buffers": "pinned", "launch_us": 3,
+      "kernels": [{"name": "k", "count": 4, "flops": 10, "flops_per_item": 20, "bytes": 30, "bytes_per_item": 40}],
+      "postprocess_us": 5, "postprocess_us_per_item": 6, "cpu_scale": 0.5})");
+  EXPECT_EQ(c.input_bytes, 16);
+  EXPECT_EQ(c.output_bytes, 8);
+  EXPECT_TRUE(c.pinned);
+  ASSERT_EQ(c.kernels.size(), 1u);
+  EXPECT_EQ(c.kernels[0].count, 4);
+  EXPECT_EQ(c.kernels[0].bytes_per_item, 40);
+  EXPECT_EQ(c.postprocess_us_per_item, 6);
+  EXPECT_EQ(c.cpu_scale, 0.5);
+}
+
+TEST(SyntheticModelTest, BadConfigNamesFileAndKey) {
+  for (const char* text :
+       {R"({"input_bytes": 0})", R"({"buffers": "huge"})", R"({"preprocess_us": -1})",
+        R"({"kernels": [{"flops": "many"}]})", R"({"kernels": [{"threads": 2}]})", R"({"latency": 5})"}) {
+    auto c = SyntheticConfig::FromJson(nlohmann::json::parse(text), "synth.json");
+    ASSERT_FALSE(c.ok()) << text;
+    EXPECT_NE(c.status().message().find("synth.json"), std::string::npos) << c.status().message();
+  }
+}
+
+TEST(SyntheticModelTest, OutputIsPerRowAndBatchIndependent) {
+  for (const char* buffers : {"pageable", "pinned"}) {
+    SyntheticModel m(
+        Parse((std::string(R"({"input_bytes": 5, "output_bytes": 12, "buffers": ")") + buffers +
+               R"(", "kernels": [{"count": 2, "flops": 1000, "bytes": 4096, "bytes_per_item": 64}]})")
+                  .c_str()));
+    auto ws = m.NewWorkspace();
+    const std::vector<uint8_t> in = Rows(3, 5, 1);
+    std::vector<uint8_t> out;
+    SyntheticTimes t;
+    ASSERT_TRUE(m.Run(in.data(), 3, &out, *ws, &t).ok());
+    ASSERT_EQ(out.size(), 36u);
+    for (int64_t r = 0; r < 3; ++r) {
+      for (int j = 0; j < 12; ++j) EXPECT_EQ(out[r * 12 + j], in[r * 5 + j % 5] ^ 0x5A);
+      std::vector<uint8_t> alone;
+      ASSERT_TRUE(m.Run(in.data() + r * 5, 1, &alone, *ws, &t).ok());
+      EXPECT_EQ(alone, std::vector<uint8_t>(out.begin() + r * 12, out.begin() + (r + 1) * 12)) << buffers;
+    }
+  }
+}
+
+TEST(SyntheticModelTest, SpendsTheConfiguredCpuTime) {
+  SyntheticModel m(Parse(R"({"input_bytes": 4, "output_bytes": 4, "preprocess_us_per_item": 1500,
+                             "postprocess_us": 2000, "launch_us": 100, "kernels": [{"count": 10}]})"));
+  auto ws = m.NewWorkspace();
+  const std::vector<uint8_t> in = Rows(2, 4, 0);
+  std::vector<uint8_t> out;
+  SyntheticTimes t;
+  ASSERT_TRUE(m.Run(in.data(), 2, &out, *ws, &t).ok());
+  EXPECT_GE(t.preprocess, 3'000'000);  // 2 rows x 1.5 ms
+  EXPECT_GE(t.compute, 1'000'000);     // 10 launches x 100 us
+  EXPECT_GE(t.postprocess, 2'000'000);
+  EXPECT_LT(t.h2d, t.preprocess);
+}
+
+}  // namespace
+}  // namespace stoke

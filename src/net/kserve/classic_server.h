@@ -1,0 +1,45 @@
+// `stoke serve` for stateless models (encoders, the synthetic model): the dynamic batcher and instance
+// group behind KServe v2 REST + gRPC, the OpenAI embeddings API, /health and /metrics.
+// apps/stoke/cmd_serve.cc calls RunClassicServe when IsClassicModel(--model).
+//
+// --model is one of
+//   - an HF folder of a BERT-family encoder (config.json model_type "bert"), or a known encoder alias
+//     ("all-minilm-l6-v2"): served with the defaults below;
+//   - a model file, JSON with "type": "bert" or "synthetic" and Triton-named batching keys:
+//       {"type": "bert", "model": "all-minilm-l6-v2", "name": "minilm", "max_batch_size": 32,
+//        "dynamic_batching": {"max_queue_delay_microseconds": 500}, "instance_group": [{"count": 2}]}
+//       {"type": "synthetic", "name": "synth", ... synthetic.h keys ..., "max_batch_size": 8}
+//     "model" may be relative to the file's folder.
+// A BERT model is served twice over the same weights: "<name>" (BYTES "text") and "<name>-ids" (INT64
+// input_ids + attention_mask); /v1/embeddings uses "<name>".
+// Defaults without a file: max_batch_size 32, dynamic batching with max_queue_delay 0 (batches form from
+// what queues while the instance is busy), one instance.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace stoke {
+
+struct ClassicServeOptions {
+  std::string model;
+  std::string served_model_name;  // "" = the file's "name", else the alias / folder name
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  int grpc_port = 8001;  // 0: any free port; -1: no gRPC
+  int http_threads = 2;
+  size_t max_body_bytes = 8u << 20;
+  int threads = 0;  // compute threads; 0 = hardware threads
+  double drain_seconds = 10;
+  double idle_timeout_seconds = 120;
+};
+
+// True for a .json model file or a BERT-family HF folder / known encoder alias (decided without fetching).
+bool IsClassicModel(const std::string& model);
+
+// Runs the server until SIGINT/SIGTERM; returns the process exit code. Prints, on stderr,
+// "stoke serve: listening on http://HOST:PORT (loading MODEL)", "stoke serve: gRPC listening on HOST:PORT"
+// and "stoke serve: ready on ..." once the models serve.
+int RunClassicServe(const ClassicServeOptions& options);
+
+}  // namespace stoke
