@@ -2,7 +2,9 @@
 // readers (GGUF metadata, config.json in both RoPE layouts).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -231,6 +233,46 @@ TEST(LlamaConfigTest, Llama3RopeScalingMatchesFormula) {
   // GGUF rope_freqs divisors take precedence.
   c.rope_freq_divisors.assign(64, 2.0f);
   EXPECT_NEAR(RopeInverseFrequencies(c)[5], std::pow(500000.0, -10.0 / 128) / 2, 1e-7);
+}
+
+}  // namespace
+}  // namespace stoke
+
+namespace stoke {
+namespace {
+
+// The real SmolLM2-135M-Instruct Q4_1 GGUF, when present (CI fetches it; tests/golden/ compares it against
+// llama.cpp in depth).
+TEST(LlamaRealModelTest, SmolLM2ConfigAndFirstToken) {
+  const char* dir = std::getenv("STOKE_MODEL_DIR");
+  const fs::path base =
+      dir != nullptr ? fs::path(dir)
+                     : fs::path(std::getenv("HOME") ? std::getenv("HOME") : "/") / ".cache/stoke/models";
+  const fs::path path = base / "smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (!fs::exists(path)) GTEST_SKIP() << path << " missing: run `stoke model fetch smollm2-135m-instruct`";
+  auto model = LoadDecoder(path.string());
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const LlamaConfig& c = (*model)->config();
+  EXPECT_EQ(c.num_layers, 30);
+  EXPECT_EQ(c.hidden_size, 576);
+  EXPECT_EQ(c.intermediate_size, 1536);
+  EXPECT_EQ(c.num_heads, 9);
+  EXPECT_EQ(c.num_kv_heads, 3);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.vocab_size, 49152);
+  EXPECT_FLOAT_EQ(c.rope_theta, 100000.0f);
+  EXPECT_NEAR(c.rms_norm_eps, 1e-5f, 1e-9f);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.bos_token_id, 1);
+  EXPECT_EQ(c.eos_token_ids, std::vector<int32_t>{2});
+  EXPECT_EQ((*model)->KvBytesPerToken(), 30 * 2 * 3 * 64 * 4);
+  // "The capital of France is" (llama.cpp's ids): " Paris" (7042) leads llama.cpp's runner-up by 2.5 logits.
+  const std::vector<int32_t> ids = {504, 3575, 282, 4649, 314};
+  const std::vector<float> logits = ScoreAll(**model, ids);
+  ASSERT_EQ(logits.size(), ids.size() * 49152);
+  const float* last = logits.data() + 4 * 49152;
+  EXPECT_EQ(std::max_element(last, last + 49152) - last, 7042);
+  for (float x : logits) ASSERT_TRUE(std::isfinite(x));
 }
 
 }  // namespace
