@@ -62,6 +62,7 @@ def test_kserve_throughput_and_latency_agree_with_perf_analyzer(tmp_path):
     p = bench.point(4)
     assert p["valid"], p["invalid_reasons"]
     ours = {"rps": p["throughput"]["requests_per_s"], "p50": p["latency_ms"]["p50"], "p99": p["latency_ms"]["p99"]}
+    print(f"\nkserve c=4: stoke bench {ours} vs perf_analyzer {pa}")
     for k in ("rps", "p50", "p99"):
         assert within(ours[k], pa[k], 0.05), f"{k}: stoke bench {ours[k]:.3f} vs perf_analyzer {pa[k]:.3f}"
 
@@ -89,5 +90,7 @@ def test_openai_streaming_ttft_and_itl_agree_with_perf_analyzer(tmp_path):
         itl += [(b - a) / 1e6 for a, b in zip(ts[:n_tokens], ts[1:n_tokens])]
     p = bench.point(2)
     assert p["valid"], p["invalid_reasons"]
+    print(f"\nopenai stream c=2: TTFT p50 {p['ttft_ms']['p50']:.2f} vs {pct(ttft, 50):.2f} ms, "
+          f"ITL p50 {p['itl_ms']['p50']:.2f} vs {pct(itl, 50):.2f} ms (stoke bench vs perf_analyzer)")
     assert within(p["ttft_ms"]["p50"], pct(ttft, 50), 0.05), (p["ttft_ms"], pct(ttft, 50))
     assert within(p["itl_ms"]["p50"], pct(itl, 50), 0.05), (p["itl_ms"], pct(itl, 50))
