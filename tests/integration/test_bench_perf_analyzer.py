@@ -1,7 +1,7 @@
 """Cross-check: stoke bench and Triton's perf_analyzer measure the same server and must agree.
 
 perf_analyzer comes from the tritonclient 2.50.0 wheel (tests/fixtures/install_perf_analyzer.sh explains why
-that one). The server is tests/fixtures/delay_server.py speaking KServe v2 REST (metadata, config, ready,
+that one and installs it). The server is tests/fixtures/delay_server.py speaking KServe v2 REST (metadata, config, ready,
 stats, infer with binary tensors): throughput and p50/p99 latency must agree within 5 %.
 
 For OpenAI streaming, neither genai-perf nor guidellm installs usefully here (genai-perf needs the
@@ -13,6 +13,7 @@ import csv
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -21,19 +22,29 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "fixtures"))
 from bench_helpers import ROOT, DelayServer, pct, run_bench, stoke_bin_path  # noqa: E402
 
-PA_DIR = ROOT / ".venv" / "opt" / "perf_analyzer-2.50"
+def cuda_runtime_lib():
+    try:
+        import nvidia.cuda_runtime
+        return str(pathlib.Path(list(nvidia.cuda_runtime.__path__)[0]) / "lib")
+    except ImportError:
+        return None
 
 
 def perf_analyzer():
-    exe = pathlib.Path(os.environ.get("PERF_ANALYZER", PA_DIR / "bin" / "perf_analyzer"))
-    if not exe.exists():
-        pytest.skip(f"perf_analyzer not installed at {exe}: run tests/fixtures/install_perf_analyzer.sh")
+    """The binary installed by tests/fixtures/install_perf_analyzer.sh (shared with test_perf_analyzer.py)."""
+    candidates = [os.environ.get("STOKE_PERF_ANALYZER"), ROOT / ".venv" / "perf_analyzer" / "bin" / "perf_analyzer",
+                  shutil.which("perf_analyzer")]
     env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = str(PA_DIR / "nvidia" / "cuda_runtime" / "lib") + ":" + env.get("LD_LIBRARY_PATH", "")
-    probe = subprocess.run([str(exe), "--version"], capture_output=True, text=True, env=env, timeout=30)
-    if "error while loading shared libraries" in probe.stderr or "GLIBC" in probe.stderr:
-        pytest.skip(f"perf_analyzer cannot run here: {probe.stderr.strip()[:200]}")
-    return exe, env
+    if cuda_runtime_lib():
+        env["LD_LIBRARY_PATH"] = cuda_runtime_lib() + os.pathsep + env.get("LD_LIBRARY_PATH", "")
+    for exe in candidates:
+        if not exe or not pathlib.Path(exe).exists():
+            continue
+        probe = subprocess.run([str(exe), "--version"], capture_output=True, text=True, env=env, timeout=30)
+        if "error while loading shared libraries" in probe.stderr or "GLIBC" in probe.stderr:
+            continue
+        return exe, env
+    pytest.skip("no runnable perf_analyzer: run tests/fixtures/install_perf_analyzer.sh (or set STOKE_PERF_ANALYZER)")
 
 
 def run_pa(args, cwd):
@@ -51,7 +62,7 @@ def test_kserve_throughput_and_latency_agree_with_perf_analyzer(tmp_path):
     perf_analyzer()
     with DelayServer("--delay-ms", 100) as srv:
         host = srv.url.removeprefix("http://")
-        run_pa(["-m", "fixture", "-u", host, "-i", "http", "--concurrency-range", "4:4",
+        run_pa(["-m", "fixture", "-u", host, "-i", "http", "--async", "--concurrency-range", "4:4",
                 "--measurement-interval", 3000, "--stability-percentage", 10, "-f", tmp_path / "pa.csv"], tmp_path)
         bench = run_bench(srv.url, tmp_path / "bench", "--api", "kserve-http", "--model", "fixture",
                           "--kserve-binary", "--concurrency", 4, "--warmup", 1, "--window", 3, "--duration", 12,
