@@ -267,7 +267,7 @@ std::string ServerCharts(const BenchReport& rep) {
     return LineChartSvg(o, series);
   };
   // Group the scraped keys: the known stoke/vLLM names, then stages, then GPU gauges.
-  std::vector<std::string> running, waiting, kv, stage_keys, stage_names, rate_keys, rate_names, gpu;
+  std::vector<std::string> running, waiting, kv, stage_keys, stage_names, rate_keys, rate_names, gpu, batch;
   for (const auto& [k, v] : s.series) {
     if (k.starts_with("stage_ms:")) {
       stage_keys.push_back(k);
@@ -277,8 +277,11 @@ std::string ServerCharts(const BenchReport& rep) {
       rate_names.push_back(k.substr(k.find(':') + 1));
     } else if (k.find("num_requests_running") != std::string::npos) {
       running.push_back(k);
-    } else if (k.find("num_requests_waiting") != std::string::npos) {
+    } else if (k.find("num_requests_waiting") != std::string::npos ||
+               k.find("pending_request_count") != std::string::npos) {
       waiting.push_back(k);
+    } else if (k == "mean_batch_size") {
+      batch.push_back(k);
     } else if (k.find("cache_usage") != std::string::npos) {
       kv.push_back(k);
     } else if (k.find("gpu") != std::string::npos) {
@@ -292,6 +295,8 @@ std::string ServerCharts(const BenchReport& rep) {
   rw_names.insert(rw_names.end(), waiting.size(), "waiting");
   out += chart("Requests in the server", "requests", rw, rw_names);
   out += chart("KV cache usage", "fraction", kv, kv);
+  out += chart("Mean batch size (dynamic batcher, each interval)", "requests per execution", batch,
+               {"batch size"});
   out += chart("Mean time per request stage (each interval)", "milliseconds", stage_keys, stage_names);
   out += chart("Server token rates", "tokens / s", rate_keys, rate_names);
   for (const auto& k : gpu) out += chart(k, "value", {k}, {k});

@@ -108,6 +108,8 @@ void SeriesBuilder::Add(double t_s, const std::vector<PromSample>& samples,
   out_.t_s.push_back(t_s);
   std::map<std::string, double> gauges, counters;
   std::map<std::string, double> stage_sum, stage_count;
+  double batch_items = 0, batch_execs = 0;
+  bool has_batches = false;
   for (const PromSample& s : samples) {
     auto type_it = types.find(s.name);
     const std::string type = type_it == types.end() ? "" : type_it->second;
@@ -120,14 +122,20 @@ void SeriesBuilder::Add(double t_s, const std::vector<PromSample>& samples,
     }
     if (type == "gauge") {
       bool wanted = EndsWith(n, "num_requests_running") || EndsWith(n, "num_requests_waiting") ||
-                    EndsWith(n, "kv_cache_usage_ratio") || EndsWith(n, "kv_cache_usage_perc") ||
-                    EndsWith(n, "gpu_cache_usage_perc") || n.find("gpu") != std::string_view::npos;
+                    EndsWith(n, "pending_request_count") || EndsWith(n, "kv_cache_usage_ratio") ||
+                    EndsWith(n, "kv_cache_usage_perc") || EndsWith(n, "gpu_cache_usage_perc") ||
+                    n.find("gpu") != std::string_view::npos;
       if (!wanted) continue;
       std::string key = s.name;
       if (auto g = s.labels.find("gpu"); g != s.labels.end()) key += "{gpu=" + g->second + "}";
       gauges[key] += s.value;
     } else if (EndsWith(n, "generation_tokens_total") || EndsWith(n, "prompt_tokens_total")) {
       counters[s.name] += s.value;
+    } else if (n == "stoke:inference_count_total" || n == "nv_inference_count") {
+      batch_items += s.value;  // dynamic batcher: inferences and executions -> mean batch size
+      has_batches = true;
+    } else if (n == "stoke:inference_exec_count_total" || n == "nv_inference_exec_count") {
+      batch_execs += s.value;
     }
   }
   for (const auto& [k, v] : gauges) Put(k, v);
@@ -149,6 +157,16 @@ void SeriesBuilder::Add(double t_s, const std::vector<PromSample>& samples,
     Put("stage_ms:" + stage, mean);
     prev_counter_[ks] = sum;
     prev_counter_[kc] = count;
+  }
+  if (has_batches) {
+    auto pi = prev_counter_.find("batch:items"), pe = prev_counter_.find("batch:execs");
+    double mean = kNaN;
+    if (pi != prev_counter_.end() && pe != prev_counter_.end() && batch_execs > pe->second) {
+      mean = (batch_items - pi->second) / (batch_execs - pe->second);
+    }
+    Put("mean_batch_size", mean);
+    prev_counter_["batch:items"] = batch_items;
+    prev_counter_["batch:execs"] = batch_execs;
   }
   prev_t_ = t_s;
   for (auto& [k, col] : out_.series) col.resize(out_.t_s.size(), kNaN);

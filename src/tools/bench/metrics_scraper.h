@@ -1,6 +1,7 @@
 // Scrapes the server's Prometheus /metrics once a second during a run (on its own thread) and keeps the
-// series the report charts: running/waiting requests, KV-cache usage, the mean of each request stage over
-// the last interval (from stoke:request_stage_seconds), server-side token rates, and any GPU gauge.
+// series the report charts: running/waiting/pending requests, KV-cache usage, the mean of each request stage
+// over the last interval (from stoke:request_stage_seconds), the dynamic batcher's mean batch size,
+// server-side token rates, and any GPU gauge.
 #pragma once
 
 #include <atomic>

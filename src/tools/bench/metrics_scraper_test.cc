@@ -31,6 +31,12 @@ stoke:generation_tokens_total{model_name="m"} 300
 # TYPE stoke:request_stage_seconds histogram
 stoke:request_stage_seconds_sum{model_name="m",stage="queue"} 0.8
 stoke:request_stage_seconds_count{model_name="m",stage="queue"} 4
+# TYPE stoke:inference_count_total counter
+stoke:inference_count_total{model="s",version="1"} 40
+# TYPE stoke:inference_exec_count_total counter
+stoke:inference_exec_count_total{model="s",version="1"} 10
+# TYPE stoke:inference_pending_request_count gauge
+stoke:inference_pending_request_count{model="s",version="1"} 7
 # TYPE nv_gpu_utilization gauge
 nv_gpu_utilization{gpu_uuid="x",gpu="0"} 0.75
 )";
@@ -48,6 +54,22 @@ TEST(Prometheus, ParsesSamplesLabelsAndTypes) {
   EXPECT_EQ(types["a"], "gauge");
   EXPECT_FALSE(ParsePrometheusText("a{x=\"1\" 2\n", nullptr).ok());
   EXPECT_FALSE(ParsePrometheusText("a notanumber\n", nullptr).ok());
+}
+
+TEST(Prometheus, MeanBatchSizeFromInferenceAndExecutionCounts) {
+  SeriesBuilder b;
+  const char* texts[] = {"stoke:inference_count_total 10\nstoke:inference_exec_count_total 5\n",
+                         "stoke:inference_count_total 50\nstoke:inference_exec_count_total 10\n"};
+  double t = 0;
+  for (const char* text : texts) {
+    std::map<std::string, std::string> types;
+    auto s = ParsePrometheusText(text, &types);
+    ASSERT_TRUE(s.ok());
+    b.Add(t++, *s, types);
+  }
+  ServerSeries out = b.Take();
+  ASSERT_EQ(out.series["mean_batch_size"].size(), 2u);
+  EXPECT_DOUBLE_EQ(out.series["mean_batch_size"][1], 8);  // 40 inferences in 5 executions
 }
 
 TEST(Prometheus, SeriesBuilderKeepsGaugesRatesAndStageMeans) {
@@ -69,8 +91,10 @@ TEST(Prometheus, SeriesBuilderKeepsGaugesRatesAndStageMeans) {
   EXPECT_DOUBLE_EQ(rate[1], 100);  // (300 - 100) / 2 s
   auto queue = out.series["stage_ms:queue"];
   EXPECT_TRUE(std::isnan(queue[0]));
-  EXPECT_DOUBLE_EQ(queue[1], 150);                     // (0.8 - 0.5) / (4 - 2) s
-  auto gpu = out.series["nv_gpu_utilization{gpu=0}"];  // first seen in the second scrape
+  EXPECT_DOUBLE_EQ(queue[1], 150);  // (0.8 - 0.5) / (4 - 2) s
+  EXPECT_EQ(out.series["stoke:inference_pending_request_count"][1], 7);
+  EXPECT_TRUE(std::isnan(out.series["mean_batch_size"][1]));  // counters first seen: no interval yet
+  auto gpu = out.series["nv_gpu_utilization{gpu=0}"];         // first seen in the second scrape
   ASSERT_EQ(gpu.size(), 2u);
   EXPECT_TRUE(std::isnan(gpu[0]));
   EXPECT_DOUBLE_EQ(gpu[1], 0.75);
