@@ -37,7 +37,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 // What --model names, before anything is loaded.
-struct ModelSpec {
+struct ServeSpec {
   std::string type;   // "bert" | "synthetic"
   std::string name;   // served name (text form for bert)
   std::string model;  // bert: alias or folder
@@ -77,8 +77,8 @@ std::string BaseName(std::string path) {
   return name;
 }
 
-StatusOr<ModelSpec> ReadModelSpec(const ClassicServeOptions& o) {
-  ModelSpec s;
+StatusOr<ServeSpec> ReadModelSpec(const ClassicServeOptions& o) {
+  ServeSpec s;
   if (!o.model.ends_with(".json")) {
     s.type = "bert";
     s.model = o.model;
@@ -133,7 +133,7 @@ struct LoadedModels {
   std::string path;
 };
 
-StatusOr<LoadedModels> LoadModels(const ModelSpec& s) {
+StatusOr<LoadedModels> LoadModels(const ServeSpec& s) {
   LoadedModels l;
   if (s.type == "synthetic") {
     ASSIGN_OR_RETURN(SyntheticConfig sc, SyntheticConfig::FromJson(s.file, s.source));
@@ -161,7 +161,7 @@ StatusOr<LoadedModels> LoadModels(const ModelSpec& s) {
 bool IsClassicModel(const std::string& model) {
   if (model.ends_with(".json")) return true;
   if (IsBertFolder(model)) return true;
-  if (const stoke::ModelSpec* spec = FindModelSpec(model); spec != nullptr) {
+  if (const ModelSpec* spec = FindModelSpec(model); spec != nullptr) {
     const std::string path = ModelEntryPath(*spec, DefaultModelDir());
     if (ModelPresent(*spec, DefaultModelDir())) return IsBertFolder(path);
     // Not fetched yet: known encoder aliases are HF folders described as encoders.
