@@ -46,3 +46,7 @@ if [ ! -f "$stamp" ]; then
 else
   echo "[setup] Python test environment up to date"
 fi
+
+# perf_analyzer (the KServe cross-check and the perf_analyzer tests): its own folder beside the venv, because
+# the PyPI builds that still run on Debian 12's glibc pin an old numpy. Idempotent.
+bash tests/fixtures/install_perf_analyzer.sh
