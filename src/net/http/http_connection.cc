@@ -2,12 +2,15 @@
 // See the state diagram at the top of http_server.cc.
 #include "net/http/http_connection.h"
 
+#include <sys/socket.h>
+
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cerrno>
 #include <deque>
 #include <exception>
 #include <optional>
@@ -437,9 +440,16 @@ void HttpConnection::OnWatch(error_code ec, uint64_t gen) {
   if (gen != watch_gen_ || state_ != State::kHandling || !active_ || ec == asio::error::operation_aborted)
     return;
   if (!ec) {
-    error_code ec2;
-    const size_t avail = stream_.socket().available(ec2);
-    if (!ec2 && avail > 0) return;  // the client pipelined its next request: still there
+    // Readiness alone proves nothing: with edge-triggered epoll, the event for bytes the last read already
+    // consumed can arrive after this wait was armed. Peek without blocking to see what is really there.
+    char c;
+    const ssize_t n = ::recv(stream_.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0) return;  // the client pipelined its next request: still there (stop watching)
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      StartWatch();  // spurious: nothing to read, the peer has not closed
+      return;
+    }
+    // n == 0: the peer shut down its side; n < 0 otherwise: reset or another socket error.
   }
   LOG_DEBUG("http: client closed the connection while its response was pending");
   Close();

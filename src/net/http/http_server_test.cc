@@ -252,6 +252,38 @@ TEST(HttpServerTest, DisconnectWhileStreamingIsReported) {
   EXPECT_TRUE(WaitFor([&] { return server.active_requests() == 0 && server.open_connections() == 0; }));
 }
 
+// Regression: an edge-triggered readiness event for request N+1's bytes can reach the disconnect watch of
+// request N+1 after the read already consumed them. Readiness alone must not count as the peer closing.
+TEST(HttpServerTest, AsyncResponsesOnKeepAliveAreNotMistakenForDisconnects) {
+  HttpServer server(TestOptions());
+  std::atomic<int> disconnects{0};
+  std::vector<std::thread> answerers;
+  std::mutex mu;
+  server.Handle("POST", "/later", [&](const HttpRequest& req, std::shared_ptr<HttpResponder> r) {
+    r->OnDisconnect([&] { disconnects.fetch_add(1); });
+    std::lock_guard lock(mu);
+    answerers.emplace_back([r, body = req.body] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      r->Send({.status = 200, .body = body});
+    });
+  });
+  ASSERT_TRUE(server.Start().ok());
+  Client c(server.port());
+  for (int i = 0; i < 200; ++i) {
+    // Headers and body in separate segments, as HTTP clients (httpx) often write them.
+    const std::string body = std::to_string(i);
+    c.SendRaw("POST /later HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
+              "\r\n\r\n");
+    if (i % 2) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    c.SendRaw(body);
+    auto res = c.Read();
+    ASSERT_EQ(res.result_int(), 200) << "request " << i << ": " << c.last_error_.message();
+    ASSERT_EQ(res.body(), std::to_string(i));
+  }
+  EXPECT_EQ(disconnects.load(), 0);
+  for (auto& t : answerers) t.join();
+}
+
 TEST(HttpServerTest, DroppedResponderGets500) {
   HttpServer server(TestOptions());
   server.Handle("GET", "/forget", [](const HttpRequest&, std::shared_ptr<HttpResponder>) {});
