@@ -242,7 +242,7 @@ StatusOr<LlamaWeights> LoadLlamaWeights(std::shared_ptr<const HfFolder> folder) 
   LlamaWeights w;
   {
     StatusOr<LlamaConfig> c = LlamaConfigFromHfConfig(folder->config());
-    if (!c.ok()) return c.status().WithContext(folder->FilePath("config.json"));
+    if (!c.ok()) return c.status().WithContext(folder->dir());
     w.config = std::move(c).value();
   }
   const HfFolder* f = folder.get();
