@@ -136,7 +136,7 @@ StatusOr<WireRequest> BuildKserve(const ProtocolOptions& opts, const PromptItem&
     w.content_type = "application/octet-stream";
     w.body += raw;
   }
-  w.input_tokens = item.input_tokens;
+  w.input_tokens = 0;  // tensors, not tokens
   return w;
 }
 

@@ -163,6 +163,7 @@ TEST(Protocol, KserveJsonAndBinaryRequests) {
   auto w = BuildRequest(o, item, rng);
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   EXPECT_EQ(w->target, "/v2/models/m/infer");
+  EXPECT_EQ(w->input_tokens, 0);  // tensors carry no tokens
   json j = json::parse(w->body);
   EXPECT_EQ(j["inputs"][0]["shape"], json::array({1, 4}));
   EXPECT_EQ(j["inputs"][0]["data"].size(), 4u);
