@@ -41,7 +41,8 @@ def perf_analyzer_env():
     env = dict(os.environ)
     try:
         import nvidia.cuda_runtime
-        env["LD_LIBRARY_PATH"] = str(pathlib.Path(list(nvidia.cuda_runtime.__path__)[0]) / "lib")
+        lib = str(pathlib.Path(list(nvidia.cuda_runtime.__path__)[0]) / "lib")
+        env["LD_LIBRARY_PATH"] = lib + os.pathsep + env.get("LD_LIBRARY_PATH", "")
     except ImportError:
         pass
     return exe, env

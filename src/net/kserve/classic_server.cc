@@ -116,9 +116,8 @@ StatusOr<ServeSpec> ReadModelSpec(const ClassicServeOptions& o) {
     std::error_code ec;
     if (!FindModelSpec(s.model) && fs::path(s.model).is_relative() && fs::exists(rel, ec))
       s.model = rel.string();
-    for (const char* key : {"max_batch_size", "dynamic_batching", "instance_group"}) {
-      if (!s.file.contains(key)) s.file[key] = DefaultConfig().ToJson()[key];
-    }
+    // As in Triton, a model file without "dynamic_batching" runs each request alone.
+    if (!s.file.contains("max_batch_size")) s.file["max_batch_size"] = DefaultConfig().max_batch_size;
   }
   ASSIGN_OR_RETURN(s.config, BatcherConfig::FromJson(s.file, o.model));
   if (s.type == "bert" && s.config.max_batch_size < 1) {

@@ -13,7 +13,8 @@
 // A BERT model is served twice over the same weights: "<name>" (BYTES "text") and "<name>-ids" (INT64
 // input_ids + attention_mask); /v1/embeddings uses "<name>".
 // Defaults without a file: max_batch_size 32, dynamic batching with max_queue_delay 0 (batches form from
-// what queues while the instance is busy), one instance.
+// what queues while the instance is busy), one instance. In a file, as in Triton, no "dynamic_batching" key
+// means batching off (max_batch_size still defaults to 32 for bert).
 #pragma once
 
 #include <cstddef>
