@@ -250,7 +250,9 @@ void KserveService::HandleInfer(ServedModel* m, const HttpRequest& req, std::sha
         resp.headers.emplace_back("Inference-Header-Content-Length", std::to_string(*encoded->header_length));
       }
       const RequestTimes t = res->times;
-      r->OnComplete([m, times, t](bool ok, Nanos when) {
+      // The callback holds the responder: the exchange forgets it once nobody does, even mid-write.
+      // Complete() runs it exactly once (written or abandoned) and drops it, which ends the cycle.
+      r->OnComplete([m, times, t, keep = r](bool ok, Nanos when) {
         if (ok) ObserveLedger(m->metrics(), *times, t, when);
       });
       r->Send(std::move(resp));
