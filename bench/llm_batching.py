@@ -71,7 +71,7 @@ def run_level(server, client, model: str, conc: int, n_tokens: int, min_seconds:
                 r = ls.stream_chat(client, model, [{"role": "user", "content": prompt(rid)}], n_tokens, seed=rid)
             except Exception as e:  # noqa: BLE001 - reported, and the level stops
                 with lock:
-                    errors.append(repr(e))
+                    errors.append(f"{e!r} (cause: {e.__cause__!r}, {time.perf_counter() - t_start:.2f} s into the level)")
                 return
             with lock:
                 results.append(r)
@@ -82,7 +82,9 @@ def run_level(server, client, model: str, conc: int, n_tokens: int, min_seconds:
     for t in threads:
         t.join()
     if errors:
-        sys.exit(f"level {conc}: {len(errors)} request(s) failed, first: {errors[0]}")
+        server.stop()
+        sys.exit(f"level {conc}: {len(errors)} request(s) failed, first: {errors[0]}\n--- stoke serve stderr ---\n"
+                 + "\n".join(server.lines[-20:]))
     t_end = max(r["end"] for r in results)
     wall = t_end - t_start
     cpu_s, cpu_c = server.cpu_seconds() - cpu_s0, client_cpu() - cpu_c0
