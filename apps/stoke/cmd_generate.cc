@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/stoke/cli_util.h"
 #include "apps/stoke/command.h"
 #include "base/file_util.h"
 #include "base/status.h"
@@ -51,24 +52,10 @@ struct GenerateCmdOptions {
   int prefill_chunk = 512;
 };
 
-StatusOr<std::vector<int32_t>> ParseIds(const std::string& arg) {
-  std::string text = arg;
-  if (!arg.empty() && arg[0] == '@') {
-    ASSIGN_OR_RETURN(text, ReadFileToString(arg.substr(1)));
-  }
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_array()) return InvalidArgumentError("--ids: expected a JSON array of token ids");
-  std::vector<int32_t> ids;
-  for (const auto& v : j) {
-    if (!v.is_number_integer()) return InvalidArgumentError("--ids: every element must be an integer");
-    ids.push_back(v.get<int32_t>());
-  }
-  return ids;
-}
 
 StatusOr<std::vector<int32_t>> PromptIds(const GenerateCmdOptions& o, const std::string& path,
                                          const Tokenizer& tok) {
-  if (o.ids) return ParseIds(*o.ids);
+  if (o.ids) return ParseIdsArg(*o.ids);
   if (o.chat) {
     ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::FromModel(path));
     ASSIGN_OR_RETURN(std::string rendered, tmpl.Apply({ChatMessage{"user", *o.prompt}}, true));

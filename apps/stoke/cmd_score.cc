@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/stoke/cli_util.h"
 #include "apps/stoke/command.h"
 #include "base/clock.h"
 #include "base/file_util.h"
@@ -38,20 +39,6 @@ struct ScoreCmdOptions {
   bool verbose = false;
 };
 
-StatusOr<std::vector<int32_t>> ParseIds(const std::string& arg) {
-  std::string text = arg;
-  if (!arg.empty() && arg[0] == '@') {
-    ASSIGN_OR_RETURN(text, ReadFileToString(arg.substr(1)));
-  }
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_array()) return InvalidArgumentError("--ids: expected a JSON array of token ids");
-  std::vector<int32_t> ids;
-  for (const auto& v : j) {
-    if (!v.is_number_integer()) return InvalidArgumentError("--ids: every element must be an integer");
-    ids.push_back(v.get<int32_t>());
-  }
-  return ids;
-}
 
 Status RunScore(const ScoreCmdOptions& o) {
   if (o.ids.has_value() == o.text.has_value())
@@ -60,7 +47,7 @@ Status RunScore(const ScoreCmdOptions& o) {
   ASSIGN_OR_RETURN(std::string path, ResolveModel(o.model));
   std::vector<int32_t> ids;
   if (o.ids) {
-    ASSIGN_OR_RETURN(ids, ParseIds(*o.ids));
+    ASSIGN_OR_RETURN(ids, ParseIdsArg(*o.ids));
   } else {
     ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, LoadTokenizer(path));
     ASSIGN_OR_RETURN(ids, tok->Encode(*o.text));
