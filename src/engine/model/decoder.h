@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "base/status.h"
@@ -56,6 +57,11 @@ class DecoderModel {
   virtual Status CopyKvBlock(int32_t src, int32_t dst) = 0;
   // Runs one step. Writes K/V for every input token into its slot, then attends over [0, pos] per token.
   virtual Status Step(const StepInput& input, StepOutput* output) = 0;
+  // Bytes of device memory left for the KV cache after weights and scratch (a GPU backend, sized by
+  // DecoderOptions::gpu_memory_fraction); 0 = no device budget, the caller's budget flag applies (CPU).
+  virtual int64_t KvBudgetBytes() const { return 0; }
+  // "cpu" or "cuda:N (name)": for logs, /v1/models and `stoke model inspect`.
+  virtual std::string device_name() const { return "cpu"; }
 };
 
 }  // namespace stoke
