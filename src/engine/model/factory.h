@@ -20,6 +20,10 @@ struct DecoderOptions {
   // CUDA: the fraction of the GPU's total memory stoke may use (weights, activations, KV cache). The KV
   // cache gets what is left after weights and activation scratch (DecoderModel::KvBudgetBytes).
   double gpu_memory_fraction = 0.90;
+  // CUDA: activation scratch is sized for steps of at most this many tokens (larger steps are refused).
+  int max_step_tokens = 8192;
+  // CUDA: capture decode steps as CUDA graphs (off: run every step eagerly; same results).
+  bool cuda_graphs = true;
   ThreadPool* pool = nullptr;  // CPU: the compute pool (null = ThreadPool::Default())
 };
 

@@ -1,0 +1,34 @@
+#include "engine/cuda/cuda_backends.h"
+
+#include <cstdlib>
+#include <memory>
+
+#include "engine/cuda/cuda_llama.h"
+#include "engine/model/factory.h"
+#include "kernels/cuda/device.h"
+
+namespace stoke {
+namespace {
+
+StatusOr<std::unique_ptr<DecoderModel>> CreateCudaDecoder(LlamaWeights weights, const DecoderOptions& o) {
+  CudaLlama::Options co;
+  co.gpu_index = o.gpu_index;
+  co.gpu_memory_fraction = o.gpu_memory_fraction;
+  co.max_step_tokens = o.max_step_tokens;
+  co.cuda_graphs = o.cuda_graphs;
+  if (const char* cache = std::getenv("STOKE_GEMM_CACHE")) co.gemm_cache_path = cache;
+  ASSIGN_OR_RETURN(std::unique_ptr<CudaLlama> model, CudaLlama::Create(std::move(weights), co));
+  return std::unique_ptr<DecoderModel>(std::move(model));
+}
+
+bool CudaAvailable() {
+  return cuda::DeviceCount() > 0;
+}
+
+}  // namespace
+
+void RegisterCudaBackends() {
+  RegisterCudaDecoderBackend(DecoderBackend{&CreateCudaDecoder, &CudaAvailable});
+}
+
+}  // namespace stoke

@@ -1,0 +1,194 @@
+// CudaLlama: the Llama-family decoder (Llama 2/3, SmolLM2, Mistral, Qwen2) on one CUDA GPU, behind the same
+// DecoderModel interface as CpuLlama, so the scheduler, KV block allocator and server drive it unchanged.
+//
+// Numerics: weights bf16 on the device (F32/F16/BF16 converted on the host; GGUF Q4_1/Q8_0 uploaded as raw
+// blocks and dequantised on the device, the raw blocks kept for the fused dequant GEMV of 1-token steps;
+// other GGML quants dequantised on the host), norm weights fp32, the residual stream fp32, activations bf16,
+// GEMMs through cuBLASLt with fp32 accumulation, attention softmax in fp32, logits fp32. KV cache bf16.
+//
+// One step (T tokens of S sequences):
+//   stage ids, positions, slots, block tables, cu_seqlens, start_pos, context lens in pinned memory; one H2D
+//   x = Embedding(ids) (fp32)
+//   per layer: h = AddRmsNorm(delta, x); qkv = h·Wqkv^T; SplitQkv(+bias); RopeWriteKv (KV into its slots);
+//              attention (PagedDecodeAttention when every sequence has 1 token, else PrefillAttention);
+//              proj = attn·Wo^T; h = AddRmsNorm(proj, x); act = silu(h·Wg^T) ⊙ h·Wu^T; delta = act·Wd^T
+//   logits rows (kNone/kLast/kAll, as CpuLlama): GatherAddRmsNorm(final norm) -> lm_head GEMM (fp32 out)
+//   in chunks of kLogitsRows rows, each copied D2H into pinned memory and then into StepOutput.
+//
+// Decode steps of up to 256 sequences run padded to a bucket (1, 2, 4, ..., 256 rows; padding rows have slot
+// -1 and context 0) with a fixed block-table width per context class, and are captured as CUDA graphs
+// (the first step of a shape runs eagerly, which also tunes its GEMMs, then the shape is captured and later
+// steps replay it). Eager and graph runs of a bucket enqueue the very same kernels, so they give identical
+// logits; Options::cuda_graphs = false routes around graphs entirely.
+//
+// Device memory: weights, one scratch arena sized for `max_step_tokens` tokens (a bigger step is refused with
+// InvalidArgument), pinned staging, and the KV cache allocated by AllocateKvCache. KvBudgetBytes() is what
+// gpu_memory_fraction of the GPU leaves after everything in use at load time and a reserve.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/device/device_resources.h"
+#include "engine/model/decoder.h"
+#include "engine/model/llama_weights.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/gemm.h"
+
+namespace stoke {
+
+class CudaLlama final : public DecoderModel {
+ public:
+  struct Options {
+    int gpu_index = 0;
+    // Fraction of the GPU's total memory stoke may use; KvBudgetBytes() gets what is left of it.
+    double gpu_memory_fraction = 0.90;
+    // Largest step (tokens) the scratch arena holds; larger steps are refused.
+    int max_step_tokens = 8192;
+    // Capture decode buckets as CUDA graphs (off: every step runs eagerly, same kernels).
+    bool cuda_graphs = true;
+    // cuBLASLt algorithm cache file ("" = in memory) and how many heuristic candidates to time per decode
+    // shape (1 = the heuristic's first: deterministic across instances).
+    std::string gemm_cache_path;
+    int gemm_candidates = 8;
+  };
+
+  static StatusOr<std::unique_ptr<CudaLlama>> Create(LlamaWeights weights, const Options& options);
+  ~CudaLlama() override;
+  CudaLlama(const CudaLlama&) = delete;
+  CudaLlama& operator=(const CudaLlama&) = delete;
+
+  const LlamaConfig& config() const override { return config_; }
+  Status AllocateKvCache(int num_blocks, int block_size) override;
+  KvCacheShape kv_shape() const override;
+  int64_t KvBytesPerToken() const override;
+  Status CopyKvBlock(int32_t src, int32_t dst) override;
+  Status Step(const StepInput& input, StepOutput* output) override;
+  int64_t KvBudgetBytes() const override { return kv_budget_bytes_; }
+  std::string device_name() const override { return device_name_; }
+
+  // Counters for logs and tests.
+  int64_t graph_replays() const { return graph_replays_; }
+  int64_t graphs_captured() const { return static_cast<int64_t>(graphs_.size()); }
+  int64_t bucket_steps() const { return bucket_steps_; }  // decode steps run through a bucket (either way)
+  int max_step_tokens() const { return max_tokens_; }
+  int64_t weight_bytes() const { return weight_bytes_; }
+
+  // Rows of logits computed per lm_head chunk (and the largest decode bucket).
+  static constexpr int kLogitsRows = 256;
+
+ private:
+  // A projection y = x·W^T: W bf16 [rows, cols] on the device, plus (when every row range came from Q4_1 or
+  // Q8_0) the raw blocks of each part for the 1-token GEMV.
+  struct Linear {
+    __nv_bfloat16* w = nullptr;
+    int64_t rows = 0, cols = 0;
+    struct QuantPart {
+      DType type = DType::kF32;
+      const void* raw = nullptr;
+      int64_t rows = 0, row_offset = 0;
+    };
+    std::vector<QuantPart> quant;  // empty: no GEMV path
+  };
+  struct Layer {
+    float* attn_norm = nullptr;
+    float* ffn_norm = nullptr;
+    float* qkv_bias = nullptr;  // nullptr or [q_dim + 2 kv_dim]
+    Linear qkv, o, gate_up, down;
+  };
+  // Offsets (in int32 elements) of the step inputs in the staging buffers; sections 256-byte aligned.
+  struct Layout {
+    int64_t tokens = 0, positions = 0, slots = 0, rows = 0, cu = 0, start = 0, ctx = 0, bt = 0, total = 0;
+  };
+  // Pointers of one step's inputs on the device plus its shape.
+  struct StepArgs {
+    int64_t T = 0;  // tokens (incl. padding)
+    int S = 0;      // sequences (incl. padding)
+    int W = 0;      // block-table width
+    bool decode = false;
+    int max_ctx = 0;  // decode: the max_context_len given to PagedDecodeAttention
+    const int32_t *tokens = nullptr, *positions = nullptr, *slots = nullptr, *cu = nullptr, *start = nullptr,
+                  *ctx = nullptr, *bt = nullptr;
+  };
+
+  explicit CudaLlama(const Options& options);
+  Status Init(LlamaWeights weights);
+  Status UploadWeights(const LlamaWeights& weights);
+  StatusOr<Linear> UploadLinear(const std::vector<const LinearWeight*>& parts, int64_t pad_rows_to);
+  StatusOr<void*> DeviceAlloc(size_t bytes);
+  StatusOr<float*> UploadFloats(const std::vector<float>& v);
+  Status AllocateScratch();
+  Status ValidateInput(const StepInput& in) const;
+  static Layout MakeLayout(int64_t T, int64_t S, int64_t R, int64_t W);
+  StepArgs ArgsFor(const Layout& l, int64_t T, int S, int W) const;
+
+  // Enqueues the layers for `a` (no sync, no host work besides launches): capturable.
+  Status EnqueueLayers(const StepArgs& a, cuda::BlasLtGemm& gemm);
+  Status EnqueueLinear(const Linear& lin, const __nv_bfloat16* x, int64_t m, __nv_bfloat16* y,
+                       cuda::BlasLtGemm& gemm);
+  // Final norm + lm_head of the n token rows listed at `rows` (device) into logits_ (fp32 [n, vocab_pad_]).
+  Status EnqueueLogits(const int32_t* rows, int64_t n, cuda::BlasLtGemm& gemm);
+  // Copies rows [0, n) of logits_ to the host and rows keep[i] of them to dst[i, :] (dst = [keep, vocab]).
+  Status CopyLogitsOut(int64_t n, const std::vector<int64_t>& keep, float* dst);
+
+  Status StepGeneral(const StepInput& in, StepOutput* out);
+  // Returns false in *handled when the step does not fit a decode bucket (the caller runs StepGeneral).
+  Status StepBucket(const StepInput& in, StepOutput* out, bool* handled);
+  Status CaptureBucket(std::pair<int, int> key, const StepArgs& a);
+  void ReleaseGraphs();
+
+  Options options_;
+  LlamaConfig config_;
+  std::string device_name_;
+  device::Stream stream_;
+  std::unique_ptr<cuda::BlasLtGemm> gemm_tuned_;  // decode buckets (timed candidates)
+  std::unique_ptr<cuda::BlasLtGemm> gemm_heur_;   // other steps (heuristic's first: no tuning syncs)
+  std::vector<void*> allocations_;                // cudaMalloc'd weight buffers, freed at destruction
+  int64_t weight_bytes_ = 0;
+  int64_t kv_budget_bytes_ = 0;
+
+  // Weights.
+  __nv_bfloat16* embedding_ = nullptr;  // [vocab_pad_, hidden] (rows >= vocab are zero)
+  Linear lm_head_;                      // [vocab_pad_, hidden]
+  float* final_norm_ = nullptr;
+  float* inv_freq_ = nullptr;  // [head_dim / 2]
+  std::vector<Layer> layers_;
+  int64_t vocab_pad_ = 0;
+
+  // Scratch (fixed addresses: CUDA graphs bake them in).
+  int max_tokens_ = 0;
+  std::unique_ptr<device::DeviceArena> arena_;
+  float* x_ = nullptr;  // [T, hidden] residual
+  __nv_bfloat16 *h_ = nullptr, *qkv_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *attn_ = nullptr,
+                *proj_ = nullptr, *gu_ = nullptr, *act_ = nullptr, *sel_ = nullptr;
+  float* logits_ = nullptr;  // [kLogitsRows, vocab_pad_]
+  void* decode_ws_ = nullptr;
+  size_t decode_ws_bytes_ = 0;
+  int32_t* d_ints_ = nullptr;
+  int64_t ints_capacity_ = 0;
+  int32_t* d_row_ids_ = nullptr;  // [kLogitsRows] = 0, 1, 2, ... (bucket logits rows)
+
+  // Pinned staging.
+  device::PinnedHostPool pinned_;
+  device::PinnedHostPool::Buffer h_ints_buf_, h_logits_buf_;
+
+  // KV cache: per layer k and v = [num_blocks, block_size, kv_heads, head_dim] bf16, back to back.
+  void* kv_ = nullptr;
+  std::vector<cuda::DevicePagedKv<__nv_bfloat16>> kv_layers_;
+  int num_blocks_ = 0, block_size_ = 0;
+
+  // Decode buckets: (bucket rows, context class) -> graph.
+  std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
+  std::map<std::pair<int, int>, bool> bucket_seen_;  // true: ran eagerly once (tuned); false: capture failed
+  int64_t graph_replays_ = 0;
+  int64_t bucket_steps_ = 0;
+};
+
+}  // namespace stoke
