@@ -1,4 +1,5 @@
-// stoke generate: text from a prompt with a Llama-family model on the CPU, streamed to stdout as produced.
+// stoke generate: text from a prompt with a Llama-family model (CPU or --device cuda), streamed to stdout as
+// produced.
 //
 //   stoke generate --model smollm2-135m-instruct --prompt "Tell me a joke" --chat --temperature 0
 //   stoke generate --model /path/model.gguf --ids '[1, 422, 33]' --max-tokens 64 --ignore-eos --verbose
@@ -14,6 +15,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -50,6 +52,7 @@ struct GenerateCmdOptions {
   bool print_ids = false;
   int threads = 0;
   int prefill_chunk = 512;
+  DeviceFlags device;
 };
 
 
@@ -90,7 +93,9 @@ Status RunGenerate(const GenerateCmdOptions& o) {
   if (o.threads > 0) ThreadPool::SetDefaultThreads(o.threads);
   ASSIGN_OR_RETURN(std::string path, ResolveModel(o.model));
   ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, LoadTokenizer(path));
-  ASSIGN_OR_RETURN(std::unique_ptr<DecoderModel> model, LoadDecoder(path));
+  ASSIGN_OR_RETURN(DecoderOptions dopts, DecoderOptionsFromFlags(o.device));
+  dopts.max_step_tokens = std::max(dopts.max_step_tokens, o.prefill_chunk);
+  ASSIGN_OR_RETURN(std::unique_ptr<DecoderModel> model, LoadDecoder(path, dopts));
   ASSIGN_OR_RETURN(std::vector<int32_t> prompt, PromptIds(o, path, *tok));
 
   GenerateOptions go;
@@ -126,11 +131,11 @@ Status RunGenerate(const GenerateCmdOptions& o) {
     const double prefill_ms = r.prefill_ns / 1e6, decode_ms = r.decode_ns / 1e6;
     fmt::print(stderr,
                "generate: prompt {} tokens, prefill {:.2f} ms ({:.2f} tok/s), decode {} tokens in {:.2f} ms "
-               "({:.2f} tok/s), finish {}, cpu prefill {:.2f} ms decode {:.2f} ms\n",
+               "({:.2f} tok/s), finish {}, cpu prefill {:.2f} ms decode {:.2f} ms, device {}\n",
                r.prompt_tokens, prefill_ms, prefill_ms > 0 ? r.prompt_tokens / (prefill_ms / 1e3) : 0.0,
                r.decode_steps, decode_ms, decode_ms > 0 ? r.decode_steps / (decode_ms / 1e3) : 0.0,
                FinishReasonName(r.finish), (cpu_first - cpu_start) * 1e3,
-               (cpu_first > 0 ? cpu_end - cpu_first : 0.0) * 1e3);
+               (cpu_first > 0 ? cpu_end - cpu_first : 0.0) * 1e3, model->device_name());
   }
   return OkStatus();
 }
@@ -154,6 +159,7 @@ CommandRegistrar kGenerate(
       cmd->add_option("--threads", o->threads, "CPU threads (0 = all)")->capture_default_str();
       cmd->add_option("--prefill-chunk", o->prefill_chunk, "prompt tokens per prefill step")
           ->capture_default_str();
+      AddDeviceFlags(cmd, &o->device);
       return [o]() -> int {
         Status st = RunGenerate(*o);
         if (!st.ok()) {

@@ -37,6 +37,7 @@ struct ScoreCmdOptions {
   int chunk = 512;
   int threads = 0;
   bool verbose = false;
+  DeviceFlags device;
 };
 
 
@@ -52,14 +53,16 @@ Status RunScore(const ScoreCmdOptions& o) {
     ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, LoadTokenizer(path));
     ASSIGN_OR_RETURN(ids, tok->Encode(*o.text));
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<DecoderModel> model, LoadDecoder(path));
+  ASSIGN_OR_RETURN(DecoderOptions dopts, DecoderOptionsFromFlags(o.device));
+  dopts.max_step_tokens = std::max(dopts.max_step_tokens, o.chunk);
+  ASSIGN_OR_RETURN(std::unique_ptr<DecoderModel> model, LoadDecoder(path, dopts));
   const int vocab = model->config().vocab_size;
   const Nanos start = MonotonicNanos();
   ASSIGN_OR_RETURN(std::vector<float> logits, ScoreLogits(*model, ids, o.chunk));
   const double ms = (MonotonicNanos() - start) / 1e6;
   if (o.verbose) {
-    fmt::print(stderr, "score: {} tokens in {:.2f} ms ({:.2f} tok/s), chunk {}\n", ids.size(), ms,
-               ids.size() / (ms / 1e3), o.chunk);
+    fmt::print(stderr, "score: {} tokens in {:.2f} ms ({:.2f} tok/s), chunk {}, device {}\n", ids.size(), ms,
+               ids.size() / (ms / 1e3), o.chunk, model->device_name());
   }
   if (!o.out.empty()) {
     RETURN_IF_ERROR(WriteStringToFile(o.out, std::string_view(reinterpret_cast<const char*>(logits.data()),
@@ -85,6 +88,7 @@ CommandRegistrar kScore("score", "Teacher-forced logits of every position (golde
   cmd->add_option("--chunk", o->chunk, "tokens per prefill step")->capture_default_str();
   cmd->add_option("--threads", o->threads, "CPU threads (0 = all)")->capture_default_str();
   cmd->add_flag("--verbose", o->verbose, "timing on stderr");
+  AddDeviceFlags(cmd, &o->device);
   return [o]() -> int {
     Status st = RunScore(*o);
     if (!st.ok()) {

@@ -1,4 +1,4 @@
-// stoke serve: the OpenAI-compatible HTTP server for one Llama-family model on the CPU engine.
+// stoke serve: the OpenAI-compatible HTTP server for one Llama-family model (CPU, or GPU with --device cuda).
 //
 //   stoke serve --model smollm2-135m-instruct --port 8000
 //   stoke serve --model /path/model.gguf --config serve.json --max-num-seqs 16    (flags win over the file)
@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "apps/stoke/cli_util.h"
 #include "apps/stoke/command.h"
 #include "base/file_util.h"
 #include "base/logging.h"
@@ -53,6 +54,7 @@ struct ServeOptions {
   int http_threads = 2;
   int threads = 0;  // compute threads; 0 = hardware threads
   int64_t kv_cache_bytes = int64_t{1} << 30;
+  bool kv_cache_bytes_set = false;  // given explicitly (flag or --config); else cuda sizes the KV itself
   int kv_blocks = 0;
   int block_size = 16;
   int max_num_seqs = 64;
@@ -62,6 +64,7 @@ struct ServeOptions {
   bool no_chunked_prefill = false;
   double drain_seconds = 10;
   double idle_timeout_seconds = 120;
+  DeviceFlags device;
 };
 
 // Applies --config: every key sets its flag unless the flag was given on the command line.
@@ -117,7 +120,7 @@ Status Validate(const ServeOptions& o) {
   if (o.kv_blocks < 0) return InvalidArgumentError("--kv-blocks must be >= 0");
   if (o.kv_cache_bytes <= 0) return InvalidArgumentError("--kv-cache-bytes must be positive");
   if (o.block_size < 1) return InvalidArgumentError("--block-size must be at least 1");
-  return OkStatus();
+  return DecoderOptionsFromFlags(o.device).status();
 }
 
 struct Engine {
@@ -125,6 +128,7 @@ struct Engine {
   std::shared_ptr<const Tokenizer> tokenizer;
   std::optional<ChatTemplate> chat_template;
   std::string path;
+  std::string device;  // the decoder's device_name()
 };
 
 StatusOr<Engine> LoadEngine(const ServeOptions& o, ServerMetrics* metrics) {
@@ -139,7 +143,10 @@ StatusOr<Engine> LoadEngine(const ServeOptions& o, ServerMetrics* metrics) {
     LOG_WARN("serve: no usable chat template ({}); /v1/chat/completions will answer 400",
              tmpl.status().message());
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<DecoderModel> model, LoadDecoder(e.path));
+  ASSIGN_OR_RETURN(DecoderOptions dopts, DecoderOptionsFromFlags(o.device));
+  dopts.max_step_tokens = std::max(dopts.max_step_tokens, o.max_num_batched_tokens);
+  ASSIGN_OR_RETURN(std::unique_ptr<DecoderModel> model, LoadDecoder(e.path, dopts));
+  e.device = model->device_name();
 
   LlmLoopOptions lo;
   lo.scheduler.max_num_seqs = o.max_num_seqs;
@@ -147,6 +154,9 @@ StatusOr<Engine> LoadEngine(const ServeOptions& o, ServerMetrics* metrics) {
   lo.scheduler.enable_chunked_prefill = !o.no_chunked_prefill;
   lo.block_size = o.block_size;
   lo.kv_budget_bytes = o.kv_cache_bytes;
+  // A GPU decoder knows the memory left after its weights and scratch (--gpu-memory-fraction); an explicit
+  // --kv-cache-bytes (or --kv-blocks) still wins.
+  if (!o.kv_cache_bytes_set && model->KvBudgetBytes() > 0) lo.kv_budget_bytes = model->KvBudgetBytes();
   lo.num_kv_blocks = o.kv_blocks;
   lo.enable_prefix_caching = !o.no_prefix_cache;
   lo.max_waiting = o.max_waiting;
@@ -164,6 +174,7 @@ int RunServe(CLI::App* cmd, ServeOptions* bound) {
       return 2;
     }
   }
+  bound->kv_cache_bytes_set = cmd->get_option("--kv-cache-bytes")->count() > 0;
   const ServeOptions o = *bound;
   if (Status s = Validate(o); !s.ok()) {
     fmt::print(stderr, "stoke serve: {}\n", s.message());
@@ -247,9 +258,9 @@ int RunServe(CLI::App* cmd, ServeOptions* bound) {
   service->SetReady(engine.loop, engine.tokenizer, engine.chat_template);
   fmt::print(
       stderr,
-      "stoke serve: ready on {} (model '{}' from {}, context {} tokens, {} KV blocks of {}, prefix cache "
-      "{})\n",
-      url, served, engine.path, engine.loop->context_length(), engine.loop->num_kv_blocks(),
+      "stoke serve: ready on {} (model '{}' from {} on {}, context {} tokens, {} KV blocks of {}, prefix "
+      "cache {})\n",
+      url, served, engine.path, engine.device, engine.loop->context_length(), engine.loop->num_kv_blocks(),
       engine.loop->block_size(), o.no_prefix_cache ? "off" : "on");
 
   const int signo = server.WaitForSignal();
@@ -282,7 +293,8 @@ CommandRegistrar kServe("serve", "Serve a model over an OpenAI-compatible HTTP A
       ->capture_default_str();
   cmd->add_option("--threads", o->threads, "Compute threads for the CPU engine (0: one per hardware thread)")
       ->capture_default_str();
-  cmd->add_option("--kv-cache-bytes", o->kv_cache_bytes, "KV cache memory budget (e.g. 1GiB)")
+  cmd->add_option("--kv-cache-bytes", o->kv_cache_bytes,
+                  "KV cache memory budget (e.g. 1GiB; default on cuda: what --gpu-memory-fraction leaves)")
       ->transform(CLI::AsSizeValue(false))
       ->capture_default_str();
   cmd->add_option("--kv-blocks", o->kv_blocks,
@@ -303,6 +315,7 @@ CommandRegistrar kServe("serve", "Serve a model over an OpenAI-compatible HTTP A
   cmd->add_option("--idle-timeout-seconds", o->idle_timeout_seconds,
                   "Close keep-alive connections idle this long")
       ->capture_default_str();
+  AddDeviceFlags(cmd, &o->device);
   return [cmd, o]() -> int { return RunServe(cmd, o.get()); };
 });
 
