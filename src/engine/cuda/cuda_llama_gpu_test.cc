@@ -135,8 +135,7 @@ CudaLlama::Options TestOptions(bool graphs = true) {
   return o;
 }
 
-// ---- the step script
-// ----------------------------------------------------------------------------------------
+// ---- the step script ----
 
 StepSequence Seq(int32_t begin, int32_t n, int32_t start, std::vector<int32_t> table,
                  StepSequence::Logits logits = StepSequence::Logits::kLast) {
@@ -300,8 +299,20 @@ fs::path TempDir(const std::string& name) {
   return dir;
 }
 
-// ---- tests
-// -------------------------------------------------------------------------------------------------
+// ---- tests ----
+
+// The script itself is valid input (runs on the CPU anywhere) and asks for the rows it means to.
+TEST(CudaLlamaTest, ScriptIsValidOnCpu) {
+  const TinyLlama m = MakeModel(10, false, false, 2);
+  auto cpu = CpuLlama::Create(m.ToWeights(true));
+  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+  const Script script = MakeScript(m.c.vocab_size, 5);
+  auto outs = RunScript(**cpu, script);
+  ASSERT_TRUE(outs.ok()) << outs.status().ToString();
+  const std::vector<int64_t> rows = {1, 32, 2, 2, 2, 2, 2, 2, 1, 1, 20, 1, 3, 4, 4, 9};
+  ASSERT_EQ(outs->size(), rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) EXPECT_EQ((*outs)[i].num_rows, rows[i]) << script.names[i];
+}
 
 TEST(CudaLlamaTest, F32WeightsMatchCpu) {
   SKIP_WITHOUT_GPU();
@@ -325,8 +336,9 @@ TEST(CudaLlamaTest, GgufQ8_0MatchesCpu) {
   auto a = LoadGgufWeights((dir / "m.gguf").string());
   auto b = LoadGgufWeights((dir / "m.gguf").string());
   ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString();
-  // The CPU quantises activations to 8 bits in its quantised matmuls; the GPU keeps them in bf16.
-  CheckAgainstCpu(std::move(*a), std::move(*b), 0.2, 0.95, "gguf q8_0");
+  // The CPU quantises activations to 8 bits in its quantised matmuls; the GPU keeps them in bf16. Measured on
+  // the CPU alone, that activation quantisation moves these logits by up to ~0.1 std (bf16 weights: ~0.03).
+  CheckAgainstCpu(std::move(*a), std::move(*b), 0.25, 0.95, "gguf q8_0");
   fs::remove_all(dir);
 }
 
@@ -338,7 +350,7 @@ TEST(CudaLlamaTest, GgufQ4_1TiedMatchesCpu) {
   auto a = LoadGgufWeights((dir / "m.gguf").string());
   auto b = LoadGgufWeights((dir / "m.gguf").string());
   ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString();
-  CheckAgainstCpu(std::move(*a), std::move(*b), 0.2, 0.95, "gguf q4_1 tied");
+  CheckAgainstCpu(std::move(*a), std::move(*b), 0.25, 0.95, "gguf q4_1 tied");
   fs::remove_all(dir);
 }
 
@@ -427,7 +439,7 @@ TEST(CudaLlamaTest, FactoryLoadsHfFolderOnCuda) {
   fs::remove_all(dir);
 }
 
-// ---- the real SmolLM2 (skips when not on disk) ------------------------------------------------------------
+// ---- the real SmolLM2 (skips when not on disk) ----
 
 std::string SmolLmPath() {
   return DefaultModelDir() + "/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf";
