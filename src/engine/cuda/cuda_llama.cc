@@ -173,7 +173,7 @@ Status CudaLlama::Init(LlamaWeights weights) {
   RETURN_IF_ERROR(UploadWeights(weights));
   weights = LlamaWeights();  // drop the host copies (mapped file, owned buffers)
   RETURN_IF_ERROR(AllocateScratch());
-  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_.get()));
+  CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());  // every upload and dequantisation done
 
   size_t free_bytes = 0, total_bytes = 0;
   CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
@@ -235,9 +235,18 @@ StatusOr<void*> CudaLlama::DeviceAlloc(size_t bytes) {
   return p;
 }
 
+// Host -> device on the step stream, then waits: `src` may be reused at once, and the copy is ordered before
+// every later kernel on the stream (a plain cudaMemcpy from pageable memory runs on the legacy stream, which
+// a non-blocking stream does not wait for).
+Status CudaLlama::Upload(void* dst, const void* src, size_t bytes) {
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_.get()));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_.get()));
+  return OkStatus();
+}
+
 StatusOr<float*> CudaLlama::UploadFloats(const std::vector<float>& v) {
   ASSIGN_OR_RETURN(void* p, DeviceAlloc(v.size() * sizeof(float)));
-  CUDA_RETURN_IF_ERROR(cudaMemcpy(p, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice));
+  RETURN_IF_ERROR(Upload(p, v.data(), v.size() * sizeof(float)));
   return static_cast<float*>(p);
 }
 
@@ -255,8 +264,9 @@ StatusOr<CudaLlama::Linear> CudaLlama::UploadLinear(const std::vector<const Line
   ASSIGN_OR_RETURN(void* wp, DeviceAlloc(alloc_rows * lin.cols * sizeof(uint16_t)));
   lin.w = static_cast<__nv_bfloat16*>(wp);
   if (alloc_rows > lin.rows) {
-    CUDA_RETURN_IF_ERROR(
-        cudaMemset(lin.w + lin.rows * lin.cols, 0, (alloc_rows - lin.rows) * lin.cols * sizeof(uint16_t)));
+    CUDA_RETURN_IF_ERROR(cudaMemsetAsync(lin.w + lin.rows * lin.cols, 0,
+                                         (alloc_rows - lin.rows) * lin.cols * sizeof(uint16_t),
+                                         stream_.get()));
   }
   int64_t offset = 0;
   std::vector<uint16_t> host;
@@ -268,7 +278,7 @@ StatusOr<CudaLlama::Linear> CudaLlama::UploadLinear(const std::vector<const Line
       ASSIGN_OR_RETURN(size_t row_bytes, RowBytes(p->dtype, p->cols));
       const size_t bytes = row_bytes * p->rows;
       ASSIGN_OR_RETURN(void* raw, DeviceAlloc(bytes));
-      CUDA_RETURN_IF_ERROR(cudaMemcpy(raw, p->data, bytes, cudaMemcpyHostToDevice));
+      RETURN_IF_ERROR(Upload(raw, p->data, bytes));
       RETURN_IF_ERROR(cuda::DequantizeToBf16(p->dtype, raw, p->rows * p->cols, dst, stream_.get()));
       lin.quant.push_back(Linear::QuantPart{p->dtype, raw, p->rows, offset});
     } else {
@@ -278,8 +288,7 @@ StatusOr<CudaLlama::Linear> CudaLlama::UploadLinear(const std::vector<const Line
         const int64_t n = std::min(chunk, p->rows - r);
         host.resize(n * p->cols);
         RETURN_IF_ERROR(ToBf16Rows(*p, r, n, &tmp, host.data()));
-        CUDA_RETURN_IF_ERROR(cudaMemcpy(dst + r * p->cols, host.data(), host.size() * sizeof(uint16_t),
-                                        cudaMemcpyHostToDevice));
+        RETURN_IF_ERROR(Upload(dst + r * p->cols, host.data(), host.size() * sizeof(uint16_t)));
       }
     }
     offset += p->rows;
@@ -373,7 +382,7 @@ Status CudaLlama::AllocateScratch() {
   ASSIGN_OR_RETURN(d_row_ids_, arena_->AllocateArray<int32_t>(kLogitsRows));
   std::vector<int32_t> ids(kLogitsRows);
   for (int i = 0; i < kLogitsRows; ++i) ids[i] = i;
-  CUDA_RETURN_IF_ERROR(cudaMemcpy(d_row_ids_, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+  RETURN_IF_ERROR(Upload(d_row_ids_, ids.data(), ids.size() * 4));
   ASSIGN_OR_RETURN(h_ints_buf_, pinned_.Acquire(ints_capacity_ * 4));
   ASSIGN_OR_RETURN(h_logits_buf_, pinned_.Acquire(kLogitsRows * vocab_pad_ * 4));
   return OkStatus();
@@ -404,7 +413,8 @@ Status CudaLlama::AllocateKvCache(int num_blocks, int block_size) {
                                   bytes / kMiB, device_name_, num_blocks, block_size,
                                   cudaGetErrorString(err));
   }
-  CUDA_RETURN_IF_ERROR(cudaMemset(kv_, 0, bytes));
+  // On the step stream: a legacy-stream memset would not be ordered before the first step's cache writes.
+  CUDA_RETURN_IF_ERROR(cudaMemsetAsync(kv_, 0, bytes, stream_.get()));
   auto* base = static_cast<__nv_bfloat16*>(kv_);
   for (int l = 0; l < c.num_layers; ++l) {
     kv_layers_.push_back(cuda::DevicePagedKv<__nv_bfloat16>{base + 2 * half * l, base + (2 * half * l + half),
@@ -586,9 +596,12 @@ Status CudaLlama::Step(const StepInput& in, StepOutput* out) {
   }
   CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.gpu_index));
   bool handled = false;
-  RETURN_IF_ERROR(StepBucket(in, out, &handled));
-  if (handled) return OkStatus();
-  return StepGeneral(in, out);
+  Status st = StepBucket(in, out, &handled);
+  if (st.ok() && !handled) st = StepGeneral(in, out);
+  // A step that failed half-way may still have copies in flight from the pinned staging buffers the next
+  // step overwrites: drain the stream first.
+  if (!st.ok()) cudaStreamSynchronize(stream_.get());
+  return st;
 }
 
 Status CudaLlama::StepGeneral(const StepInput& in, StepOutput* out) {

@@ -123,6 +123,7 @@ class CudaLlama final : public DecoderModel {
   Status UploadWeights(const LlamaWeights& weights);
   StatusOr<Linear> UploadLinear(const std::vector<const LinearWeight*>& parts, int64_t pad_rows_to);
   StatusOr<void*> DeviceAlloc(size_t bytes);
+  Status Upload(void* dst, const void* src, size_t bytes);
   StatusOr<float*> UploadFloats(const std::vector<float>& v);
   Status AllocateScratch();
   Status ValidateInput(const StepInput& in) const;
