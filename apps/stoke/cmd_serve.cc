@@ -212,8 +212,10 @@ int RunServe(CLI::App* cmd, ServeOptions* bound) {
   const std::string url = fmt::format("http://{}:{}", o.host, server.port());
   fmt::print(stderr, "stoke serve: listening on {} (loading {})\n", url, o.model);
   if (cmd->get_option("--grpc-port")->count() > 0) {
-    LOG_WARN("serve: --grpc-port {}: the gRPC (KServe v2) endpoint is not part of this build yet",
-             o.grpc_port);
+    LOG_WARN(
+        "serve: --grpc-port {} is ignored: an LLM is served over HTTP only (the KServe v2 gRPC endpoint "
+        "serves encoders and model files)",
+        o.grpc_port);
   }
 
   // Load on a worker so a signal during a long load (or fetch) still stops the process promptly.
@@ -272,7 +274,10 @@ CommandRegistrar kServe("serve", "Serve a model over an OpenAI-compatible HTTP A
                   "Name clients use in \"model\" (default: the alias, or the file name without .gguf)");
   cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", o->port, "HTTP port (0: any free port)")->capture_default_str();
-  cmd->add_option("--grpc-port", o->grpc_port, "gRPC (KServe v2) port (not served yet)")
+  cmd->add_option(
+         "--grpc-port", o->grpc_port,
+         "KServe v2 gRPC port (inference.GRPCInferenceService, incl. ModelStreamInfer) for encoders and "
+         "model files (0: any free port, -1: off); an LLM is served over HTTP only and ignores it")
       ->capture_default_str();
   cmd->add_option("--config", o->config, "JSON file with the same keys as these flags (flags win)");
   cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body; larger gets 413 (e.g. 8MiB)")
