@@ -34,6 +34,16 @@ run() {
   timeout 150 "$BUNDLE/bin/cuda_bench" > "$OUT/cuda_bench.jsonl"
   echo "=== cuda_bench exit $?"
   cat "$OUT/cuda_bench.jsonl"
+  # --- the synthetic model on the GPU (engine/cuda_synthetic; examples/synthetic) ---
+  if [[ -x "$BUNDLE/bin/stoke_synthetic_cuda_test" ]]; then
+    echo "=== stoke_synthetic_cuda_test"
+    timeout 180 "$BUNDLE/bin/stoke_synthetic_cuda_test" --gtest_output="xml:$OUT/gpu_synthetic_tests.xml" || test_rc=1
+  fi
+  if [[ -x "$BUNDLE/bin/stoke" ]]; then
+    echo "=== synthetic model served on the GPU ($OUT/synthetic_serve.jsonl)"
+    timeout 300 python3 tests/gpu/synthetic_serve_check.py --stoke "$BUNDLE/bin/stoke" --out "$OUT" || test_rc=1
+  fi
+  # --- end synthetic ---
   if [[ -x "$BUNDLE/bin/stoke" ]]; then
     echo "=== stoke --version"
     "$BUNDLE/bin/stoke" --version || true

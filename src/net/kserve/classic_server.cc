@@ -29,6 +29,9 @@
 #include "serve/batcher/model_repository.h"
 #include "serve/batcher/synthetic_classic_model.h"
 #include "telemetry/metrics.h"
+#ifdef STOKE_SYNTHETIC_CUDA
+#include "engine/cuda_synthetic/synthetic_gpu.h"
+#endif
 
 namespace stoke {
 namespace {
@@ -137,7 +140,8 @@ StatusOr<LoadedModels> LoadModels(const ServeSpec& s) {
   if (s.type == "synthetic") {
     ASSIGN_OR_RETURN(SyntheticConfig sc, SyntheticConfig::FromJson(s.file, s.source));
     auto model = std::make_shared<const SyntheticModel>(std::move(sc));
-    l.models.emplace_back(s.name, std::make_shared<SyntheticClassicModel>(model));
+    l.models.emplace_back(
+        s.name, std::make_shared<SyntheticClassicModel>(model, std::max(1, s.config.max_batch_size)));
     l.path = s.source;
     return l;
   }
@@ -176,6 +180,9 @@ int RunClassicServe(const ClassicServeOptions& o) {
     return 2;
   }
   if (o.threads > 0) ThreadPool::SetDefaultThreads(o.threads);
+#ifdef STOKE_SYNTHETIC_CUDA
+  RegisterSyntheticCuda();  // a synthetic model file may say "device": "cuda"
+#endif
 
   ModelRepository repo;
   std::vector<std::string> names = {spec->name};
