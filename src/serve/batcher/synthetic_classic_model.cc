@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "base/logging.h"
+
 namespace stoke {
 namespace {
 
@@ -70,8 +72,9 @@ StatusOr<std::unique_ptr<PreparedInput>> SyntheticClassicModel::Prepare(std::vec
   return std::unique_ptr<PreparedInput>(std::move(in));
 }
 
-StatusOr<std::unique_ptr<ModelInstance>> SyntheticClassicModel::CreateInstance(int, int) {
+StatusOr<std::unique_ptr<ModelInstance>> SyntheticClassicModel::CreateInstance(int index, int count) {
   ASSIGN_OR_RETURN(std::unique_ptr<SyntheticRunner> runner, NewSyntheticRunner(model_, max_rows_));
+  LOG_INFO("synthetic: instance {} of {} runs on {}", index, count, runner->device());
   return std::unique_ptr<ModelInstance>(new SyntheticInstance(model_, std::move(runner)));
 }
 
