@@ -31,6 +31,9 @@ constexpr int kRows = 64;       // query rows per CTA
 constexpr int kKeys = 64;       // keys per K/V tile
 constexpr int kFlashWarps = 4;  // kRows / 16
 constexpr int kFlashThreads = kFlashWarps * 32;
+// K fragments by ldmatrix.x4 (4 registers per instruction) or by plain 32-bit shared loads (the simplest
+// mapping of the B layout; flip to false to rule ldmatrix out if the tiled tests ever fail).
+constexpr bool kKByLdMatrix = true;
 constexpr int kPad = 8;  // bf16 elements of row padding in shared memory: conflict-free fragment loads
 
 __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
@@ -55,6 +58,15 @@ __device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint3
       "{%0, %1, %2, %3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i, register i gets it (lane l holds
+// row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1).
+__device__ __forceinline__ void LdMatrixX4(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3,
+                                           const void* smem_row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(SmemAddr(smem_row)));
 }
 
 // Four transposed 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i, register i gets it.
@@ -191,12 +203,28 @@ __global__ void __launch_bounds__(kFlashThreads)
     float s[kSTiles][4];
 #pragma unroll
     for (int n = 0; n < kSTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+    if constexpr (kKByLdMatrix) {
+      // ldmatrix.x4 (not transposed): matrices (keys n*8 + 0..7, d 32k + 8i .. 8i + 7), i = 0..3, are b0, b1
+      // of k-step 2k and b0, b1 of k-step 2k + 1.
+      const __nv_bfloat16* krow = ck + (lane & 7) * kStride + (lane >> 3) * 8;
 #pragma unroll
-    for (int ks = 0; ks < kKSteps; ++ks) {
+      for (int ks = 0; ks < kKSteps; ks += 2) {
 #pragma unroll
-      for (int n = 0; n < kSTiles; ++n) {
-        const __nv_bfloat16* b = ck + (n * 8 + g) * kStride + ks * 16 + 2 * t;
-        Mma(s[n], qa[ks], Ld32(b), Ld32(b + 8));
+        for (int n = 0; n < kSTiles; ++n) {
+          uint32_t b0, b1, b2, b3;
+          LdMatrixX4(b0, b1, b2, b3, krow + n * 8 * kStride + ks * 16);
+          Mma(s[n], qa[ks], b0, b1);
+          Mma(s[n], qa[ks + 1], b2, b3);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int ks = 0; ks < kKSteps; ++ks) {
+#pragma unroll
+        for (int n = 0; n < kSTiles; ++n) {
+          const __nv_bfloat16* b = ck + (n * 8 + g) * kStride + ks * 16 + 2 * t;
+          Mma(s[n], qa[ks], Ld32(b), Ld32(b + 8));
+        }
       }
     }
 
