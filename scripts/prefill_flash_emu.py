@@ -3,11 +3,11 @@
 # expressions per lane, with mma.m16n8k16 / ldmatrix(.trans) fragments as the PTX ISA documents them, against a
 # plain softmax reference over a shuffled paged cache. A design check of the fragment bookkeeping that runs
 # without a GPU (it does not model cp.async or barriers); keep it in step with the kernel when that changes.
-# Usage: python3 scripts/prefill_flash_emu.py   (~20 s; prints rel-L2 per case, ~1e-3 from the bf16 P)
+# Usage: python3 scripts/prefill_flash_emu.py   (~10 s of CPU; prints rel-L2 per case, ~1e-3 from the bf16 P)
 # Lane-level emulation of FlashPrefillKernel (prefill_flash.cu) with PTX-documented fragment layouts,
 # to catch indexing bugs before the GPU run. bf16 rounding ignored (fp32 everywhere) except P packing.
 import numpy as np, math
-kRows=64; kKeys=64; PAD=8
+kKeys=64; PAD=8
 
 def bf16(x):
     x=np.asarray(x,dtype=np.float32); u=x.view(np.uint32).astype(np.uint64)
@@ -38,8 +38,8 @@ def ldmatrix_x4(smem, addr, trans):
             out[lane][i]=(M[lane>>2, 2*(lane&3)], M[lane>>2, 2*(lane&3)+1])
     return out
 
-def kernel(HD, q, kc, vc, cu, sp, tables, heads, kvh, bs, scale, kKByLdMatrix=True):
-    stride=HD+PAD; out=np.full(q.shape, np.nan)
+def kernel(HD, q, kc, vc, cu, sp, tables, heads, kvh, bs, scale, kKByLdMatrix=True, W=4):
+    kRows=16*W; stride=HD+PAD; out=np.full(q.shape, np.nan)
     num_seqs=len(sp); total=cu[-1]
     slots=total//kRows+num_seqs
     for head in range(heads):
@@ -65,7 +65,7 @@ def kernel(HD, q, kc, vc, cu, sp, tables, heads, kvh, bs, scale, kKByLdMatrix=Tr
             return K,V
         tile_min_pos=start+q0
         st=[]  # per warp state
-        for w in range(4):
+        for w in range(W):
             lanes=[]
             for lane in range(32):
                 g,t=lane>>2,lane&3; row0=w*16+g
@@ -78,7 +78,7 @@ def kernel(HD, q, kc, vc, cu, sp, tables, heads, kvh, bs, scale, kKByLdMatrix=Tr
         for kt in range(nkv):
             ck,cv=load(kt)
             key0=kt*kKeys; need_mask=key0+kKeys-1>tile_min_pos
-            for w in range(4):
+            for w in range(W):
                 L=st[w]
                 s=[[[0.]*4 for _ in range(8)] for _ in range(32)]  # s[lane][n][e]
                 if kKByLdMatrix:
@@ -136,7 +136,7 @@ def kernel(HD, q, kc, vc, cu, sp, tables, heads, kvh, bs, scale, kKByLdMatrix=Tr
                         pa=[pa_all[l][j] for l in range(32)]
                         mma([L[l]['o'][2*dp] for l in range(32)],pa,[b[l][0] for l in range(32)],[b[l][1] for l in range(32)])
                         mma([L[l]['o'][2*dp+1] for l in range(32)],pa,[b[l][2] for l in range(32)],[b[l][3] for l in range(32)])
-        for w in range(4):
+        for w in range(W):
             L=st[w]
             l0=[L[l]['l0'] for l in range(32)]; l1=[L[l]['l1'] for l in range(32)]
             for off in (1,2):
@@ -163,9 +163,9 @@ def reference(q,kc,vc,cu,sp,tables,heads,kvh,bs,scale):
     return out
 
 rng=np.random.default_rng(0)
-for HD,bs,ldm in [(64,8,True),(64,16,False),(128,32,True)]:
+for HD,bs,ldm,W in [(64,8,True,4),(64,16,False,4),(128,32,True,4),(64,16,True,8)]:
     heads,kvh=4,2
-    chunks=[70,3,1]; starts=[5,0,77]
+    chunks=[70,3,1] if W==4 else [150,3]; starts=[5,0,77][:len(chunks)]
     lens=[a+b for a,b in zip(chunks,starts)]
     cu=[0]
     for c in chunks: cu.append(cu[-1]+c)
@@ -177,6 +177,6 @@ for HD,bs,ldm in [(64,8,True),(64,16,False),(128,32,True)]:
         tables.append(row)
     kc=rng.uniform(-1,1,(nb*bs,kvh,HD)); vc=rng.uniform(-1,1,(nb*bs,kvh,HD))
     q=rng.uniform(-2,2,(cu[-1],heads,HD)); scale=1/math.sqrt(HD)
-    got=kernel(HD,q,kc,vc,cu,starts,tables,heads,kvh,bs,scale,ldm)
+    got=kernel(HD,q,kc,vc,cu,starts,tables,heads,kvh,bs,scale,ldm,W)
     want=reference(q,kc,vc,cu,starts,tables,heads,kvh,bs,scale)
-    print(HD,bs,ldm,'nan',np.isnan(got).sum(),'rel_l2',np.linalg.norm(np.nan_to_num(got)-want)/np.linalg.norm(want))
+    print('hd',HD,'bs',bs,'ldmatrix_k',ldm,'warps',W,'nan',np.isnan(got).sum(),'rel_l2',np.linalg.norm(np.nan_to_num(got)-want)/np.linalg.norm(want))

@@ -201,6 +201,11 @@ TEST_P(CudaPrefillTiled, MatchesCpuPagedAttention) {
                                       f.max_blocks, heads, scale, kv, out.bf16(), nullptr));
   const auto tiled = out.Download();
   EXPECT_CLOSE(FromBf16(tiled), want, kTolBf16, what.c_str());
+  // 128-row tiles (8 warps) on a fresh poisoned buffer.
+  DeviceBuffer<uint16_t> out128(q.size());
+  STATUS_ASSERT(PrefillAttentionTiled(dq.bf16(), dcu.get(), dsp.get(), num_seqs, c.total, dt.get(),
+                                      f.max_blocks, heads, scale, kv, out128.bf16(), nullptr, 128));
+  EXPECT_CLOSE(FromBf16(out128.Download()), want, kTolBf16, (what + " rows=128").c_str());
   // The public entry point takes the tiled path for bf16 at these head dims: the same bits.
   CUDA_ASSERT(cudaMemset(out.get(), 0xFF, out.size() * sizeof(uint16_t)));  // poison again
   STATUS_ASSERT(PrefillAttention(dq.bf16(), dcu.get(), dsp.get(), num_seqs, c.total, dt.get(), f.max_blocks,
@@ -233,8 +238,14 @@ TEST(CudaPrefillTiledVsWarp, KernelsAgree) {
                                         heads, scale, kv, out_t.bf16(), nullptr));
     STATUS_ASSERT(PrefillAttentionWarp(dq.bf16(), dcu.get(), dsp.get(), 2, total, dt.get(), f.max_blocks,
                                        heads, scale, kv, out_w.bf16(), nullptr));
-    EXPECT_CLOSE(FromBf16(out_t.Download()), FromBf16(out_w.Download()), kTolBf16,
+    const auto warp = FromBf16(out_w.Download());
+    EXPECT_CLOSE(FromBf16(out_t.Download()), warp, kTolBf16,
                  ("tiled vs warp hd=" + std::to_string(hd)).c_str());
+    CUDA_ASSERT(cudaMemset(out_t.get(), 0xFF, out_t.size() * sizeof(uint16_t)));  // poison again
+    STATUS_ASSERT(PrefillAttentionTiled(dq.bf16(), dcu.get(), dsp.get(), 2, total, dt.get(), f.max_blocks,
+                                        heads, scale, kv, out_t.bf16(), nullptr, 128));
+    EXPECT_CLOSE(FromBf16(out_t.Download()), warp, kTolBf16,
+                 ("tiled rows=128 vs warp hd=" + std::to_string(hd)).c_str());
   }
 }
 
@@ -251,6 +262,10 @@ TEST(CudaPrefillTiled, RejectsUnsupportedShapes) {
                                   nullptr)
                 .code(),
             StatusCode::kInvalidArgument);  // misaligned q
+  EXPECT_EQ(PrefillAttentionTiled(buf.bf16(), nullptr, nullptr, 1, 1, nullptr, 1, 1, 1.f, kv, buf.bf16(),
+                                  nullptr, 96)
+                .code(),
+            StatusCode::kInvalidArgument);  // tile rows
   EXPECT_FALSE(PrefillAttentionTiledSupports(96));
   EXPECT_TRUE(PrefillAttentionTiledSupports(128));
 }

@@ -242,26 +242,36 @@ void PrefillAttentionBench(cudaStream_t s) {
     const double flops =
         4.0 * hd * heads * c.seqs *
         (static_cast<double>(c.tokens) * (c.tokens + 1) / 2 + static_cast<double>(c.tokens) * c.start);
-    for (const bool tiled : {true, false}) {
+    struct Kernel {
+      const char* name;
+      int rows;  // 0: the warp kernel
+    };
+    for (const Kernel kern : {Kernel{"tiled64", 64}, Kernel{"tiled128", 128}, Kernel{"warp", 0}}) {
+      const char* kernel = kern.name;
+      const int rows = kern.rows;
+      const bool warp = rows == 0;
       Status st;
       const float ms = MedianMs(s, [&] {
-        const auto fn = tiled ? PrefillAttentionTiled : PrefillAttentionWarp;
-        st = fn(static_cast<__nv_bfloat16*>(q), static_cast<int32_t*>(cu), static_cast<int32_t*>(sp), c.seqs,
-                total, static_cast<int32_t*>(bt), blocks_per_seq, heads, 0.088f, kv,
-                static_cast<__nv_bfloat16*>(out), s);
+        auto* qq = static_cast<__nv_bfloat16*>(q);
+        auto* oo = static_cast<__nv_bfloat16*>(out);
+        auto* cc = static_cast<int32_t*>(cu);
+        auto* ss = static_cast<int32_t*>(sp);
+        auto* tt = static_cast<int32_t*>(bt);
+        st = warp ? PrefillAttentionWarp(qq, cc, ss, c.seqs, total, tt, blocks_per_seq, heads, 0.088f, kv, oo,
+                                         s)
+                  : PrefillAttentionTiled(qq, cc, ss, c.seqs, total, tt, blocks_per_seq, heads, 0.088f, kv,
+                                          oo, s, rows);
       });
       const cudaError_t err = cudaStreamSynchronize(s);
       if (!st.ok() || err != cudaSuccess) {
-        std::fprintf(stderr, "prefill_attn %s %s: %s %s\n", c.name, tiled ? "tiled" : "warp",
-                     st.ToString().c_str(), cudaGetErrorString(err));
+        std::fprintf(stderr, "prefill_attn %s %s: %s %s\n", c.name, kernel, st.ToString().c_str(),
+                     cudaGetErrorString(err));
         continue;
       }
       std::printf(
-          "{\"bench\":\"prefill_attn\",\"case\":\"%s\",\"kernel\":\"%s\",\"seqs\":%d,\"tokens\":%d,\"start\":"
-          "%d,"
-          "\"heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,\"ms\":%.4f,\"tflops\":%.1f}\n",
-          c.name, tiled ? "tiled" : "warp", c.seqs, c.tokens, c.start, heads, kvh, hd, ms,
-          flops / (ms * 1e-3) / 1e12);
+          "{\"bench\":\"prefill_attn\",\"case\":\"%s\",\"kernel\":\"%s\",\"seqs\":%d,\"tokens\":%d,"
+          "\"start\":%d,\"heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,\"ms\":%.4f,\"tflops\":%.1f}\n",
+          c.name, kernel, c.seqs, c.tokens, c.start, heads, kvh, hd, ms, flops / (ms * 1e-3) / 1e12);
     }
     for (void* p : {k, v, q, out, bt, cu, sp}) cudaFree(p);
   }

@@ -1,7 +1,7 @@
 // Tensor-core prefill attention (FlashAttention-2 style) over the paged KV cache, bf16 in and out, fp32
 // softmax statistics and accumulation. See PrefillAttentionTiled in attention.h for the contract.
 //
-// One CTA of 4 warps per (query tile of kRows = 64 rows, head, sequence); warp w owns query rows
+// One CTA of W warps (4 or 8) per (query tile of kRows = 16 W rows, head, sequence); warp w owns query rows
 // [16w, 16w + 16). Grid = (heads, tile slots): slot y maps to (sequence, tile) by a walk over cu_seqlens, the
 // last (heaviest, causal) tile of a sequence first; slots past the last tile exit. Key tiles of kKeys = 64
 // positions are gathered from their cache blocks with cp.async (zero-filled past the end) into a
@@ -27,10 +27,7 @@
 namespace stoke::cuda {
 namespace {
 
-constexpr int kRows = 64;       // query rows per CTA
-constexpr int kKeys = 64;       // keys per K/V tile
-constexpr int kFlashWarps = 4;  // kRows / 16
-constexpr int kFlashThreads = kFlashWarps * 32;
+constexpr int kKeys = 64;  // keys per K/V tile
 // K fragments by ldmatrix.x4 (4 registers per instruction) or by plain 32-bit shared loads (the simplest
 // mapping of the B layout; flip to false to rule ldmatrix out if the tiled tests ever fail).
 constexpr bool kKByLdMatrix = true;
@@ -87,18 +84,20 @@ __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-// Shared memory: Q [kRows][HD + kPad], then K[2] and V[2] of [kKeys][HD + kPad] (bf16).
-template <int HD>
+// Shared memory: Q [16 W][HD + kPad], then K[2] and V[2] of [kKeys][HD + kPad] (bf16).
+template <int HD, int W>
 constexpr int FlashSmemBytes() {
-  return (kRows + 4 * kKeys) * (HD + kPad) * 2;
+  return (16 * W + 4 * kKeys) * (HD + kPad) * 2;
 }
 
-template <int HD>
-__global__ void __launch_bounds__(kFlashThreads)
+template <int HD, int W>
+__global__ void __launch_bounds__(W * 32)
     FlashPrefillKernel(const __nv_bfloat16* __restrict__ q, const int32_t* __restrict__ cu_seqlens,
                        const int32_t* __restrict__ start_pos, int num_seqs,
                        const int32_t* __restrict__ block_tables, int max_blocks, int heads, float scale_log2,
                        DevicePagedKv<__nv_bfloat16> kv, __nv_bfloat16* __restrict__ out) {
+  constexpr int kRows = 16 * W;  // query rows per CTA
+  constexpr int kFlashThreads = W * 32;
   constexpr int kStride = HD + kPad;  // shared row stride, elements
   constexpr int kChunks = HD / 8;     // 16-byte chunks per row
   constexpr int kKSteps = HD / 16;    // k-steps of S = Q·K^T
@@ -321,11 +320,12 @@ __global__ void __launch_bounds__(kFlashThreads)
   }
 }
 
-template <int HD>
+template <int HD, int W>
 Status LaunchFlash(const __nv_bfloat16* q, const int32_t* cu, const int32_t* sp, int num_seqs, int64_t total,
                    const int32_t* bt, int max_blocks, int heads, float scale,
                    const DevicePagedKv<__nv_bfloat16>& kv, __nv_bfloat16* out, cudaStream_t stream) {
   // Tiles <= sum over sequences of ceil(len / kRows) <= total / kRows + num_seqs.
+  constexpr int kRows = 16 * W;
   const int64_t slots = total / kRows + num_seqs;
   if (slots > 65535 || heads > 65535) {
     return Status(StatusCode::kInvalidArgument, "PrefillAttentionTiled: " + std::to_string(total) +
@@ -333,13 +333,13 @@ Status LaunchFlash(const __nv_bfloat16* q, const int32_t* cu, const int32_t* sp,
                                                     " sequences need " + std::to_string(slots) +
                                                     " query tiles (at most 65535)");
   }
-  constexpr int smem = FlashSmemBytes<HD>();
+  constexpr int smem = FlashSmemBytes<HD, W>();
   static_assert(smem <= 227 * 1024, "shared memory of FlashPrefillKernel");
   // Opt in above the 48 KB default (per function and device; cheap, so on every launch).
   CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(FlashPrefillKernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+      cudaFuncSetAttribute(FlashPrefillKernel<HD, W>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const float scale_log2 = scale * 1.4426950408889634f;  // exp(x) = exp2(x · log2 e)
-  FlashPrefillKernel<HD><<<dim3(heads, static_cast<unsigned>(slots)), kFlashThreads, smem, stream>>>(
+  FlashPrefillKernel<HD, W><<<dim3(heads, static_cast<unsigned>(slots)), W * 32, smem, stream>>>(
       q, cu, sp, num_seqs, bt, max_blocks, heads, scale_log2, kv, out);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return OkStatus();
@@ -354,8 +354,12 @@ bool PrefillAttentionTiledSupports(int head_dim) {
 Status PrefillAttentionTiled(const __nv_bfloat16* q, const int32_t* cu_seqlens, const int32_t* start_pos,
                              int num_seqs, int64_t total_tokens, const int32_t* block_tables,
                              int max_blocks_per_seq, int heads, float scale,
-                             const DevicePagedKv<__nv_bfloat16>& kv, __nv_bfloat16* out,
-                             cudaStream_t stream) {
+                             const DevicePagedKv<__nv_bfloat16>& kv, __nv_bfloat16* out, cudaStream_t stream,
+                             int tile_rows) {
+  if (tile_rows != 64 && tile_rows != 128) {
+    return Status(StatusCode::kInvalidArgument,
+                  "PrefillAttentionTiled: tile_rows " + std::to_string(tile_rows) + " (64 or 128)");
+  }
   if (!PrefillAttentionTiledSupports(kv.head_dim)) {
     return Status(StatusCode::kInvalidArgument, "PrefillAttentionTiled: head_dim " +
                                                     std::to_string(kv.head_dim) + " not supported (64, 128)");
@@ -375,12 +379,11 @@ Status PrefillAttentionTiled(const __nv_bfloat16* q, const int32_t* cu_seqlens, 
                   "PrefillAttentionTiled: q, out and the cache need 16-byte alignment");
   }
   if (num_seqs <= 0 || total_tokens <= 0) return OkStatus();
-  if (kv.head_dim == 64) {
-    return LaunchFlash<64>(q, cu_seqlens, start_pos, num_seqs, total_tokens, block_tables, max_blocks_per_seq,
-                           heads, scale, kv, out, stream);
-  }
-  return LaunchFlash<128>(q, cu_seqlens, start_pos, num_seqs, total_tokens, block_tables, max_blocks_per_seq,
-                          heads, scale, kv, out, stream);
+  const bool hd64 = kv.head_dim == 64, big = tile_rows == 128;
+  const auto launch = hd64 ? (big ? LaunchFlash<64, 8> : LaunchFlash<64, 4>)
+                           : (big ? LaunchFlash<128, 8> : LaunchFlash<128, 4>);
+  return launch(q, cu_seqlens, start_pos, num_seqs, total_tokens, block_tables, max_blocks_per_seq, heads,
+                scale, kv, out, stream);
 }
 
 }  // namespace stoke::cuda
