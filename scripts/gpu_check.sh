@@ -9,6 +9,7 @@ OUT=${OUT:-/tmp/stoke_gpu_out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 BUNDLE=${BUNDLE:-.bundle}
+if [[ ! -d "$BUNDLE" && -f "$BUNDLE.tar.gz" ]]; then tar -xzf "$BUNDLE.tar.gz"; fi
 if [[ -d /usr/local/cuda/lib64 ]]; then
   export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
