@@ -28,6 +28,7 @@
 #include "serve/batcher/bert_classic_model.h"
 #include "serve/batcher/model_repository.h"
 #include "serve/batcher/synthetic_classic_model.h"
+#include "telemetry/gpu_telemetry.h"
 #include "telemetry/metrics.h"
 #ifdef STOKE_SYNTHETIC_CUDA
 #include "engine/cuda_synthetic/synthetic_gpu.h"
@@ -194,6 +195,11 @@ int RunClassicServe(const ClassicServeOptions& o) {
     }
   }
   MetricsRegistry registry;
+  // GPU telemetry on /metrics (DCGM_FI_* names) and GET /v1/gpu; without NVML only an info line.
+  std::unique_ptr<GpuTelemetry> gpu = GpuTelemetry::Create(
+      {.enabled = o.gpu_telemetry, .interval = std::chrono::milliseconds(o.gpu_telemetry_interval_ms)},
+      &registry);
+  gpu->Start();
 
   HttpServerOptions ho;
   ho.host = o.host;
@@ -209,6 +215,9 @@ int RunClassicServe(const ClassicServeOptions& o) {
       {.served_model_name = spec->name, .model_aliases = {o.model}, .embeddings = spec->type == "bert"},
       &repo, &registry);
   openai.RegisterRoutes(server);
+  server.Handle("GET", "/v1/gpu", [g = gpu.get()](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
+    r->Send({.body = g->SnapshotJson()});
+  });
   if (Status s = server.Start(); !s.ok()) {
     fmt::print(stderr, "stoke serve: {}\n", s.message());
     return 1;
