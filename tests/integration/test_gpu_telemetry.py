@@ -5,6 +5,7 @@ import contextlib
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import time
 
@@ -13,6 +14,13 @@ import pytest
 from classic_server import ClassicServer, write_model_file
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def is_dcgm_exporter_lint(line):
+    """promtool's lint against dcgm-exporter's own names (modelName label, ..._COUNTER); test_http_server.py too."""
+    return line.startswith(("DCGM_FI_", "stoke_gpu_")) and (
+        line.endswith("label names should be written in 'snake_case' not 'camelCase'")
+        or line.endswith("metric name should not include type 'counter'"))
 
 
 def fake_nvml_path():
@@ -82,6 +90,15 @@ def test_serve_exports_dcgm_metrics_from_fake_nvml(stoke_bin, tmp_path):
         assert not series(server, "DCGM_FI_PROF_PIPE_TENSOR_IMMA_ACTIVE")  # the fake fails that one
         reasons = {dict(ls)["reason"]: v for ls, v in series(server, "stoke_gpu_clocks_event_reason").items()}
         assert reasons["sw_power_cap"] == 1 and reasons["gpu_idle"] == 0
+
+        promtool = shutil.which("promtool")
+        if promtool:  # parses; the only lints are dcgm-exporter's own label/metric names
+            text = server.get("/metrics").text
+            p = subprocess.run([promtool, "check", "metrics"], input=text.encode(), capture_output=True, timeout=60)
+            assert p.returncode in (0, 3), p.stderr.decode()
+            problems = [l for l in p.stderr.decode().splitlines() if l.strip()]
+            assert [l for l in problems if not is_dcgm_exporter_lint(l)
+                    and not l.endswith("metric names should not contain ':'")] == []
 
         snap = server.get("/v1/gpu").json()
         assert snap["available"] is True
