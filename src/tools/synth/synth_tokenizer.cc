@@ -158,10 +158,15 @@ std::string BpeTokenizerJson(const BpeSpec& spec) {
       "null, "
       "\"end_of_word_suffix\": null, \"fuse_unk\": false, \"byte_fallback\": false, ";
   out += spec.pre == BpeSpec::Pre::kLlama3 ? "\"ignore_merges\": true,\n" : "\"ignore_merges\": false,\n";
+  // The specials are in model.vocab too (as SmolLM2's file has them): HF tokenizers gives an added token
+  // that is not in the model's vocab the next free id, whatever its "id" says.
   out += "\"vocab\": {\n";
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    out += Quote(tokens[i]) + ": " + std::to_string(normal_ids[i]);
-    out += i + 1 < tokens.size() ? ",\n" : "\n";
+  std::vector<std::string> by_id(spec.vocab_size);
+  for (const auto& [id, text] : spec.specials) by_id[id] = text;
+  for (size_t i = 0; i < tokens.size(); ++i) by_id[normal_ids[i]] = tokens[i];
+  for (int id = 0; id < spec.vocab_size; ++id) {
+    out += Quote(by_id[id]) + ": " + std::to_string(id);
+    out += id + 1 < spec.vocab_size ? ",\n" : "\n";
   }
   out += "},\n\"merges\": [\n";
   for (size_t i = 0; i < merges.size(); ++i) {
