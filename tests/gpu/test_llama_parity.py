@@ -4,7 +4,7 @@
 Run on the GPU machine (python3 with torch + transformers; the bundle's stoke):
     OUT=/tmp/stoke_gpu_out python3 -m pytest -q -s tests/gpu/test_llama_parity.py
 
-1. Teacher-forced logits, ROWS x LEN random ids (fixed seed): transformers (bf16 weights, bf16 compute; the
+1. Teacher-forced logits, ROWS x LEN (4 x 512) random ids (fixed seed): transformers (bf16 weights, bf16 compute; the
    lm_head applied in fp32 to its final hidden state so the reference logits are not rounded to bf16) vs
    `stoke score --device cuda` (fp32 logits). Top-1 agreement >= 99.5%, and the mean |logit diff| must be a
    small fraction of the logits' spread (the spread comes from the layers, so a broken layer fails it). The
@@ -36,7 +36,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 STOKE = pathlib.Path(os.environ.get("STOKE_BIN", ROOT / ".bundle" / "bin" / "stoke"))
 OUT = pathlib.Path(os.environ.get("OUT", "/tmp/stoke_gpu_out"))
 SHAPE = os.environ.get("STOKE_PARITY_SHAPE", "llama-3.2-1b")
-ROWS, LEN = 8, 256  # 2048 teacher-forced positions
+ROWS, LEN = 4, 512  # 2048 teacher-forced positions (512: long enough for the llama3 rope scaling to matter)
 CHUNK = 128  # stoke score prefill chunk: later chunks read earlier chunks' KV
 
 
