@@ -15,6 +15,7 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/stoke_gpu_out}
 mkdir -p "$OUT"
 BUNDLE=${BUNDLE:-.bundle}
+if [[ ! -d "$BUNDLE" && -f "$BUNDLE.tar.gz" ]]; then tar -xzf "$BUNDLE.tar.gz"; fi
 STOKE=${STOKE_BIN:-$BUNDLE/bin/stoke}
 if [[ -d /usr/local/cuda/lib64 ]]; then
   export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}

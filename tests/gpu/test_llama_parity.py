@@ -55,6 +55,9 @@ def write_result(name, data):
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
+    bundle_tgz = ROOT / ".bundle.tar.gz"
+    if not STOKE.exists() and "STOKE_BIN" not in os.environ and bundle_tgz.exists():
+        subprocess.run(["tar", "-xzf", str(bundle_tgz)], cwd=ROOT, check=True)  # as gpu_check.sh does
     if not STOKE.exists():
         pytest.fail(f"stoke binary not found at {STOKE} (set STOKE_BIN)")
     d = tmp_path_factory.mktemp("parity") / SHAPE
