@@ -83,7 +83,12 @@ def main():
     ap.add_argument("--json", required=True)
     a = ap.parse_args()
     t0 = time.time()
-    model = transformers.AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.bfloat16).cuda().eval()
+    try:  # straight onto the GPU (needs accelerate on older transformers)
+        model = transformers.AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.bfloat16, device_map="cuda")
+    except (ImportError, ValueError) as e:
+        log(f"device_map='cuda' unavailable ({e}); loading on the host first")
+        model = transformers.AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.bfloat16).cuda()
+    model.eval()
     load_s = time.time() - t0
     log(f"loaded {a.model} in {load_s:.1f} s ({torch.cuda.get_device_name()})")
     vocab = model.config.vocab_size

@@ -77,7 +77,11 @@ def ids():
 
 def hf_logits(model_dir, ids):
     """fp32 logits [ROWS, LEN, V] of transformers, computed row by row on the GPU and moved to the host."""
-    model = transformers.LlamaForCausalLM.from_pretrained(str(model_dir), dtype=torch.bfloat16).cuda().eval()
+    try:  # straight onto the GPU (needs accelerate on older transformers)
+        model = transformers.LlamaForCausalLM.from_pretrained(str(model_dir), dtype=torch.bfloat16, device_map="cuda")
+    except (ImportError, ValueError):
+        model = transformers.LlamaForCausalLM.from_pretrained(str(model_dir), dtype=torch.bfloat16).cuda()
+    model.eval()
     head = model.lm_head.weight.float()
     out, top1_bf16 = [], []
     with torch.no_grad():
