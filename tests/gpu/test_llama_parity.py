@@ -1,8 +1,9 @@
 """GPU parity of stoke's CUDA Llama against Hugging Face transformers, on a synthetic Llama-3.2-1B (bf16) that
 `stoke model synth` writes (no download), and greedy decoding under continuous batching.
 
-Run on the GPU machine (python3 with torch + transformers; the bundle's stoke):
-    OUT=/tmp/stoke_gpu_out python3 -m pytest -q -s tests/gpu/test_llama_parity.py
+Run on the GPU machine (python3 with torch + transformers, no pytest there; the bundle's stoke):
+    OUT=/tmp/stoke_gpu_out python3 tests/gpu/test_llama_parity.py        (exit 1 if a check fails)
+or under pytest where it exists (skips without torch or a GPU).
 
 1. Teacher-forced logits, ROWS x LEN (4 x 512) random ids (fixed seed): transformers (bf16 weights, bf16 compute; the
    lm_head applied in fp32 to its final hidden state so the reference logits are not rounded to bf16) vs
@@ -14,6 +15,7 @@ Run on the GPU machine (python3 with torch + transformers; the bundle's stoke):
    relative to the best shared alternative within 0.3).
 Results: $OUT/llama_parity.json and $OUT/llama_batching.json (also printed).
 """
+import argparse
 import concurrent.futures
 import json
 import os
@@ -21,21 +23,33 @@ import pathlib
 import re
 import signal
 import subprocess
+import sys
+import tempfile
 import time
+import urllib.request
 
-import numpy as np
-import pytest
+try:  # the GPU machine has no pytest: there this file runs as a script (see __main__)
+    import pytest
+except ImportError:
+    pytest = None
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA GPU visible to torch", allow_module_level=True)
-requests = pytest.importorskip("requests")
+if pytest is not None:
+    np = pytest.importorskip("numpy")
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU visible to torch", allow_module_level=True)
+else:
+    import numpy as np
+    import torch
+    import transformers
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 STOKE = pathlib.Path(os.environ.get("STOKE_BIN", ROOT / ".bundle" / "bin" / "stoke"))
 OUT = pathlib.Path(os.environ.get("OUT", "/tmp/stoke_gpu_out"))
 SHAPE = os.environ.get("STOKE_PARITY_SHAPE", "llama-3.2-1b")
+DEVICE = os.environ.get("STOKE_PARITY_DEVICE", "cuda")  # cpu: a dry run of the stoke side
+LAYERS = os.environ.get("STOKE_PARITY_LAYERS")  # override the shape's layer count (dry runs)
 ROWS, LEN = 4, 512  # 2048 teacher-forced positions (512: long enough for the llama3 rope scaling to matter)
 CHUNK = 128  # stoke score prefill chunk: later chunks read earlier chunks' KV
 
@@ -53,26 +67,30 @@ def write_result(name, data):
     print(f"\n{name}: {json.dumps(data, indent=2)}")
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
+def synth_model(parent):
     bundle_tgz = ROOT / ".bundle.tar.gz"
     if not STOKE.exists() and "STOKE_BIN" not in os.environ and bundle_tgz.exists():
         subprocess.run(["tar", "-xzf", str(bundle_tgz)], cwd=ROOT, check=True)  # as gpu_check.sh does
     if not STOKE.exists():
-        pytest.fail(f"stoke binary not found at {STOKE} (set STOKE_BIN)")
-    d = tmp_path_factory.mktemp("parity") / SHAPE
+        raise RuntimeError(f"stoke binary not found at {STOKE} (set STOKE_BIN)")
+    d = pathlib.Path(parent) / SHAPE
     t0 = time.time()
-    r = subprocess.run([str(STOKE), "model", "synth", "--shape", SHAPE, "--seed", "1", "--out", str(d)],
+    extra = ["--layers", LAYERS] if LAYERS else []
+    r = subprocess.run([str(STOKE), "model", "synth", "--shape", SHAPE, "--seed", "1", "--out", str(d), *extra],
                        capture_output=True, text=True, env=env(), timeout=300)
     assert r.returncode == 0, r.stderr
-    print(f"synth {SHAPE}: {time.time() - t0:.1f} s")
+    print(f"synth {SHAPE}: {time.time() - t0:.1f} s", flush=True)
     return d
 
 
-@pytest.fixture(scope="module")
-def ids():
+def id_limit(model_dir):
+    """Random ids stay below the specials (Llama 3: 128000; SmolLM2's are at 0-16, harmless)."""
+    return min(128000, json.loads((pathlib.Path(model_dir) / "config.json").read_text())["vocab_size"])
+
+
+def make_ids(model_dir):
     rng = np.random.default_rng(0)
-    return rng.integers(0, 128000, size=(ROWS, LEN), dtype=np.int64)
+    return rng.integers(0, id_limit(model_dir), size=(ROWS, LEN), dtype=np.int64)
 
 
 def hf_logits(model_dir, ids):
@@ -100,7 +118,7 @@ def stoke_logits(model_dir, ids, tmp):
     for i, row in enumerate(ids):
         idf, outf = tmp / f"ids{i}.json", tmp / f"logits{i}.f32"
         idf.write_text(json.dumps([int(v) for v in row]))
-        r = subprocess.run([str(STOKE), "score", "--model", str(model_dir), "--device", "cuda", "--ids", f"@{idf}",
+        r = subprocess.run([str(STOKE), "score", "--model", str(model_dir), "--device", DEVICE, "--ids", f"@{idf}",
                             "--chunk", str(CHUNK), "--out", str(outf)], capture_output=True, text=True, env=env(),
                            timeout=300)
         assert r.returncode == 0, r.stderr
@@ -111,12 +129,13 @@ def stoke_logits(model_dir, ids, tmp):
     return np.stack(rows)
 
 
-def test_teacher_forced_logits_match_transformers(model_dir, ids, tmp_path):
+def check_logits(model_dir, tmp):
+    ids = make_ids(model_dir)
     t0 = time.time()
     ref, ref_top1_bf16 = hf_logits(model_dir, ids)
     t_hf = time.time() - t0
     t0 = time.time()
-    got = stoke_logits(model_dir, ids, tmp_path)
+    got = stoke_logits(model_dir, ids, tmp)
     t_stoke = time.time() - t0
     assert got.shape == ref.shape, (got.shape, ref.shape)
     assert np.isfinite(got).all(), "stoke logits hold NaN/Inf"
@@ -142,6 +161,7 @@ def test_teacher_forced_logits_match_transformers(model_dir, ids, tmp_path):
     write_result("llama_parity.json", res)
     assert res["top1_agreement"] >= 0.995, res
     assert res["mean_abs_diff_over_std"] < 0.05, res
+    return res
 
 
 # ---- greedy under continuous batching ----------------------------------------------------------------------
@@ -166,9 +186,10 @@ class Server:
         self.url = f"http://127.0.0.1:{port}"
         while time.time() < deadline:
             try:
-                if requests.get(self.url + "/health/ready", timeout=5).status_code == 200:
-                    return
-            except requests.ConnectionError:
+                with urllib.request.urlopen(self.url + "/health/ready", timeout=5) as r:
+                    if r.status == 200:
+                        return
+            except OSError:  # connection refused, 503 (HTTPError)
                 pass
             if self.proc.poll() is not None:
                 self.fail(f"stoke serve exited with {self.proc.returncode} while loading")
@@ -180,7 +201,7 @@ class Server:
 
     def fail(self, what):
         self.stop()
-        pytest.fail(f"{what}\n--- stoke serve stderr ---\n{self.log()[-5000:]}")
+        raise RuntimeError(f"{what}\n--- stoke serve stderr ---\n{self.log()[-5000:]}")
 
     def stop(self):
         if self.proc.poll() is None:
@@ -193,19 +214,23 @@ class Server:
         self._log.close()
 
 
-def test_greedy_batched_equals_alone(model_dir, tmp_path):
-    srv = Server([str(STOKE), "serve", "--model", str(model_dir), "--device", "cuda", "--host", "127.0.0.1",
-                  "--port", "0", "--max-num-seqs", "16"], tmp_path / "serve.log")
+def check_batching(model_dir, tmp):
+    srv = Server([str(STOKE), "serve", "--model", str(model_dir), "--device", DEVICE, "--host", "127.0.0.1",
+                  "--port", "0", "--max-num-seqs", "16"], tmp / "serve.log")
     try:
-        name = requests.get(srv.url + "/v1/models", timeout=30).json()["data"][0]["id"]
+        with urllib.request.urlopen(srv.url + "/v1/models", timeout=30) as r:
+            name = json.loads(r.read())["data"][0]["id"]
         rng = np.random.default_rng(1)
-        prompts = [[int(v) for v in rng.integers(0, 128000, size=int(rng.integers(16, 200)))] for _ in range(16)]
+        hi = id_limit(model_dir)
+        prompts = [[int(v) for v in rng.integers(0, hi, size=int(rng.integers(16, 200)))] for _ in range(16)]
 
         def complete(p):
-            r = requests.post(srv.url + "/v1/completions", timeout=300, json={
-                "model": name, "prompt": p, "max_tokens": 48, "temperature": 0, "ignore_eos": True, "logprobs": 5})
-            assert r.status_code == 200, r.text
-            return r.json()["choices"][0]
+            body = json.dumps({"model": name, "prompt": p, "max_tokens": 48, "temperature": 0, "ignore_eos": True,
+                               "logprobs": 5}).encode()
+            req = urllib.request.Request(srv.url + "/v1/completions", data=body,
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=300) as r:  # non-200 raises HTTPError
+                return json.loads(r.read())["choices"][0]
 
         t0 = time.time()
         alone = [complete(p) for p in prompts]
@@ -245,3 +270,47 @@ def test_greedy_batched_equals_alone(model_dir, tmp_path):
     assert all(same_text), res
     assert res["top5_same_set_fraction"] >= 0.8, res
     assert rel_diff < 0.3, res
+    return res
+
+
+# ---- pytest (where it exists) and the script entry point ----------------------------------------------------
+
+if pytest is not None:
+    @pytest.fixture(scope="module")
+    def model_dir(tmp_path_factory):
+        return synth_model(tmp_path_factory.mktemp("parity"))
+
+    def test_teacher_forced_logits_match_transformers(model_dir, tmp_path):
+        check_logits(model_dir, tmp_path)
+
+    def test_greedy_batched_equals_alone(model_dir, tmp_path):
+        check_batching(model_dir, tmp_path)
+
+
+def main():
+    ap = argparse.ArgumentParser(description="stoke CUDA Llama vs transformers on a synthetic model")
+    ap.add_argument("--only", choices=["logits", "batching"], help="run one check")
+    a = ap.parse_args()
+    if DEVICE == "cuda" and not torch.cuda.is_available():
+        print("no CUDA GPU visible to torch", file=sys.stderr)
+        return 2
+    failed = 0
+    with tempfile.TemporaryDirectory(prefix="stoke_parity_") as tmp:
+        tmp = pathlib.Path(tmp)
+        d = synth_model(tmp)
+        for name, fn in (("logits", check_logits), ("batching", check_batching)):
+            if a.only and a.only != name:
+                continue
+            sub = tmp / name
+            sub.mkdir()
+            try:
+                fn(d, sub)
+                print(f"=== {name}: PASS", flush=True)
+            except Exception as e:  # report and go on to the next check
+                failed += 1
+                print(f"=== {name}: FAIL: {type(e).__name__}: {e}", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
