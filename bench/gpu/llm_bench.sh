@@ -9,7 +9,8 @@
 #   5. $OUT/llm_bench_summary.json: output tokens/s, TTFT and TPOT p50/p99 of both, and stoke / HF ratios
 # Everything lands in $OUT (default /tmp/stoke_gpu_out); progress on stderr, all of it in $OUT/llm_bench.log.
 # Budget: about 7 minutes on an H200. Knobs (env): LLM_SHAPE, LLM_CONCURRENCY ("64 256"), LLM_INPUT (1000),
-# LLM_OUTPUT (1000), LLM_WARMUP_S (15), LLM_DURATION_S (45), HF_BUDGET_S (60), SKIP_HF=1, SKIP_SERVE=1.
+# LLM_OUTPUT (1000), LLM_WARMUP_S (15), LLM_DURATION_S (45), HF_BUDGET_S (60), SKIP_HF=1, SKIP_SERVE=1; for a
+# CPU dry run of the script itself: LLM_DEVICE=cpu LLM_LAYERS=2 SKIP_STEP_B64=1 and small lengths.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/stoke_gpu_out}
@@ -30,6 +31,9 @@ OUTLEN=${LLM_OUTPUT:-1000}
 WARMUP=${LLM_WARMUP_S:-15}
 DURATION=${LLM_DURATION_S:-45}
 HF_BUDGET=${HF_BUDGET_S:-60}
+DEVICE=${LLM_DEVICE:-cuda}
+LAYERS_ARG=()
+[[ -n "${LLM_LAYERS:-}" ]] && LAYERS_ARG=(--layers "$LLM_LAYERS")
 T0=$(date +%s)
 stamp() { echo "=== [$(( $(date +%s) - T0 )) s] $*"; }
 
@@ -38,22 +42,25 @@ main() {
   if [[ -f "$MODEL/config.json" ]] && grep -q "\"shape\": \"$SHAPE\"" "$MODEL/config.json"; then
     echo "reusing $MODEL"
   else
-    timeout 300 "$STOKE" model synth --shape "$SHAPE" --seed 1 --out "$MODEL" || { echo "synth failed"; return 1; }
+    timeout 300 "$STOKE" model synth --shape "$SHAPE" --seed 1 --out "$MODEL" "${LAYERS_ARG[@]}" \
+      || { echo "synth failed"; return 1; }
   fi
 
   stamp "bench step: decode batch 1 ctx 512, prefill 2048"
-  timeout 240 "$STOKE" bench step --model "$MODEL" --device cuda --decode-batch 1 --context 512 --prefill 2048 \
+  timeout 240 "$STOKE" bench step --model "$MODEL" --device "$DEVICE" --decode-batch 1 --context 512 --prefill 2048 \
     --iters 40 --json "$OUT/step_${SHAPE}_b1.json" >/dev/null || echo "bench step (b1) failed: exit $?"
-  stamp "bench step: decode batch 64 ctx 1024 (no prefill)"
-  timeout 180 "$STOKE" bench step --model "$MODEL" --device cuda --decode-batch 64 --context 1024 --prefill 0 \
-    --iters 20 --json "$OUT/step_${SHAPE}_b64.json" >/dev/null || echo "bench step (b64) failed: exit $?"
+  if [[ -z "${SKIP_STEP_B64:-}" ]]; then
+    stamp "bench step: decode batch 64 ctx 1024 (no prefill)"
+    timeout 180 "$STOKE" bench step --model "$MODEL" --device "$DEVICE" --decode-batch 64 --context 1024 \
+      --prefill 0 --iters 20 --json "$OUT/step_${SHAPE}_b64.json" >/dev/null || echo "bench step (b64) failed: exit $?"
+  fi
 
   if [[ -z "${SKIP_SERVE:-}" ]]; then
     local max_conc=0
     for c in $CONC; do (( c > max_conc )) && max_conc=$c; done
-    stamp "serve --device cuda (max-num-seqs $max_conc)"
+    stamp "serve --device $DEVICE (max-num-seqs $max_conc)"
     local log="$OUT/llm_serve.log"
-    "$STOKE" serve --model "$MODEL" --device cuda --host 127.0.0.1 --port 0 --max-num-seqs "$max_conc" \
+    "$STOKE" serve --model "$MODEL" --device "$DEVICE" --host 127.0.0.1 --port 0 --max-num-seqs "$max_conc" \
       --max-num-batched-tokens 8192 --max-waiting 4096 2> "$log" &
     local pid=$!
     local port="" url=""
@@ -67,17 +74,25 @@ main() {
       echo "stoke serve did not start:"; tail -30 "$log"
     else
       url="http://127.0.0.1:$port"
-      for _ in $(seq 1 600); do
-        curl -sf "$url/health/ready" >/dev/null && break
-        sleep 0.5
-      done
+      python3 - "$url" <<'PY'
+import sys, time, urllib.request
+for _ in range(600):
+    try:
+        with urllib.request.urlopen(sys.argv[1] + "/health/ready", timeout=5) as r:
+            if r.status == 200:
+                break
+    except OSError:
+        pass
+    time.sleep(0.5)
+PY
       stamp "server ready at $url"
       for c in $CONC; do
         stamp "stoke bench: concurrency $c, $IN in / $OUTLEN out"
         timeout 300 "$STOKE" bench --url "$url" --api openai-completions --concurrency "$c" \
           --input-len "$IN" --output-len "$OUTLEN" --warmup "$WARMUP" --duration "$DURATION" --window 5 \
           --stability 0 --drain-timeout 5 --timeout 600 --label "$SHAPE synth, stoke cuda, c=$c" \
-          --output-dir "$OUT/serve_${SHAPE}_c$c" || echo "stoke bench c=$c failed: exit $?"
+          --output-dir "$OUT/serve_${SHAPE}_c$c" >/dev/null || echo "stoke bench c=$c failed: exit $?"
+        python3 -c "import json,sys; p=json.load(open(sys.argv[1]))['points'][0]; print('c=%s: %.0f output tok/s, TTFT p50 %.0f ms, TPOT p50 %.1f ms' % (sys.argv[2], p['throughput']['output_tokens_per_s'], p['ttft_ms']['p50'], p['tpot_ms']['p50']))" "$OUT/serve_${SHAPE}_c$c/bench.json" "$c" || true
       done
       grep -E "device|loaded|kv" "$log" | head -5
     fi
