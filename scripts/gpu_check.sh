@@ -50,6 +50,17 @@ run() {
     "$BUNDLE/bin/stoke" --version || true
   fi
   gpu_telemetry_check
+  # ---- LLM parity and benchmark on synthetic models (tests/gpu, bench/gpu; opt-in, minutes) -------------
+  # RUN_LLM_PARITY=1: transformers vs stoke --device cuda on a synthetic Llama-3.2-1B (~2 min)
+  # RUN_LLM_BENCH=1: bench/gpu/llm_bench.sh on a synthetic Llama-3.1-8B (~7 min; run it on its own)
+  if [[ -n "${RUN_LLM_PARITY:-}" ]]; then
+    echo "=== tests/gpu/test_llama_parity.py"
+    STOKE_BIN="$BUNDLE/bin/stoke" OUT="$OUT" timeout 420 python3 tests/gpu/test_llama_parity.py || test_rc=1
+  fi
+  if [[ -n "${RUN_LLM_BENCH:-}" ]]; then
+    echo "=== bench/gpu/llm_bench.sh"
+    STOKE_BIN="$BUNDLE/bin/stoke" OUT="$OUT" bench/gpu/llm_bench.sh || true
+  fi
   return $test_rc
 }
 
