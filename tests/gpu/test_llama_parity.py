@@ -144,9 +144,14 @@ def check_logits(model_dir, tmp):
     top2 = np.partition(ref, -2, axis=-1)[..., -2:]
     margin = top2[..., 1] - top2[..., 0]
     spread = float(ref.std(axis=-1).mean())
+    # The synthetic scheme makes the input token win top-1 by construction; the runner-up is decided by the
+    # layers alone, so its agreement is the informative one (reported; no threshold: near-ties exist there).
+    ref2 = np.sort(np.argsort(ref, axis=-1)[..., -2:], axis=-1)
+    got2 = np.sort(np.argsort(got, axis=-1)[..., -2:], axis=-1)
     res = {
         "shape": SHAPE, "positions": int(ROWS * LEN), "rows": ROWS, "len": LEN, "stoke_chunk": CHUNK,
         "top1_agreement": float((ref_top1 == got_top1).mean()),
+        "top2_set_agreement": float((ref2 == got2).all(-1).mean()),
         "top1_agreement_vs_bf16_head": float((ref_top1_bf16 == got_top1).mean()),
         "max_abs_logit_diff": float(diff.max()),
         "mean_abs_logit_diff": float(diff.mean()),
