@@ -31,6 +31,13 @@ run() {
     echo "=== stoke_device_test"
     timeout 60 "$BUNDLE/bin/stoke_device_test" --gtest_output="xml:$OUT/gpu_device_tests.xml" || test_rc=1
   fi
+  # --- CUDA BERT encoder (engine/cuda/cuda_bert_gpu_test.cc); the BERT bench is separate: bench/gpu/bert_bench.sh
+  if [[ -x "$BUNDLE/bin/stoke_engine_cuda_test" ]]; then
+    echo "=== stoke_engine_cuda_test CudaBert*"
+    timeout 180 "$BUNDLE/bin/stoke_engine_cuda_test" --gtest_filter='CudaBert*' \
+      --gtest_output="xml:$OUT/gpu_cuda_bert_tests.xml" || test_rc=1
+  fi
+  # --- end CUDA BERT
   echo "=== cuda_bench"
   timeout 150 "$BUNDLE/bin/cuda_bench" > "$OUT/cuda_bench.jsonl"
   echo "=== cuda_bench exit $?"

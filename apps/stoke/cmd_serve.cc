@@ -62,6 +62,8 @@ struct ServeOptions {
   bool no_chunked_prefill = false;
   double drain_seconds = 10;
   double idle_timeout_seconds = 120;
+  std::string device;  // classic (bert) models: cpu | cuda | auto; "" = the model file's, else cpu
+  int instances = 0;   // classic models: instances (0 = the model file's instance_group, else 1)
 };
 
 // Applies --config: every key sets its flag unless the flag was given on the command line.
@@ -170,7 +172,8 @@ int RunServe(CLI::App* cmd, ServeOptions* bound) {
     return 2;
   }
   // Encoders (BERT HF folders) and model files (*.json, e.g. the synthetic model) are served by the dynamic
-  // batcher behind KServe v2 REST/gRPC and /v1/embeddings instead of the LLM loop (net/kserve/classic_server.h).
+  // batcher behind KServe v2 REST/gRPC and /v1/embeddings instead of the LLM loop
+  // (net/kserve/classic_server.h).
   if (IsClassicModel(o.model)) {
     return RunClassicServe({.model = o.model,
                             .served_model_name = o.served_model_name,
@@ -181,7 +184,9 @@ int RunServe(CLI::App* cmd, ServeOptions* bound) {
                             .max_body_bytes = static_cast<size_t>(o.max_body_bytes),
                             .threads = o.threads,
                             .drain_seconds = o.drain_seconds,
-                            .idle_timeout_seconds = o.idle_timeout_seconds});
+                            .idle_timeout_seconds = o.idle_timeout_seconds,
+                            .device = o.device,
+                            .instances = o.instances});
   }
   if (o.threads > 0) ThreadPool::SetDefaultThreads(o.threads);
   const std::string served = o.served_model_name.empty() ? DefaultServedName(o.model) : o.served_model_name;
@@ -308,6 +313,13 @@ CommandRegistrar kServe("serve", "Serve a model over an OpenAI-compatible HTTP A
   cmd->add_option("--idle-timeout-seconds", o->idle_timeout_seconds,
                   "Close keep-alive connections idle this long")
       ->capture_default_str();
+  cmd->add_option("--device", o->device,
+                  "Encoder models: cpu, cuda or auto (default: the model file's \"device\", else cpu)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  cmd->add_option("--instances", o->instances,
+                  "Encoder models: instances, each with its own thread pool or CUDA stream (0: the model "
+                  "file's instance_group, else 1)")
+      ->check(CLI::NonNegativeNumber);
   return [cmd, o]() -> int { return RunServe(cmd, o.get()); };
 });
 

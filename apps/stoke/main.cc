@@ -7,6 +7,9 @@
 
 #include "apps/stoke/command.h"
 #include "base/logging.h"
+#ifdef STOKE_WITH_CUDA
+#include "engine/cuda/cuda_backends.h"
+#endif
 
 int main(int argc, char** argv) {
   CLI::App app{"stoke: an inference server that keeps the GPU busy and shows where the time goes"};
@@ -33,6 +36,9 @@ int main(int argc, char** argv) {
     return 2;     // usage errors exit 2, as documented in README
   }
   stoke::InitLogging(log_level);
+#ifdef STOKE_WITH_CUDA
+  stoke::RegisterCudaBackends();
+#endif
   for (auto& [sub, run] : runs) {
     if (sub->parsed()) return run();
   }
