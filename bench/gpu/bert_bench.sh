@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # BERT on the GPU machine (issue 6): stoke's CUDA encoder vs PyTorch fp16 eager (bert-base seq 128, bert-large
 # seq 384, batch 1..256), stoke vs transformers pooled-embedding cosine on the same random folders, and
-# `stoke serve --device cuda` with dynamic batching off vs on. About 4-5 minutes on an H200.
+# `stoke serve --device cuda` with dynamic batching off vs on. About 4-5 minutes on an H200 (killed at 560 s;
+# the JSON is written after each shape, so a partial run still leaves results).
 #
 #   OUT=/some/dir bench/gpu/bert_bench.sh            (from the repo root, with .bundle/ from scripts/bundle.sh)
 #   BERT_BENCH_ARGS="--no-serve --shapes bert-base:128" bench/gpu/bert_bench.sh     (a quicker subset)
@@ -17,6 +18,6 @@ if [[ -d /usr/local/cuda/lib64 ]]; then
 fi
 BUNDLE=${BUNDLE:-.bundle}
 # shellcheck disable=SC2086  # BERT_BENCH_ARGS is a list of flags
-timeout 900 python3 bench/gpu/torch_bert_bench.py --stoke "$BUNDLE/bin/stoke" --out "$OUT" \
+timeout 560 python3 bench/gpu/torch_bert_bench.py --stoke "$BUNDLE/bin/stoke" --out "$OUT" \
   ${BERT_BENCH_ARGS:-} 2>&1 | tee "$OUT/bert_bench.log"
 exit "${PIPESTATUS[0]}"

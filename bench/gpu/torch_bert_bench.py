@@ -78,7 +78,7 @@ def make_folder(stoke, shape, d):
                 p.normal_(0.0, 0.5)
             else:  # Linear [out, in]
                 p.normal_(0.0, p.shape[1] ** -0.5)
-    model.half().save_pretrained(str(d), safe_serialization=True)
+    model.half().save_pretrained(str(d))  # safetensors
     write_vocab(d, cfg.vocab_size)
     return "transformers (re-initialised)"
 
@@ -193,11 +193,11 @@ def get_json(url, timeout=5):
 
 
 class Server:
-    def __init__(self, stoke, model_file, env, log_path):
+    def __init__(self, stoke, model_file, env, log_path, device="cuda"):
         self.log_path = log_path
         self._log = open(log_path, "wb")
         self.proc = subprocess.Popen([stoke, "serve", "--model", str(model_file), "--host", "127.0.0.1",
-                                      "--port", "0", "--grpc-port", "0", "--device", "cuda"],
+                                      "--port", "0", "--grpc-port", "0", "--device", device],
                                      stdout=subprocess.DEVNULL, stderr=self._log, env=env)
         deadline = time.time() + 180
         self.url = None
@@ -225,7 +225,7 @@ class Server:
         self._log.close()
 
 
-def serving(stoke, d, out_dir, env, concurrency, duration, input_len):
+def serving(stoke, d, out_dir, env, concurrency, duration, input_len, device="cuda"):
     configs = {
         "batching_off": {"max_batch_size": 64},
         "batching_on": {"max_batch_size": 64, "dynamic_batching": {"max_queue_delay_microseconds": 0}},
@@ -235,9 +235,9 @@ def serving(stoke, d, out_dir, env, concurrency, duration, input_len):
     res = {}
     for name, cfg in configs.items():
         mf = out_dir / f"bert_serve_{name}.json"
-        mf.write_text(json.dumps({"type": "bert", "model": str(d), "name": "bert", "device": "cuda", **cfg}))
+        mf.write_text(json.dumps({"type": "bert", "model": str(d), "name": "bert", "device": device, **cfg}))
         try:
-            srv = Server(stoke, mf, env, out_dir / f"bert_serve_{name}.log")
+            srv = Server(stoke, mf, env, out_dir / f"bert_serve_{name}.log", device)
         except RuntimeError as e:
             res[name] = {"error": str(e)[-2000:]}
             continue
