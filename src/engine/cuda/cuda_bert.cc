@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "base/clock.h"
@@ -107,6 +108,7 @@ class CudaBertModelImpl final : public BertDeviceModel,
   }
 
   const BertEncoder& encoder() const { return *encoder_; }
+  cuda::EncoderAttentionImpl attention_impl() const { return attention_impl_; }
   const BertDeviceOptions& options() const { return options_; }
   device::PinnedHostPool& pinned() const { return pinned_; }
 
@@ -118,12 +120,14 @@ class CudaBertModelImpl final : public BertDeviceModel,
 
  private:
   Status Upload();
+  Status ChooseAttention();
 
   std::shared_ptr<const BertEncoder> encoder_;
   BertDeviceOptions options_;
   std::string name_;
   std::unique_ptr<device::DeviceArena> weights_;
   mutable device::PinnedHostPool pinned_;
+  cuda::EncoderAttentionImpl attention_impl_ = cuda::EncoderAttentionImpl::kSimple;
 };
 
 StatusOr<std::shared_ptr<CudaBertModelImpl>> CudaBertModelImpl::Create(
@@ -149,7 +153,61 @@ StatusOr<std::shared_ptr<CudaBertModelImpl>> CudaBertModelImpl::Create(
   ASSIGN_OR_RETURN(cuda::DeviceInfo info, cuda::GetDeviceInfo(options.gpu_index));
   m->name_ = fmt::format("cuda:{} ({})", options.gpu_index, info.name);
   RETURN_IF_ERROR(m->Upload());
+  RETURN_IF_ERROR(m->ChooseAttention());
   return m;
+}
+
+// Runs both attention kernels once on random inputs of this model's shape (3 sequences, 5..130 tokens) and
+// keeps the vectorised one only if it agrees with the simple one: a safety net for a kernel first written
+// without a GPU at hand. The outcome is logged; cuda_bert_gpu_test / encoder_gpu_test check both against the
+// CPU.
+Status CudaBertModelImpl::ChooseAttention() {
+  const BertConfig& c = encoder_->config();
+  const int heads = c.num_attention_heads, hd = c.head_dim();
+  const std::vector<int32_t> cu = {0, 70, 75, 205};
+  const int64_t t = cu.back(), hidden = int64_t{heads} * hd;
+  std::mt19937 rng(1234);
+  std::uniform_real_distribution<float> dist(-2.f, 2.f);
+  std::vector<uint16_t> qkv(t * 3 * hidden);
+  for (uint16_t& x : qkv) x = Fp32ToBf16(dist(rng));
+  const size_t bytes = Aligned(qkv.size() * 2) + Aligned(cu.size() * 4) + 2 * Aligned(t * hidden * 2);
+  ASSIGN_OR_RETURN(std::unique_ptr<device::DeviceArena> a, device::DeviceArena::Create(bytes));
+  ASSIGN_OR_RETURN(bf16 * dqkv, a->AllocateArray<bf16>(qkv.size()));
+  ASSIGN_OR_RETURN(int32_t * dcu, a->AllocateArray<int32_t>(cu.size()));
+  ASSIGN_OR_RETURN(bf16 * o1, a->AllocateArray<bf16>(t * hidden));
+  ASSIGN_OR_RETURN(bf16 * o2, a->AllocateArray<bf16>(t * hidden));
+  CUDA_RETURN_IF_ERROR(cudaMemcpy(dqkv, qkv.data(), qkv.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_RETURN_IF_ERROR(cudaMemcpy(dcu, cu.data(), cu.size() * 4, cudaMemcpyHostToDevice));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  RETURN_IF_ERROR(cuda::EncoderAttention(dqkv, dcu, 3, 130, heads, hd, scale, o1, nullptr,
+                                         cuda::EncoderAttentionImpl::kVectorized));
+  RETURN_IF_ERROR(cuda::EncoderAttention(dqkv, dcu, 3, 130, heads, hd, scale, o2, nullptr,
+                                         cuda::EncoderAttentionImpl::kSimple));
+  std::vector<uint16_t> h1(t * hidden), h2(t * hidden);
+  CUDA_RETURN_IF_ERROR(cudaMemcpy(h1.data(), o1, h1.size() * 2, cudaMemcpyDeviceToHost));
+  CUDA_RETURN_IF_ERROR(cudaMemcpy(h2.data(), o2, h2.size() * 2, cudaMemcpyDeviceToHost));
+  double max_diff = 0;
+  bool finite = true;
+  for (size_t i = 0; i < h1.size(); ++i) {
+    const float x = Bf16ToFp32(h1[i]), y = Bf16ToFp32(h2[i]);
+    finite = finite && std::isfinite(x) && std::isfinite(y);
+    max_diff = std::max(max_diff, static_cast<double>(std::fabs(x - y)));
+  }
+  // Outputs are softmax-weighted means of values in [-2, 2]: the kernels differ only in summation order, so
+  // they agree to a few bf16 ulps.
+  if (finite && max_diff <= 0.05) {
+    attention_impl_ = cuda::EncoderAttentionImpl::kVectorized;
+    LOG_INFO(
+        "cuda bert: vectorized attention (head_dim {}) agrees with the simple kernel (max |diff| {:.2e})", hd,
+        max_diff);
+  } else {
+    attention_impl_ = cuda::EncoderAttentionImpl::kSimple;
+    LOG_WARN(
+        "cuda bert: vectorized attention (head_dim {}) disagrees with the simple kernel (max |diff| {:.3g}, "
+        "finite {}); using the simple kernel",
+        hd, max_diff, finite);
+  }
+  return OkStatus();
 }
 
 Status CudaBertModelImpl::Upload() {
@@ -291,7 +349,7 @@ Status CudaBertRunner::Forward(const int32_t* d_in, int64_t t, int64_t n_seq, in
     RETURN_IF_ERROR(g.Run(xb, l.qkv.w, qkv, DType::kBF16, t, l.qkv.out, h, s));
     RETURN_IF_ERROR(cuda::AddBias(qkv, l.qkv.b, t, l.qkv.out, s));
     RETURN_IF_ERROR(cuda::EncoderAttention(qkv, cu, static_cast<int>(n_seq), max_len, c.num_attention_heads,
-                                           c.head_dim(), scale, ctx, s));
+                                           c.head_dim(), scale, ctx, s, m.attention_impl()));
     RETURN_IF_ERROR(g.Run(ctx, l.attn_out.w, tmp, DType::kF32, t, h, h, s));
     RETURN_IF_ERROR(
         cuda::BiasResidualLayerNorm(tmp, l.attn_out.b, x, l.attn_norm.g, l.attn_norm.b, t, h, eps, xb, s));

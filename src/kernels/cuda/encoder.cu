@@ -178,6 +178,150 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   }
 }
 
+// The same attention with 16-byte shared-memory traffic (head_dim 32, 64, 128). Rows padded by 8 bf16 so that
+// the 8 lanes of a quarter-warp reading 16 bytes of 8 different rows hit distinct banks.
+//   scores: lane j dots key j (and j + 32) with the query, 8 key elements per 16-byte load, the query as two
+//           float4 broadcasts;
+//   P . V:  the warp splits into 32 / (head_dim / 8) groups; group g takes keys g, g + groups, ...; each lane
+//           owns 8 output dims (one 16-byte load of V per key), and the groups' partial sums are added with
+//           shuffles at the end (same running max, so the online-softmax rescale applies to each part).
+template <int HD>
+__global__ void __launch_bounds__(kAttnWarps * 32)
+    EncoderAttentionVecKernel(const __nv_bfloat16* __restrict__ qkv, const int32_t* __restrict__ cu_seqlens,
+                              int heads, float scale, __nv_bfloat16* __restrict__ out) {
+  static_assert(HD == 32 || HD == 64 || HD == 128, "head_dim");
+  constexpr int kStride = HD + 8;         // bf16 elements per padded row (16-byte multiple)
+  constexpr int kChunks = HD / 8;         // 16-byte chunks per row
+  constexpr int kLanesPerGroup = HD / 8;  // P.V: lanes sharing one key, 8 dims each
+  constexpr int kGroups = 32 / kLanesPerGroup;
+  __shared__ __align__(16) __nv_bfloat16 ks[kKeyTile * kStride];
+  __shared__ __align__(16) __nv_bfloat16 vs[kKeyTile * kStride];
+  __shared__ __align__(16) float qs[kQueriesPerBlock * HD];
+  __shared__ float ps[kAttnWarps][kKeyTile];
+
+  const int seq = blockIdx.z, head = blockIdx.y;
+  const int begin = cu_seqlens[seq];
+  const int len = cu_seqlens[seq + 1] - begin;
+  const int q0 = blockIdx.x * kQueriesPerBlock;
+  if (q0 >= len) return;  // the whole block
+  const int64_t hidden = static_cast<int64_t>(heads) * HD;
+  const int64_t row_stride = 3 * hidden;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int grp = lane / kLanesPerGroup, lig = lane % kLanesPerGroup;
+
+  for (int i = threadIdx.x; i < kQueriesPerBlock * HD; i += blockDim.x) {
+    const int qi = i / HD, d = i - qi * HD;
+    const int t = q0 + qi;
+    qs[i] = t < len ? __bfloat162float(qkv[(begin + t) * row_stride + head * HD + d]) * scale : 0.f;
+  }
+
+  float m[kQueriesPerWarp], l[kQueriesPerWarp], acc[kQueriesPerWarp][8];
+#pragma unroll
+  for (int qq = 0; qq < kQueriesPerWarp; ++qq) {
+    m[qq] = -INFINITY;
+    l[qq] = 0.f;
+#pragma unroll
+    for (int d = 0; d < 8; ++d) acc[qq][d] = 0.f;
+  }
+
+  for (int k0 = 0; k0 < len; k0 += kKeyTile) {
+    const int nk = min(kKeyTile, len - k0);
+    __syncthreads();  // the previous tile is consumed (first pass: qs is written)
+    for (int i = threadIdx.x; i < kKeyTile * kChunks; i += blockDim.x) {
+      const int j = i / kChunks, c = i - j * kChunks;
+      uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
+      if (j < nk) {
+        const __nv_bfloat16* row = qkv + (begin + k0 + j) * row_stride + head * HD + 8 * c;
+        kv = *reinterpret_cast<const uint4*>(row + hidden);
+        vv = *reinterpret_cast<const uint4*>(row + 2 * hidden);
+      }
+      *reinterpret_cast<uint4*>(ks + j * kStride + 8 * c) = kv;
+      *reinterpret_cast<uint4*>(vs + j * kStride + 8 * c) = vv;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int qq = 0; qq < kQueriesPerWarp; ++qq) {
+      const int qi = warp * kQueriesPerWarp + qq;
+      if (q0 + qi < len) {  // warp-uniform
+        const float4* q4 = reinterpret_cast<const float4*>(qs + qi * HD);
+        float s[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int j = lane + 32 * r;
+          const uint4* krow = reinterpret_cast<const uint4*>(ks + j * kStride);
+          float dot = 0.f;
+#pragma unroll
+          for (int c = 0; c < kChunks; ++c) {
+            const uint4 kv = krow[c];
+            const float4 qa = q4[2 * c], qb = q4[2 * c + 1];
+            const float2 k01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&kv.x));
+            const float2 k23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&kv.y));
+            const float2 k45 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&kv.z));
+            const float2 k67 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&kv.w));
+            dot = fmaf(qa.x, k01.x, dot);
+            dot = fmaf(qa.y, k01.y, dot);
+            dot = fmaf(qa.z, k23.x, dot);
+            dot = fmaf(qa.w, k23.y, dot);
+            dot = fmaf(qb.x, k45.x, dot);
+            dot = fmaf(qb.y, k45.y, dot);
+            dot = fmaf(qb.z, k67.x, dot);
+            dot = fmaf(qb.w, k67.y, dot);
+          }
+          s[r] = j < nk ? dot : -INFINITY;
+        }
+        const float mnew = fmaxf(m[qq], WarpMax(fmaxf(s[0], s[1])));  // finite: key 0 of the tile is real
+        const float corr = __expf(m[qq] - mnew);                      // 0 on the first tile (m = -inf)
+        const float p0 = __expf(s[0] - mnew), p1 = __expf(s[1] - mnew);
+        l[qq] = l[qq] * corr + WarpSum(p0 + p1);
+        m[qq] = mnew;
+        ps[warp][lane] = p0;
+        ps[warp][lane + 32] = p1;
+        __syncwarp();
+#pragma unroll
+        for (int d = 0; d < 8; ++d) acc[qq][d] *= corr;
+        for (int j = grp; j < nk; j += kGroups) {
+          const float p = ps[warp][j];
+          const uint4 vv = *reinterpret_cast<const uint4*>(vs + j * kStride + 8 * lig);
+          const float2 v01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&vv.x));
+          const float2 v23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&vv.y));
+          const float2 v45 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&vv.z));
+          const float2 v67 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&vv.w));
+          acc[qq][0] = fmaf(p, v01.x, acc[qq][0]);
+          acc[qq][1] = fmaf(p, v01.y, acc[qq][1]);
+          acc[qq][2] = fmaf(p, v23.x, acc[qq][2]);
+          acc[qq][3] = fmaf(p, v23.y, acc[qq][3]);
+          acc[qq][4] = fmaf(p, v45.x, acc[qq][4]);
+          acc[qq][5] = fmaf(p, v45.y, acc[qq][5]);
+          acc[qq][6] = fmaf(p, v67.x, acc[qq][6]);
+          acc[qq][7] = fmaf(p, v67.y, acc[qq][7]);
+        }
+        __syncwarp();  // ps is rewritten by the next query
+      }
+    }
+  }
+
+#pragma unroll
+  for (int qq = 0; qq < kQueriesPerWarp; ++qq) {
+    // Sum the groups' partial outputs (all lanes take part; lanes of group 0 then hold the totals).
+#pragma unroll
+    for (int d = 0; d < 8; ++d) {
+#pragma unroll
+      for (int off = kLanesPerGroup; off < 32; off <<= 1)
+        acc[qq][d] += __shfl_xor_sync(0xffffffffu, acc[qq][d], off);
+    }
+    const int t = q0 + warp * kQueriesPerWarp + qq;
+    if (t < len && grp == 0) {
+      const float inv = 1.f / l[qq];
+      __align__(16) __nv_bfloat162 o[4];
+#pragma unroll
+      for (int d = 0; d < 4; ++d)
+        o[d] = __floats2bfloat162_rn(acc[qq][2 * d] * inv, acc[qq][2 * d + 1] * inv);
+      *reinterpret_cast<uint4*>(out + (begin + t) * hidden + head * HD + 8 * lig) =
+          *reinterpret_cast<const uint4*>(o);
+    }
+  }
+}
+
 __global__ void MeanPoolNormalizeKernel(const float* __restrict__ x, const int32_t* __restrict__ cu_seqlens,
                                         int64_t dim, float* out) {
   __shared__ float scratch[32];
@@ -243,28 +387,39 @@ bool EncoderAttentionSupports(int head_dim) {
 }
 
 Status EncoderAttention(const __nv_bfloat16* qkv, const int32_t* cu_seqlens, int num_seqs, int max_len,
-                        int heads, int head_dim, float scale, __nv_bfloat16* out, cudaStream_t stream) {
+                        int heads, int head_dim, float scale, __nv_bfloat16* out, cudaStream_t stream,
+                        EncoderAttentionImpl impl) {
   if (num_seqs <= 0 || max_len <= 0) return OkStatus();
   if (num_seqs > 65535) return Invalid("EncoderAttention: more than 65535 sequences in one call");
   if (heads <= 0 || heads > 65535) return Invalid("EncoderAttention: heads outside [1, 65535]");
+  if (!EncoderAttentionSupports(head_dim))
+    return Invalid("EncoderAttention: head_dim must be 32, 64, 96 or 128");
   const dim3 grid(CeilDiv(max_len, kQueriesPerBlock), static_cast<unsigned>(heads),
                   static_cast<unsigned>(num_seqs));
   const dim3 block(kAttnWarps * 32);
-  switch (head_dim) {
-    case 32:
-      EncoderAttentionKernel<32><<<grid, block, 0, stream>>>(qkv, cu_seqlens, heads, scale, out);
-      break;
-    case 64:
-      EncoderAttentionKernel<64><<<grid, block, 0, stream>>>(qkv, cu_seqlens, heads, scale, out);
-      break;
-    case 96:
-      EncoderAttentionKernel<96><<<grid, block, 0, stream>>>(qkv, cu_seqlens, heads, scale, out);
-      break;
-    case 128:
-      EncoderAttentionKernel<128><<<grid, block, 0, stream>>>(qkv, cu_seqlens, heads, scale, out);
-      break;
-    default:
-      return Invalid("EncoderAttention: head_dim must be 32, 64, 96 or 128");
+  if (impl == EncoderAttentionImpl::kVectorized && head_dim != 96) {
+    if (head_dim == 32) {
+      EncoderAttentionVecKernel<32><<<grid, block, 0, stream>>>(qkv, cu_seqlens, heads, scale, out);
+    } else if (head_dim == 64) {
+      EncoderAttentionVecKernel<64><<<grid, block, 0, stream>>>(qkv, cu_seqlens, heads, scale, out);
+    } else {
+      EncoderAttentionVecKernel<128><<<grid, block, 0, stream>>>(qkv, cu_seqlens, heads, scale, out);
+    }
+  } else {
+    switch (head_dim) {
+      case 32:
+        EncoderAttentionKernel<32><<<grid, block, 0, stream>>>(qkv, cu_seqlens, heads, scale, out);
+        break;
+      case 64:
+        EncoderAttentionKernel<64><<<grid, block, 0, stream>>>(qkv, cu_seqlens, heads, scale, out);
+        break;
+      case 96:
+        EncoderAttentionKernel<96><<<grid, block, 0, stream>>>(qkv, cu_seqlens, heads, scale, out);
+        break;
+      default:
+        EncoderAttentionKernel<128><<<grid, block, 0, stream>>>(qkv, cu_seqlens, heads, scale, out);
+        break;
+    }
   }
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return OkStatus();

@@ -38,9 +38,14 @@ Status AddBias(__nv_bfloat16* x, const float* bias, int64_t rows, int64_t dim, c
 // qkv = [total_tokens, 3 * heads * head_dim] bf16: each row is q | k | v, head h at columns h * head_dim.
 // out = [total_tokens, heads * head_dim] bf16. max_len bounds every sequence's length. head_dim: 32, 64, 96
 // or 128 (others: InvalidArgument). One block per (16 queries, head, sequence); keys in tiles of 64 through
-// shared memory, online softmax in fp32 (exact, not tensor-core tiled).
+// shared memory, online softmax in fp32 (exact, on CUDA cores, not tensor-core tiled).
+//   kVectorized: 16-byte shared-memory loads for scores and P.V (head_dim 32/64/128; 96 runs kSimple).
+//   kSimple:     4-byte loads, one lane per output dim: the first version, kept as the reference and
+//   fallback.
+enum class EncoderAttentionImpl { kVectorized, kSimple };
 Status EncoderAttention(const __nv_bfloat16* qkv, const int32_t* cu_seqlens, int num_seqs, int max_len,
-                        int heads, int head_dim, float scale, __nv_bfloat16* out, cudaStream_t stream);
+                        int heads, int head_dim, float scale, __nv_bfloat16* out, cudaStream_t stream,
+                        EncoderAttentionImpl impl = EncoderAttentionImpl::kVectorized);
 bool EncoderAttentionSupports(int head_dim);
 
 // out[s, :] = normalize(mean over rows of sequence s of x) (L2, eps 1e-12 as torch.nn.functional.normalize).

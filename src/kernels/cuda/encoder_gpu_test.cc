@@ -45,14 +45,18 @@ void CheckAttention(int heads, int hd, const std::vector<int32_t>& lens, uint32_
     cpu::EncoderAttention(q.data(), k.data(), v.data(), len, heads, hd, scale, o.data(), pool);
     std::copy(o.begin(), o.end(), want.begin() + cu[s] * hidden);
   }
-  DeviceBuffer<uint16_t> dqkv(ToBf16(qkv)), out(t * hidden);
+  DeviceBuffer<uint16_t> dqkv(ToBf16(qkv));
   DeviceBuffer<int32_t> dcu(cu);
-  STATUS_ASSERT(EncoderAttention(dqkv.bf16(), dcu.get(), static_cast<int>(lens.size()), max_len, heads, hd,
-                                 scale, out.bf16(), nullptr));
-  char what[96];
-  std::snprintf(what, sizeof(what), "encoder attention heads %d hd %d, %zu seqs up to %d", heads, hd,
-                lens.size(), max_len);
-  EXPECT_CLOSE(FromBf16(out.Download()), want, kTolBf16, what);
+  for (EncoderAttentionImpl impl : {EncoderAttentionImpl::kVectorized, EncoderAttentionImpl::kSimple}) {
+    DeviceBuffer<uint16_t> out(t * hidden);  // poisoned
+    STATUS_ASSERT(EncoderAttention(dqkv.bf16(), dcu.get(), static_cast<int>(lens.size()), max_len, heads, hd,
+                                   scale, out.bf16(), nullptr, impl));
+    char what[128];
+    std::snprintf(what, sizeof(what), "encoder attention (%s) heads %d hd %d, %zu seqs up to %d",
+                  impl == EncoderAttentionImpl::kSimple ? "simple" : "vectorized", heads, hd, lens.size(),
+                  max_len);
+    EXPECT_CLOSE(FromBf16(out.Download()), want, kTolBf16, what);
+  }
 }
 
 TEST(CudaEncoder, AttentionMatchesCpuPerSequence) {
