@@ -313,8 +313,9 @@ CommandRegistrar kServe("serve", "Serve a model over an OpenAI-compatible HTTP A
   cmd->add_option("--idle-timeout-seconds", o->idle_timeout_seconds,
                   "Close keep-alive connections idle this long")
       ->capture_default_str();
-  cmd->add_option("--device", o->device,
-                  "Encoder models: cpu, cuda or auto (default: the model file's \"device\", else cpu)")
+  cmd->add_option(
+         "--device", o->device,
+         "Encoders and model files: cpu, cuda or auto (default: the model file's \"device\", else cpu)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   cmd->add_option("--instances", o->instances,
                   "Encoder models: instances, each with its own thread pool or CUDA stream (0: the model "

@@ -133,6 +133,8 @@ StatusOr<ServeSpec> ReadModelSpec(const ClassicServeOptions& o) {
     if (s.file.contains("device") && !s.file["device"].is_string())
       return InvalidArgumentError("{}: 'device' must be a string (cpu, cuda or auto)", o.model);
     s.device = !o.device.empty() ? o.device : s.file.value("device", std::string("cpu"));
+  } else if (!o.device.empty()) {
+    s.file["device"] = o.device;  // --device overrides the synthetic model file's "device" too
   }
   if (s.type == "bert" && s.config.max_batch_size < 1) {
     return InvalidArgumentError("{}: a bert model needs max_batch_size >= 1", o.model);
