@@ -17,6 +17,7 @@ if [[ -d /usr/local/cuda/lib64 ]]; then
   export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
 BUNDLE=${BUNDLE:-.bundle}
+if [[ ! -d "$BUNDLE" && -f "$BUNDLE.tar.gz" ]]; then tar -xzf "$BUNDLE.tar.gz"; fi
 # shellcheck disable=SC2086  # BERT_BENCH_ARGS is a list of flags
 timeout 560 python3 bench/gpu/torch_bert_bench.py --stoke "$BUNDLE/bin/stoke" --out "$OUT" \
   ${BERT_BENCH_ARGS:-} 2>&1 | tee "$OUT/bert_bench.log"
