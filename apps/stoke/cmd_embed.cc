@@ -1,17 +1,29 @@
-// stoke embed: sentence embeddings from a BERT-family HF folder (all-MiniLM-L6-v2 ...) on the CPU.
+// stoke embed: sentence embeddings from a BERT-family HF folder (all-MiniLM-L6-v2 ...) on the CPU or a GPU.
 //
 //   stoke embed --model all-minilm-l6-v2 "first text" "second text"
 //   stoke embed --model /path/to/hf_folder --file texts.txt          (one text per line)
 //
+//   stoke embed --model DIR --device cuda --ids-file ids.json             (token ids, no tokenizer)
+//   stoke embed --model DIR --device cuda --bench-batch 1,2,4,8 --seq-len 128 --json out.json
+//
 // stdout: ONE JSON array with one array of `hidden` floats per text, in input order, each float printed in
 // its shortest round-trip form. --bench-repeat N re-embeds the inputs N times after one untimed warm-up pass
 // and writes one JSON timing line to stderr (used by bench/cpu_minilm.py); tokenisation is inside the timing.
+// --device cuda runs the encoder on the GPU (engine/cuda/cuda_bert.h); auto = cuda when a GPU is visible.
+// --ids-file FILE: a JSON array of token-id arrays ([CLS] ... [SEP] included) instead of texts.
+// --bench-batch LIST: times the encoder alone (no tokenizer) on random ids, --seq-len tokens per sequence, at
+// each batch size: warm-up, then batches for --bench-seconds (at least 3); writes JSON (sequences/s, ms per
+// batch, and on a GPU the median h2d / compute / d2h event times) to --json or stdout.
 #include <fmt/format.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -21,6 +33,7 @@
 #include "base/thread_pool.h"
 #include "engine/loader/model_registry.h"
 #include "engine/model/bert.h"
+#include "engine/model/bert_backend.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace stoke {
@@ -34,7 +47,17 @@ struct EmbedOptions {
   int max_seq_length = 0;
   int threads = 0;
   int bench_repeat = 0;
+  std::string device = "cpu";
+  std::string ids_file;
+  std::vector<int> bench_batch;
+  int seq_len = 128;
+  double bench_seconds = 1.0;
+  std::string json_out;
 };
+
+// One forward pass over a batch of id rows, on the CPU encoder or a device runner.
+using EmbedFn =
+    std::function<Status(const std::vector<std::vector<int32_t>>&, std::vector<float>*, EmbedTimes*)>;
 
 // One text per line; a trailing newline does not add an empty text, "\r\n" endings are accepted.
 StatusOr<std::vector<std::string>> ReadLines(const std::string& path) {
@@ -53,8 +76,9 @@ StatusOr<std::vector<std::string>> ReadLines(const std::string& path) {
 }
 
 // Tokenizes and embeds `texts` in batches of `batch_size`; out = [texts.size(), hidden].
-Status EmbedAll(const BertEncoder& enc, const Tokenizer& tok, const std::vector<std::string>& texts,
-                int batch_size, std::vector<float>* out, int64_t* tokens) {
+Status EmbedAll(const BertEncoder& enc, const EmbedFn& embed, const Tokenizer& tok,
+                const std::vector<std::string>& texts, int batch_size, std::vector<float>* out,
+                int64_t* tokens) {
   EncodeOptions eo;
   eo.add_special = true;
   eo.max_length = enc.max_seq_length();
@@ -72,10 +96,100 @@ Status EmbedAll(const BertEncoder& enc, const Tokenizer& tok, const std::vector<
       *tokens += static_cast<int64_t>(r->size());
       ids.push_back(std::move(r).value());
     }
-    RETURN_IF_ERROR(enc.Embed(ids, &part));
+    RETURN_IF_ERROR(embed(ids, &part, nullptr));
     std::copy(part.begin(), part.end(), out->begin() + b * h);
   }
   return OkStatus();
+}
+
+// --ids-file: [[101, 7592, 102], ...].
+StatusOr<std::vector<std::vector<int32_t>>> ReadIdsFile(const std::string& path) {
+  ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_array()) return InvalidArgumentError("{}: expected a JSON array of token-id arrays", path);
+  std::vector<std::vector<int32_t>> rows;
+  for (size_t i = 0; i < j.size(); ++i) {
+    if (!j[i].is_array()) return InvalidArgumentError("{}: element {} is not an array of ids", path, i);
+    std::vector<int32_t> r;
+    for (const auto& v : j[i]) {
+      if (!v.is_number_integer())
+        return InvalidArgumentError("{}: element {} holds a non-integer id", path, i);
+      r.push_back(v.get<int32_t>());
+    }
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// --bench-batch: the encoder alone on random ids of exactly seq_len tokens.
+StatusOr<nlohmann::json> BenchEncoder(const BertEncoder& enc, const EmbedFn& embed, const EmbedOptions& o) {
+  const BertConfig& c = enc.config();
+  if (o.seq_len < 2 || o.seq_len > enc.max_seq_length()) {
+    return InvalidArgumentError("--seq-len {} is outside [2, {}] (the model's max_seq_length)", o.seq_len,
+                                enc.max_seq_length());
+  }
+  std::mt19937 rng(1);
+  const int lo = std::min(1000, c.vocab_size / 2);
+  std::uniform_int_distribution<int32_t> id(lo, c.vocab_size - 1);
+  nlohmann::json results = nlohmann::json::array();
+  for (int b : o.bench_batch) {
+    if (b < 1) return InvalidArgumentError("--bench-batch: batch size {} must be >= 1", b);
+    std::vector<std::vector<int32_t>> batch(b, std::vector<int32_t>(o.seq_len));
+    for (auto& row : batch) {
+      for (int32_t& x : row) x = id(rng);
+    }
+    std::vector<float> out;
+    for (int w = 0; w < 2; ++w) RETURN_IF_ERROR(embed(batch, &out, nullptr));  // scratch sized, GEMMs chosen
+    std::vector<double> h2d, compute, d2h;
+    int iters = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    double secs = 0;
+    while (iters < 3 || (secs < o.bench_seconds && iters < 10000)) {
+      EmbedTimes t;
+      RETURN_IF_ERROR(embed(batch, &out, &t));
+      h2d.push_back(t.h2d_ns / 1e6);
+      compute.push_back(t.compute_ns / 1e6);
+      d2h.push_back(t.d2h_ns / 1e6);
+      ++iters;
+      secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    nlohmann::json r = {{"batch", b},
+                        {"iters", iters},
+                        {"ms_per_batch", secs * 1e3 / iters},
+                        {"seqs_per_s", b * iters / secs},
+                        {"tokens_per_s", double(b) * o.seq_len * iters / secs},
+                        {"h2d_ms_median", Median(h2d)},
+                        {"compute_ms_median", Median(compute)},
+                        {"d2h_ms_median", Median(d2h)}};
+    fmt::print(stderr,
+               "stoke embed: batch {:4d} x {} tokens: {:9.1f} seq/s, {:8.3f} ms/batch (compute {:.3f} ms)\n",
+               b, o.seq_len, r["seqs_per_s"].get<double>(), r["ms_per_batch"].get<double>(),
+               r["compute_ms_median"].get<double>());
+    results.push_back(std::move(r));
+  }
+  return results;
+}
+
+std::string EmbeddingsJson(const std::vector<float>& emb, size_t n, int64_t h) {
+  std::string json;
+  json.reserve(emb.size() * 14 + n * 4);
+  json += '[';
+  for (size_t i = 0; i < n; ++i) {
+    json += i ? ",\n[" : "[";
+    for (int64_t j = 0; j < h; ++j) {
+      if (j) json += ',';
+      fmt::format_to(std::back_inserter(json), "{}", emb[i * h + j]);
+    }
+    json += ']';
+  }
+  json += "]\n";
+  return json;
 }
 
 // User + system CPU seconds of this process so far: with `threads` threads, cpu / wall well below `threads`
@@ -93,6 +207,8 @@ int Run(const EmbedOptions& o) {
   };
   if (o.batch_size < 1) return fail(InvalidArgumentError("--batch-size must be >= 1"));
   if (o.threads > 0) ThreadPool::SetDefaultThreads(o.threads);
+  const bool bench = !o.bench_batch.empty();
+  const bool ids_mode = !o.ids_file.empty();
   std::vector<std::string> texts;
   if (!o.file.empty()) {
     auto lines = ReadLines(o.file);
@@ -100,7 +216,9 @@ int Run(const EmbedOptions& o) {
     texts = std::move(lines).value();
   }
   texts.insert(texts.end(), o.texts.begin(), o.texts.end());
-  if (texts.empty()) return fail(InvalidArgumentError("no input: give TEXT arguments or --file"));
+  if (texts.empty() && !bench && !ids_mode) {
+    return fail(InvalidArgumentError("no input: give TEXT arguments, --file, --ids-file or --bench-batch"));
+  }
 
   auto path = ResolveModel(o.model);
   if (!path.ok()) return fail(path.status());
@@ -109,22 +227,84 @@ int Run(const EmbedOptions& o) {
   if (*format != ModelFormat::kHfFolder) {
     return fail(InvalidArgumentError("{} is not an HF folder; embed needs a BERT-family model", *path));
   }
-  auto enc = BertEncoder::Load(*path);
-  if (!enc.ok()) return fail(enc.status());
-  if (o.max_seq_length > 0) (*enc)->set_max_seq_length(o.max_seq_length);
+  auto loaded = BertEncoder::Load(*path);
+  if (!loaded.ok()) return fail(loaded.status());
+  if (o.max_seq_length > 0) (*loaded)->set_max_seq_length(o.max_seq_length);
+  std::shared_ptr<const BertEncoder> enc = std::move(loaded).value();
+  BertDeviceOptions dev_opts;
+  dev_opts.device = o.device;
+  if (bench) {
+    const int max_b = *std::max_element(o.bench_batch.begin(), o.bench_batch.end());
+    dev_opts.max_batch_tokens = std::max<int64_t>(dev_opts.max_batch_tokens, int64_t{max_b} * o.seq_len);
+  } else {
+    dev_opts.max_batch_tokens =
+        std::max<int64_t>(dev_opts.max_batch_tokens, int64_t{o.batch_size} * enc->max_seq_length());
+  }
+  auto device = LoadBertOnDevice(enc, dev_opts);
+  if (!device.ok()) return fail(device.status());
+  std::unique_ptr<BertRunner> runner;
+  if (*device) {
+    auto r = (*device)->CreateRunner();
+    if (!r.ok()) return fail(r.status());
+    runner = std::move(r).value();
+  }
+  const EmbedFn embed = [&](const std::vector<std::vector<int32_t>>& ids, std::vector<float>* out,
+                            EmbedTimes* times) -> Status {
+    if (runner) return runner->Embed(ids, out, times);
+    return enc->Embed(ids, out);
+  };
+  const std::string device_name = *device ? (*device)->device_name() : "cpu";
+  const int64_t h = enc->hidden_size();
+
+  if (bench) {
+    auto results = BenchEncoder(*enc, embed, o);
+    if (!results.ok()) return fail(results.status());
+    const BertConfig& c = enc->config();
+    nlohmann::json j = {{"model", *path},
+                        {"device", device_name},
+                        {"seq_len", o.seq_len},
+                        {"hidden_size", c.hidden_size},
+                        {"layers", c.num_hidden_layers},
+                        {"heads", c.num_attention_heads},
+                        {"bench_seconds", o.bench_seconds},
+                        {"results", *results}};
+    const std::string text = j.dump(1) + "\n";
+    if (o.json_out.empty()) {
+      std::fwrite(text.data(), 1, text.size(), stdout);
+    } else if (Status st = WriteStringToFile(o.json_out, text); !st.ok()) {
+      return fail(st);
+    }
+    return std::fflush(stdout) == 0 ? 0 : 1;
+  }
+  if (ids_mode) {
+    auto rows = ReadIdsFile(o.ids_file);
+    if (!rows.ok()) return fail(rows.status());
+    std::vector<float> emb(rows->size() * h), part;
+    for (size_t b = 0; b < rows->size(); b += o.batch_size) {
+      const size_t e = std::min(rows->size(), b + o.batch_size);
+      std::vector<std::vector<int32_t>> batch(rows->begin() + b, rows->begin() + e);
+      if (Status st = embed(batch, &part, nullptr); !st.ok()) return fail(st.WithContext(o.ids_file));
+      std::copy(part.begin(), part.end(), emb.begin() + b * h);
+    }
+    const std::string json = EmbeddingsJson(emb, rows->size(), h);
+    std::fwrite(json.data(), 1, json.size(), stdout);
+    return std::fflush(stdout) == 0 ? 0 : 1;
+  }
+
   auto tok = LoadTokenizer(*path);
   if (!tok.ok()) return fail(tok.status());
-
   std::vector<float> emb;
   int64_t tokens = 0;
   const int repeats = std::max(1, o.bench_repeat);
   if (o.bench_repeat > 0) {  // one untimed pass: page in the mapped weights, size the allocator
-    if (Status st = EmbedAll(**enc, **tok, texts, o.batch_size, &emb, &tokens); !st.ok()) return fail(st);
+    if (Status st = EmbedAll(*enc, embed, **tok, texts, o.batch_size, &emb, &tokens); !st.ok())
+      return fail(st);
   }
   const double cpu0 = CpuSeconds();
   const auto t0 = std::chrono::steady_clock::now();
   for (int r = 0; r < repeats; ++r) {
-    if (Status st = EmbedAll(**enc, **tok, texts, o.batch_size, &emb, &tokens); !st.ok()) return fail(st);
+    if (Status st = EmbedAll(*enc, embed, **tok, texts, o.batch_size, &emb, &tokens); !st.ok())
+      return fail(st);
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double cpu_secs = CpuSeconds() - cpu0;
@@ -136,19 +316,7 @@ int Run(const EmbedOptions& o) {
                cpu_secs, static_cast<double>(texts.size()) * repeats / secs);
   }
 
-  const int64_t h = (*enc)->hidden_size();
-  std::string json;
-  json.reserve(emb.size() * 14 + texts.size() * 4);
-  json += '[';
-  for (size_t i = 0; i < texts.size(); ++i) {
-    json += i ? ",\n[" : "[";
-    for (int64_t j = 0; j < h; ++j) {
-      if (j) json += ',';
-      fmt::format_to(std::back_inserter(json), "{}", emb[i * h + j]);
-    }
-    json += ']';
-  }
-  json += "]\n";
+  const std::string json = EmbeddingsJson(emb, texts.size(), h);
   std::fwrite(json.data(), 1, json.size(), stdout);
   return std::fflush(stdout) == 0 ? 0 : 1;
 }
@@ -166,6 +334,18 @@ CommandRegistrar kEmbed(
       cmd->add_option("--threads", o->threads, "CPU threads (default: all)");
       cmd->add_option("--bench-repeat", o->bench_repeat,
                       "embed the inputs N times and print a timing line on stderr");
+      cmd->add_option("--device", o->device, "cpu, cuda or auto (cuda when a GPU is visible)")
+          ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
+          ->capture_default_str();
+      cmd->add_option("--ids-file", o->ids_file,
+                      "embed token ids from a JSON array of id arrays (incl. [CLS]/[SEP]) instead of texts");
+      cmd->add_option("--bench-batch", o->bench_batch,
+                      "time the encoder alone at these batch sizes (e.g. 1,2,4,8) on random ids")
+          ->delimiter(',');
+      cmd->add_option("--seq-len", o->seq_len, "--bench-batch: tokens per sequence")->capture_default_str();
+      cmd->add_option("--bench-seconds", o->bench_seconds, "--bench-batch: timed seconds per batch size")
+          ->capture_default_str();
+      cmd->add_option("--json", o->json_out, "--bench-batch: write the results here (default stdout)");
       return [o]() { return Run(*o); };
     });
 

@@ -68,6 +68,7 @@ struct ServeOptions {
   int gpu_telemetry_interval_ms = 1000;
   bool no_gpu_telemetry = false;
   DeviceFlags device;
+  int instances = 0;   // classic models: instances (0 = the model file's instance_group, else 1)
 };
 
 // Applies --config: every key sets its flag unless the flag was given on the command line.
@@ -186,7 +187,8 @@ int RunServe(CLI::App* cmd, ServeOptions* bound) {
     return 2;
   }
   // Encoders (BERT HF folders) and model files (*.json, e.g. the synthetic model) are served by the dynamic
-  // batcher behind KServe v2 REST/gRPC and /v1/embeddings instead of the LLM loop (net/kserve/classic_server.h).
+  // batcher behind KServe v2 REST/gRPC and /v1/embeddings instead of the LLM loop
+  // (net/kserve/classic_server.h).
   if (IsClassicModel(o.model)) {
     return RunClassicServe({.model = o.model,
                             .served_model_name = o.served_model_name,
@@ -199,7 +201,10 @@ int RunServe(CLI::App* cmd, ServeOptions* bound) {
                             .drain_seconds = o.drain_seconds,
                             .idle_timeout_seconds = o.idle_timeout_seconds,
                             .gpu_telemetry = !o.no_gpu_telemetry,
-                            .gpu_telemetry_interval_ms = o.gpu_telemetry_interval_ms});
+                            .gpu_telemetry_interval_ms = o.gpu_telemetry_interval_ms,
+                            // "" = the model file's "device" key (an explicit --device overrides it)
+                            .device = cmd->get_option("--device")->count() > 0 ? o.device.device : "",
+                            .instances = o.instances});
   }
   if (o.threads > 0) ThreadPool::SetDefaultThreads(o.threads);
   const std::string served = o.served_model_name.empty() ? DefaultServedName(o.model) : o.served_model_name;
@@ -340,6 +345,10 @@ CommandRegistrar kServe("serve", "Serve a model over an OpenAI-compatible HTTP A
       ->capture_default_str();
   cmd->add_flag("--no-gpu-telemetry", o->no_gpu_telemetry, "Do not load NVML or sample the GPUs");
   AddDeviceFlags(cmd, &o->device);
+  cmd->add_option("--instances", o->instances,
+                  "Encoder models: instances, each with its own thread pool or CUDA stream (0: the model "
+                  "file's instance_group, else 1)")
+      ->check(CLI::NonNegativeNumber);
   return [cmd, o]() -> int { return RunServe(cmd, o.get()); };
 });
 

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <memory>
 
+#include "engine/cuda/cuda_bert.h"
 #include "engine/cuda/cuda_llama.h"
 #include "engine/model/factory.h"
 #include "kernels/cuda/device.h"
@@ -29,6 +30,7 @@ bool CudaAvailable() {
 
 void RegisterCudaBackends() {
   RegisterCudaDecoderBackend(DecoderBackend{&CreateCudaDecoder, &CudaAvailable});
+  RegisterCudaBert();
 }
 
 }  // namespace stoke

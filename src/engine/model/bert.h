@@ -79,6 +79,16 @@ class BertEncoder {
     Norm attn_norm, out_norm;
   };
 
+  // The weights, for device backends that upload them (engine/cuda/cuda_bert.h). Tables are mapped
+  // [rows, hidden] in word_dtype() / position_dtype() (F32, F16 or BF16).
+  const void* word_embeddings() const { return word_emb_; }
+  DType word_dtype() const { return word_dtype_; }
+  const void* position_embeddings() const { return pos_emb_; }
+  DType position_dtype() const { return pos_dtype_; }
+  const std::vector<float>& token_type0_embedding() const { return type0_emb_; }
+  const Norm& embedding_norm() const { return emb_norm_; }
+  const std::vector<Layer>& layers() const { return layers_; }
+
  private:
   BertEncoder() = default;
   Status LoadWeights();

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include "engine/loader/hf_folder.h"
 #include "engine/loader/model_registry.h"
 #include "engine/model/bert.h"
+#include "engine/model/bert_backend.h"
 #include "engine/model/synthetic.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "net/grpc/grpc_server.h"
@@ -49,6 +51,7 @@ struct ServeSpec {
   json file;  // the model file's JSON (synthetic keys live there)
   std::string source;
   int threads = 0;
+  std::string device = "cpu";  // bert only
 };
 
 bool IsBertFolder(const std::string& dir) {
@@ -89,6 +92,8 @@ StatusOr<ServeSpec> ReadModelSpec(const ClassicServeOptions& o) {
     s.name = o.served_model_name.empty() ? BaseName(o.model) : o.served_model_name;
     s.config = DefaultConfig();
     s.threads = o.threads;
+    if (!o.device.empty()) s.device = o.device;
+    if (o.instances > 0) s.config.instance_count = o.instances;
     return s;
   }
   s.source = o.model;
@@ -124,6 +129,14 @@ StatusOr<ServeSpec> ReadModelSpec(const ClassicServeOptions& o) {
     if (!s.file.contains("max_batch_size")) s.file["max_batch_size"] = DefaultConfig().max_batch_size;
   }
   ASSIGN_OR_RETURN(s.config, BatcherConfig::FromJson(s.file, o.model));
+  if (o.instances > 0) s.config.instance_count = o.instances;
+  if (s.type == "bert") {
+    if (s.file.contains("device") && !s.file["device"].is_string())
+      return InvalidArgumentError("{}: 'device' must be a string (cpu, cuda or auto)", o.model);
+    s.device = !o.device.empty() ? o.device : s.file.value("device", std::string("cpu"));
+  } else if (!o.device.empty()) {
+    s.file["device"] = o.device;  // --device overrides the synthetic model file's "device" too
+  }
   if (s.type == "bert" && s.config.max_batch_size < 1) {
     return InvalidArgumentError("{}: a bert model needs max_batch_size >= 1", o.model);
   }
@@ -134,6 +147,7 @@ struct LoadedModels {
   std::vector<std::pair<std::string, std::shared_ptr<ClassicModel>>> models;
   std::shared_ptr<const BertClassicModel> text;  // bert only
   std::string path;
+  std::string device = "cpu";
 };
 
 StatusOr<LoadedModels> LoadModels(const ServeSpec& s) {
@@ -152,11 +166,19 @@ StatusOr<LoadedModels> LoadModels(const ServeSpec& s) {
   ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, LoadTokenizer(l.path));
   std::shared_ptr<const BertEncoder> encoder = std::move(enc);
   std::shared_ptr<const Tokenizer> tokenizer = std::move(tok);
-  auto text = std::make_shared<BertClassicModel>(encoder, tokenizer, BertInputForm::kText, s.threads);
+  // On a device the weights are uploaded once and shared by both forms' instances.
+  BertDeviceOptions dev_opts;
+  dev_opts.device = s.device;
+  dev_opts.max_batch_tokens = std::max<int64_t>(dev_opts.max_batch_tokens,
+                                                int64_t{s.config.max_batch_size} * encoder->max_seq_length());
+  ASSIGN_OR_RETURN(std::shared_ptr<BertDeviceModel> device, LoadBertOnDevice(encoder, dev_opts));
+  l.device = device ? device->device_name() : "cpu";
+  auto text = std::make_shared<BertClassicModel>(encoder, tokenizer, BertInputForm::kText, s.threads, device);
   l.text = text;
   l.models.emplace_back(s.name, text);
-  l.models.emplace_back(s.name + "-ids", std::make_shared<BertClassicModel>(
-                                             encoder, tokenizer, BertInputForm::kTokenIds, s.threads));
+  l.models.emplace_back(
+      s.name + "-ids",
+      std::make_shared<BertClassicModel>(encoder, tokenizer, BertInputForm::kTokenIds, s.threads, device));
   return l;
 }
 
@@ -269,9 +291,9 @@ int RunClassicServe(const ClassicServeOptions& o) {
   if (loaded->text) openai.SetModel(loaded->text);
   const BatcherConfig& c = spec->config;
   fmt::print(stderr,
-             "stoke serve: ready on {} (models {} from {}; max_batch_size {}, dynamic batching {}, {} "
+             "stoke serve: ready on {} (models {} from {} on {}; max_batch_size {}, dynamic batching {}, {} "
              "instance(s))\n",
-             url, fmt::join(names, ", "), loaded->path, c.max_batch_size,
+             url, fmt::join(names, ", "), loaded->path, loaded->device, c.max_batch_size,
              c.dynamic_batching
                  ? fmt::format("on, max_queue_delay {} us", c.dynamic_batching->max_queue_delay_us)
                  : std::string("off"),

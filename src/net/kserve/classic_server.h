@@ -7,7 +7,8 @@
 //     ("all-minilm-l6-v2"): served with the defaults below;
 //   - a model file, JSON with "type": "bert" or "synthetic" and Triton-named batching keys:
 //       {"type": "bert", "model": "all-minilm-l6-v2", "name": "minilm", "max_batch_size": 32,
-//        "dynamic_batching": {"max_queue_delay_microseconds": 500}, "instance_group": [{"count": 2}]}
+//        "dynamic_batching": {"max_queue_delay_microseconds": 500}, "instance_group": [{"count": 2}],
+//        "device": "cuda"}
 //       {"type": "synthetic", "name": "synth", ... synthetic.h keys ..., "max_batch_size": 8}
 //     "model" may be relative to the file's folder.
 // A BERT model is served twice over the same weights: "<name>" (BYTES "text") and "<name>-ids" (INT64
@@ -35,6 +36,10 @@ struct ClassicServeOptions {
   double idle_timeout_seconds = 120;
   bool gpu_telemetry = true;  // NVML/GPM sampler -> /metrics and GET /v1/gpu
   int gpu_telemetry_interval_ms = 1000;
+  // bert: "cpu", "cuda" or "auto"; "" = the model file's "device" key, else cpu. Each instance gets its own
+  // device runner (CUDA: its own stream and scratch over weights uploaded once).
+  std::string device;
+  int instances = 0;  // > 0: overrides the instance count (the model file's instance_group, default 1)
 };
 
 // True for a .json model file or a BERT-family HF folder / known encoder alias (decided without fetching).

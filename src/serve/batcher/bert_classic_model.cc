@@ -55,6 +55,52 @@ class BertInstance final : public ModelInstance {
   std::vector<float> embeddings_;
 };
 
+// An instance on a device: the batch's rows go through its own runner (stream + scratch).
+class BertDeviceInstance final : public ModelInstance {
+ public:
+  BertDeviceInstance(int64_t hidden, std::unique_ptr<BertRunner> runner)
+      : hidden_(hidden), runner_(std::move(runner)) {}
+
+  Status Execute(std::span<const PreparedInput* const> inputs, std::span<const int64_t> rows,
+                 std::vector<std::vector<InferTensor>>* outputs, ExecTimes* times) override {
+    const Nanos t0 = Now();
+    batch_.clear();
+    for (const PreparedInput* in : inputs) {
+      for (const auto& r : static_cast<const TokenRows*>(in)->rows) batch_.push_back(r);
+    }
+    const Nanos t1 = Now();
+    EmbedTimes et;
+    RETURN_IF_ERROR(runner_->Embed(batch_, &embeddings_, &et));
+    const Nanos t2 = Now();
+    size_t row = 0;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      InferTensor t;
+      t.name = "embedding";
+      t.type = TensorType::kFp32;
+      t.shape = {rows[i], hidden_};
+      const size_t bytes = static_cast<size_t>(rows[i] * hidden_) * sizeof(float);
+      t.data.resize(bytes);
+      std::memcpy(t.data.data(), embeddings_.data() + row * hidden_, bytes);
+      row += static_cast<size_t>(rows[i]);
+      (*outputs)[i].push_back(std::move(t));
+    }
+    // Host staging counts as preprocess, copying out of pinned memory as postprocess; the device stages are
+    // the runner's event timings.
+    times->preprocess = (t1 - t0) + et.prepare_ns;
+    times->h2d = et.h2d_ns;
+    times->compute = et.compute_ns;
+    times->d2h = et.d2h_ns;
+    times->postprocess = et.finish_ns + (Now() - t2);
+    return OkStatus();
+  }
+
+ private:
+  const int64_t hidden_;
+  std::unique_ptr<BertRunner> runner_;
+  std::vector<std::vector<int32_t>> batch_;
+  std::vector<float> embeddings_;
+};
+
 int64_t ReadInt64(const std::string& data, int64_t i) {
   int64_t v;
   std::memcpy(&v, data.data() + i * 8, 8);
@@ -65,11 +111,12 @@ int64_t ReadInt64(const std::string& data, int64_t i) {
 
 BertClassicModel::BertClassicModel(std::shared_ptr<const BertEncoder> encoder,
                                    std::shared_ptr<const Tokenizer> tokenizer, BertInputForm form,
-                                   int threads)
+                                   int threads, std::shared_ptr<BertDeviceModel> device)
     : encoder_(std::move(encoder)),
       tokenizer_(std::move(tokenizer)),
       form_(form),
-      threads_(threads > 0 ? threads : ThreadPool::Default().num_threads()) {
+      threads_(threads > 0 ? threads : ThreadPool::Default().num_threads()),
+      device_(std::move(device)) {
   if (form_ == BertInputForm::kText) {
     signature_.inputs = {{"text", TensorType::kBytes, {1}}};
   } else {
@@ -80,6 +127,10 @@ BertClassicModel::BertClassicModel(std::shared_ptr<const BertEncoder> encoder,
 }
 
 StatusOr<std::unique_ptr<ModelInstance>> BertClassicModel::CreateInstance(int index, int count) {
+  if (device_) {
+    ASSIGN_OR_RETURN(std::unique_ptr<BertRunner> runner, device_->CreateRunner());
+    return std::unique_ptr<ModelInstance>(new BertDeviceInstance(encoder_->hidden_size(), std::move(runner)));
+  }
   const int threads = std::max(1, threads_ / std::max(1, count));
   return std::unique_ptr<ModelInstance>(new BertInstance(encoder_, threads));
 }

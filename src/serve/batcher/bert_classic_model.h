@@ -7,7 +7,9 @@
 //   both:       output "embedding"       FP32  [batch, hidden] mean-pooled, L2-normalised (as `stoke embed`)
 //
 // Prepared form = one token-id row per sentence; the encoder never pads (bert.h), so a sentence's embedding
-// does not depend on its batch. Each instance runs on its own thread pool (threads split across instances).
+// does not depend on its batch. Each instance runs on its own thread pool (threads split across instances),
+// or, with a device model (engine/model/bert_backend.h, e.g. the CUDA encoder), on its own device runner: its
+// own stream and scratch over the shared weights, with the ledger's h2d / compute / d2h from device events.
 #pragma once
 
 #include <memory>
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "engine/model/bert.h"
+#include "engine/model/bert_backend.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "serve/batcher/classic_model.h"
 
@@ -30,8 +33,9 @@ enum class BertInputForm { kText, kTokenIds };
 class BertClassicModel final : public ClassicModel {
  public:
   // threads: compute threads for all instances together (0: ThreadPool::Default()'s size).
+  // device: run on this device model (one runner per instance) instead of the CPU encoder; null = CPU.
   BertClassicModel(std::shared_ptr<const BertEncoder> encoder, std::shared_ptr<const Tokenizer> tokenizer,
-                   BertInputForm form, int threads = 0);
+                   BertInputForm form, int threads = 0, std::shared_ptr<BertDeviceModel> device = nullptr);
 
   std::string platform() const override { return "stoke_bert"; }
   const ModelSignature& signature() const override { return signature_; }
@@ -48,12 +52,14 @@ class BertClassicModel final : public ClassicModel {
 
   int hidden_size() const { return encoder_->hidden_size(); }
   const BertEncoder& encoder() const { return *encoder_; }
+  std::string device_name() const { return device_ ? device_->device_name() : "cpu"; }
 
  private:
   const std::shared_ptr<const BertEncoder> encoder_;
   const std::shared_ptr<const Tokenizer> tokenizer_;
   const BertInputForm form_;
   const int threads_;
+  const std::shared_ptr<BertDeviceModel> device_;
   ModelSignature signature_;
 };
 

@@ -1,0 +1,40 @@
+#include "engine/model/bert_backend.h"
+
+namespace stoke {
+namespace {
+
+BertBackend& CudaBert() {
+  static BertBackend backend;
+  return backend;
+}
+
+}  // namespace
+
+void RegisterCudaBertBackend(BertBackend backend) {
+  CudaBert() = backend;
+}
+
+StatusOr<std::shared_ptr<BertDeviceModel>> LoadBertOnDevice(std::shared_ptr<const BertEncoder> encoder,
+                                                            const BertDeviceOptions& options) {
+  const BertBackend& b = CudaBert();
+  const bool usable = b.create != nullptr && (b.available == nullptr || b.available());
+  std::string device = options.device;
+  if (device == "auto") device = usable ? "cuda" : "cpu";
+  if (device == "cpu") return std::shared_ptr<BertDeviceModel>();
+  if (device != "cuda") {
+    return InvalidArgumentError("unknown device '{}' (expected cpu, cuda or auto)", options.device);
+  }
+  if (b.create == nullptr) {
+    return FailedPreconditionError(
+        "--device cuda: this stoke was built without CUDA (configure with the "
+        "release-cuda preset on a machine with nvcc)");
+  }
+  if (!usable) {
+    return FailedPreconditionError(
+        "--device cuda: no CUDA GPU is visible (driver missing or "
+        "CUDA_VISIBLE_DEVICES empty); use --device cpu");
+  }
+  return b.create(std::move(encoder), options);
+}
+
+}  // namespace stoke

@@ -1,0 +1,72 @@
+// A BERT encoder on another device than the CPU (the CUDA backend, engine/cuda/cuda_bert.h), behind an
+// interface this CPU-only library can name: the backend registers itself at startup (RegisterCudaBackends in
+// CUDA builds), so callers (stoke embed, the classic serving path) select a device without linking CUDA.
+//
+//   ASSIGN_OR_RETURN(auto dev, LoadBertOnDevice(encoder, {.device = "cuda"}));  // weights uploaded once
+//   ASSIGN_OR_RETURN(auto runner, dev->CreateRunner());   // one per instance: its own stream + scratch
+//   RETURN_IF_ERROR(runner->Embed(batch_ids, &out, &times));
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/model/bert.h"
+
+namespace stoke {
+
+// Where one batch's time went on the device, ns (events on the runner's stream). prepare/finish are host
+// time inside Embed before the first copy (flatten, validate, stage into pinned memory) and after the last
+// (copy out of pinned memory).
+struct EmbedTimes {
+  int64_t prepare_ns = 0;
+  int64_t h2d_ns = 0;
+  int64_t compute_ns = 0;
+  int64_t d2h_ns = 0;
+  int64_t finish_ns = 0;
+};
+
+// One execution context (a stream, scratch memory, pinned staging): not thread-safe; one per instance.
+class BertRunner {
+ public:
+  virtual ~BertRunner() = default;
+  // Same contract as BertEncoder::Embed (truncation to max_seq_length, errors for empty sequences and bad
+  // ids); blocks until the result is on the host. `times` may be null.
+  virtual Status Embed(const std::vector<std::vector<int32_t>>& batch_ids, std::vector<float>* out,
+                       EmbedTimes* times) = 0;
+};
+
+// An encoder's weights on a device, shared by every runner created from it. Thread-safe.
+class BertDeviceModel {
+ public:
+  virtual ~BertDeviceModel() = default;
+  virtual std::string device_name() const = 0;  // e.g. "cuda:0 (NVIDIA H200)"
+  virtual StatusOr<std::unique_ptr<BertRunner>> CreateRunner() = 0;
+};
+
+struct BertDeviceOptions {
+  std::string device = "cuda";  // "cpu", "cuda", or "auto" (cuda when available)
+  int gpu_index = 0;
+  // Tokens (all sequences of a batch together) a runner accepts in one Embed; its scratch grows to fit the
+  // largest batch seen, up to this. Larger batches get InvalidArgument.
+  int64_t max_batch_tokens = 1 << 17;
+  // cuBLASLt algorithms timed per GEMM shape the first time it is seen (1 = the heuristic's first, no
+  // timing: right for serving, where every batch has another token count).
+  int gemm_candidates = 1;
+};
+
+struct BertBackend {
+  StatusOr<std::shared_ptr<BertDeviceModel>> (*create)(std::shared_ptr<const BertEncoder> encoder,
+                                                       const BertDeviceOptions& options) = nullptr;
+  bool (*available)() = nullptr;
+};
+void RegisterCudaBertBackend(BertBackend backend);
+
+// "cpu" (or "auto" without a usable GPU): nullptr, run BertEncoder::Embed. "cuda": the uploaded model, or
+// FailedPrecondition saying why not (built without CUDA, no GPU). Anything else: InvalidArgument.
+StatusOr<std::shared_ptr<BertDeviceModel>> LoadBertOnDevice(std::shared_ptr<const BertEncoder> encoder,
+                                                            const BertDeviceOptions& options);
+
+}  // namespace stoke

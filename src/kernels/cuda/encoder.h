@@ -1,0 +1,56 @@
+// The BERT encoder's kernels that the decoder does not share: the fused embedding sum + LayerNorm, the fused
+// bias + residual + LayerNorm of a post-LN layer, a bias add, bidirectional variable-length attention, and
+// mean pooling + L2 normalisation. Checked against the CPU encoder (engine/model/bert.cc) and
+// cpu::EncoderAttention. Device pointers; asynchronous on `stream`. Statistics and accumulation in fp32.
+//
+// A batch is never padded: sequence s owns rows cu_seqlens[s] .. cu_seqlens[s+1]-1 of every activation
+// (cu_seqlens = [num_seqs + 1] int32, cu_seqlens[0] = 0), as on the CPU.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "base/status.h"
+
+namespace stoke::cuda {
+
+// x[r, :] = LayerNorm(word[ids[r], :] + pos[positions[r], :] + type0[:]) * gamma + beta, written both as fp32
+// (x_f32, the residual stream) and bf16 (x_bf16, the next GEMM's input). word = [vocab, dim] bf16,
+// pos = [max_pos, dim] bf16, type0/gamma/beta = [dim] fp32. ids and positions are validated on the host
+// (an id outside [0, vocab) or position outside [0, max_pos) yields a row of zeros before the norm).
+Status EmbeddingLayerNorm(const __nv_bfloat16* word, int64_t vocab, const __nv_bfloat16* pos, int64_t max_pos,
+                          const float* type0, const float* gamma, const float* beta, const int32_t* ids,
+                          const int32_t* positions, int64_t rows, int64_t dim, float eps, float* x_f32,
+                          __nv_bfloat16* x_bf16, cudaStream_t stream);
+
+// Post-LN residual step: x[r, :] = LayerNorm(y[r, :] + bias[:] + x[r, :]) * gamma + beta (x updated in place,
+// fp32) and x_bf16 = bf16(x). y = [rows, dim] fp32 (a GEMM's output), bias/gamma/beta = [dim] fp32.
+Status BiasResidualLayerNorm(const float* y, const float* bias, float* x, const float* gamma,
+                             const float* beta, int64_t rows, int64_t dim, float eps, __nv_bfloat16* x_bf16,
+                             cudaStream_t stream);
+
+// x[r, c] += bias[c] in place; x = [rows, dim] bf16, bias = [dim] fp32.
+Status AddBias(__nv_bfloat16* x, const float* bias, int64_t rows, int64_t dim, cudaStream_t stream);
+
+// Bidirectional (unmasked within a sequence) multi-head attention over a variable-length batch.
+// qkv = [total_tokens, 3 * heads * head_dim] bf16: each row is q | k | v, head h at columns h * head_dim.
+// out = [total_tokens, heads * head_dim] bf16. max_len bounds every sequence's length. head_dim: 32, 64, 96
+// or 128 (others: InvalidArgument). One block per (16 queries, head, sequence); keys in tiles of 64 through
+// shared memory, online softmax in fp32 (exact, on CUDA cores, not tensor-core tiled).
+//   kVectorized: 16-byte shared-memory loads for scores and P.V (head_dim 32/64/128; 96 runs kSimple).
+//   kSimple:     4-byte loads, one lane per output dim: the first version, kept as the reference and
+//   fallback.
+enum class EncoderAttentionImpl { kVectorized, kSimple };
+Status EncoderAttention(const __nv_bfloat16* qkv, const int32_t* cu_seqlens, int num_seqs, int max_len,
+                        int heads, int head_dim, float scale, __nv_bfloat16* out, cudaStream_t stream,
+                        EncoderAttentionImpl impl = EncoderAttentionImpl::kVectorized);
+bool EncoderAttentionSupports(int head_dim);
+
+// out[s, :] = normalize(mean over rows of sequence s of x) (L2, eps 1e-12 as torch.nn.functional.normalize).
+// x = [total_tokens, dim] fp32, out = [num_seqs, dim] fp32.
+Status MeanPoolNormalize(const float* x, const int32_t* cu_seqlens, int num_seqs, int64_t dim, float* out,
+                         cudaStream_t stream);
+
+}  // namespace stoke::cuda
