@@ -36,6 +36,7 @@ struct BenchCliOptions {
   double max_send_lag_ms = 10, late_ms = 2, max_cpu = 90;
   int max_connections = 2048;
   uint64_t seed = 1;
+  double temperature = -1;
   bool no_stream = false, no_ignore_eos = false, kserve_binary = false, no_scrape = false, quiet = false;
   bool fail_on_invalid = false;
   // compare / render
@@ -130,6 +131,7 @@ StatusOr<bench::BenchOptions> ToBenchOptions(const BenchCliOptions& c) {
   o.point.seed = c.seed;
   o.stream = !c.no_stream;
   o.ignore_eos = !c.no_ignore_eos;
+  o.temperature = c.temperature;
   o.kserve_binary = c.kserve_binary;
   o.scrape = !c.no_scrape;
   o.metrics_path = c.metrics_path;
@@ -221,6 +223,9 @@ CommandRun SetupBench(CLI::App* cmd) {
       ->capture_default_str();
   cmd->add_flag("--no-stream", c->no_stream, "Chat/completions without streaming (no TTFT/ITL)");
   cmd->add_flag("--no-ignore-eos", c->no_ignore_eos, "Let the model stop early (output lengths vary)");
+  cmd->add_option("--temperature", c->temperature,
+                  "Sampling temperature sent with chat/completions requests (0 = greedy; default: not sent, "
+                  "the server's default applies)");
   cmd->add_flag("--kserve-binary", c->kserve_binary, "Send KServe inputs with the binary tensor extension");
   cmd->add_flag("--no-scrape", c->no_scrape, "Don't scrape the server's /metrics");
   cmd->add_option("--metrics-path", c->metrics_path, "Prometheus endpoint to scrape")->capture_default_str();

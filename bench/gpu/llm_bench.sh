@@ -88,7 +88,7 @@ PY
       stamp "server ready at $url"
       for c in $CONC; do
         stamp "stoke bench: concurrency $c, $IN in / $OUTLEN out"
-        timeout 300 "$STOKE" bench --url "$url" --api openai-completions --concurrency "$c" \
+        timeout 300 "$STOKE" bench --url "$url" --api openai-completions --concurrency "$c" --temperature 0 \
           --input-len "$IN" --output-len "$OUTLEN" --warmup "$WARMUP" --duration "$DURATION" --window 5 \
           --stability 0 --drain-timeout 5 --timeout 600 --label "$SHAPE synth, stoke cuda, c=$c" \
           --output-dir "$OUT/serve_${SHAPE}_c$c" >/dev/null || echo "stoke bench c=$c failed: exit $?"

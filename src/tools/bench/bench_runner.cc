@@ -200,6 +200,7 @@ StatusOr<BenchReport> RunBench(const BenchOptions& opts, ProgressPrinter* progre
   proto.base_path = ep.base_path;
   proto.stream = opts.stream;
   proto.ignore_eos = opts.ignore_eos;
+  proto.temperature = opts.temperature;
   proto.kserve_binary = opts.kserve_binary;
   proto.model = opts.model;
   if (proto.model.empty()) {

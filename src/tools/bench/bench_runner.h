@@ -24,6 +24,7 @@ struct BenchOptions {
   PointOptions point;  // everything but mode/load, which come per point
   bool stream = true;
   bool ignore_eos = true;
+  double temperature = -1;  // >= 0: sent with every chat/completions request
   bool kserve_binary = false;
   bool scrape = true;
   std::string metrics_path = "/metrics";

@@ -215,6 +215,7 @@ StatusOr<WireRequest> BuildRequest(const ProtocolOptions& opts, const PromptItem
     body["ignore_eos"] = true;
     body["min_tokens"] = item.max_tokens;
   }
+  if (opts.temperature >= 0) body["temperature"] = opts.temperature;
   if (opts.stream) {
     body["stream"] = true;
     body["stream_options"] = {{"include_usage", true}};

@@ -35,6 +35,12 @@ TEST(Protocol, CompletionsRequestCarriesIdsAndFixedLength) {
   EXPECT_EQ(j["stream"], true);
   EXPECT_EQ(j["stream_options"]["include_usage"], true);
   EXPECT_EQ(j["model"], "m");
+  EXPECT_FALSE(j.contains("temperature"));  // not sent unless asked: the server's default applies
+  o.temperature = 0;
+  w = BuildRequest(o, item, rng);
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ(json::parse(w->body)["temperature"], 0.0);
+  o.temperature = -1;
 
   o.api = Api::kOpenAiChat;
   o.ignore_eos = false;
