@@ -8,6 +8,7 @@
 #include <random>
 
 #include "engine/model/llama_test_util.h"
+#include "kernels/cpu/quants.h"
 
 namespace stoke {
 namespace {
@@ -40,10 +41,43 @@ std::vector<int32_t> RandomIds(int n, int vocab, uint32_t seed) {
   return ids;
 }
 
+// Re-encodes every matrix as SmolLM2's GGUF does: Q4_1 in the layers, Q8_0 for the embedding and head.
+void QuantizeLikeSmolLm2(LlamaWeights* w) {
+  auto quantize = [w](LinearWeight* lw, DType t) {
+    if (lw->empty()) return;
+    const DTypeInfo& info = GetDTypeInfo(t);
+    const size_t row_bytes = lw->cols / info.block_elems * info.block_bytes;
+    auto buf = std::make_unique<uint8_t[]>(row_bytes * lw->rows);
+    const auto* src = static_cast<const float*>(lw->data);
+    for (int64_t r = 0; r < lw->rows; ++r) {
+      if (t == DType::kQ4_1) {
+        cpu::QuantizeRowQ4_1(src + r * lw->cols, buf.get() + r * row_bytes, lw->cols);
+      } else {
+        cpu::QuantizeRowQ8_0(src + r * lw->cols, buf.get() + r * row_bytes, lw->cols);
+      }
+    }
+    *lw = LinearWeight{buf.get(), t, lw->rows, lw->cols};
+    w->owned.push_back(std::move(buf));
+  };
+  const bool tied = w->lm_head.data == w->embedding.data;
+  quantize(&w->embedding, DType::kQ8_0);
+  if (tied) {
+    w->lm_head = w->embedding;
+  } else {
+    quantize(&w->lm_head, DType::kQ8_0);
+  }
+  for (LlamaLayerWeights& l : w->layers) {
+    for (LinearWeight* lw : {&l.qkv, &l.q, &l.k, &l.v, &l.o, &l.gate_up, &l.gate, &l.up, &l.down}) {
+      quantize(lw, DType::kQ4_1);
+    }
+  }
+}
+
 std::unique_ptr<CpuLlama> MakeModel(const TinyLlama& m, bool fuse, int blocks = 64, int block_size = 4,
-                                    bool ggml = false, bool interleaved = false) {
+                                    bool ggml = false, bool interleaved = false, bool quantize = false) {
   LlamaWeights w = m.ToWeights(fuse);
   w.gguf_qk_interleaved = interleaved;
+  if (ggml || quantize) QuantizeLikeSmolLm2(&w);
   auto model = CpuLlama::Create(std::move(w), nullptr, ggml);
   EXPECT_TRUE(model.ok()) << model.status().ToString();
   EXPECT_TRUE((*model)->AllocateKvCache(blocks, block_size).ok());
@@ -234,7 +268,8 @@ TEST(CpuLlamaTest, CreateRejectsMismatchedWeights) {
   EXPECT_NE(model.status().message().find("down"), std::string::npos);
 }
 
-// ggml-compatible numerics (fp16 KV, ggml's orders): close to the exact forward pass, and bit-identical
+// ggml-compatible numerics (Q4_1 / Q8_0 weights as SmolLM2's, fp16 KV, ggml's orders): close to the exact
+// forward pass, and bit-identical
 // however a sequence is chunked (chunks of >= 2 tokens, as llama.cpp's batches), batched or placed in the
 // cache.
 TEST(CpuLlamaTest, GgmlNumericsCloseToReferenceAndSplitInvariant) {
@@ -244,9 +279,11 @@ TEST(CpuLlamaTest, GgmlNumericsCloseToReferenceAndSplitInvariant) {
     auto one = MakeModel(m, true, 64, 4, /*ggml=*/true, interleaved);
     ASSERT_TRUE(one->ggml_numerics());
     const std::vector<float> full = RunSeq(*one, ids, 0, Iota(10)).logits;
-    EXPECT_LT(RelErr(full, m.Reference(ids)), 5e-3) << "interleaved " << interleaved;
-    auto exact = MakeModel(m, true);
-    EXPECT_NE(RunSeq(*exact, ids, 0, Iota(10)).logits, full);  // it is a different computation
+    // Against stoke's own numerics on the same Q4_1 / Q8_0 weights: fp16 KV and rounding-level differences.
+    auto own = MakeModel(m, true, 64, 4, /*ggml=*/false, false, /*quantize=*/true);
+    const std::vector<float> own_logits = RunSeq(*own, ids, 0, Iota(10)).logits;
+    EXPECT_LT(RelErr(full, own_logits), 5e-2) << "interleaved " << interleaved;
+    EXPECT_NE(own_logits, full);  // it is a different computation
     for (int chunk : {5, 7, 16}) {  // 37 = 7·5 + 2 = 5·7 + 2 = 2·16 + 5: no chunk of 1
       auto model = MakeModel(m, true, 64, 4, true, interleaved);
       std::vector<float> got;
