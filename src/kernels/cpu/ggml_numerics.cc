@@ -140,6 +140,44 @@ void Kernel8(const PackedCols& w, const int8_t* aq, const float* ad, const float
   _mm256_storeu_ps(out, r);
 }
 
+// The same with AVX512-VNNI's u8×s8 dot (one instruction for maddubs + madd; identical integers).
+template <bool kQ4_1>
+__attribute__((target("avx512vnni,avx512vl"))) void Kernel8Vnni(const PackedCols& w, const int8_t* aq,
+                                                                const float* ad, const float* as, int64_t nb,
+                                                                float* out) {
+  __m256 acc[8];
+#pragma GCC unroll 8
+  for (int q = 0; q < 8; ++q) acc[q] = _mm256_setzero_ps();
+  __m256 summs = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m256i* wq = reinterpret_cast<const __m256i*>(w.q + b * kQK * kPackCols);
+    const __m256i* ws = reinterpret_cast<const __m256i*>(w.qsign + b * kQK * kPackCols);
+    const __m256 dd = _mm256_mul_ps(_mm256_loadu_ps(w.d + b * kPackCols), _mm256_set1_ps(ad[b]));
+    if constexpr (kQ4_1) {
+      summs = _mm256_fmadd_ps(_mm256_loadu_ps(w.off + b * kPackCols), _mm256_set1_ps(as[b]), summs);
+    }
+    const int8_t* a = aq + b * kQK;
+#pragma GCC unroll 8
+    for (int q = 0; q < 8; ++q) {
+      int32_t a4;
+      std::memcpy(&a4, a + 4 * q, 4);
+      __m256i p;
+      if constexpr (kQ4_1) {
+        p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_loadu_si256(wq + q), _mm256_set1_epi32(a4));
+      } else {  // |w| · (a · sign(w)): exact, as ggml's mul_sum_i8_pairs
+        p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_loadu_si256(wq + q),
+                                _mm256_sign_epi8(_mm256_set1_epi32(a4), _mm256_loadu_si256(ws + q)));
+      }
+      acc[q] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc[q]);
+    }
+  }
+  const __m256 t0 = _mm256_add_ps(acc[4], acc[0]), t1 = _mm256_add_ps(acc[5], acc[1]);
+  const __m256 t2 = _mm256_add_ps(acc[6], acc[2]), t3 = _mm256_add_ps(acc[7], acc[3]);
+  __m256 r = _mm256_add_ps(_mm256_add_ps(t0, t2), _mm256_add_ps(t1, t3));
+  if constexpr (kQ4_1) r = _mm256_add_ps(r, summs);
+  _mm256_storeu_ps(out, r);
+}
+
 // One weight row × one activation row straight from the GGML blocks (ggml_vec_dot_q4_1_q8_1 /
 // _q8_0_q8_0 as such): for few activation rows, where packing 8 weight rows would cost more than it saves.
 template <bool kQ4_1>
@@ -202,11 +240,6 @@ inline float DotVecF16(const float* x, const float* y, int n) {
   double sum = ReduceVecDot(a[0], a[1], a[2], a[3]);
   for (int i = np; i < n; ++i) sum += static_cast<double>(x[i] * y[i]);
   return static_cast<float>(sum);
-}
-
-inline const float* SlotRow(const float* base, const int32_t* block_table, int bs, int64_t slot_stride,
-                            int64_t t) {
-  return base + (static_cast<int64_t>(block_table[t / bs]) * bs + t % bs) * slot_stride;
 }
 
 }  // namespace
@@ -334,6 +367,7 @@ Status MatMul(const float* x, int64_t m, int64_t k, const void* w, DType wt, int
     });
     return OkStatus();
   }
+  static const bool vnni = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl");
   const int64_t groups = (n + kPackCols - 1) / kPackCols;
   pool.ParallelFor(
       groups, std::max<int64_t>(1, kMinMacsPerChunk / (kPackCols * k * m)), [&](int64_t b, int64_t e) {
@@ -354,9 +388,11 @@ Status MatMul(const float* x, int64_t m, int64_t k, const void* w, DType wt, int
           PackCols(wt, wb + n0 * row_bytes, row_bytes, cols, pc);
           for (int64_t r = 0; r < m; ++r) {
             if (q4_1) {
-              Kernel8<true>(pc, qsp + r * k, dsp + r * nb, ssp + r * nb, nb, out);
+              (vnni ? Kernel8Vnni<true> : Kernel8<true>)(pc, qsp + r * k, dsp + r * nb, ssp + r * nb, nb,
+                                                         out);
             } else {
-              Kernel8<false>(pc, qsp + r * k, dsp + r * nb, ssp + r * nb, nb, out);
+              (vnni ? Kernel8Vnni<false> : Kernel8<false>)(pc, qsp + r * k, dsp + r * nb, ssp + r * nb, nb,
+                                                           out);
             }
             std::memcpy(y + r * n + n0, out, cols * sizeof(float));
           }
@@ -400,8 +436,11 @@ void PagedAttention(const float* q, int64_t n, int heads, int32_t start_pos, con
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(1, 2 * ctx_max * hd));
   pool.ParallelFor(items, grain, [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> q16, sc;
+    thread_local std::vector<int64_t> slot_off;  // position -> offset of its slot's row in the cache
     q16.resize(static_cast<size_t>(hd));
     sc.resize(static_cast<size_t>((ctx_max + 31) / 32 * 32));
+    slot_off.resize(static_cast<size_t>(ctx_max));
+    int64_t known = 0;  // slot_off is valid for positions < known (same table for the whole call)
     for (int64_t item = begin; item < end; ++item) {
       const int64_t i = item / heads;
       const int h = static_cast<int>(item % heads);
@@ -412,10 +451,16 @@ void PagedAttention(const float* q, int64_t n, int heads, int32_t start_pos, con
         const int dst = interleave_qk ? (e < half ? 2 * e : 2 * (e - half) + 1) : e;
         q16[dst] = F16Round(qh[e]);
       }
+      for (; known < ctx; ++known) {
+        slot_off[known] = (static_cast<int64_t>(block_table[known / bs]) * bs + known % bs) * slot_stride;
+      }
+      const int64_t* off = slot_off.data();
+      const float* kbase = kv.k + kvh * hd;
+      const float* vbase = kv.v + kvh * hd;
       float* s = sc.data();
       float mx = -std::numeric_limits<float>::infinity();
       for (int64_t t = 0; t < ctx; ++t) {
-        const float* kt = SlotRow(kv.k, block_table, bs, slot_stride, t) + kvh * hd;
+        const float* kt = kbase + off[t];
         const float dot = tiny_scores ? DotTiny(q16.data(), kt, hd) : DotVecF16(q16.data(), kt, hd);
         s[t] = dot * scale;
         mx = std::max(mx, s[t]);
@@ -444,7 +489,7 @@ void PagedAttention(const float* q, int64_t n, int heads, int32_t start_pos, con
       for (int e0 = 0; e0 < hd; e0 += 8) {
         const int width = std::min(8, hd - e0);
         auto load_v = [&](int64_t t) {
-          const float* vt = SlotRow(kv.v, block_table, bs, slot_stride, t) + kvh * hd + e0;
+          const float* vt = vbase + off[t] + e0;
           if (width == 8) return _mm256_loadu_ps(vt);
           float tmp[8] = {};
           std::copy(vt, vt + width, tmp);
