@@ -1,5 +1,8 @@
 #include "engine/model/factory.h"
 
+#include <cstdlib>
+#include <cstring>
+
 #include "engine/loader/gguf_reader.h"
 #include "engine/loader/hf_folder.h"
 #include "engine/loader/model_registry.h"
@@ -51,7 +54,10 @@ StatusOr<std::unique_ptr<DecoderModel>> LoadDecoder(const std::string& path, con
   }
   ASSIGN_OR_RETURN(LlamaWeights weights, LoadWeights(path));
   if (device == "cuda") return CudaBackend().create(std::move(weights), options);
-  ASSIGN_OR_RETURN(std::unique_ptr<CpuLlama> model, CpuLlama::Create(std::move(weights), options.pool));
+  const char* env = std::getenv("STOKE_GGML_NUMERICS");
+  const bool ggml = options.ggml_compatible_numerics && weights.from_gguf &&
+                    !(env != nullptr && std::strcmp(env, "0") == 0);
+  ASSIGN_OR_RETURN(std::unique_ptr<CpuLlama> model, CpuLlama::Create(std::move(weights), options.pool, ggml));
   return std::unique_ptr<DecoderModel>(std::move(model));
 }
 

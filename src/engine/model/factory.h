@@ -25,6 +25,9 @@ struct DecoderOptions {
   // CUDA: capture decode steps as CUDA graphs (off: run every step eagerly; same results).
   bool cuda_graphs = true;
   ThreadPool* pool = nullptr;  // CPU: the compute pool (null = ThreadPool::Default())
+  // CPU, GGUF files: ggml-compatible numerics (CpuLlama::Create), so logits equal llama.cpp's CPU backend's.
+  // The environment variable STOKE_GGML_NUMERICS=0 turns it off (stoke's own, slightly faster kernels).
+  bool ggml_compatible_numerics = true;
 };
 
 // `path` is a GGUF file or an HF folder (already resolved: see loader/model_registry.h ResolveModel).

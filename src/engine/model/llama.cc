@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu/ggml_numerics.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 
@@ -19,14 +20,10 @@ Status CheckMatrix(const LinearWeight& w, int64_t rows, int64_t cols, const char
   return OkStatus();
 }
 
-// y[m, w.rows] = x[m, w.cols] · w^T
-Status Linear(const float* x, int64_t m, const LinearWeight& w, float* y, ThreadPool& pool) {
-  return cpu::MatMul(x, m, w.cols, w.data, w.dtype, w.rows, y, pool);
-}
-
 }  // namespace
 
-StatusOr<std::unique_ptr<CpuLlama>> CpuLlama::Create(LlamaWeights weights, ThreadPool* pool) {
+StatusOr<std::unique_ptr<CpuLlama>> CpuLlama::Create(LlamaWeights weights, ThreadPool* pool,
+                                                     bool ggml_numerics) {
   const LlamaConfig& c = weights.config;
   RETURN_IF_ERROR(c.Validate());
   const int64_t hidden = c.hidden_size, ffn = c.intermediate_size;
@@ -66,12 +63,50 @@ StatusOr<std::unique_ptr<CpuLlama>> CpuLlama::Create(LlamaWeights weights, Threa
     }
     RETURN_IF_ERROR(CheckMatrix(l.down, hidden, ffn, "down"));
   }
-  return std::unique_ptr<CpuLlama>(new CpuLlama(std::move(weights), pool));
+  return std::unique_ptr<CpuLlama>(new CpuLlama(std::move(weights), pool, ggml_numerics));
 }
 
-CpuLlama::CpuLlama(LlamaWeights weights, ThreadPool* pool)
-    : weights_(std::move(weights)), pool_(pool != nullptr ? pool : &ThreadPool::Default()) {
+CpuLlama::CpuLlama(LlamaWeights weights, ThreadPool* pool, bool ggml_numerics)
+    : weights_(std::move(weights)),
+      pool_(pool != nullptr ? pool : &ThreadPool::Default()),
+      ggml_(ggml_numerics) {
   inv_freq_ = RopeInverseFrequencies(weights_.config);
+  const LlamaConfig& c = weights_.config;
+  const bool divisors_ok =
+      c.rope_freq_divisors.empty() || static_cast<int64_t>(c.rope_freq_divisors.size()) == c.head_dim / 2;
+  // llama3 scaling reaches llama.cpp baked into rope_freqs (the divisors); without them it has no
+  // ggml equivalent here.
+  ggml_rope_ = ggml_ && divisors_ok &&
+               (c.rope_scaling.type != RopeScaling::Type::kLlama3 || !c.rope_freq_divisors.empty());
+}
+
+// y[m, w.rows] = x[m, w.cols] · w^T
+Status CpuLlama::Linear(const float* x, int64_t m, const LinearWeight& w, float* y) {
+  if (ggml_ && cpu::ggml::HasMatMul(w.dtype))
+    return cpu::ggml::MatMul(x, m, w.cols, w.data, w.dtype, w.rows, y, *pool_);
+  return cpu::MatMul(x, m, w.cols, w.data, w.dtype, w.rows, y, *pool_);
+}
+
+void CpuLlama::Norm(const float* x, const std::vector<float>& w, int64_t rows, float* out) {
+  const LlamaConfig& c = weights_.config;
+  if (ggml_) {
+    cpu::ggml::RmsNorm(x, w.data(), rows, c.hidden_size, c.rms_norm_eps, out);
+  } else {
+    cpu::RmsNorm(x, w.data(), rows, c.hidden_size, c.rms_norm_eps, out);
+  }
+}
+
+void CpuLlama::Rope(float* x, int64_t tokens, int heads) {
+  const LlamaConfig& c = weights_.config;
+  if (!ggml_rope_) {
+    cpu::RopeNeox(x, positions_.data(), tokens, heads, c.head_dim, inv_freq_.data());
+    return;
+  }
+  cpu::ggml::RopeParams p;
+  p.freq_base = c.rope_theta;
+  if (c.rope_scaling.type == RopeScaling::Type::kLinear) p.freq_scale = 1.0f / c.rope_scaling.factor;
+  if (!c.rope_freq_divisors.empty()) p.freq_factors = c.rope_freq_divisors.data();
+  cpu::ggml::Rope(x, positions_.data(), tokens, heads, c.head_dim, p);
 }
 
 Status CpuLlama::AllocateKvCache(int num_blocks, int block_size) {
@@ -171,9 +206,9 @@ Status CpuLlama::RunLayer(int layer, const StepInput& in, int64_t T) {
   const int64_t H = c.hidden_size, F = c.intermediate_size, hd = c.head_dim;
   const int64_t qd = c.num_heads * hd, kvd = c.num_kv_heads * hd, tot = qd + 2 * kvd;
 
-  cpu::RmsNorm(x_.data(), w.attn_norm.data(), T, H, c.rms_norm_eps, h_.data());
+  Norm(x_.data(), w.attn_norm, T, h_.data());
   if (!w.qkv.empty()) {
-    RETURN_IF_ERROR(Linear(h_.data(), T, w.qkv, qkv_.data(), pool));
+    RETURN_IF_ERROR(Linear(h_.data(), T, w.qkv, qkv_.data()));
     if (!w.qkv_bias.empty()) cpu::AddBias(qkv_.data(), w.qkv_bias.data(), T, tot);
     for (int64_t t = 0; t < T; ++t) {  // split [T, q | k | v] into dense q, k, v
       const float* row = qkv_.data() + t * tot;
@@ -182,42 +217,59 @@ Status CpuLlama::RunLayer(int layer, const StepInput& in, int64_t T) {
       std::memcpy(v_.data() + t * kvd, row + qd + kvd, kvd * sizeof(float));
     }
   } else {
-    RETURN_IF_ERROR(Linear(h_.data(), T, w.q, q_.data(), pool));
-    RETURN_IF_ERROR(Linear(h_.data(), T, w.k, k_.data(), pool));
-    RETURN_IF_ERROR(Linear(h_.data(), T, w.v, v_.data(), pool));
+    RETURN_IF_ERROR(Linear(h_.data(), T, w.q, q_.data()));
+    RETURN_IF_ERROR(Linear(h_.data(), T, w.k, k_.data()));
+    RETURN_IF_ERROR(Linear(h_.data(), T, w.v, v_.data()));
     if (!w.qkv_bias.empty()) {
       cpu::AddBias(q_.data(), w.qkv_bias.data(), T, qd);
       cpu::AddBias(k_.data(), w.qkv_bias.data() + qd, T, kvd);
       cpu::AddBias(v_.data(), w.qkv_bias.data() + qd + kvd, T, kvd);
     }
   }
-  cpu::RopeNeox(q_.data(), positions_.data(), T, c.num_heads, c.head_dim, inv_freq_.data());
-  cpu::RopeNeox(k_.data(), positions_.data(), T, c.num_kv_heads, c.head_dim, inv_freq_.data());
+  Rope(q_.data(), T, c.num_heads);
+  Rope(k_.data(), T, c.num_kv_heads);
 
   const cpu::PagedKvLayer kv = KvLayer(layer);
-  cpu::WriteKv(kv, k_.data(), v_.data(), slots_.data(), T);
+  const bool interleave = weights_.gguf_qk_interleaved;
+  if (ggml_) {
+    cpu::ggml::WriteKv(kv, k_.data(), v_.data(), slots_.data(), T, interleave);
+  } else {
+    cpu::WriteKv(kv, k_.data(), v_.data(), slots_.data(), T);
+  }
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   for (const StepSequence& seq : in.sequences) {
     const int64_t off = int64_t{seq.token_begin} * qd;
-    cpu::PagedAttention(q_.data() + off, seq.num_tokens, c.num_heads, seq.start_pos, seq.block_table.data(),
-                        kv, scale, attn_.data() + off, pool);
+    if (ggml_) {
+      cpu::ggml::PagedAttention(q_.data() + off, seq.num_tokens, c.num_heads, seq.start_pos,
+                                seq.block_table.data(), kv, scale, interleave, attn_.data() + off, pool);
+    } else {
+      cpu::PagedAttention(q_.data() + off, seq.num_tokens, c.num_heads, seq.start_pos, seq.block_table.data(),
+                          kv, scale, attn_.data() + off, pool);
+    }
   }
-  RETURN_IF_ERROR(Linear(attn_.data(), T, w.o, proj_.data(), pool));
+  RETURN_IF_ERROR(Linear(attn_.data(), T, w.o, proj_.data()));
   cpu::Add(x_.data(), proj_.data(), T * H, x_.data());
 
-  cpu::RmsNorm(x_.data(), w.ffn_norm.data(), T, H, c.rms_norm_eps, h_.data());
+  Norm(x_.data(), w.ffn_norm, T, h_.data());
+  auto silu_mul = [&](const float* gate, const float* up, int64_t n, float* out) {
+    if (ggml_) {
+      cpu::ggml::SwiGlu(gate, up, n, out);
+    } else {
+      cpu::SiluMul(gate, up, n, out);
+    }
+  };
   if (!w.gate_up.empty()) {
-    RETURN_IF_ERROR(Linear(h_.data(), T, w.gate_up, ffn2_.data(), pool));  // [T, gate | up]
+    RETURN_IF_ERROR(Linear(h_.data(), T, w.gate_up, ffn2_.data()));  // [T, gate | up]
     for (int64_t t = 0; t < T; ++t) {
       const float* row = ffn2_.data() + t * 2 * F;
-      cpu::SiluMul(row, row + F, F, ffn_.data() + t * F);
+      silu_mul(row, row + F, F, ffn_.data() + t * F);
     }
   } else {
-    RETURN_IF_ERROR(Linear(h_.data(), T, w.gate, ffn_.data(), pool));
-    RETURN_IF_ERROR(Linear(h_.data(), T, w.up, ffn2_.data(), pool));
-    cpu::SiluMul(ffn_.data(), ffn2_.data(), T * F, ffn_.data());
+    RETURN_IF_ERROR(Linear(h_.data(), T, w.gate, ffn_.data()));
+    RETURN_IF_ERROR(Linear(h_.data(), T, w.up, ffn2_.data()));
+    silu_mul(ffn_.data(), ffn2_.data(), T * F, ffn_.data());
   }
-  RETURN_IF_ERROR(Linear(ffn_.data(), T, w.down, proj_.data(), pool));
+  RETURN_IF_ERROR(Linear(ffn_.data(), T, w.down, proj_.data()));
   cpu::Add(x_.data(), proj_.data(), T * H, x_.data());
   return OkStatus();
 }
@@ -267,9 +319,9 @@ Status CpuLlama::Step(const StepInput& in, StepOutput* out) {
   sel_.resize(R * H);
   for (int64_t r = 0; r < R; ++r)
     std::memcpy(sel_.data() + r * H, x_.data() + rows_[r] * H, H * sizeof(float));
-  cpu::RmsNorm(sel_.data(), weights_.final_norm.data(), R, H, c.rms_norm_eps, sel_.data());
+  Norm(sel_.data(), weights_.final_norm, R, sel_.data());
   out->logits.resize(R * c.vocab_size);
-  RETURN_IF_ERROR(Linear(sel_.data(), R, weights_.lm_head, out->logits.data(), *pool_));
+  RETURN_IF_ERROR(Linear(sel_.data(), R, weights_.lm_head, out->logits.data()));
   out->num_rows = R;
   return OkStatus();
 }

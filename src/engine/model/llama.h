@@ -25,7 +25,13 @@ namespace stoke {
 class CpuLlama final : public DecoderModel {
  public:
   // `pool` null = ThreadPool::Default(). Fails when the weights do not match their config.
-  static StatusOr<std::unique_ptr<CpuLlama>> Create(LlamaWeights weights, ThreadPool* pool = nullptr);
+  // ggml_numerics: compute in ggml's order and precision (kernels/cpu/ggml_numerics.h: fp16-rounded KV,
+  // ggml's activation quantisation, accumulation orders, expf, RoPE angles), so a GGUF model's logits equal
+  // llama.cpp's CPU backend's; matmuls of weight types without a ggml-exact kernel (only Q4_1 and Q8_0 have
+  // one) and RoPE scaling other than linear / GGUF frequency factors keep stoke's own numerics.
+  static StatusOr<std::unique_ptr<CpuLlama>> Create(LlamaWeights weights, ThreadPool* pool = nullptr,
+                                                    bool ggml_numerics = false);
+  bool ggml_numerics() const { return ggml_; }
 
   const LlamaConfig& config() const override { return weights_.config; }
   Status AllocateKvCache(int num_blocks, int block_size) override;
@@ -35,14 +41,19 @@ class CpuLlama final : public DecoderModel {
   Status Step(const StepInput& input, StepOutput* output) override;
 
  private:
-  CpuLlama(LlamaWeights weights, ThreadPool* pool);
+  CpuLlama(LlamaWeights weights, ThreadPool* pool, bool ggml_numerics);
   Status ValidateInput(const StepInput& input) const;
+  Status Linear(const float* x, int64_t m, const LinearWeight& w, float* y);
+  void Norm(const float* x, const std::vector<float>& w, int64_t rows, float* out);
+  void Rope(float* x, int64_t tokens, int heads);
   Status RunLayer(int layer, const StepInput& input, int64_t tokens);
   cpu::PagedKvLayer KvLayer(int layer);
 
   LlamaWeights weights_;
   ThreadPool* pool_;
   std::vector<float> inv_freq_;  // [head_dim / 2]
+  bool ggml_ = false;            // ggml-compatible numerics
+  bool ggml_rope_ = false;       // ... including RoPE (RopeParams can express the model's scaling)
 
   // KV cache: per layer, k and v = [num_blocks, block_size, kv_heads, head_dim] fp32, back to back.
   std::vector<float> kv_;

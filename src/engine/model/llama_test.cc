@@ -8,6 +8,7 @@
 #include <random>
 
 #include "engine/model/llama_test_util.h"
+#include "kernels/cpu/quants.h"
 
 namespace stoke {
 namespace {
@@ -40,8 +41,44 @@ std::vector<int32_t> RandomIds(int n, int vocab, uint32_t seed) {
   return ids;
 }
 
-std::unique_ptr<CpuLlama> MakeModel(const TinyLlama& m, bool fuse, int blocks = 64, int block_size = 4) {
-  auto model = CpuLlama::Create(m.ToWeights(fuse));
+// Re-encodes every matrix as SmolLM2's GGUF does: Q4_1 in the layers, Q8_0 for the embedding and head.
+void QuantizeLikeSmolLm2(LlamaWeights* w) {
+  auto quantize = [w](LinearWeight* lw, DType t) {
+    if (lw->empty()) return;
+    const DTypeInfo& info = GetDTypeInfo(t);
+    const size_t row_bytes = lw->cols / info.block_elems * info.block_bytes;
+    auto buf = std::make_unique<uint8_t[]>(row_bytes * lw->rows);
+    const auto* src = static_cast<const float*>(lw->data);
+    for (int64_t r = 0; r < lw->rows; ++r) {
+      if (t == DType::kQ4_1) {
+        cpu::QuantizeRowQ4_1(src + r * lw->cols, buf.get() + r * row_bytes, lw->cols);
+      } else {
+        cpu::QuantizeRowQ8_0(src + r * lw->cols, buf.get() + r * row_bytes, lw->cols);
+      }
+    }
+    *lw = LinearWeight{buf.get(), t, lw->rows, lw->cols};
+    w->owned.push_back(std::move(buf));
+  };
+  const bool tied = w->lm_head.data == w->embedding.data;
+  quantize(&w->embedding, DType::kQ8_0);
+  if (tied) {
+    w->lm_head = w->embedding;
+  } else {
+    quantize(&w->lm_head, DType::kQ8_0);
+  }
+  for (LlamaLayerWeights& l : w->layers) {
+    for (LinearWeight* lw : {&l.qkv, &l.q, &l.k, &l.v, &l.o, &l.gate_up, &l.gate, &l.up, &l.down}) {
+      quantize(lw, DType::kQ4_1);
+    }
+  }
+}
+
+std::unique_ptr<CpuLlama> MakeModel(const TinyLlama& m, bool fuse, int blocks = 64, int block_size = 4,
+                                    bool ggml = false, bool interleaved = false, bool quantize = false) {
+  LlamaWeights w = m.ToWeights(fuse);
+  w.gguf_qk_interleaved = interleaved;
+  if (ggml || quantize) QuantizeLikeSmolLm2(&w);
+  auto model = CpuLlama::Create(std::move(w), nullptr, ggml);
   EXPECT_TRUE(model.ok()) << model.status().ToString();
   EXPECT_TRUE((*model)->AllocateKvCache(blocks, block_size).ok());
   return std::move(model).value();
@@ -229,6 +266,62 @@ TEST(CpuLlamaTest, CreateRejectsMismatchedWeights) {
   auto model = CpuLlama::Create(std::move(w));
   ASSERT_FALSE(model.ok());
   EXPECT_NE(model.status().message().find("down"), std::string::npos);
+}
+
+// ggml-compatible numerics (Q4_1 / Q8_0 weights as SmolLM2's, fp16 KV, ggml's orders): close to the exact
+// forward pass, and bit-identical
+// however a sequence is chunked (chunks of >= 2 tokens, as llama.cpp's batches), batched or placed in the
+// cache.
+TEST(CpuLlamaTest, GgmlNumericsCloseToReferenceAndSplitInvariant) {
+  for (bool interleaved : {false, true}) {
+    TinyLlama m(21, /*tied=*/true, /*bias=*/true);
+    const std::vector<int32_t> ids = RandomIds(37, m.c.vocab_size, 5);
+    auto one = MakeModel(m, true, 64, 4, /*ggml=*/true, interleaved);
+    ASSERT_TRUE(one->ggml_numerics());
+    const std::vector<float> full = RunSeq(*one, ids, 0, Iota(10)).logits;
+    // Against stoke's own numerics on the same Q4_1 / Q8_0 weights: fp16 KV and rounding-level differences.
+    auto own = MakeModel(m, true, 64, 4, /*ggml=*/false, false, /*quantize=*/true);
+    const std::vector<float> own_logits = RunSeq(*own, ids, 0, Iota(10)).logits;
+    EXPECT_LT(RelErr(full, own_logits), 5e-2) << "interleaved " << interleaved;
+    EXPECT_NE(own_logits, full);  // it is a different computation
+    for (int chunk : {5, 7, 16}) {  // 37 = 7·5 + 2 = 5·7 + 2 = 2·16 + 5: no chunk of 1
+      auto model = MakeModel(m, true, 64, 4, true, interleaved);
+      std::vector<float> got;
+      for (int b = 0; b < 37; b += chunk) {
+        const int n = std::min(chunk, 37 - b);
+        StepOutput o =
+            RunSeq(*model, std::vector<int32_t>(ids.begin() + b, ids.begin() + b + n), b, Iota(10));
+        got.insert(got.end(), o.logits.begin(), o.logits.end());
+      }
+      EXPECT_EQ(got, full) << "chunk " << chunk;
+    }
+  }
+}
+
+TEST(CpuLlamaTest, GgmlNumericsMixedBatchAndBlocksBitIdentical) {
+  TinyLlama m(22);
+  const int vocab = m.c.vocab_size;
+  const std::vector<int32_t> a = RandomIds(13, vocab, 1), b = RandomIds(6, vocab, 2);
+  // a: 10 tokens, then 3; b: 5, then a decode of 1. Alone, then together in one step on other blocks.
+  auto alone = [&](const std::vector<int32_t>& ids, int split) {
+    auto model = MakeModel(m, true, 16, 4, true);
+    RunSeq(*model, std::vector<int32_t>(ids.begin(), ids.begin() + split), 0, Iota(8));
+    return RunSeq(*model, std::vector<int32_t>(ids.begin() + split, ids.end()), split, Iota(8)).logits;
+  };
+  const std::vector<float> ra = alone(a, 10), rb = alone(b, 5);
+  auto model = MakeModel(m, true, 32, 4, true);
+  RunSeq(*model, std::vector<int32_t>(a.begin(), a.begin() + 10), 0, {7, 3, 30, 1});
+  RunSeq(*model, std::vector<int32_t>(b.begin(), b.begin() + 5), 0, {12, 4});
+  StepInput in;
+  in.token_ids.insert(in.token_ids.end(), a.begin() + 10, a.end());
+  in.token_ids.insert(in.token_ids.end(), b.begin() + 5, b.end());
+  in.sequences = {StepSequence{0, 3, 10, {7, 3, 30, 1}, StepSequence::Logits::kAll},
+                  StepSequence{3, 1, 5, {12, 4}, StepSequence::Logits::kAll}};
+  StepOutput out;
+  ASSERT_TRUE(model->Step(in, &out).ok());
+  ASSERT_EQ(out.num_rows, 4);
+  EXPECT_TRUE(std::equal(ra.begin(), ra.end(), out.logits.begin()));
+  EXPECT_TRUE(std::equal(rb.begin(), rb.end(), out.logits.begin() + 3 * vocab));
 }
 
 }  // namespace

@@ -235,6 +235,8 @@ StatusOr<LlamaWeights> LoadLlamaWeights(std::shared_ptr<const GgufFile> gguf) {
   Loader loader([f](const std::string& n) { return f->FindTensor(n); }, GgufNames(), gguf->path(), permuted);
   RETURN_IF_ERROR(loader.Load(&w));
   w.source = std::move(gguf);
+  w.from_gguf = true;
+  w.gguf_qk_interleaved = permuted;
   return w;
 }
 

@@ -47,6 +47,10 @@ struct LlamaWeights {
   std::vector<float> final_norm;
   LinearWeight lm_head;  // [vocab, hidden]; the embedding when tied
   std::vector<LlamaLayerWeights> layers;
+  // Loaded from a GGUF file; and whether its Q/K rows were un-permuted (llama.cpp keeps them in the file's
+  // adjacent-pair order, which its attention sums in: the CPU model's ggml-compatible numerics need it).
+  bool from_gguf = false;
+  bool gguf_qk_interleaved = false;
   // Buffers the LinearWeights above may point into, and the mapped file(s) the others point into.
   std::vector<std::unique_ptr<uint8_t[]>> owned;
   std::shared_ptr<const void> source;
