@@ -62,6 +62,7 @@ struct ServeOptions {
   bool no_chunked_prefill = false;
   double drain_seconds = 10;
   double idle_timeout_seconds = 120;
+  std::string metric_names = "vllm";  // vllm (stoke:...) | prometheus (stoke_...): telemetry/metrics.h
 };
 
 // Applies --config: every key sets its flag unless the flag was given on the command line.
@@ -117,6 +118,7 @@ Status Validate(const ServeOptions& o) {
   if (o.kv_blocks < 0) return InvalidArgumentError("--kv-blocks must be >= 0");
   if (o.kv_cache_bytes <= 0) return InvalidArgumentError("--kv-cache-bytes must be positive");
   if (o.block_size < 1) return InvalidArgumentError("--block-size must be at least 1");
+  RETURN_IF_ERROR(ParseMetricNaming(o.metric_names).status().WithContext("--metric-names"));
   return OkStatus();
 }
 
@@ -169,6 +171,7 @@ int RunServe(CLI::App* cmd, ServeOptions* bound) {
     fmt::print(stderr, "stoke serve: {}\n", s.message());
     return 2;
   }
+  const MetricNaming naming = *ParseMetricNaming(o.metric_names);
   // Encoders (BERT HF folders) and model files (*.json, e.g. the synthetic model) are served by the dynamic
   // batcher behind KServe v2 REST/gRPC and /v1/embeddings instead of the LLM loop (net/kserve/classic_server.h).
   if (IsClassicModel(o.model)) {
@@ -181,13 +184,14 @@ int RunServe(CLI::App* cmd, ServeOptions* bound) {
                             .max_body_bytes = static_cast<size_t>(o.max_body_bytes),
                             .threads = o.threads,
                             .drain_seconds = o.drain_seconds,
-                            .idle_timeout_seconds = o.idle_timeout_seconds});
+                            .idle_timeout_seconds = o.idle_timeout_seconds,
+                            .metric_naming = naming});
   }
   if (o.threads > 0) ThreadPool::SetDefaultThreads(o.threads);
   const std::string served = o.served_model_name.empty() ? DefaultServedName(o.model) : o.served_model_name;
 
   // Token-count histograms need a bound before the model (and its context length) is known.
-  auto metrics_or = ServerMetrics::Create(served, 1 << 17);
+  auto metrics_or = ServerMetrics::Create(served, 1 << 17, naming);
   if (!metrics_or.ok()) {
     fmt::print(stderr, "stoke serve: metrics: {}\n", metrics_or.status().message());
     return 1;
@@ -302,6 +306,10 @@ CommandRegistrar kServe("serve", "Serve a model over an OpenAI-compatible HTTP A
       ->capture_default_str();
   cmd->add_option("--idle-timeout-seconds", o->idle_timeout_seconds,
                   "Close keep-alive connections idle this long")
+      ->capture_default_str();
+  cmd->add_option("--metric-names", o->metric_names,
+                  "/metrics family names: vllm (stoke:name; promtool lints the colon) or prometheus "
+                  "(stoke_name; lint-clean)")
       ->capture_default_str();
   return [cmd, o]() -> int { return RunServe(cmd, o.get()); };
 });

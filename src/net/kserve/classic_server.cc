@@ -186,7 +186,7 @@ int RunClassicServe(const ClassicServeOptions& o) {
       return 2;
     }
   }
-  MetricsRegistry registry;
+  MetricsRegistry registry(o.metric_naming);
 
   HttpServerOptions ho;
   ho.host = o.host;

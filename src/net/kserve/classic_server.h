@@ -20,6 +20,8 @@
 #include <cstddef>
 #include <string>
 
+#include "telemetry/metrics.h"
+
 namespace stoke {
 
 struct ClassicServeOptions {
@@ -33,6 +35,7 @@ struct ClassicServeOptions {
   int threads = 0;  // compute threads; 0 = hardware threads
   double drain_seconds = 10;
   double idle_timeout_seconds = 120;
+  MetricNaming metric_naming = MetricNaming::kVllm;  // /metrics names: stoke:... or stoke_...
 };
 
 // True for a .json model file or a BERT-family HF folder / known encoder alias (decided without fetching).
