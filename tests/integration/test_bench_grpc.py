@@ -2,6 +2,7 @@
 and INT64 ids, raw_input_contents), the client's latencies checked against the server's own ledger, and errors counted
 by gRPC status code against the delay fixture. The perf_analyzer cross-check is in test_bench_perf_analyzer.py."""
 import pathlib
+import re
 import sys
 
 import pytest
@@ -60,14 +61,21 @@ def test_closed_loop_text_over_grpc(server, tmp_path):
     assert "mean_batch_size" in sm["series"]
 
 
-def test_token_ids_over_grpc(server, tmp_path):
-    # "minilm-ids" takes INT64 input_ids and attention_mask (random ids in [0, 100), as kserve-http sends them).
+def test_token_ids_over_grpc_and_server_errors_by_code(server, tmp_path):
+    # "minilm-ids" takes INT64 input_ids and attention_mask. bench fills INT64 inputs as kserve-http does, with
+    # random values in [0, 100): fine ids, but mostly not a 0/1 mask; stoke answers INVALID_ARGUMENT naming the
+    # element it read -- so the raw little-endian INT64 payload arrived intact, and each failure counts by its code.
     run = run_bench(f"grpc://{server.grpc_url}", tmp_path, "--api", "kserve-grpc", "--model", "minilm-ids",
                     "--concurrency", 2, "--no-scrape", *FAST)
     p = run.point(2)
-    assert p["valid"], p["invalid_reasons"]
-    assert p["requests"]["errors"] == {}, p["requests"]["error_examples"]
-    assert p["requests"]["succeeded"] > 0
+    errors = p["requests"]["errors"]
+    assert set(errors) == {"grpc_invalid_argument"}, errors
+    example = p["requests"]["error_examples"]["grpc_invalid_argument"]
+    m = re.search(r"input 'attention_mask': element \[0, 0\] is (\d+); must be 0 or 1", example)
+    assert m and 2 <= int(m.group(1)) < 100, example
+    # The mask is one element ([-1, -1] is sent as [1, 1]); it is 0 or 1 in 2 % of requests, which succeed.
+    ok, bad = p["requests"]["succeeded"], errors["grpc_invalid_argument"]
+    assert bad > 100 and ok / (ok + bad) < 0.06, (ok, bad)
 
 
 def test_unknown_model_fails_before_load(server, tmp_path):

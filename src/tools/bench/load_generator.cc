@@ -202,7 +202,10 @@ void PointRun::OnComplete(size_t idx, const std::shared_ptr<Connection>& conn, c
         if (!ec && !stopping_ && !finished_) Issue(conn, NewRecord(MonotonicNanos()));
       });
     } else if (opts_.mode == LoadMode::kConcurrency) {
-      Issue(conn, NewRecord(t));  // closed loop: the next request is due the moment this one ended
+      // Closed loop: the next request is due the moment the generator learns this one ended. Over HTTP that
+      // is `t` (read on this thread); over gRPC `t` is the poller's timestamp, and the hop to this thread
+      // (a wake-up, long on a loaded machine) is the client's think time, not a late send.
+      Issue(conn, NewRecord(protocol_.api == Api::kKserveGrpc ? MonotonicNanos() : t));
     } else if (!pending_.empty()) {
       size_t next = pending_.front();
       pending_.pop_front();
