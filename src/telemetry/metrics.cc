@@ -91,6 +91,9 @@ Gauge GaugeFamily::WithLabels(const MetricLabels& labels) const {
   auto g = TryWithLabels(labels);
   return g.ok() ? *g : Gauge();
 }
+void GaugeFamily::Remove(const Gauge& g) const {
+  if (f_ != nullptr && g.g_ != nullptr) f_->Remove(g.g_);
+}
 
 StatusOr<Histogram> HistogramFamily::TryWithLabels(const MetricLabels& labels) const {
   if (buckets_ == nullptr) return FailedPreconditionError("metric family is not registered");

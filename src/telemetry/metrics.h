@@ -108,6 +108,8 @@ class GaugeFamily {
   StatusOr<Gauge> TryWithLabels(const MetricLabels& labels) const;
   Gauge WithLabels(const MetricLabels& labels) const;
   Gauge Get() const { return WithLabels({}); }
+  // Drops the series from the exposition; `g` (and every copy of it) must not be used afterwards.
+  void Remove(const Gauge& g) const;
 
  private:
   friend class MetricsRegistry;

@@ -2,9 +2,11 @@
 the default batcher), driven by the `openai` client; results equal `stoke embed`'s."""
 import base64
 import concurrent.futures
+import time
 
 import numpy as np
 import pytest
+import requests
 
 from classic_server import ClassicServer, stoke_embed
 
@@ -110,3 +112,30 @@ def test_embeddings_share_the_batcher(server):
     before = server.metric("stoke:inference_request_success_total", model_name="all-minilm-l6-v2")
     server.post("/v1/embeddings", json={"input": ["x", "y"]})
     assert server.metric("stoke:inference_request_success_total", model_name="all-minilm-l6-v2") == before + 1
+
+
+STAGES = ("recv", "queue", "preprocess", "h2d", "compute", "d2h", "postprocess", "send")
+
+
+def test_embeddings_record_the_request_ledger(server):
+    def counts():
+        return {s: server.metric("stoke:request_stage_seconds_count", model_name="all-minilm-l6-v2", stage=s)
+                for s in STAGES}
+
+    before = counts()
+    compute_before = server.metric("stoke:request_stage_seconds_sum", model_name="all-minilm-l6-v2", stage="compute")
+    # A kept-alive session: a client that closes the moment it has the bytes can make the server see the close
+    # before its write completes, and an abandoned response records no ledger. 40 inputs > max_batch_size 32:
+    # two chunks, still one request in the ledger.
+    with requests.Session() as s:
+        r = s.post(server.base_url + "/v1/embeddings", json={"input": TEXTS * 10}, timeout=120)
+        assert r.status_code == 200 and len(r.json()["data"]) == 40
+        # Recorded once the last byte is written, which may be just after the client has it.
+        deadline = time.time() + 5
+        while counts()["send"] < before["send"] + 1 and time.time() < deadline:
+            time.sleep(0.02)
+    after = counts()
+    for stage in STAGES:
+        assert after[stage] == before[stage] + 1, (stage, before, after)
+    assert server.metric("stoke:request_stage_seconds_sum", model_name="all-minilm-l6-v2",
+                         stage="compute") > compute_before

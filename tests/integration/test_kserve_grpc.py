@@ -1,6 +1,9 @@
 """KServe v2 gRPC (inference.GRPCInferenceService) against a real `stoke serve` of all-MiniLM-L6-v2: tritonclient.grpc
-(raw_input_contents), the raw stub with typed InferTensorContents, status codes for malformed inputs."""
+(raw_input_contents), the raw stub with typed InferTensorContents, status codes for malformed inputs, the
+ModelStreamInfer bidirectional stream."""
 import concurrent.futures
+import queue
+import time
 
 import numpy as np
 import pytest
@@ -161,3 +164,70 @@ def test_concurrent_calls_and_statistics(client, reference):
     assert after["batch_stats"]
     all_stats = client.get_inference_statistics(as_json=True)["model_stats"]
     assert {s["name"] for s in all_stats} == {"minilm", "minilm-ids"}
+
+
+def stage_count(server, model, stage):
+    return server.metric("stoke:request_stage_seconds_count", model_name=model, stage=stage)
+
+
+def wait_for_metric(fn, want, timeout=5):
+    """The ledger closes after the last byte is written, which may be just after the client has it."""
+    deadline = time.time() + timeout
+    while fn() < want and time.time() < deadline:
+        time.sleep(0.02)
+    return fn()
+
+
+def test_model_stream_infer_through_tritonclient(server, client, reference):
+    before = stage_count(server, "minilm", "send")
+    results = queue.Queue()
+    client.start_stream(callback=lambda result, error: results.put((result, error)))
+    try:
+        for i in range(6):
+            client.async_stream_infer("minilm", [text_input([SENTENCES[i % 3]])], request_id=f"s-{i}")
+        # A malformed request gets an error response; the stream stays open for the next one.
+        client.async_stream_infer("minilm", [text_input(["a"] * 5)], request_id="bad")
+        client.async_stream_infer("minilm", [text_input(SENTENCES[:2])], request_id="after")
+        got, errors = {}, []
+        for _ in range(8):
+            result, error = results.get(timeout=120)
+            if error is not None:
+                errors.append(error.message())
+            else:
+                got[result.get_response().id] = result.as_numpy("embedding")
+    finally:
+        client.stop_stream()
+    assert len(errors) == 1 and "max_batch_size 4" in errors[0], errors
+    assert set(got) == {f"s-{i}" for i in range(6)} | {"after"}
+    for i in range(6):
+        np.testing.assert_allclose(got[f"s-{i}"][0], reference[i % 3], atol=2e-6)
+    np.testing.assert_allclose(got["after"], reference[:2], atol=2e-6)
+    # Every answered request closed its ledger, like a unary call; the refused one did not.
+    assert wait_for_metric(lambda: stage_count(server, "minilm", "send"), before + 7) == before + 7
+    for stage in ("recv", "queue", "preprocess", "compute", "postprocess"):
+        assert stage_count(server, "minilm", stage) >= before + 7, stage
+
+
+def test_model_stream_infer_raw_stub_ends_when_the_client_half_closes(stub, reference):
+    def requests():
+        for i in range(5):
+            req = service_pb2.ModelInferRequest(model_name="minilm", id=f"raw-{i}")
+            t = req.inputs.add(name="text", datatype="BYTES", shape=[1, 1])
+            t.contents.bytes_contents.append(SENTENCES[i % 3].encode())
+            yield req
+        yield service_pb2.ModelInferRequest(model_name="nope", id="unknown-model")
+
+    # list() returns only once the server has finished the call after our half-close.
+    responses = list(stub.ModelStreamInfer(requests(), timeout=120))
+    assert len(responses) == 6
+    by_id = {r.infer_response.id: r for r in responses}
+    assert set(by_id) == {f"raw-{i}" for i in range(5)} | {"unknown-model"}
+    assert "unknown model 'nope'" in by_id["unknown-model"].error_message
+    for i in range(5):
+        r = by_id[f"raw-{i}"]
+        assert r.error_message == ""
+        assert r.infer_response.model_name == "minilm" and r.infer_response.model_version == "1"
+        emb = np.frombuffer(r.infer_response.raw_output_contents[0], dtype="<f4")
+        np.testing.assert_allclose(emb, reference[i % 3], atol=2e-6)
+    # An empty stream is fine too.
+    assert list(stub.ModelStreamInfer(iter([]), timeout=30)) == []

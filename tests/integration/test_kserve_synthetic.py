@@ -2,6 +2,9 @@
 the batch, instances share the work, batching off runs each request alone, and the ledger shows the configured
 CPU time where it was spent."""
 import concurrent.futures
+import re
+import shutil
+import subprocess
 import threading
 import time
 
@@ -103,3 +106,19 @@ def test_wrong_row_size_is_400(servers):
     r = servers["batched"].post("/v2/models/synth/infer", json={
         "inputs": [{"name": "INPUT0", "datatype": "UINT8", "shape": [1, IN + 1], "data": [0] * (IN + 1)}]})
     assert r.status_code == 400 and f"input 'INPUT0': dim 1 is {IN + 1} but the model needs {IN}" in r.json()["error"]
+
+
+def _gpu_visible():
+    if shutil.which("nvidia-smi") is None:
+        return False
+    return subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(_gpu_visible(), reason="a GPU is visible: tests/gpu/synthetic_serve_check.py covers device cuda")
+def test_device_cuda_without_a_gpu_fails_at_start_saying_why(stoke_bin, tmp_path):
+    f = write_model_file(tmp_path, type="synthetic", name="gpu_synth", device="cuda", input_bytes=4, output_bytes=4)
+    out = subprocess.run([str(stoke_bin), "serve", "--model", str(f), "--port", "0", "--grpc-port", "-1"],
+                         capture_output=True, timeout=60)
+    err = out.stderr.decode(errors="replace")
+    assert out.returncode == 1, err
+    assert re.search(r'"device": "cuda" but (this stoke was built without CUDA|no CUDA GPU is visible)', err), err

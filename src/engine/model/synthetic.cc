@@ -36,6 +36,10 @@ StatusOr<SyntheticKernel> ParseKernel(const json& j, std::string_view where) {
       ASSIGN_OR_RETURN(k.bytes, NonNegative(v, key, where));
     } else if (key == "bytes_per_item") {
       ASSIGN_OR_RETURN(k.bytes_per_item, NonNegative(v, key, where));
+    } else if (key == "blocks") {
+      ASSIGN_OR_RETURN(double b, NonNegative(v, key, where));
+      if (b > 1 << 20) return InvalidArgumentError("{}: kernel blocks {} is too large", where, b);
+      k.blocks = static_cast<int>(b);
     } else {
       return InvalidArgumentError("{}: unknown kernel key '{}'", where, key);
     }
@@ -80,7 +84,51 @@ uint64_t ReadBytes(const uint64_t* buf, size_t words, double bytes) {
 // Keeps results alive so the work is not optimised away.
 volatile uint64_t g_sink = 0;
 
+SyntheticCudaBackend& CudaBackend() {
+  static SyntheticCudaBackend backend;
+  return backend;
+}
+
+class CpuRunner final : public SyntheticRunner {
+ public:
+  explicit CpuRunner(std::shared_ptr<const SyntheticModel> model)
+      : model_(std::move(model)), ws_(model_->NewWorkspace()) {}
+  Status Run(const uint8_t* input, int64_t rows, std::vector<uint8_t>* output,
+             SyntheticTimes* times) override {
+    return model_->Run(input, rows, output, *ws_, times);
+  }
+  std::string device() const override { return "cpu"; }
+
+ private:
+  std::shared_ptr<const SyntheticModel> model_;
+  std::unique_ptr<SyntheticModel::Workspace> ws_;
+};
+
 }  // namespace
+
+void RegisterSyntheticCudaBackend(SyntheticCudaBackend backend) {
+  CudaBackend() = backend;
+}
+
+StatusOr<std::unique_ptr<SyntheticRunner>> NewSyntheticRunner(std::shared_ptr<const SyntheticModel> model,
+                                                              int64_t max_rows) {
+  const SyntheticCudaBackend& b = CudaBackend();
+  const bool usable = b.create != nullptr && (b.available == nullptr || b.available());
+  std::string device = model->config().device;
+  if (device == "auto") device = usable ? "cuda" : "cpu";
+  if (device == "cpu") return std::unique_ptr<SyntheticRunner>(new CpuRunner(std::move(model)));
+  if (b.create == nullptr) {
+    return FailedPreconditionError(
+        "synthetic model: \"device\": \"cuda\" but this stoke was built without "
+        "CUDA (configure with the release-cuda preset on a machine with nvcc)");
+  }
+  if (!usable) {
+    return FailedPreconditionError(
+        "synthetic model: \"device\": \"cuda\" but no CUDA GPU is visible (driver "
+        "missing or CUDA_VISIBLE_DEVICES empty); use \"cpu\"");
+  }
+  return b.create(std::move(model), std::max<int64_t>(1, max_rows));
+}
 
 void BusyWaitMicros(double us) {
   if (us <= 0) return;
@@ -119,6 +167,13 @@ StatusOr<SyntheticConfig> SyntheticConfig::FromJson(const json& j, std::string_v
                                     v.dump());
       }
       c.pinned = b == "pinned";
+    } else if (key == "device") {
+      const std::string d = v.is_string() ? v.get<std::string>() : "";
+      if (d != "cpu" && d != "cuda" && d != "auto") {
+        return InvalidArgumentError("{}: 'device' must be \"cpu\", \"cuda\" or \"auto\", got {}", source,
+                                    v.dump());
+      }
+      c.device = d;
     } else if (key == "kernels") {
       if (!v.is_array()) return InvalidArgumentError("{}: 'kernels' must be a list", source);
       for (const json& k : v) {
@@ -140,6 +195,7 @@ StatusOr<SyntheticConfig> SyntheticConfig::FromJson(const json& j, std::string_v
 SyntheticModel::SyntheticModel(SyntheticConfig config) : config_(std::move(config)) {
   double most = 0;
   for (const SyntheticKernel& k : config_.kernels) most = std::max(most, k.bytes * config_.cpu_scale);
+  if (config_.device == "cuda") most = 0;  // the CUDA runner has its own device buffers
   // Touched once here so the first batch does not pay its page faults.
   weights_.assign(static_cast<size_t>(most / 8), 0x0101010101010101ull);
 }

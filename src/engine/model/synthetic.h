@@ -10,9 +10,11 @@
 //    "buffers": "pageable",            // or "pinned": how the host staging buffers are allocated
 //    "launch_us": 5,                   // CPU cost of launching one kernel
 //    "kernels": [{"name": "gemm", "count": 4, "flops": 0, "flops_per_item": 2e6,
-//                 "bytes": 8e6, "bytes_per_item": 4096}],   // each launch does this much work
+//                 "bytes": 8e6, "bytes_per_item": 4096,     // each launch does this much work
+//                 "blocks": 0}],       // GPU only: at most this many thread blocks (0 = enough to fill it)
 //    "postprocess_us": 0, "postprocess_us_per_item": 50,
-//    "cpu_scale": 1.0}                 // multiplies kernel FLOPs and bytes on the CPU build
+//    "cpu_scale": 1.0,                 // multiplies kernel FLOPs and bytes on the CPU build
+//    "device": "cpu"}                  // "cuda": real copies and kernels on the GPU; "auto": cuda if usable
 //
 // On the CPU build every stage runs on the calling (instance) thread:
 //   preprocess / postprocess  busy-wait for the configured time (CPU work that cannot overlap);
@@ -23,8 +25,14 @@
 //                             registers and a read of `bytes` from a weight buffer shared by all
 //                             instances (so instances compete for memory bandwidth) plus bytes_per_item
 //                             per row from the instance's own activations.
-// The output is a pure function of the input (byte j of a row = input byte j mod input_bytes, XOR 0x5A), so
-// a row's result never depends on its batch. The GPU build will spend the same budgets on the device.
+// With "device": "cuda" (a CUDA build: engine/cuda_synthetic) each instance has its own CUDA stream and runs,
+// per batch: preprocess on the CPU into a host staging buffer (pinned from a PinnedHostPool, or pageable from
+// malloc), one H2D copy, `count` launches per kernel (each after launch_us of extra host time; a launch does
+// `flops` in FMA chains on registers and moves `bytes` of device memory: it reads and writes a region of
+// bytes/2 of the instance's own device buffer), one D2H copy, then postprocess on the CPU. h2d / compute /
+// d2h are timed with CUDA events on the instance's stream. The output is a pure function of the input (byte j
+// of a row = input byte j mod input_bytes, XOR 0x5A), so a row's result never depends on its batch (or its
+// device).
 #pragma once
 
 #include <cstdint>
@@ -44,6 +52,7 @@ struct SyntheticKernel {
   int count = 1;  // launches per batch
   double flops = 0, flops_per_item = 0;
   double bytes = 0, bytes_per_item = 0;
+  int blocks = 0;  // GPU grid cap; 0 = as many as the work needs, up to a full GPU
 };
 
 struct SyntheticConfig {
@@ -55,6 +64,7 @@ struct SyntheticConfig {
   std::vector<SyntheticKernel> kernels;
   double postprocess_us = 0, postprocess_us_per_item = 0;
   double cpu_scale = 1.0;
+  std::string device = "cpu";  // "cpu" | "cuda" | "auto"
 
   // Unknown keys are errors naming `source`, except the serving keys (type, name, max_batch_size,
   // dynamic_batching, instance_group, threads), which belong to the caller.
@@ -87,6 +97,32 @@ class SyntheticModel {
   SyntheticConfig config_;
   std::vector<uint64_t> weights_;  // shared by every instance: the largest kernel's `bytes`
 };
+
+// One instance's executor of a SyntheticModel: on the CPU (a Workspace) or on a CUDA stream. Not
+// thread-safe: each instance owns one and calls Run from its own thread.
+class SyntheticRunner {
+ public:
+  virtual ~SyntheticRunner() = default;
+  // input = [rows, input_bytes], output = [rows, output_bytes] (resized); the stage times of this batch.
+  virtual Status Run(const uint8_t* input, int64_t rows, std::vector<uint8_t>* output,
+                     SyntheticTimes* times) = 0;
+  virtual std::string device() const = 0;  // "cpu" | "cuda"
+};
+
+// The CUDA build registers its runner here (engine/cuda_synthetic: RegisterSyntheticCuda) so this CPU library
+// never depends on CUDA. `available`: a usable GPU is visible.
+struct SyntheticCudaBackend {
+  StatusOr<std::unique_ptr<SyntheticRunner>> (*create)(std::shared_ptr<const SyntheticModel> model,
+                                                       int64_t max_rows) = nullptr;
+  bool (*available)() = nullptr;
+};
+void RegisterSyntheticCudaBackend(SyntheticCudaBackend backend);
+
+// A runner on the model's configured device ("auto" resolved here). max_rows: the largest batch it will get
+// (buffers are sized for it up front; a larger one grows them). FailedPrecondition when "cuda" cannot be had,
+// saying why (built without CUDA, no GPU visible).
+StatusOr<std::unique_ptr<SyntheticRunner>> NewSyntheticRunner(std::shared_ptr<const SyntheticModel> model,
+                                                              int64_t max_rows);
 
 // Spins (no sleep) for `us` microseconds: CPU time that really occupies a core.
 void BusyWaitMicros(double us);

@@ -22,8 +22,9 @@ std::vector<uint8_t> Rows(int64_t rows, int64_t bytes, int seed) {
 TEST(SyntheticModelTest, ParsesEveryKey) {
   SyntheticConfig c = Parse(R"({"type": "synthetic", "name": "s", "max_batch_size": 8, "input_bytes": 16,
       "output_bytes": 8, "preprocess_us": 1, "preprocess_us_per_item": 2, "buffers": "pinned", "launch_us": 3,
-      "kernels": [{"name": "k", "count": 4, "flops": 10, "flops_per_item": 20, "bytes": 30, "bytes_per_item": 40}],
-      "postprocess_us": 5, "postprocess_us_per_item": 6, "cpu_scale": 0.5})");
+      "kernels": [{"name": "k", "count": 4, "flops": 10, "flops_per_item": 20, "bytes": 30, "bytes_per_item": 40,
+                   "blocks": 16}],
+      "postprocess_us": 5, "postprocess_us_per_item": 6, "cpu_scale": 0.5, "device": "cuda"})");
   EXPECT_EQ(c.input_bytes, 16);
   EXPECT_EQ(c.output_bytes, 8);
   EXPECT_TRUE(c.pinned);
@@ -32,12 +33,15 @@ TEST(SyntheticModelTest, ParsesEveryKey) {
   EXPECT_EQ(c.kernels[0].bytes_per_item, 40);
   EXPECT_EQ(c.postprocess_us_per_item, 6);
   EXPECT_EQ(c.cpu_scale, 0.5);
+  EXPECT_EQ(c.kernels[0].blocks, 16);
+  EXPECT_EQ(c.device, "cuda");
+  EXPECT_EQ(Parse("{}").device, "cpu");
 }
 
 TEST(SyntheticModelTest, BadConfigNamesFileAndKey) {
-  for (const char* text :
-       {R"({"input_bytes": 0})", R"({"buffers": "huge"})", R"({"preprocess_us": -1})",
-        R"({"kernels": [{"flops": "many"}]})", R"({"kernels": [{"threads": 2}]})", R"({"latency": 5})"}) {
+  for (const char* text : {R"({"input_bytes": 0})", R"({"buffers": "huge"})", R"({"preprocess_us": -1})",
+                           R"({"kernels": [{"flops": "many"}]})", R"({"kernels": [{"threads": 2}]})",
+                           R"({"latency": 5})", R"({"device": "gpu"})", R"({"kernels": [{"blocks": -1}]})"}) {
     auto c = SyntheticConfig::FromJson(nlohmann::json::parse(text), "synth.json");
     ASSERT_FALSE(c.ok()) << text;
     EXPECT_NE(c.status().message().find("synth.json"), std::string::npos) << c.status().message();
@@ -77,6 +81,27 @@ TEST(SyntheticModelTest, SpendsTheConfiguredCpuTime) {
   EXPECT_GE(t.compute, 1'000'000);     // 10 launches x 100 us
   EXPECT_GE(t.postprocess, 2'000'000);
   EXPECT_LT(t.h2d, t.preprocess);
+}
+
+// This test binary links no CUDA runner: "cpu" and "auto" run on the CPU, "cuda" says why it cannot.
+TEST(SyntheticModelTest, RunnerFollowsTheDeviceKey) {
+  for (const char* device : {"cpu", "auto"}) {
+    auto m = std::make_shared<const SyntheticModel>(Parse(
+        (std::string(R"({"input_bytes": 3, "output_bytes": 3, "device": ")") + device + "\"}").c_str()));
+    auto r = NewSyntheticRunner(m, 4);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ((*r)->device(), "cpu");
+    const std::vector<uint8_t> in = {1, 2, 3};
+    std::vector<uint8_t> out;
+    SyntheticTimes t;
+    ASSERT_TRUE((*r)->Run(in.data(), 1, &out, &t).ok());
+    EXPECT_EQ(out, (std::vector<uint8_t>{1 ^ 0x5A, 2 ^ 0x5A, 3 ^ 0x5A}));
+  }
+  auto m = std::make_shared<const SyntheticModel>(Parse(R"({"device": "cuda"})"));
+  auto r = NewSyntheticRunner(m, 1);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("without CUDA"), std::string::npos) << r.status().message();
 }
 
 }  // namespace

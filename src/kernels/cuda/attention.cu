@@ -1,3 +1,4 @@
+#include <cstdlib>
 #include <string>
 
 #include "kernels/cuda/attention.h"
@@ -357,6 +358,24 @@ Status PrefillAttention(const __nv_bfloat16* q, const int32_t* cu_seqlens, const
                         int num_seqs, int64_t total_tokens, const int32_t* block_tables,
                         int max_blocks_per_seq, int heads, float scale,
                         const DevicePagedKv<__nv_bfloat16>& kv, __nv_bfloat16* out, cudaStream_t stream) {
+  const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
+  // STOKE_PREFILL_ATTENTION=warp forces the warp kernel (A/B runs, a way around a tiled-kernel problem).
+  static const bool force_warp = [] {
+    const char* e = std::getenv("STOKE_PREFILL_ATTENTION");
+    return e != nullptr && std::string(e) == "warp";
+  }();
+  if (!force_warp && PrefillAttentionTiledSupports(kv.head_dim) && aligned(q) && aligned(kv.k) &&
+      aligned(kv.v) && aligned(out) && total_tokens / 64 + num_seqs <= 65535 && heads <= 65535) {
+    return PrefillAttentionTiled(q, cu_seqlens, start_pos, num_seqs, total_tokens, block_tables,
+                                 max_blocks_per_seq, heads, scale, kv, out, stream);
+  }
+  return Prefill(q, cu_seqlens, start_pos, num_seqs, total_tokens, block_tables, max_blocks_per_seq, heads,
+                 scale, kv, out, stream);
+}
+Status PrefillAttentionWarp(const __nv_bfloat16* q, const int32_t* cu_seqlens, const int32_t* start_pos,
+                            int num_seqs, int64_t total_tokens, const int32_t* block_tables,
+                            int max_blocks_per_seq, int heads, float scale,
+                            const DevicePagedKv<__nv_bfloat16>& kv, __nv_bfloat16* out, cudaStream_t stream) {
   return Prefill(q, cu_seqlens, start_pos, num_seqs, total_tokens, block_tables, max_blocks_per_seq, heads,
                  scale, kv, out, stream);
 }

@@ -60,8 +60,8 @@ Status PagedDecodeAttention(const __nv_bfloat16* q, const int32_t* block_tables,
 // cu_seqlens[s+1]-1 of q (total_tokens = cu_seqlens[num_seqs]), at positions start_pos[s] .. ; query i of s
 // attends to cached positions [0, start_pos[s] + i] (its own chunk must already be in the cache: RopeWriteKv
 // first), so a cached prefix is read from the cache like any other block. q, out = [total_tokens, heads,
-// head_dim]. One warp per (token, head), walking the keys in order: simple and exact, not yet tiled for
-// tensor cores.
+// head_dim]. bf16 with head_dim 64 or 128 runs PrefillAttentionTiled (tensor cores); fp32 and other head dims
+// run PrefillAttentionWarp.
 Status PrefillAttention(const float* q, const int32_t* cu_seqlens, const int32_t* start_pos, int num_seqs,
                         int64_t total_tokens, const int32_t* block_tables, int max_blocks_per_seq, int heads,
                         float scale, const DevicePagedKv<float>& kv, float* out, cudaStream_t stream);
@@ -69,5 +69,23 @@ Status PrefillAttention(const __nv_bfloat16* q, const int32_t* cu_seqlens, const
                         int num_seqs, int64_t total_tokens, const int32_t* block_tables,
                         int max_blocks_per_seq, int heads, float scale,
                         const DevicePagedKv<__nv_bfloat16>& kv, __nv_bfloat16* out, cudaStream_t stream);
+
+// The two prefill kernels behind PrefillAttention, callable directly (tests, benchmarks); same contract.
+// Tiled: FlashAttention-2 style, bf16 only, head_dim 64 or 128, pointers 16-byte aligned, block_size any
+// positive value; one CTA per (query tile of tile_rows = 64 (4 warps) or 128 (8 warps) rows, head), 64-key
+// K/V tiles gathered from the blocks into shared memory, S = Q·K^T and O += P·V on mma.sync tensor cores,
+// online softmax in fp32, causal mask on the diagonal tiles only. At most 65535 query-tile slots
+// (total_tokens / tile_rows + num_seqs). InvalidArgument otherwise. PrefillAttention uses tile_rows 64.
+// Warp: one warp per (token, head), walking the keys in order: simple and exact, slow.
+bool PrefillAttentionTiledSupports(int head_dim);
+Status PrefillAttentionTiled(const __nv_bfloat16* q, const int32_t* cu_seqlens, const int32_t* start_pos,
+                             int num_seqs, int64_t total_tokens, const int32_t* block_tables,
+                             int max_blocks_per_seq, int heads, float scale,
+                             const DevicePagedKv<__nv_bfloat16>& kv, __nv_bfloat16* out, cudaStream_t stream,
+                             int tile_rows = 64);
+Status PrefillAttentionWarp(const __nv_bfloat16* q, const int32_t* cu_seqlens, const int32_t* start_pos,
+                            int num_seqs, int64_t total_tokens, const int32_t* block_tables,
+                            int max_blocks_per_seq, int heads, float scale,
+                            const DevicePagedKv<__nv_bfloat16>& kv, __nv_bfloat16* out, cudaStream_t stream);
 
 }  // namespace stoke::cuda

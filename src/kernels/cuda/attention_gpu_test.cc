@@ -7,6 +7,8 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <string>
+#include <tuple>
 
 #include "base/thread_pool.h"
 #include "kernels/cpu/attention.h"
@@ -142,6 +144,130 @@ TEST(CudaPrefill, MatchesCpuPagedAttentionWithCachedPrefix) {
       EXPECT_CLOSE(FromBf16(out.Download()), want, kTolBf16, "prefill bf16");
     }
   }
+}
+
+// Tensor-core prefill (PrefillAttentionTiled, and PrefillAttention's bf16 dispatch to it) against the fp32
+// CPU reference. Param: (head_dim, GQA ratio, block_size). Six sequences of 1, 15, 64, 127, 300 and 1000 new
+// tokens, four of them after a cached prefix of random length (never a multiple of the block size), in a
+// cache with shuffled physical blocks.
+class CudaPrefillTiled : public ::testing::TestWithParam<std::tuple<int, int, int>> {};
+
+struct PrefillCase {
+  std::vector<int> start, chunk, lens;
+  std::vector<int32_t> cu = {0};
+  int total = 0;
+};
+
+PrefillCase MakePrefillCase(int bs, uint32_t seed) {
+  PrefillCase c;
+  c.chunk = {1, 15, 64, 127, 300, 1000};
+  std::mt19937 rng(seed);
+  for (size_t s = 0; s < c.chunk.size(); ++s) {
+    int start = 0;
+    if (s % 3 != 0) {  // sequences 1, 2, 4, 5: a cached prefix
+      start = std::uniform_int_distribution<int>(1, 200)(rng);
+      if (start % bs == 0) ++start;
+    }
+    c.start.push_back(start);
+    c.lens.push_back(start + c.chunk[s]);
+    c.cu.push_back(c.cu.back() + c.chunk[s]);
+  }
+  c.total = c.cu.back();
+  return c;
+}
+
+TEST_P(CudaPrefillTiled, MatchesCpuPagedAttention) {
+  SKIP_WITHOUT_GPU();
+  const auto [hd, ratio, bs] = GetParam();
+  const int kvh = ratio == 8 ? 1 : ratio == 4 ? 2 : 3, heads = kvh * ratio;
+  const PrefillCase c = MakePrefillCase(bs, 11 * hd + ratio + bs);
+  const int num_seqs = static_cast<int>(c.chunk.size());
+  const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+  PagedFixture f(c.lens, bs, kvh, hd, /*bf16=*/true, 300 + hd + ratio + bs);
+  const auto q = RoundBf16(RandomFloats(static_cast<size_t>(c.total) * heads * hd, 301 + hd, -2.f, 2.f));
+  std::vector<float> want(q.size());
+  auto kvc = f.Cpu();
+  for (int s = 0; s < num_seqs; ++s) {
+    cpu::PagedAttention(q.data() + static_cast<size_t>(c.cu[s]) * heads * hd, c.chunk[s], heads, c.start[s],
+                        f.tables.data() + s * f.max_blocks, kvc, scale,
+                        want.data() + static_cast<size_t>(c.cu[s]) * heads * hd, ThreadPool::Default());
+  }
+  DeviceBuffer<int32_t> dt(f.tables), dcu(c.cu), dsp(std::vector<int32_t>(c.start.begin(), c.start.end()));
+  DeviceBuffer<uint16_t> dq(ToBf16(q)), dk(ToBf16(f.k)), dv(ToBf16(f.v)), out(q.size());
+  const auto kv = Gpu<__nv_bfloat16>(f, dk.bf16(), dv.bf16());
+  const std::string what = "prefill tiled hd=" + std::to_string(hd) + " gqa=" + std::to_string(ratio) +
+                           " bs=" + std::to_string(bs);
+  STATUS_ASSERT(PrefillAttentionTiled(dq.bf16(), dcu.get(), dsp.get(), num_seqs, c.total, dt.get(),
+                                      f.max_blocks, heads, scale, kv, out.bf16(), nullptr));
+  const auto tiled = out.Download();
+  EXPECT_CLOSE(FromBf16(tiled), want, kTolBf16, what.c_str());
+  // 128-row tiles (8 warps) on a fresh poisoned buffer.
+  DeviceBuffer<uint16_t> out128(q.size());
+  STATUS_ASSERT(PrefillAttentionTiled(dq.bf16(), dcu.get(), dsp.get(), num_seqs, c.total, dt.get(),
+                                      f.max_blocks, heads, scale, kv, out128.bf16(), nullptr, 128));
+  EXPECT_CLOSE(FromBf16(out128.Download()), want, kTolBf16, (what + " rows=128").c_str());
+  // The public entry point takes the tiled path for bf16 at these head dims: the same bits.
+  CUDA_ASSERT(cudaMemset(out.get(), 0xFF, out.size() * sizeof(uint16_t)));  // poison again
+  STATUS_ASSERT(PrefillAttention(dq.bf16(), dcu.get(), dsp.get(), num_seqs, c.total, dt.get(), f.max_blocks,
+                                 heads, scale, kv, out.bf16(), nullptr));
+  EXPECT_EQ(out.Download(), tiled) << what << ": PrefillAttention did not dispatch to the tiled kernel";
+  CUDA_ASSERT(cudaGetLastError());
+}
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaPrefillTiled,
+                         ::testing::Combine(::testing::Values(64, 128), ::testing::Values(1, 4, 8),
+                                            ::testing::Values(16, 32)));
+
+// The tiled kernel and the warp-per-(token, head) kernel agree (bf16 outputs of both), here with block size
+// 8 and a long single sequence after a cached prefix, plus a short one.
+TEST(CudaPrefillTiledVsWarp, KernelsAgree) {
+  SKIP_WITHOUT_GPU();
+  for (int hd : {64, 128}) {
+    const int heads = 8, kvh = 2, bs = 8;
+    const std::vector<int> start = {45, 3}, chunk = {777, 2};
+    std::vector<int> lens;
+    std::vector<int32_t> cu = {0};
+    for (int s = 0; s < 2; ++s) lens.push_back(start[s] + chunk[s]), cu.push_back(cu.back() + chunk[s]);
+    const int total = cu.back();
+    const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+    PagedFixture f(lens, bs, kvh, hd, true, 500 + hd);
+    const auto q = RoundBf16(RandomFloats(static_cast<size_t>(total) * heads * hd, 501 + hd, -2.f, 2.f));
+    DeviceBuffer<int32_t> dt(f.tables), dcu(cu), dsp(std::vector<int32_t>(start.begin(), start.end()));
+    DeviceBuffer<uint16_t> dq(ToBf16(q)), dk(ToBf16(f.k)), dv(ToBf16(f.v)), out_t(q.size()), out_w(q.size());
+    const auto kv = Gpu<__nv_bfloat16>(f, dk.bf16(), dv.bf16());
+    STATUS_ASSERT(PrefillAttentionTiled(dq.bf16(), dcu.get(), dsp.get(), 2, total, dt.get(), f.max_blocks,
+                                        heads, scale, kv, out_t.bf16(), nullptr));
+    STATUS_ASSERT(PrefillAttentionWarp(dq.bf16(), dcu.get(), dsp.get(), 2, total, dt.get(), f.max_blocks,
+                                       heads, scale, kv, out_w.bf16(), nullptr));
+    const auto warp = FromBf16(out_w.Download());
+    EXPECT_CLOSE(FromBf16(out_t.Download()), warp, kTolBf16,
+                 ("tiled vs warp hd=" + std::to_string(hd)).c_str());
+    CUDA_ASSERT(cudaMemset(out_t.get(), 0xFF, out_t.size() * sizeof(uint16_t)));  // poison again
+    STATUS_ASSERT(PrefillAttentionTiled(dq.bf16(), dcu.get(), dsp.get(), 2, total, dt.get(), f.max_blocks,
+                                        heads, scale, kv, out_t.bf16(), nullptr, 128));
+    EXPECT_CLOSE(FromBf16(out_t.Download()), warp, kTolBf16,
+                 ("tiled rows=128 vs warp hd=" + std::to_string(hd)).c_str());
+  }
+}
+
+TEST(CudaPrefillTiled, RejectsUnsupportedShapes) {
+  SKIP_WITHOUT_GPU();
+  DeviceBuffer<uint16_t> buf(64);
+  DevicePagedKv<__nv_bfloat16> kv{buf.bf16(), buf.bf16(), 1, 16, 1, 256};
+  EXPECT_EQ(
+      PrefillAttentionTiled(buf.bf16(), nullptr, nullptr, 1, 1, nullptr, 1, 1, 1.f, kv, buf.bf16(), nullptr)
+          .code(),
+      StatusCode::kInvalidArgument);
+  kv.head_dim = 128;
+  EXPECT_EQ(PrefillAttentionTiled(buf.bf16() + 1, nullptr, nullptr, 1, 1, nullptr, 1, 1, 1.f, kv, buf.bf16(),
+                                  nullptr)
+                .code(),
+            StatusCode::kInvalidArgument);  // misaligned q
+  EXPECT_EQ(PrefillAttentionTiled(buf.bf16(), nullptr, nullptr, 1, 1, nullptr, 1, 1, 1.f, kv, buf.bf16(),
+                                  nullptr, 96)
+                .code(),
+            StatusCode::kInvalidArgument);  // tile rows
+  EXPECT_FALSE(PrefillAttentionTiledSupports(96));
+  EXPECT_TRUE(PrefillAttentionTiledSupports(128));
 }
 
 TEST(CudaRope, RopeWriteKvMatchesCpuRopeThenWriteKv) {

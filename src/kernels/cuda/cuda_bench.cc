@@ -3,9 +3,11 @@
 //   h2d           pinned vs pageable host->device, GB/s
 //   gemm          bf16 GEMM through BlasLtGemm (tuned), TFLOP/s, at 8192^3 and Llama-3.1-8B shapes
 //   decode_attn   paged decode attention, GB/s of KV read
+//   prefill_attn  causal prefill attention on the paged cache, tensor-core vs warp kernel, TFLOP/s (median)
 // Usage: cuda_bench [--quick]   (--quick: fewer iterations, for a smoke run)
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -177,6 +179,104 @@ void DecodeAttentionBench(cudaStream_t s) {
   }
 }
 
+// Median milliseconds of one call of fn over g_iters calls (after 2 warm-ups), each timed by its own events.
+template <typename Fn>
+float MedianMs(cudaStream_t s, Fn fn) {
+  for (int i = 0; i < 2; ++i) fn();
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  std::vector<float> times;
+  for (int i = 0; i < g_iters; ++i) {
+    cudaEventRecord(a, s);
+    fn();
+    cudaEventRecord(b, s);
+    BENCH_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    times.push_back(ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+// Llama-3.1-8B prefill attention (32 heads, 8 kv heads, head_dim 128), bf16 cache, block size 16, shuffled
+// blocks: the tensor-core kernel (tiled) vs the warp-per-(token, head) kernel (warp). Causal FLOPs =
+// 4 · hd · heads · Σ_s (T_s (T_s + 1) / 2 + T_s · start_s).
+void PrefillAttentionBench(cudaStream_t s) {
+  const int heads = 32, kvh = 8, hd = 128, bs = 16;
+  struct Case {
+    const char* name;
+    int seqs, tokens, start;  // every sequence: `tokens` new tokens after `start` cached positions
+  };
+  for (const Case c :
+       {Case{"1x2048", 1, 2048, 0}, Case{"4x512", 4, 512, 0}, Case{"1x512_after_3584", 1, 512, 3584}}) {
+    const int ctx = c.start + c.tokens;
+    const int blocks_per_seq = (ctx + bs - 1) / bs;
+    const int num_blocks = blocks_per_seq * c.seqs;
+    const int total = c.seqs * c.tokens;
+    const size_t cache_elems = static_cast<size_t>(num_blocks) * bs * kvh * hd;
+    const size_t q_elems = static_cast<size_t>(total) * heads * hd;
+    void *k, *v, *q, *out, *bt, *cu, *sp;
+    BENCH_CHECK(cudaMalloc(&k, cache_elems * 2));
+    BENCH_CHECK(cudaMalloc(&v, cache_elems * 2));
+    BENCH_CHECK(cudaMalloc(&q, q_elems * 2));
+    BENCH_CHECK(cudaMalloc(&out, q_elems * 2));
+    cudaMemset(k, 0x3c, cache_elems * 2);  // small finite bf16 values
+    cudaMemset(v, 0x3c, cache_elems * 2);
+    cudaMemset(q, 0x3c, q_elems * 2);
+    std::vector<int32_t> table(static_cast<size_t>(c.seqs) * blocks_per_seq), cus(c.seqs + 1),
+        sps(c.seqs, c.start);
+    for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>((i * 7919) % num_blocks);
+    for (int i = 0; i <= c.seqs; ++i) cus[i] = i * c.tokens;
+    BENCH_CHECK(cudaMalloc(&bt, table.size() * 4));
+    BENCH_CHECK(cudaMalloc(&cu, cus.size() * 4));
+    BENCH_CHECK(cudaMalloc(&sp, sps.size() * 4));
+    cudaMemcpy(bt, table.data(), table.size() * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(cu, cus.data(), cus.size() * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(sp, sps.data(), sps.size() * 4, cudaMemcpyHostToDevice);
+    DevicePagedKv<__nv_bfloat16> kv{
+        static_cast<__nv_bfloat16*>(k), static_cast<__nv_bfloat16*>(v), num_blocks, bs, kvh, hd};
+    const double flops =
+        4.0 * hd * heads * c.seqs *
+        (static_cast<double>(c.tokens) * (c.tokens + 1) / 2 + static_cast<double>(c.tokens) * c.start);
+    struct Kernel {
+      const char* name;
+      int rows;  // 0: the warp kernel
+    };
+    for (const Kernel kern : {Kernel{"tiled64", 64}, Kernel{"tiled128", 128}, Kernel{"warp", 0}}) {
+      const char* kernel = kern.name;
+      const int rows = kern.rows;
+      const bool warp = rows == 0;
+      Status st;
+      const float ms = MedianMs(s, [&] {
+        auto* qq = static_cast<__nv_bfloat16*>(q);
+        auto* oo = static_cast<__nv_bfloat16*>(out);
+        auto* cc = static_cast<int32_t*>(cu);
+        auto* ss = static_cast<int32_t*>(sp);
+        auto* tt = static_cast<int32_t*>(bt);
+        st = warp ? PrefillAttentionWarp(qq, cc, ss, c.seqs, total, tt, blocks_per_seq, heads, 0.088f, kv, oo,
+                                         s)
+                  : PrefillAttentionTiled(qq, cc, ss, c.seqs, total, tt, blocks_per_seq, heads, 0.088f, kv,
+                                          oo, s, rows);
+      });
+      const cudaError_t err = cudaStreamSynchronize(s);
+      if (!st.ok() || err != cudaSuccess) {
+        std::fprintf(stderr, "prefill_attn %s %s: %s %s\n", c.name, kernel, st.ToString().c_str(),
+                     cudaGetErrorString(err));
+        continue;
+      }
+      std::printf(
+          "{\"bench\":\"prefill_attn\",\"case\":\"%s\",\"kernel\":\"%s\",\"seqs\":%d,\"tokens\":%d,"
+          "\"start\":%d,\"heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,\"ms\":%.4f,\"tflops\":%.1f}\n",
+          c.name, kernel, c.seqs, c.tokens, c.start, heads, kvh, hd, ms, flops / (ms * 1e-3) / 1e12);
+    }
+    for (void* p : {k, v, q, out, bt, cu, sp}) cudaFree(p);
+  }
+}
+
 }  // namespace
 }  // namespace stoke::cuda
 
@@ -206,6 +306,9 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   std::fprintf(stderr, "cuda_bench: decode attention\n");
   DecodeAttentionBench(s);
+  std::fflush(stdout);
+  std::fprintf(stderr, "cuda_bench: prefill attention\n");
+  PrefillAttentionBench(s);
   cudaStreamDestroy(s);
   return 0;
 }

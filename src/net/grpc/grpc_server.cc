@@ -3,7 +3,10 @@
 #include <grpcpp/grpcpp.h>
 
 #include <climits>
+#include <deque>
+#include <functional>
 #include <memory>
+#include <mutex>
 
 #include "base/clock.h"
 #include "base/logging.h"
@@ -32,16 +35,7 @@ class InferReactor final : public grpc::ServerUnaryReactor {
   }
   void OnDone() override {
     if (ok_ && model_ != nullptr && model_->metrics() != nullptr) {
-      ClassicLedger l;
-      l[static_cast<int>(ClassicStage::kRecv)] = submit_ - arrival_;
-      l[static_cast<int>(ClassicStage::kQueue)] = times_.dispatch - times_.enqueue;
-      l[static_cast<int>(ClassicStage::kPreprocess)] = times_.exec.preprocess;
-      l[static_cast<int>(ClassicStage::kH2d)] = times_.exec.h2d;
-      l[static_cast<int>(ClassicStage::kCompute)] = times_.exec.compute;
-      l[static_cast<int>(ClassicStage::kD2h)] = times_.exec.d2h;
-      l[static_cast<int>(ClassicStage::kPostprocess)] = times_.exec.postprocess;
-      l[static_cast<int>(ClassicStage::kSend)] = MonotonicNanos() - times_.done;
-      model_->metrics()->ObserveLedger(l);
+      model_->metrics()->ObserveLedger(RequestLedger(arrival_, submit_, times_, MonotonicNanos()));
     }
     delete this;
   }
@@ -54,6 +48,11 @@ class InferReactor final : public grpc::ServerUnaryReactor {
   Nanos submit_ = 0;
   bool ok_ = false;
 };
+
+// How a request ends: `status` (OK: the outputs are in the response), its model (null when the request never
+// reached one), its batch's times and when it was submitted.
+using InferDone =
+    std::function<void(const Status& status, ServedModel* m, const RequestTimes& t, Nanos submit)>;
 
 }  // namespace
 
@@ -162,41 +161,54 @@ class GrpcInferenceServer::Service final : public inference::GRPCInferenceServic
                                        inference::ModelInferResponse* resp) override {
     const Nanos arrival = MonotonicNanos();
     auto* reactor = new InferReactor(arrival);
-    auto fail = [&](const Status& s) {
-      reactor->Done(nullptr, {}, 0, ToGrpc(s));
-      return reactor;
-    };
+    StartInfer(req, resp, arrival,
+               [reactor](const Status& s, ServedModel* m, const RequestTimes& t, Nanos submit) {
+                 reactor->Done(m, t, submit, ToGrpc(s));
+               });
+    return reactor;
+  }
+
+  grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
+  ModelStreamInfer(grpc::CallbackServerContext* ctx) override;
+
+  // Validates `req` and submits it to its model's batcher. `done` runs exactly once: inline when the request
+  // is refused (no model, bad tensors, queue full), else on the instance thread once the outputs are encoded
+  // into `resp`. `req` and `resp` must outlive that call.
+  void StartInfer(const inference::ModelInferRequest* req, inference::ModelInferResponse* resp, Nanos arrival,
+                  InferDone done) {
     auto found = Ready(req->model_name(), req->model_version());
-    if (!found.ok()) return fail(found.status());
+    if (!found.ok()) return done(found.status(), nullptr, {}, 0);
     ServedModel* m = *found;
     auto params = DecodeGrpcParameters(*req);
-    if (!params.ok()) return fail(params.status());
+    if (!params.ok()) return done(params.status(), nullptr, {}, 0);
     auto inputs = DecodeGrpcInputs(*req);
-    if (!inputs.ok()) return fail(inputs.status());
+    if (!inputs.ok()) return done(inputs.status(), nullptr, {}, 0);
     for (const auto& o : req->outputs()) {
       bool known = false;
       for (const TensorSpec& s : m->model().signature().outputs) known |= s.name == o.name();
       if (!known) {
-        return fail(
-            InvalidArgumentError("unexpected inference output '{}' for model '{}'", o.name(), m->name()));
+        return done(
+            InvalidArgumentError("unexpected inference output '{}' for model '{}'", o.name(), m->name()),
+            nullptr, {}, 0);
       }
     }
     const InferOptions opts{
         .priority = params->priority, .timeout_us = params->timeout_us, .arrival = arrival};
     const Nanos submit = MonotonicNanos();
-    Status s = m->Infer(std::move(inputs).value(), opts, [m, req, resp, reactor, submit](InferResult r) {
-      if (!r.status.ok()) return reactor->Done(m, r.times, submit, ToGrpc(r.status));
+    // Shared: Infer takes its callback even when it refuses the request, and then we still owe `done` a call.
+    auto shared = std::make_shared<InferDone>(std::move(done));
+    Status s = m->Infer(std::move(inputs).value(), opts, [m, req, resp, submit, shared](InferResult r) {
+      if (!r.status.ok()) return (*shared)(r.status, m, r.times, submit);
       resp->set_model_name(m->name());
       resp->set_model_version(m->version());
       resp->set_id(req->id());
       Status enc = EncodeGrpcOutputs(*req, std::move(r.outputs), resp);
-      reactor->Done(m, r.times, submit, ToGrpc(enc));
+      (*shared)(enc, m, r.times, submit);
     });
     if (!s.ok()) {
       if (m->metrics() != nullptr && s.code() != StatusCode::kUnavailable) m->metrics()->OnFailure("OTHER");
-      return fail(s);
+      (*shared)(s, nullptr, {}, 0);
     }
-    return reactor;
   }
 
  private:
@@ -219,6 +231,142 @@ class GrpcInferenceServer::Service final : public inference::GRPCInferenceServic
   const GrpcServerOptions& options_;
   ModelRepository* repo_;
 };
+
+namespace {
+
+// A ModelStreamInfer call (Triton's bidirectional stream for non-decoupled models): every request read is
+// submitted at once, so several can be in flight; each gets exactly one ModelStreamInferResponse, written in
+// the order they finish (match them by id), with error_message set (and the id) when it failed; the stream
+// stays open after a failed request. The call ends once the client has half-closed (or gone) and every
+// response is written (or, after a failed write, dropped). A written response closes its request's ledger.
+class StreamInferReactor final
+    : public grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse> {
+ public:
+  explicit StreamInferReactor(GrpcInferenceServer::Service* service) : service_(service) {
+    StartRead(&incoming_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // half-closed by the client, cancelled, or the server is stopping
+      bool finish;
+      {
+        std::lock_guard lock(mu_);
+        reads_done_ = true;
+        finish = ShouldFinishLocked();
+      }
+      if (finish) FinishNow();  // last touch of `this`
+      return;
+    }
+    auto* p = new Pending;  // owned by the callback below until Answer takes it
+    p->req.Swap(&incoming_);
+    p->arrival = MonotonicNanos();
+    {
+      std::lock_guard lock(mu_);
+      ++in_flight_;
+    }
+    service_->StartInfer(&p->req, p->resp.mutable_infer_response(), p->arrival,
+                         [this, p](const Status& s, ServedModel* m, const RequestTimes& t, Nanos submit) {
+                           p->model = m;
+                           p->times = t;
+                           p->submit = submit;
+                           p->ok = s.ok();
+                           if (!s.ok()) {
+                             p->resp.Clear();
+                             p->resp.set_error_message(s.message());
+                             p->resp.mutable_infer_response()->set_id(p->req.id());
+                             p->resp.mutable_infer_response()->set_model_name(p->req.model_name());
+                           }
+                           Answer(std::unique_ptr<Pending>(p));
+                         });
+    StartRead(&incoming_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::unique_ptr<Pending> written;
+    inference::ModelStreamInferResponse* next = nullptr;
+    bool finish;
+    {
+      std::lock_guard lock(mu_);
+      written = std::move(writes_.front());
+      writes_.pop_front();
+      writing_ = false;
+      if (!ok) {
+        broken_ = true;
+        writes_.clear();
+      } else if (!writes_.empty()) {
+        writing_ = true;
+        next = &writes_.front()->resp;
+      }
+      finish = ShouldFinishLocked();
+    }
+    if (ok && written->ok && written->model != nullptr && written->model->metrics() != nullptr) {
+      written->model->metrics()->ObserveLedger(
+          RequestLedger(written->arrival, written->submit, written->times, MonotonicNanos()));
+    }
+    if (next != nullptr) StartWrite(next);
+    if (finish) FinishNow();  // last touch of `this`
+  }
+
+  void OnDone() override { delete this; }
+  void OnCancel() override {}
+
+ private:
+  struct Pending {
+    inference::ModelInferRequest req;
+    inference::ModelStreamInferResponse resp;
+    ServedModel* model = nullptr;
+    RequestTimes times;
+    Nanos arrival = 0, submit = 0;
+    bool ok = false;
+  };
+
+  // On the instance thread (or inline when the request was refused).
+  void Answer(std::unique_ptr<Pending> p) {
+    inference::ModelStreamInferResponse* next = nullptr;
+    bool finish;
+    {
+      std::lock_guard lock(mu_);
+      --in_flight_;
+      if (!broken_) {
+        writes_.push_back(std::move(p));
+        if (!writing_) {
+          writing_ = true;
+          next = &writes_.front()->resp;
+        }
+      }
+      finish = ShouldFinishLocked();
+    }
+    if (next != nullptr) StartWrite(next);
+    if (finish) FinishNow();
+  }
+
+  // True exactly once: reads are over, nothing is in flight or being written.
+  bool ShouldFinishLocked() {
+    if (finished_ || writing_ || in_flight_ > 0 || !reads_done_) return false;
+    finished_ = true;
+    return true;
+  }
+  void FinishNow() {
+    Finish(broken_ ? grpc::Status(grpc::StatusCode::CANCELLED, "a response write failed") : grpc::Status::OK);
+  }
+
+  GrpcInferenceServer::Service* const service_;
+  inference::ModelInferRequest incoming_;  // the read in progress (one at a time)
+  std::mutex mu_;
+  std::deque<std::unique_ptr<Pending>> writes_;  // answered; the front one is being written when writing_
+  int in_flight_ = 0;                            // submitted, not answered yet
+  bool writing_ = false;
+  bool reads_done_ = false;
+  bool broken_ = false;  // a write failed: the client is gone; later answers are dropped
+  bool finished_ = false;
+};
+
+}  // namespace
+
+grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
+GrpcInferenceServer::Service::ModelStreamInfer(grpc::CallbackServerContext*) {
+  return new StreamInferReactor(this);
+}
 
 GrpcInferenceServer::GrpcInferenceServer(GrpcServerOptions options, ModelRepository* repo)
     : options_(std::move(options)), repo_(repo) {}

@@ -28,7 +28,11 @@
 #include "serve/batcher/bert_classic_model.h"
 #include "serve/batcher/model_repository.h"
 #include "serve/batcher/synthetic_classic_model.h"
+#include "telemetry/gpu_telemetry.h"
 #include "telemetry/metrics.h"
+#ifdef STOKE_SYNTHETIC_CUDA
+#include "engine/cuda_synthetic/synthetic_gpu.h"
+#endif
 
 namespace stoke {
 namespace {
@@ -137,7 +141,8 @@ StatusOr<LoadedModels> LoadModels(const ServeSpec& s) {
   if (s.type == "synthetic") {
     ASSIGN_OR_RETURN(SyntheticConfig sc, SyntheticConfig::FromJson(s.file, s.source));
     auto model = std::make_shared<const SyntheticModel>(std::move(sc));
-    l.models.emplace_back(s.name, std::make_shared<SyntheticClassicModel>(model));
+    l.models.emplace_back(
+        s.name, std::make_shared<SyntheticClassicModel>(model, std::max(1, s.config.max_batch_size)));
     l.path = s.source;
     return l;
   }
@@ -176,6 +181,9 @@ int RunClassicServe(const ClassicServeOptions& o) {
     return 2;
   }
   if (o.threads > 0) ThreadPool::SetDefaultThreads(o.threads);
+#ifdef STOKE_SYNTHETIC_CUDA
+  RegisterSyntheticCuda();  // a synthetic model file may say "device": "cuda"
+#endif
 
   ModelRepository repo;
   std::vector<std::string> names = {spec->name};
@@ -187,6 +195,11 @@ int RunClassicServe(const ClassicServeOptions& o) {
     }
   }
   MetricsRegistry registry(o.metric_naming);
+  // GPU telemetry on /metrics (DCGM_FI_* names) and GET /v1/gpu; without NVML only an info line.
+  std::unique_ptr<GpuTelemetry> gpu = GpuTelemetry::Create(
+      {.enabled = o.gpu_telemetry, .interval = std::chrono::milliseconds(o.gpu_telemetry_interval_ms)},
+      &registry);
+  gpu->Start();
 
   HttpServerOptions ho;
   ho.host = o.host;
@@ -202,6 +215,9 @@ int RunClassicServe(const ClassicServeOptions& o) {
       {.served_model_name = spec->name, .model_aliases = {o.model}, .embeddings = spec->type == "bert"},
       &repo, &registry);
   openai.RegisterRoutes(server);
+  server.Handle("GET", "/v1/gpu", [g = gpu.get()](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
+    r->Send({.body = g->SnapshotJson()});
+  });
   if (Status s = server.Start(); !s.ok()) {
     fmt::print(stderr, "stoke serve: {}\n", s.message());
     return 1;

@@ -35,6 +35,8 @@ struct ClassicServeOptions {
   int threads = 0;  // compute threads; 0 = hardware threads
   double drain_seconds = 10;
   double idle_timeout_seconds = 120;
+  bool gpu_telemetry = true;  // NVML/GPM sampler -> /metrics and GET /v1/gpu
+  int gpu_telemetry_interval_ms = 1000;
   MetricNaming metric_naming = MetricNaming::kVllm;  // /metrics names: stoke:... or stoke_...
 };
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "net/openai/openai_codec.h"
+#include "serve/batcher/classic_metrics.h"
 
 namespace stoke {
 namespace {
@@ -139,6 +140,10 @@ struct EmbeddingsCall {
   int64_t prompt_tokens = 0;
   bool base64 = false;
   std::string model;
+  // The ledger: first byte, all chunks submitted, and the batch times of the chunk that finished last (its
+  // queue and execution are what the response waited for).
+  Nanos recv = 0, submit = 0;
+  RequestTimes last;
 };
 
 std::string EmbeddingsResponseJson(const EmbeddingsCall& c) {
@@ -264,6 +269,9 @@ void EmbeddingsService::HandleEmbeddings(const HttpRequest& req, std::shared_ptr
   const size_t chunk = static_cast<size_t>(std::max(1, m->config().max_batch_size));
   const size_t num_chunks = (all.size() + chunk - 1) / chunk;
   call->pending = static_cast<int>(num_chunks);
+  call->recv = req.recv_time;
+  // Tokenised and about to queue: what follows is the batcher's (queue) and the instance's time.
+  call->submit = MonotonicNanos();
   const InferOptions opts{.arrival = req.recv_time};
   for (size_t c = 0; c < num_chunks; ++c) {
     const size_t begin = c * chunk, end = std::min(all.size(), begin + chunk);
@@ -273,25 +281,33 @@ void EmbeddingsService::HandleEmbeddings(const HttpRequest& req, std::shared_ptr
       part_longest = std::max<int64_t>(part_longest, all[i].size());
       part->rows.push_back(std::move(all[i]));
     }
-    Status s = m->Submit(std::move(part), static_cast<int64_t>(end - begin), part_longest, opts,
-                         [call, r, begin](InferResult res) {
-                           std::lock_guard lock(call->mu);
-                           if (res.status.ok()) {
-                             const InferTensor& t = res.outputs.at(0);
-                             std::memcpy(call->embeddings.data() + begin * call->hidden, t.data.data(),
-                                         t.data.size());
-                           } else if (call->error.ok()) {
-                             call->error = res.status;
-                           }
-                           if (--call->pending > 0) return;
-                           r->Post([call, r] {
-                             if (!call->error.ok()) {
-                               SendError(*r, call->error);
-                             } else {
-                               r->Send({.body = EmbeddingsResponseJson(*call)});
-                             }
-                           });
-                         });
+    Status s = m->Submit(
+        std::move(part), static_cast<int64_t>(end - begin), part_longest, opts,
+        [call, r, m, begin](InferResult res) {
+          std::lock_guard lock(call->mu);
+          if (res.status.ok()) {
+            const InferTensor& t = res.outputs.at(0);
+            std::memcpy(call->embeddings.data() + begin * call->hidden, t.data.data(), t.data.size());
+            if (res.times.done >= call->last.done) call->last = res.times;
+          } else if (call->error.ok()) {
+            call->error = res.status;
+          }
+          if (--call->pending > 0) return;
+          r->Post([call, r, m] {
+            if (!call->error.ok()) {
+              SendError(*r, call->error);
+              return;
+            }
+            // As for KServe infer: the ledger closes when the last byte is written. The
+            // callback holds the responder until Complete() drops it.
+            r->OnComplete([m, call, keep = r](bool ok, Nanos when) {
+              if (ok && m->metrics() != nullptr) {
+                m->metrics()->ObserveLedger(RequestLedger(call->recv, call->submit, call->last, when));
+              }
+            });
+            r->Send({.body = EmbeddingsResponseJson(*call)});
+          });
+        });
     if (!s.ok()) {
       // Chunks already queued finish on their own; the response carries this error.
       std::lock_guard lock(call->mu);

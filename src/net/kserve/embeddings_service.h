@@ -8,7 +8,9 @@
 //
 // An embeddings request goes through the same dynamic batcher as KServe requests for the text model: its
 // sentences are split into requests of at most max_batch_size rows, submitted together, and the response is
-// sent when the last one is done. Errors use OpenAI's {"error": {...}} shape.
+// sent when the last one is done. Errors use OpenAI's {"error": {...}} shape. Once its last byte is written,
+// a response's ledger (recv ... send; queue and execution stages from the chunk that finished last) goes to
+// the text model's stoke:request_stage_seconds, as a KServe infer's does.
 #pragma once
 
 #include <memory>

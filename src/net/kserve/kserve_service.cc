@@ -42,17 +42,7 @@ struct CallTimes {
 };
 
 void ObserveLedger(ClassicMetrics* metrics, const CallTimes& c, const RequestTimes& t, Nanos sent) {
-  if (metrics == nullptr) return;
-  ClassicLedger l;
-  l[static_cast<int>(ClassicStage::kRecv)] = c.submit - c.recv;
-  l[static_cast<int>(ClassicStage::kQueue)] = t.dispatch - t.enqueue;
-  l[static_cast<int>(ClassicStage::kPreprocess)] = t.exec.preprocess;
-  l[static_cast<int>(ClassicStage::kH2d)] = t.exec.h2d;
-  l[static_cast<int>(ClassicStage::kCompute)] = t.exec.compute;
-  l[static_cast<int>(ClassicStage::kD2h)] = t.exec.d2h;
-  l[static_cast<int>(ClassicStage::kPostprocess)] = t.exec.postprocess;
-  l[static_cast<int>(ClassicStage::kSend)] = sent - t.done;
-  metrics->ObserveLedger(l);
+  if (metrics != nullptr) metrics->ObserveLedger(RequestLedger(c.recv, c.submit, t, sent));
 }
 
 }  // namespace

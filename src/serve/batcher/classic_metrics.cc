@@ -128,6 +128,19 @@ void ClassicMetrics::OnFailure(const char* reason) {
   failure_.WithLabels(l).Inc();
 }
 
+ClassicLedger RequestLedger(Nanos recv, Nanos submit, const RequestTimes& t, Nanos sent) {
+  ClassicLedger l;
+  l[static_cast<int>(ClassicStage::kRecv)] = submit - recv;
+  l[static_cast<int>(ClassicStage::kQueue)] = t.dispatch - t.enqueue;
+  l[static_cast<int>(ClassicStage::kPreprocess)] = t.exec.preprocess;
+  l[static_cast<int>(ClassicStage::kH2d)] = t.exec.h2d;
+  l[static_cast<int>(ClassicStage::kCompute)] = t.exec.compute;
+  l[static_cast<int>(ClassicStage::kD2h)] = t.exec.d2h;
+  l[static_cast<int>(ClassicStage::kPostprocess)] = t.exec.postprocess;
+  l[static_cast<int>(ClassicStage::kSend)] = sent - t.done;
+  return l;
+}
+
 void ClassicMetrics::ObserveLedger(const ClassicLedger& ledger) {
   for (int i = 0; i < kNumClassicStages; ++i) {
     if (ledger[i] >= 0) stage_[i].Observe(static_cast<double>(ledger[i]) * 1e-9);

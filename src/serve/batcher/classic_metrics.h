@@ -24,6 +24,7 @@
 
 #include "base/clock.h"
 #include "base/status.h"
+#include "serve/batcher/classic_model.h"
 #include "serve/batcher/launch_rule.h"
 #include "telemetry/metrics.h"
 
@@ -35,6 +36,11 @@ const char* ClassicStageName(ClassicStage s);
 
 // Nanoseconds per stage for one request; they add up to its end-to-end time (first byte -> last byte).
 using ClassicLedger = std::array<Nanos, kNumClassicStages>;
+
+// The ledger of a request the network layer answered (every front end builds it the same way): recv = first
+// byte -> submitted (parsed, validated, tokenised, queued), queue and the execution stages from its batch,
+// send = outputs ready -> last byte written.
+ClassicLedger RequestLedger(Nanos recv, Nanos submit, const RequestTimes& t, Nanos sent);
 
 class ClassicMetrics {
  public:

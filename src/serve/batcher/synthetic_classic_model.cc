@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "base/logging.h"
+
 namespace stoke {
 namespace {
 
@@ -11,8 +13,8 @@ struct SyntheticInput : PreparedInput {
 
 class SyntheticInstance final : public ModelInstance {
  public:
-  explicit SyntheticInstance(std::shared_ptr<const SyntheticModel> m)
-      : model_(std::move(m)), ws_(model_->NewWorkspace()) {}
+  SyntheticInstance(std::shared_ptr<const SyntheticModel> m, std::unique_ptr<SyntheticRunner> runner)
+      : model_(std::move(m)), runner_(std::move(runner)) {}
 
   Status Execute(std::span<const PreparedInput* const> inputs, std::span<const int64_t> rows,
                  std::vector<std::vector<InferTensor>>* outputs, ExecTimes* times) override {
@@ -26,7 +28,7 @@ class SyntheticInstance final : public ModelInstance {
     }
     const Nanos gather = MonotonicNanos() - t0;
     SyntheticTimes t;
-    RETURN_IF_ERROR(model_->Run(reinterpret_cast<const uint8_t*>(batch_.data()), total, &out_, *ws_, &t));
+    RETURN_IF_ERROR(runner_->Run(reinterpret_cast<const uint8_t*>(batch_.data()), total, &out_, &t));
     const Nanos t1 = MonotonicNanos();
     const int64_t ob = model_->config().output_bytes;
     int64_t row = 0;
@@ -49,15 +51,15 @@ class SyntheticInstance final : public ModelInstance {
 
  private:
   std::shared_ptr<const SyntheticModel> model_;
-  std::unique_ptr<SyntheticModel::Workspace> ws_;
+  std::unique_ptr<SyntheticRunner> runner_;
   std::string batch_;
   std::vector<uint8_t> out_;
 };
 
 }  // namespace
 
-SyntheticClassicModel::SyntheticClassicModel(std::shared_ptr<const SyntheticModel> model)
-    : model_(std::move(model)) {
+SyntheticClassicModel::SyntheticClassicModel(std::shared_ptr<const SyntheticModel> model, int64_t max_rows)
+    : model_(std::move(model)), max_rows_(max_rows) {
   signature_.inputs = {{"INPUT0", TensorType::kUint8, {model_->config().input_bytes}}};
   signature_.outputs = {{"OUTPUT0", TensorType::kUint8, {model_->config().output_bytes}}};
 }
@@ -70,8 +72,10 @@ StatusOr<std::unique_ptr<PreparedInput>> SyntheticClassicModel::Prepare(std::vec
   return std::unique_ptr<PreparedInput>(std::move(in));
 }
 
-StatusOr<std::unique_ptr<ModelInstance>> SyntheticClassicModel::CreateInstance(int, int) {
-  return std::unique_ptr<ModelInstance>(new SyntheticInstance(model_));
+StatusOr<std::unique_ptr<ModelInstance>> SyntheticClassicModel::CreateInstance(int index, int count) {
+  ASSIGN_OR_RETURN(std::unique_ptr<SyntheticRunner> runner, NewSyntheticRunner(model_, max_rows_));
+  LOG_INFO("synthetic: instance {} of {} runs on {}", index, count, runner->device());
+  return std::unique_ptr<ModelInstance>(new SyntheticInstance(model_, std::move(runner)));
 }
 
 }  // namespace stoke

@@ -1,6 +1,7 @@
 // The synthetic model (engine/model/synthetic.h) as a classic model: input "INPUT0" UINT8 [batch,
-// input_bytes], output "OUTPUT0" UINT8 [batch, output_bytes]; each instance has its own workspace, the
-// weight buffer is shared (so instances compete for memory bandwidth, as on a GPU).
+// input_bytes], output "OUTPUT0" UINT8 [batch, output_bytes]; each instance has its own SyntheticRunner (on
+// the CPU: its own workspace, the weight buffer shared so instances compete for memory bandwidth; with
+// "device": "cuda": its own CUDA stream, staging and device buffers).
 #pragma once
 
 #include <memory>
@@ -13,7 +14,8 @@ namespace stoke {
 
 class SyntheticClassicModel final : public ClassicModel {
  public:
-  explicit SyntheticClassicModel(std::shared_ptr<const SyntheticModel> model);
+  // max_rows: the largest batch an instance gets (max_batch_size, or 1); device buffers are sized for it.
+  explicit SyntheticClassicModel(std::shared_ptr<const SyntheticModel> model, int64_t max_rows = 1);
 
   std::string platform() const override { return "stoke_synthetic"; }
   const ModelSignature& signature() const override { return signature_; }
@@ -23,6 +25,7 @@ class SyntheticClassicModel final : public ClassicModel {
 
  private:
   std::shared_ptr<const SyntheticModel> model_;
+  int64_t max_rows_ = 1;
   ModelSignature signature_;
 };
 

@@ -299,7 +299,30 @@ std::string ServerCharts(const BenchReport& rep) {
                {"batch size"});
   out += chart("Mean time per request stage (each interval)", "milliseconds", stage_keys, stage_names);
   out += chart("Server token rates", "tokens / s", rate_keys, rate_names);
-  for (const auto& k : gpu) out += chart(k, "value", {k}, {k});
+  // GPU telemetry: the GPM ratios together, PCIe together, clock event reasons together, the rest alone.
+  std::vector<std::string> prof, pcie, reasons, other_gpu;
+  for (const auto& k : gpu) {
+    if (k.starts_with("DCGM_FI_PROF_PCIE_")) {
+      pcie.push_back(k);
+    } else if (k.starts_with("DCGM_FI_PROF_")) {
+      prof.push_back(k);
+    } else if (k.find("clocks_event_reason") != std::string::npos) {
+      reasons.push_back(k);
+    } else {
+      other_gpu.push_back(k);
+    }
+  }
+  auto short_names = [](const std::vector<std::string>& keys, const std::string& prefix) {
+    std::vector<std::string> names;
+    for (const auto& k : keys) names.push_back(k.starts_with(prefix) ? k.substr(prefix.size()) : k);
+    return names;
+  };
+  out +=
+      chart("GPU activity (GPM, ratio of the interval)", "ratio", prof, short_names(prof, "DCGM_FI_PROF_"));
+  out += chart("GPU PCIe traffic (GPM)", "bytes / s", pcie, short_names(pcie, "DCGM_FI_PROF_"));
+  out += chart("GPU clock event reasons (1 = active)", "active", reasons,
+               short_names(reasons, "stoke_gpu_clocks_event_reason"));
+  for (const auto& k : other_gpu) out += chart(k, "value", {k}, {k});
   return out + "</div>\n";
 }
 

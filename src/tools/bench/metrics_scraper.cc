@@ -15,6 +15,19 @@ bool EndsWith(std::string_view s, std::string_view suffix) {
   return s.ends_with(suffix);
 }
 
+// The dcgm-exporter names (stoke serve's GPU telemetry, or a real dcgm-exporter) worth a chart.
+bool IsChartedDcgm(std::string_view n) {
+  static constexpr std::string_view kNames[] = {
+      "DCGM_FI_DEV_GPU_UTIL",     "DCGM_FI_DEV_FB_USED",        "DCGM_FI_DEV_SM_CLOCK",
+      "DCGM_FI_DEV_POWER_USAGE",  "DCGM_FI_DEV_GPU_TEMP",       "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+      "DCGM_FI_PROF_SM_ACTIVE",   "DCGM_FI_PROF_SM_OCCUPANCY",  "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+      "DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES"};
+  for (std::string_view k : kNames) {
+    if (n == k) return true;
+  }
+  return false;
+}
+
 StatusOr<double> ParseValue(std::string_view s) {
   if (s == "+Inf" || s == "Inf") return std::numeric_limits<double>::infinity();
   if (s == "-Inf") return -std::numeric_limits<double>::infinity();
@@ -124,10 +137,14 @@ void SeriesBuilder::Add(double t_s, const std::vector<PromSample>& samples,
       bool wanted = EndsWith(n, "num_requests_running") || EndsWith(n, "num_requests_waiting") ||
                     EndsWith(n, "pending_request_count") || EndsWith(n, "kv_cache_usage_ratio") ||
                     EndsWith(n, "kv_cache_usage_perc") || EndsWith(n, "gpu_cache_usage_perc") ||
-                    n.find("gpu") != std::string_view::npos;
+                    (n.find("gpu") != std::string_view::npos && !EndsWith(n, "telemetry_available")) ||
+                    IsChartedDcgm(n);
       if (!wanted) continue;
       std::string key = s.name;
-      if (auto g = s.labels.find("gpu"); g != s.labels.end()) key += "{gpu=" + g->second + "}";
+      if (auto g = s.labels.find("gpu"); g != s.labels.end()) {
+        auto r = s.labels.find("reason");  // stoke_gpu_clocks_event_reason: one series per reason
+        key += "{gpu=" + g->second + (r != s.labels.end() ? ",reason=" + r->second : "") + "}";
+      }
       gauges[key] += s.value;
     } else if (EndsWith(n, "generation_tokens_total") || EndsWith(n, "prompt_tokens_total")) {
       counters[s.name] += s.value;

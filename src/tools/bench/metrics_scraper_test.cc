@@ -104,5 +104,34 @@ TEST(Prometheus, SeriesBuilderKeepsGaugesRatesAndStageMeans) {
   EXPECT_DOUBLE_EQ(gpu[1], 0.75);
 }
 
+TEST(Prometheus, KeepsDcgmGpuGaugesPerGpuAndReason) {
+  SeriesBuilder b;
+  std::map<std::string, std::string> types;
+  auto s = ParsePrometheusText(R"(# TYPE DCGM_FI_PROF_SM_ACTIVE gauge
+DCGM_FI_PROF_SM_ACTIVE{gpu="0",UUID="GPU-a",modelName="H200",Hostname="h"} 0.6
+DCGM_FI_PROF_SM_ACTIVE{gpu="1",UUID="GPU-b",modelName="H200",Hostname="h"} 0.2
+# TYPE DCGM_FI_DEV_GPU_UTIL gauge
+DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-a"} 100
+# TYPE DCGM_FI_DEV_ECC_SBE_VOL_TOTAL gauge
+DCGM_FI_DEV_ECC_SBE_VOL_TOTAL{gpu="0",UUID="GPU-a"} 3
+# TYPE stoke_gpu_clocks_event_reason gauge
+stoke_gpu_clocks_event_reason{gpu="0",reason="sw_power_cap"} 1
+stoke_gpu_clocks_event_reason{gpu="0",reason="gpu_idle"} 0
+# TYPE stoke_gpu_telemetry_available gauge
+stoke_gpu_telemetry_available 1
+)",
+                               &types);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  b.Add(0, *s, types);
+  ServerSeries out = b.Take();
+  EXPECT_EQ(out.series["DCGM_FI_PROF_SM_ACTIVE{gpu=0}"], (std::vector<double>{0.6}));
+  EXPECT_EQ(out.series["DCGM_FI_PROF_SM_ACTIVE{gpu=1}"], (std::vector<double>{0.2}));
+  EXPECT_EQ(out.series["DCGM_FI_DEV_GPU_UTIL{gpu=0}"], (std::vector<double>{100}));
+  EXPECT_EQ(out.series["stoke_gpu_clocks_event_reason{gpu=0,reason=sw_power_cap}"], (std::vector<double>{1}));
+  EXPECT_EQ(out.series["stoke_gpu_clocks_event_reason{gpu=0,reason=gpu_idle}"], (std::vector<double>{0}));
+  EXPECT_EQ(out.series.count("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL{gpu=0}"), 0u);  // not charted
+  EXPECT_EQ(out.series.count("stoke_gpu_telemetry_available"), 0u);
+}
+
 }  // namespace
 }  // namespace stoke::bench

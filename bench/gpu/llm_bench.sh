@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# LLM benchmark on the GPU machine, from the repo root with .bundle/ (scripts/bundle.sh) carried along:
+#   1. stoke model synth --shape llama-3.1-8b (bf16, random weights: no download)
+#   2. stoke bench step --device cuda: decode (batch 1, context 512; and batch 64, context 1024) and a
+#      2048-token prefill against the device's measured D2D bandwidth and bf16 GEMM rate
+#   3. stoke serve --device cuda + stoke bench --api openai-completions, closed loop at concurrency 64 and
+#      256, 1000-token prompts, exactly 1000 output tokens (ignore_eos + min_tokens)
+#   4. bench/gpu/hf_generate_bench.py: transformers generate at the same batch sizes and lengths (bf16)
+#   5. $OUT/llm_bench_summary.json: output tokens/s, TTFT and TPOT p50/p99 of both, and stoke / HF ratios
+# Everything lands in $OUT (default /tmp/stoke_gpu_out); progress on stderr, all of it in $OUT/llm_bench.log.
+# Budget: about 7 minutes on an H200. Knobs (env): LLM_SHAPE, LLM_CONCURRENCY ("64 256"), LLM_INPUT (1000),
+# LLM_OUTPUT (1000), LLM_WARMUP_S (15), LLM_DURATION_S (45), HF_BUDGET_S (60), SKIP_HF=1, SKIP_SERVE=1; for a
+# CPU dry run of the script itself: LLM_DEVICE=cpu LLM_LAYERS=2 SKIP_STEP_B64=1 and small lengths.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/stoke_gpu_out}
+mkdir -p "$OUT"
+BUNDLE=${BUNDLE:-.bundle}
+if [[ ! -d "$BUNDLE" && -f "$BUNDLE.tar.gz" ]]; then tar -xzf "$BUNDLE.tar.gz"; fi
+STOKE=${STOKE_BIN:-$BUNDLE/bin/stoke}
+if [[ -d /usr/local/cuda/lib64 ]]; then
+  export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+export STOKE_GEMM_CACHE=${STOKE_GEMM_CACHE:-$OUT/gemm_cache.json}
+export PYTHONUNBUFFERED=1
+SHAPE=${LLM_SHAPE:-llama-3.1-8b}
+MODEL=${LLM_MODEL_DIR:-/tmp/stoke_synth_$SHAPE}
+CONC=${LLM_CONCURRENCY:-"64 256"}
+IN=${LLM_INPUT:-1000}
+OUTLEN=${LLM_OUTPUT:-1000}
+WARMUP=${LLM_WARMUP_S:-15}
+DURATION=${LLM_DURATION_S:-45}
+HF_BUDGET=${HF_BUDGET_S:-60}
+DEVICE=${LLM_DEVICE:-cuda}
+LAYERS_ARG=()
+[[ -n "${LLM_LAYERS:-}" ]] && LAYERS_ARG=(--layers "$LLM_LAYERS")
+T0=$(date +%s)
+stamp() { echo "=== [$(( $(date +%s) - T0 )) s] $*"; }
+
+main() {
+  stamp "synth $SHAPE -> $MODEL"
+  if [[ -f "$MODEL/config.json" ]] && grep -q "\"shape\": \"$SHAPE\"" "$MODEL/config.json"; then
+    echo "reusing $MODEL"
+  else
+    timeout 300 "$STOKE" model synth --shape "$SHAPE" --seed 1 --out "$MODEL" "${LAYERS_ARG[@]}" \
+      || { echo "synth failed"; return 1; }
+  fi
+
+  stamp "bench step: decode batch 1 ctx 512, prefill 2048"
+  timeout 240 "$STOKE" bench step --model "$MODEL" --device "$DEVICE" --decode-batch 1 --context 512 --prefill 2048 \
+    --iters 40 --json "$OUT/step_${SHAPE}_b1.json" >/dev/null || echo "bench step (b1) failed: exit $?"
+  if [[ -z "${SKIP_STEP_B64:-}" ]]; then
+    stamp "bench step: decode batch 64 ctx 1024 (no prefill)"
+    timeout 180 "$STOKE" bench step --model "$MODEL" --device "$DEVICE" --decode-batch 64 --context 1024 \
+      --prefill 0 --iters 20 --json "$OUT/step_${SHAPE}_b64.json" >/dev/null || echo "bench step (b64) failed: exit $?"
+  fi
+
+  if [[ -z "${SKIP_SERVE:-}" ]]; then
+    local max_conc=0
+    for c in $CONC; do (( c > max_conc )) && max_conc=$c; done
+    stamp "serve --device $DEVICE (max-num-seqs $max_conc)"
+    local log="$OUT/llm_serve.log"
+    "$STOKE" serve --model "$MODEL" --device "$DEVICE" --host 127.0.0.1 --port 0 --max-num-seqs "$max_conc" \
+      --max-num-batched-tokens 8192 --max-waiting 4096 2> "$log" &
+    local pid=$!
+    local port="" url=""
+    for _ in $(seq 1 600); do
+      port=$(grep -oE 'listening on http://[^:]+:[0-9]+' "$log" | head -1 | grep -oE '[0-9]+$' || true)
+      [[ -n "$port" ]] && break
+      kill -0 $pid 2>/dev/null || break
+      sleep 0.5
+    done
+    if [[ -z "$port" ]]; then
+      echo "stoke serve did not start:"; tail -30 "$log"
+    else
+      url="http://127.0.0.1:$port"
+      python3 - "$url" <<'PY'
+import sys, time, urllib.request
+for _ in range(600):
+    try:
+        with urllib.request.urlopen(sys.argv[1] + "/health/ready", timeout=5) as r:
+            if r.status == 200:
+                break
+    except OSError:
+        pass
+    time.sleep(0.5)
+PY
+      stamp "server ready at $url"
+      for c in $CONC; do
+        stamp "stoke bench: concurrency $c, $IN in / $OUTLEN out"
+        timeout 300 "$STOKE" bench --url "$url" --api openai-completions --concurrency "$c" \
+          --input-len "$IN" --output-len "$OUTLEN" --warmup "$WARMUP" --duration "$DURATION" --window 5 \
+          --stability 0 --drain-timeout 5 --timeout 600 --label "$SHAPE synth, stoke cuda, c=$c" \
+          --output-dir "$OUT/serve_${SHAPE}_c$c" >/dev/null || echo "stoke bench c=$c failed: exit $?"
+        python3 -c "import json,sys; p=json.load(open(sys.argv[1]))['points'][0]; print('c=%s: %.0f output tok/s, TTFT p50 %.0f ms, TPOT p50 %.1f ms' % (sys.argv[2], p['throughput']['output_tokens_per_s'], p['ttft_ms']['p50'], p['tpot_ms']['p50']))" "$OUT/serve_${SHAPE}_c$c/bench.json" "$c" || true
+      done
+      grep -E "device|loaded|kv" "$log" | head -5
+    fi
+    kill -TERM $pid 2>/dev/null
+    wait $pid 2>/dev/null
+  fi
+
+  if [[ -z "${SKIP_HF:-}" ]]; then
+    stamp "transformers generate baseline"
+    local batches
+    batches=$(echo "$CONC" | tr ' ' ',')
+    timeout 420 python3 bench/gpu/hf_generate_bench.py --model "$MODEL" --batch "$batches" --input-len "$IN" \
+      --output-len "$OUTLEN" --budget-s "$HF_BUDGET" --json "$OUT/hf_generate_${SHAPE}.json" >/dev/null \
+      || echo "hf_generate_bench failed: exit $?"
+  fi
+
+  stamp "summary"
+  python3 - "$OUT" "$SHAPE" "$CONC" <<'PY'
+import json, pathlib, sys
+out, shape, conc = pathlib.Path(sys.argv[1]), sys.argv[2], [int(c) for c in sys.argv[3].split()]
+def load(p):
+    try:
+        return json.loads(p.read_text())
+    except Exception as e:  # missing or partial: say so in the summary
+        return {"error": f"{p.name}: {e}"}
+summary = {"shape": shape, "step": {}, "serving": []}
+for b in ("b1", "b64"):
+    j = load(out / f"step_{shape}_{b}.json")
+    d, p, r = j.get("decode", {}), j.get("prefill", {}), j.get("device_roofline", {})
+    summary["step"][b] = {k: v for k, v in {
+        "decode_step_ms_median": d.get("step_ms", {}).get("median"), "decode_tokens_per_s": d.get("tokens_per_s"),
+        "decode_achieved_gbps": d.get("achieved_gbps"), "hbm_roofline_fraction": d.get("hbm_roofline_fraction"),
+        "prefill_tokens_per_s": p.get("tokens_per_s"), "prefill_tflops": p.get("achieved_tflops"),
+        "prefill_gemm_fraction": p.get("gemm_fraction"), "d2d_gbps": r.get("d2d_gbps_read_plus_write"),
+        "error": j.get("error")}.items() if v is not None}
+hf = load(out / f"hf_generate_{shape}.json")
+hf_points = {p["batch"]: p for p in hf.get("points", [])}
+for c in conc:
+    s = load(out / f"serve_{shape}_c{c}" / "bench.json")
+    pt = (s.get("points") or [{}])[0]
+    st = {"output_tokens_per_s": pt.get("throughput", {}).get("output_tokens_per_s"),
+          "ttft_ms_p50": pt.get("ttft_ms", {}).get("p50"), "ttft_ms_p99": pt.get("ttft_ms", {}).get("p99"),
+          "tpot_ms_p50": pt.get("tpot_ms", {}).get("p50"), "tpot_ms_p99": pt.get("tpot_ms", {}).get("p99"),
+          "valid": pt.get("valid"), "error": s.get("error")}
+    h = hf_points.get(c, {})
+    hs = {"output_tokens_per_s": h.get("output_tokens_per_s"), "ttft_ms_p50": h.get("ttft_ms", {}).get("p50"),
+          "ttft_ms_p99": h.get("ttft_ms", {}).get("p99"), "tpot_ms_p50": h.get("tpot_ms", {}).get("p50"),
+          "tpot_ms_p99": h.get("tpot_ms", {}).get("p99"), "output_len_measured": h.get("output_len_measured"),
+          "reduced_because": h.get("reduced_because"), "error": h.get("error") or hf.get("error")}
+    row = {"concurrency": c, "stoke": {k: v for k, v in st.items() if v is not None},
+           "transformers": {k: v for k, v in hs.items() if v is not None}}
+    if st["output_tokens_per_s"] and hs["output_tokens_per_s"]:
+        row["throughput_ratio_stoke_over_hf"] = st["output_tokens_per_s"] / hs["output_tokens_per_s"]
+    if st["tpot_ms_p50"] and hs["tpot_ms_p50"]:
+        row["tpot_p50_ratio_hf_over_stoke"] = hs["tpot_ms_p50"] / st["tpot_ms_p50"]
+    summary["serving"].append(row)
+(out / "llm_bench_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+print(json.dumps(summary, indent=2))
+PY
+  stamp "done"
+}
+main 2>&1 | tee "$OUT/llm_bench.log"

@@ -1,0 +1,389 @@
+// Tensor-core prefill attention (FlashAttention-2 style) over the paged KV cache, bf16 in and out, fp32
+// softmax statistics and accumulation. See PrefillAttentionTiled in attention.h for the contract.
+//
+// One CTA of W warps (4 or 8) per (query tile of kRows = 16 W rows, head, sequence); warp w owns query rows
+// [16w, 16w + 16). Grid = (heads, tile slots): slot y maps to (sequence, tile) by a walk over cu_seqlens, the
+// last (heaviest, causal) tile of a sequence first; slots past the last tile exit. Key tiles of kKeys = 64
+// positions are gathered from their cache blocks with cp.async (zero-filled past the end) into a
+// double-buffered shared-memory K/V tile: tile j + 1 is in flight while tile j is used.
+//   S = Q·K^T   mma.sync m16n8k16 (A = Q fragments in registers, B = K rows read as 32-bit pairs)
+//   online softmax on the S accumulators (exp2, scale folded in), causal mask only on tiles that need it
+//   O += P·V    mma.sync with P repacked from the S accumulators (no shared memory round trip) and V
+//               fragments from ldmatrix.trans
+// Fragment layouts (PTX ISA, mma.m16n8k16 .bf16, g = lane / 4, t = lane % 4):
+//   A 16x16: a0 = (g, 2t..2t+1) a1 = (g+8, 2t..) a2 = (g, 2t+8..) a3 = (g+8, 2t+8..)
+//   B 16x8:  b0 = (k 2t..2t+1, n g) b1 = (k 2t+8..2t+9, n g)
+//   C 16x8:  c0,c1 = (g, 2t..2t+1) c2,c3 = (g+8, 2t..2t+1)
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_check.h"
+
+namespace stoke::cuda {
+namespace {
+
+constexpr int kKeys = 64;  // keys per K/V tile
+// K fragments by ldmatrix.x4 (4 registers per instruction) or by plain 32-bit shared loads (the simplest
+// mapping of the B layout; flip to false to rule ldmatrix out if the tiled tests ever fail).
+constexpr bool kKByLdMatrix = true;
+constexpr int kPad = 8;  // bf16 elements of row padding in shared memory: conflict-free fragment loads
+
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte async copy global -> shared; src_bytes = 0 writes zeros (the source is not read).
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddr(smem)), "l"(gmem),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void CpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+__device__ __forceinline__ void CpAsyncWaitAll() {
+  asm volatile("cp.async.wait_group 0;\n" ::);
+}
+
+// d += a · b, m16n8k16, bf16 inputs, fp32 accumulators.
+__device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i, register i gets it (lane l holds
+// row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1).
+__device__ __forceinline__ void LdMatrixX4(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3,
+                                           const void* smem_row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(SmemAddr(smem_row)));
+}
+
+// Four transposed 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i, register i gets it.
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3,
+                                                const void* smem_row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(SmemAddr(smem_row)));
+}
+
+__device__ __forceinline__ uint32_t Ld32(const __nv_bfloat16* p) {
+  return *reinterpret_cast<const uint32_t*>(p);
+}
+
+// Two floats as a bf16 pair, the first in the low half (the lower column of a fragment).
+__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Shared memory: Q [16 W][HD + kPad], then K[2] and V[2] of [kKeys][HD + kPad] (bf16).
+template <int HD, int W>
+constexpr int FlashSmemBytes() {
+  return (16 * W + 4 * kKeys) * (HD + kPad) * 2;
+}
+
+template <int HD, int W>
+__global__ void __launch_bounds__(W * 32)
+    FlashPrefillKernel(const __nv_bfloat16* __restrict__ q, const int32_t* __restrict__ cu_seqlens,
+                       const int32_t* __restrict__ start_pos, int num_seqs,
+                       const int32_t* __restrict__ block_tables, int max_blocks, int heads, float scale_log2,
+                       DevicePagedKv<__nv_bfloat16> kv, __nv_bfloat16* __restrict__ out) {
+  constexpr int kRows = 16 * W;  // query rows per CTA
+  constexpr int kFlashThreads = W * 32;
+  constexpr int kStride = HD + kPad;  // shared row stride, elements
+  constexpr int kChunks = HD / 8;     // 16-byte chunks per row
+  constexpr int kKSteps = HD / 16;    // k-steps of S = Q·K^T
+  constexpr int kDTiles = HD / 8;     // n-tiles of O
+  constexpr int kSTiles = kKeys / 8;  // n-tiles of S
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __nv_bfloat16* sq = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  __nv_bfloat16* sk = sq + kRows * kStride;      // two buffers
+  __nv_bfloat16* sv = sk + 2 * kKeys * kStride;  // two buffers
+
+  const int head = blockIdx.x;
+  // Slot -> (sequence, tile); the sequence's last tile first.
+  int seq = -1, tile = 0;
+  {
+    int slot = blockIdx.y;
+    for (int s = 0; s < num_seqs; ++s) {
+      const int len = cu_seqlens[s + 1] - cu_seqlens[s];
+      const int tiles = (len + kRows - 1) / kRows;
+      if (slot < tiles) {
+        seq = s;
+        tile = tiles - 1 - slot;
+        break;
+      }
+      slot -= tiles;
+    }
+  }
+  if (seq < 0) return;  // a spare slot (the grid is an upper bound)
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int tok0 = cu_seqlens[seq];
+  const int len = cu_seqlens[seq + 1] - tok0;
+  const int start = start_pos[seq];
+  const int q0 = tile * kRows;            // first local query row of the tile
+  const int rows = min(kRows, len - q0);  // valid rows
+  const int kv_end = start + q0 + rows;   // keys [0, kv_end) are visited
+  const int num_kv_tiles = (kv_end + kKeys - 1) / kKeys;
+  const int kvh = kv.num_kv_heads;
+  const int kv_head = head / (heads / kvh);
+  const int bs = kv.block_size;
+  const int32_t* table = block_tables + static_cast<int64_t>(seq) * max_blocks;
+
+  // Q tile (rows past the sequence: zeros).
+  for (int c = tid; c < kRows * kChunks; c += kFlashThreads) {
+    const int r = c / kChunks, ch = c - r * kChunks;
+    const bool ok = r < rows;
+    const __nv_bfloat16* src =
+        ok ? q + (static_cast<int64_t>(tok0 + q0 + r) * heads + head) * HD + ch * 8 : q;
+    CpAsync16(sq + r * kStride + ch * 8, src, ok ? 16 : 0);
+  }
+  auto load_kv = [&](int kt, int buf) {
+    __nv_bfloat16* dk = sk + buf * kKeys * kStride;
+    __nv_bfloat16* dv = sv + buf * kKeys * kStride;
+    for (int c = tid; c < kKeys * kChunks; c += kFlashThreads) {
+      const int r = c / kChunks, ch = c - r * kChunks;
+      const int p = kt * kKeys + r;
+      const bool ok = p < kv_end;
+      int64_t off = 0;
+      if (ok) {
+        const int64_t slot = static_cast<int64_t>(table[p / bs]) * bs + p % bs;
+        off = (slot * kvh + kv_head) * HD + ch * 8;
+      }
+      CpAsync16(dk + r * kStride + ch * 8, kv.k + off, ok ? 16 : 0);
+      CpAsync16(dv + r * kStride + ch * 8, kv.v + off, ok ? 16 : 0);
+    }
+  };
+  load_kv(0, 0);
+  CpAsyncCommit();
+
+  // Per thread: rows r0 = 16 * warp + g and r1 = r0 + 8 of the tile.
+  const int row0 = warp * 16 + g;
+  const int pos0 = start + q0 + row0, pos1 = pos0 + 8;       // their positions (past `rows`: beyond kv_end)
+  const int tile_min_pos = start + q0;                       // smallest position of the tile
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;  // l: this thread's part of the row sum
+  float o[kDTiles][4];
+#pragma unroll
+  for (int i = 0; i < kDTiles; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  // Q's A fragments stay in registers for the whole key walk.
+  CpAsyncWaitAll();
+  __syncthreads();
+  uint32_t qa[kKSteps][4];
+  {
+    const __nv_bfloat16* a = sq + row0 * kStride + 2 * t;
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks) {
+      qa[ks][0] = Ld32(a + ks * 16);
+      qa[ks][1] = Ld32(a + 8 * kStride + ks * 16);
+      qa[ks][2] = Ld32(a + ks * 16 + 8);
+      qa[ks][3] = Ld32(a + 8 * kStride + ks * 16 + 8);
+    }
+  }
+
+  for (int kt = 0; kt < num_kv_tiles; ++kt) {
+    CpAsyncWaitAll();
+    __syncthreads();  // tile kt visible to all; every warp is done with tile kt - 1's buffer
+    if (kt + 1 < num_kv_tiles) load_kv(kt + 1, (kt + 1) & 1);
+    CpAsyncCommit();
+    const __nv_bfloat16* ck = sk + (kt & 1) * kKeys * kStride;
+    const __nv_bfloat16* cv = sv + (kt & 1) * kKeys * kStride;
+
+    // S = Q·K^T for this warp's 16 rows and the tile's 64 keys.
+    float s[kSTiles][4];
+#pragma unroll
+    for (int n = 0; n < kSTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+    if constexpr (kKByLdMatrix) {
+      // ldmatrix.x4 (not transposed): matrices (keys n*8 + 0..7, d 32k + 8i .. 8i + 7), i = 0..3, are b0, b1
+      // of k-step 2k and b0, b1 of k-step 2k + 1.
+      const __nv_bfloat16* krow = ck + (lane & 7) * kStride + (lane >> 3) * 8;
+#pragma unroll
+      for (int ks = 0; ks < kKSteps; ks += 2) {
+#pragma unroll
+        for (int n = 0; n < kSTiles; ++n) {
+          uint32_t b0, b1, b2, b3;
+          LdMatrixX4(b0, b1, b2, b3, krow + n * 8 * kStride + ks * 16);
+          Mma(s[n], qa[ks], b0, b1);
+          Mma(s[n], qa[ks + 1], b2, b3);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int ks = 0; ks < kKSteps; ++ks) {
+#pragma unroll
+        for (int n = 0; n < kSTiles; ++n) {
+          const __nv_bfloat16* b = ck + (n * 8 + g) * kStride + ks * 16 + 2 * t;
+          Mma(s[n], qa[ks], Ld32(b), Ld32(b + 8));
+        }
+      }
+    }
+
+    // Scale to log2 units; mask keys past a row's position (only tiles reaching past the tile's first row).
+    const int key0 = kt * kKeys;
+    const bool need_mask = key0 + kKeys - 1 > tile_min_pos;
+#pragma unroll
+    for (int n = 0; n < kSTiles; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = s[n][e] * scale_log2;
+        if (need_mask) {
+          const int key = key0 + n * 8 + 2 * t + (e & 1);
+          const int pos = e < 2 ? pos0 : pos1;
+          if (key > pos || key >= kv_end) x = -INFINITY;
+        }
+        s[n][e] = x;
+      }
+    }
+
+    // Online softmax: row maxima over the 4 threads of a row group.
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < kSTiles; ++n) {
+      mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
+      mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
+    }
+#pragma unroll
+    for (int off = 1; off <= 2; off <<= 1) {
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+    }
+    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+    // A row with nothing unmasked yet keeps m = -inf: subtract 0 instead (exp2(-inf) = 0, no NaN).
+    const float base0 = mn0 == -INFINITY ? 0.f : mn0, base1 = mn1 == -INFINITY ? 0.f : mn1;
+    const float corr0 = exp2f(m0 - base0), corr1 = exp2f(m1 - base1);
+    m0 = mn0;
+    m1 = mn1;
+    float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+    for (int n = 0; n < kSTiles; ++n) {
+      s[n][0] = exp2f(s[n][0] - base0);
+      s[n][1] = exp2f(s[n][1] - base0);
+      s[n][2] = exp2f(s[n][2] - base1);
+      s[n][3] = exp2f(s[n][3] - base1);
+      sum0 += s[n][0] + s[n][1];
+      sum1 += s[n][2] + s[n][3];
+    }
+    l0 = l0 * corr0 + sum0;
+    l1 = l1 * corr1 + sum1;
+#pragma unroll
+    for (int d = 0; d < kDTiles; ++d) {
+      o[d][0] *= corr0;
+      o[d][1] *= corr0;
+      o[d][2] *= corr1;
+      o[d][3] *= corr1;
+    }
+
+    // O += P·V: P's A fragment for keys [16j, 16j + 16) is S n-tiles 2j and 2j + 1.
+#pragma unroll
+    for (int j = 0; j < kKeys / 16; ++j) {
+      const uint32_t pa[4] = {PackBf16(s[2 * j][0], s[2 * j][1]), PackBf16(s[2 * j][2], s[2 * j][3]),
+                              PackBf16(s[2 * j + 1][0], s[2 * j + 1][1]),
+                              PackBf16(s[2 * j + 1][2], s[2 * j + 1][3])};
+      // ldmatrix.x4.trans: matrices (keys +0..7, d +0..7), (keys +8..15, d +0..7), (keys +0..7, d +8..15),
+      // (keys +8..15, d +8..15) = b0, b1 of d-tile 2dp and b0, b1 of d-tile 2dp + 1.
+      const __nv_bfloat16* vrow =
+          cv + (j * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kStride + (lane >> 4) * 8;
+#pragma unroll
+      for (int dp = 0; dp < kDTiles / 2; ++dp) {
+        uint32_t b0, b1, b2, b3;
+        LdMatrixX4Trans(b0, b1, b2, b3, vrow + dp * 16);
+        Mma(o[2 * dp], pa, b0, b1);
+        Mma(o[2 * dp + 1], pa, b2, b3);
+      }
+    }
+  }
+  CpAsyncWaitAll();  // nothing is in flight, but leave no copy behind
+
+  // Full row sums, normalise, store the valid rows.
+#pragma unroll
+  for (int off = 1; off <= 2; off <<= 1) {
+    l0 += __shfl_xor_sync(0xffffffffu, l0, off);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, off);
+  }
+  const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+  __nv_bfloat16* o0 = out + (static_cast<int64_t>(tok0 + q0 + row0) * heads + head) * HD + 2 * t;
+  __nv_bfloat16* o1 = o0 + static_cast<int64_t>(8) * heads * HD;
+  const bool w0 = row0 < rows, w1 = row0 + 8 < rows;
+#pragma unroll
+  for (int d = 0; d < kDTiles; ++d) {
+    if (w0) *reinterpret_cast<uint32_t*>(o0 + d * 8) = PackBf16(o[d][0] * inv0, o[d][1] * inv0);
+    if (w1) *reinterpret_cast<uint32_t*>(o1 + d * 8) = PackBf16(o[d][2] * inv1, o[d][3] * inv1);
+  }
+}
+
+template <int HD, int W>
+Status LaunchFlash(const __nv_bfloat16* q, const int32_t* cu, const int32_t* sp, int num_seqs, int64_t total,
+                   const int32_t* bt, int max_blocks, int heads, float scale,
+                   const DevicePagedKv<__nv_bfloat16>& kv, __nv_bfloat16* out, cudaStream_t stream) {
+  // Tiles <= sum over sequences of ceil(len / kRows) <= total / kRows + num_seqs.
+  constexpr int kRows = 16 * W;
+  const int64_t slots = total / kRows + num_seqs;
+  if (slots > 65535 || heads > 65535) {
+    return Status(StatusCode::kInvalidArgument, "PrefillAttentionTiled: " + std::to_string(total) +
+                                                    " tokens in " + std::to_string(num_seqs) +
+                                                    " sequences need " + std::to_string(slots) +
+                                                    " query tiles (at most 65535)");
+  }
+  constexpr int smem = FlashSmemBytes<HD, W>();
+  static_assert(smem <= 227 * 1024, "shared memory of FlashPrefillKernel");
+  // Opt in above the 48 KB default (per function and device; cheap, so on every launch).
+  CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(FlashPrefillKernel<HD, W>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const float scale_log2 = scale * 1.4426950408889634f;  // exp(x) = exp2(x · log2 e)
+  FlashPrefillKernel<HD, W><<<dim3(heads, static_cast<unsigned>(slots)), W * 32, smem, stream>>>(
+      q, cu, sp, num_seqs, bt, max_blocks, heads, scale_log2, kv, out);
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return OkStatus();
+}
+
+}  // namespace
+
+bool PrefillAttentionTiledSupports(int head_dim) {
+  return head_dim == 64 || head_dim == 128;
+}
+
+Status PrefillAttentionTiled(const __nv_bfloat16* q, const int32_t* cu_seqlens, const int32_t* start_pos,
+                             int num_seqs, int64_t total_tokens, const int32_t* block_tables,
+                             int max_blocks_per_seq, int heads, float scale,
+                             const DevicePagedKv<__nv_bfloat16>& kv, __nv_bfloat16* out, cudaStream_t stream,
+                             int tile_rows) {
+  if (tile_rows != 64 && tile_rows != 128) {
+    return Status(StatusCode::kInvalidArgument,
+                  "PrefillAttentionTiled: tile_rows " + std::to_string(tile_rows) + " (64 or 128)");
+  }
+  if (!PrefillAttentionTiledSupports(kv.head_dim)) {
+    return Status(StatusCode::kInvalidArgument, "PrefillAttentionTiled: head_dim " +
+                                                    std::to_string(kv.head_dim) + " not supported (64, 128)");
+  }
+  if (kv.num_kv_heads <= 0 || heads <= 0 || heads % kv.num_kv_heads != 0) {
+    return Status(StatusCode::kInvalidArgument, "PrefillAttentionTiled: heads " + std::to_string(heads) +
+                                                    " not a multiple of kv heads " +
+                                                    std::to_string(kv.num_kv_heads));
+  }
+  if (kv.block_size <= 0) {
+    return Status(StatusCode::kInvalidArgument,
+                  "PrefillAttentionTiled: block_size " + std::to_string(kv.block_size));
+  }
+  const auto misaligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) != 0; };
+  if (misaligned(q) || misaligned(kv.k) || misaligned(kv.v) || misaligned(out)) {
+    return Status(StatusCode::kInvalidArgument,
+                  "PrefillAttentionTiled: q, out and the cache need 16-byte alignment");
+  }
+  if (num_seqs <= 0 || total_tokens <= 0) return OkStatus();
+  const bool hd64 = kv.head_dim == 64, big = tile_rows == 128;
+  const auto launch = hd64 ? (big ? LaunchFlash<64, 8> : LaunchFlash<64, 4>)
+                           : (big ? LaunchFlash<128, 8> : LaunchFlash<128, 4>);
+  return launch(q, cu_seqlens, start_pos, num_seqs, total_tokens, block_tables, max_blocks_per_seq, heads,
+                scale, kv, out, stream);
+}
+
+}  // namespace stoke::cuda

@@ -1,0 +1,72 @@
+// stoke bench step: the engine's step time measured directly through DecoderModel::Step (no server, no
+// scheduler), against the device's own measured limits.
+//
+//   decode  : `decode_batch` sequences with `context` tokens already in KV (filled by a prefill), one token
+//             each per step; median/p10/p90 step time, tokens/s, bytes read per step (weights + lm_head +
+//             KV) and GB/s. CUDA: fraction of the measured D2D copy bandwidth (the HBM roofline).
+//   prefill : `prefill` tokens of one sequence in one step (chunks of `chunk`); tokens/s and FLOP/s
+//             (2 * matmul params * tokens + causal attention 2 * T^2 * layers * heads * head_dim). CUDA:
+//             fraction of the measured bf16 GEMM rate on the prefill's largest GEMM shape (and 8192^3).
+//
+// The device limits come from a probe the CUDA build registers (tools/stepbench/cuda); a CPU-only build
+// reports no roofline fields.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/model/factory.h"
+
+namespace stoke::stepbench {
+
+struct StepBenchOptions {
+  std::string model;  // alias or path (resolved with ResolveModel)
+  DecoderOptions decoder;
+  int decode_batch = 1;
+  int context = 512;
+  int prefill = 2048;
+  int chunk = 8192;  // max tokens per prefill step
+  int iters = 20;    // timed decode steps (prefill: max(3, iters / 4) timed runs)
+  int warmup = 3;
+  int block_size = 16;
+  std::string command;  // for the report
+};
+
+// A bf16 GEMM y[m, n] = x[m, k] w[n, k]^T.
+struct GemmShape {
+  std::string name;
+  int64_t m = 0, n = 0, k = 0;
+};
+struct GemmRate {
+  GemmShape shape;
+  double ms = 0, tflops = 0;
+};
+// What the device can do, measured in the same run.
+struct DeviceRoofline {
+  std::string device;  // "NVIDIA H200"
+  int64_t copy_bytes = 0;
+  double copy_ms = 0;
+  double d2d_gbps = 0;  // read + write bytes (2 x size) per second, as cuda_bench counts
+  std::vector<GemmRate> gemms;
+};
+using RooflineProbe = StatusOr<DeviceRoofline> (*)(int gpu_index, const std::vector<GemmShape>& shapes);
+// The CUDA build registers its probe at static initialisation (tools/stepbench/cuda).
+void RegisterRooflineProbe(RooflineProbe probe);
+RooflineProbe GetRooflineProbe();
+
+// Runs the benchmark; progress lines go to `progress` (may be null). The result is the report JSON.
+StatusOr<nlohmann::ordered_json> RunStepBench(const StepBenchOptions& options, std::FILE* progress);
+
+// p-th percentile (0..100) by linear interpolation of the sorted values; 0 for none.
+double Percentile(std::vector<double> values, double p);
+
+// `git describe --always --dirty` of the working directory if that works, else the build's version string.
+std::string CommitString();
+// The CPU model name from /proc/cpuinfo ("" if unknown).
+std::string CpuModel();
+
+}  // namespace stoke::stepbench

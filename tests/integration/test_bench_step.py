@@ -1,0 +1,56 @@
+"""`stoke bench step` on the CPU over a tiny synthetic model: the report's fields, sizes derived from the
+config, and no roofline fields without CUDA."""
+import json
+import subprocess
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def tiny(stoke_bin, tmp_path_factory):
+    out = tmp_path_factory.mktemp("stepbench") / "smol"
+    r = subprocess.run([str(stoke_bin), "model", "synth", "--shape", "smollm2-135m", "--layers", "2", "--out",
+                        str(out), "--quiet"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def test_cpu_report(stoke_bin, tiny, tmp_path):
+    out = tmp_path / "step.json"
+    r = subprocess.run([str(stoke_bin), "bench", "step", "--model", str(tiny), "--device", "cpu",
+                        "--decode-batch", "2", "--context", "40", "--prefill", "64", "--chunk", "32",
+                        "--iters", "4", "--warmup", "1", "--threads", "2", "--json", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    j = json.loads(out.read_text())
+    assert json.loads(r.stdout) == j
+    assert j["command"].startswith("stoke bench step --model")
+    assert j["commit"] and j["date"].endswith("Z")
+    assert j["machine"]["device"] == "cpu"
+    m = j["model"]
+    assert (m["layers"], m["hidden"], m["ffn"], m["vocab"]) == (2, 576, 1536, 49152)
+    # matmul params per layer: q 576x576, k/v 192x576 each, o 576x576, gate/up/down 1536x576 each
+    assert m["parameters_matmul"] == 2 * (2 * 576 * 576 + 2 * 192 * 576 + 3 * 1536 * 576)
+    assert m["parameters_lm_head"] == 49152 * 576
+    assert m["bytes_per_param"] == pytest.approx(2.0)  # the synth folder is bf16
+    assert m["kv_bytes_per_token"] > 0
+    d = j["decode"]
+    assert d["batch"] == 2 and d["context"] == 40 and d["step_ms"]["n"] == 4
+    assert 0 < d["step_ms"]["p10"] <= d["step_ms"]["median"] <= d["step_ms"]["p90"]
+    assert d["tokens_per_s"] == pytest.approx(2 / (d["step_ms"]["median"] / 1e3))
+    assert d["kv_bytes_per_step"] == pytest.approx(2 * (40 + 1 + 1.5) * m["kv_bytes_per_token"])
+    assert d["bytes_per_step"] == pytest.approx(d["weight_bytes_per_step"] + d["kv_bytes_per_step"])
+    p = j["prefill"]
+    assert p["tokens"] == 64 and p["ms"]["n"] == 3
+    assert p["attention_flops"] == pytest.approx(2 * 64 * 64 * 2 * 9 * 64)
+    assert p["achieved_tflops"] > 0
+    assert "device_roofline" not in j and "hbm_roofline_fraction" not in d and "gemm_fraction" not in p
+
+
+def test_cuda_unavailable_is_a_clear_error(stoke_bin, tiny):
+    r = subprocess.run([str(stoke_bin), "bench", "step", "--model", str(tiny), "--device", "cuda", "--iters", "1"],
+                       capture_output=True, text=True, timeout=120)
+    if r.returncode == 0:
+        pytest.skip("this machine has a GPU and a CUDA build")
+    assert r.returncode == 1
+    assert "--device cuda" in r.stderr
