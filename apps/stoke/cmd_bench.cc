@@ -1,4 +1,8 @@
-// stoke bench: a load generator for any server speaking OpenAI or KServe v2 over HTTP (stoke or not).
+// stoke bench: a load generator for any server speaking OpenAI or KServe v2 over HTTP, or KServe v2 over gRPC
+// (stoke or not).
+//
+//   stoke bench --url grpc://127.0.0.1:8001 --api kserve-grpc --model minilm --concurrency 1,8
+//       --metrics-url http://127.0.0.1:8000 --output-dir out/
 //
 //   stoke bench --url http://127.0.0.1:8000 --concurrency 1,4,16 --workload short --output-dir out/
 //   stoke bench --url http://127.0.0.1:8000 --api openai-completions --rate 2,4,8 --arrival poisson
@@ -31,6 +35,7 @@ namespace {
 struct BenchCliOptions {
   std::string url, model, api = "openai-chat", concurrency, rate, arrival = "poisson", workload = "short";
   std::string input_len, output_len, token_id_range, slo, output_dir, metrics_path = "/metrics", label;
+  std::string metrics_url;
   int shared_prefix = 0;
   double duration = 60, warmup = 5, window = 5, stability = 0.10, timeout = 600, drain_timeout = 30;
   double max_send_lag_ms = 10, late_ms = 2, max_cpu = 90;
@@ -135,6 +140,7 @@ StatusOr<bench::BenchOptions> ToBenchOptions(const BenchCliOptions& c) {
   o.kserve_binary = c.kserve_binary;
   o.scrape = !c.no_scrape;
   o.metrics_path = c.metrics_path;
+  o.metrics_url = c.metrics_url;
   o.label = c.label;
   o.quiet = c.quiet;
   o.command = CommandLine();
@@ -189,9 +195,11 @@ int RunRender(const BenchCliOptions& c) {
 
 CommandRun SetupBench(CLI::App* cmd) {
   auto c = std::make_shared<BenchCliOptions>();
-  cmd->add_option("--url", c->url, "Server base URL, e.g. http://127.0.0.1:8000");
+  cmd->add_option("--url", c->url,
+                  "Server base URL, e.g. http://127.0.0.1:8000 (kserve-grpc: grpc://127.0.0.1:8001)");
   cmd->add_option("--model", c->model, "Model name (default: the first of GET /v1/models)");
-  cmd->add_option("--api", c->api, "openai-chat | openai-completions | openai-embeddings | kserve-http")
+  cmd->add_option("--api", c->api,
+                  "openai-chat | openai-completions | openai-embeddings | kserve-http | kserve-grpc")
       ->capture_default_str();
   cmd->add_option("--concurrency", c->concurrency,
                   "Closed loop: clients, e.g. 1,4,16 or 1:256 (powers of two)");
@@ -229,6 +237,8 @@ CommandRun SetupBench(CLI::App* cmd) {
   cmd->add_flag("--kserve-binary", c->kserve_binary, "Send KServe inputs with the binary tensor extension");
   cmd->add_flag("--no-scrape", c->no_scrape, "Don't scrape the server's /metrics");
   cmd->add_option("--metrics-path", c->metrics_path, "Prometheus endpoint to scrape")->capture_default_str();
+  cmd->add_option("--metrics-url", c->metrics_url,
+                  "HTTP server whose --metrics-path is scraped (default: --url; kserve-grpc needs it)");
   cmd->add_option("--label", c->label, "A note stored in the report");
   cmd->add_flag("--quiet", c->quiet, "No progress on stderr");
   cmd->add_flag("--fail-on-invalid", c->fail_on_invalid, "Exit 3 if any point is invalid");

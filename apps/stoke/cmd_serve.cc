@@ -69,6 +69,7 @@ struct ServeOptions {
   bool no_gpu_telemetry = false;
   DeviceFlags device;
   int instances = 0;   // classic models: instances (0 = the model file's instance_group, else 1)
+  std::string metric_names = "vllm";  // vllm (stoke:...) | prometheus (stoke_...): telemetry/metrics.h
 };
 
 // Applies --config: every key sets its flag unless the flag was given on the command line.
@@ -126,6 +127,7 @@ Status Validate(const ServeOptions& o) {
   if (o.block_size < 1) return InvalidArgumentError("--block-size must be at least 1");
   if (o.gpu_telemetry_interval_ms < 100)
     return InvalidArgumentError("--gpu-telemetry-interval-ms must be at least 100 (GPM needs > 100 ms)");
+  RETURN_IF_ERROR(ParseMetricNaming(o.metric_names).status().WithContext("--metric-names"));
   return DecoderOptionsFromFlags(o.device).status();
 }
 
@@ -186,6 +188,7 @@ int RunServe(CLI::App* cmd, ServeOptions* bound) {
     fmt::print(stderr, "stoke serve: {}\n", s.message());
     return 2;
   }
+  const MetricNaming naming = *ParseMetricNaming(o.metric_names);
   // Encoders (BERT HF folders) and model files (*.json, e.g. the synthetic model) are served by the dynamic
   // batcher behind KServe v2 REST/gRPC and /v1/embeddings instead of the LLM loop
   // (net/kserve/classic_server.h).
@@ -204,13 +207,14 @@ int RunServe(CLI::App* cmd, ServeOptions* bound) {
                             .gpu_telemetry_interval_ms = o.gpu_telemetry_interval_ms,
                             // "" = the model file's "device" key (an explicit --device overrides it)
                             .device = cmd->get_option("--device")->count() > 0 ? o.device.device : "",
-                            .instances = o.instances});
+                            .instances = o.instances,
+                            .metric_naming = naming});
   }
   if (o.threads > 0) ThreadPool::SetDefaultThreads(o.threads);
   const std::string served = o.served_model_name.empty() ? DefaultServedName(o.model) : o.served_model_name;
 
   // Token-count histograms need a bound before the model (and its context length) is known.
-  auto metrics_or = ServerMetrics::Create(served, 1 << 17);
+  auto metrics_or = ServerMetrics::Create(served, 1 << 17, naming);
   if (!metrics_or.ok()) {
     fmt::print(stderr, "stoke serve: metrics: {}\n", metrics_or.status().message());
     return 1;
@@ -349,6 +353,10 @@ CommandRegistrar kServe("serve", "Serve a model over an OpenAI-compatible HTTP A
                   "Encoder models: instances, each with its own thread pool or CUDA stream (0: the model "
                   "file's instance_group, else 1)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--metric-names", o->metric_names,
+                  "/metrics family names: vllm (stoke:name; promtool lints the colon) or prometheus "
+                  "(stoke_name; lint-clean)")
+      ->capture_default_str();
   return [cmd, o]() -> int { return RunServe(cmd, o.get()); };
 });
 

@@ -8,6 +8,7 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include <algorithm>
 #include <cmath>
 #include <exception>
 
@@ -104,7 +105,20 @@ Histogram HistogramFamily::WithLabels(const MetricLabels& labels) const {
   return h.ok() ? *h : Histogram();
 }
 
-MetricsRegistry::MetricsRegistry() : registry_(std::make_unique<prometheus::Registry>()) {}
+std::string MetricName(MetricNaming naming, std::string_view name) {
+  std::string out(name);
+  if (naming == MetricNaming::kPrometheus) std::replace(out.begin(), out.end(), ':', '_');
+  return out;
+}
+
+StatusOr<MetricNaming> ParseMetricNaming(std::string_view s) {
+  if (s == "vllm") return MetricNaming::kVllm;
+  if (s == "prometheus") return MetricNaming::kPrometheus;
+  return InvalidArgumentError("metric names '{}': expected vllm or prometheus", s);
+}
+
+MetricsRegistry::MetricsRegistry(MetricNaming naming)
+    : naming_(naming), registry_(std::make_unique<prometheus::Registry>()) {}
 MetricsRegistry::~MetricsRegistry() = default;
 
 namespace {
@@ -126,8 +140,9 @@ Status CheckFamily(const std::string& name, const MetricLabels& const_labels, ch
 
 }  // namespace
 
-StatusOr<CounterFamily> MetricsRegistry::AddCounter(const std::string& name, const std::string& help,
+StatusOr<CounterFamily> MetricsRegistry::AddCounter(const std::string& given, const std::string& help,
                                                     const MetricLabels& const_labels) {
+  const std::string name = MetricName(naming_, given);
   std::lock_guard lock(mu_);
   RETURN_IF_ERROR(CheckFamily(name, const_labels, 'c', &types_));
   try {
@@ -138,8 +153,9 @@ StatusOr<CounterFamily> MetricsRegistry::AddCounter(const std::string& name, con
   }
 }
 
-StatusOr<GaugeFamily> MetricsRegistry::AddGauge(const std::string& name, const std::string& help,
+StatusOr<GaugeFamily> MetricsRegistry::AddGauge(const std::string& given, const std::string& help,
                                                 const MetricLabels& const_labels) {
+  const std::string name = MetricName(naming_, given);
   std::lock_guard lock(mu_);
   RETURN_IF_ERROR(CheckFamily(name, const_labels, 'g', &types_));
   try {
@@ -150,9 +166,10 @@ StatusOr<GaugeFamily> MetricsRegistry::AddGauge(const std::string& name, const s
   }
 }
 
-StatusOr<HistogramFamily> MetricsRegistry::AddHistogram(const std::string& name, const std::string& help,
+StatusOr<HistogramFamily> MetricsRegistry::AddHistogram(const std::string& given, const std::string& help,
                                                         std::vector<double> buckets,
                                                         const MetricLabels& const_labels) {
+  const std::string name = MetricName(naming_, given);
   if (buckets.empty()) return InvalidArgumentError("histogram '{}' needs at least one bucket", name);
   for (size_t i = 0; i < buckets.size(); ++i) {
     if (!std::isfinite(buckets[i]) || (i > 0 && buckets[i] <= buckets[i - 1])) {

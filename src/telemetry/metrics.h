@@ -10,11 +10,13 @@
 // instead of calling WithLabels each time (that takes a lock). All operations are thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -31,6 +33,17 @@ class Family;
 namespace stoke {
 
 using MetricLabels = std::map<std::string, std::string>;
+
+// How family names are spelled on /metrics. Code registers every name in vLLM's style, a prefix and a colon
+// ("stoke:time_to_first_token_seconds", like vLLM's "vllm:..."). Prometheus reserves colons for recording
+// rules and `promtool check metrics` lints every such name ("metric names should not contain ':'"), so a
+// registry made with kPrometheus exposes the same families with each ':' turned into '_'
+// ("stoke_time_to_first_token_seconds"). `stoke serve --metric-names vllm|prometheus` picks one.
+enum class MetricNaming : uint8_t { kVllm, kPrometheus };
+// The one naming rule: `name` as the registry with `naming` exposes it.
+std::string MetricName(MetricNaming naming, std::string_view name);
+// "vllm" | "prometheus".
+StatusOr<MetricNaming> ParseMetricNaming(std::string_view s);
 
 // A default-constructed handle is null: its operations do nothing and read 0.
 class Counter {
@@ -122,14 +135,14 @@ class HistogramFamily {
 
 class MetricsRegistry {
  public:
-  MetricsRegistry();
+  explicit MetricsRegistry(MetricNaming naming = MetricNaming::kVllm);
   ~MetricsRegistry();
   MetricsRegistry(const MetricsRegistry&) = delete;
   MetricsRegistry& operator=(const MetricsRegistry&) = delete;
 
-  // Names: [a-zA-Z_:][a-zA-Z0-9_:]*; counters end in "_total" by convention (checked). A name registered
-  // twice with a different type is an error; the same type returns the existing family (const_labels must
-  // match).
+  // Names: [a-zA-Z_:][a-zA-Z0-9_:]*, given in vLLM's style and exposed through MetricName(naming(), name);
+  // counters end in "_total" by convention (checked). A name registered twice with a different type is an
+  // error; the same type returns the existing family (const_labels must match).
   StatusOr<CounterFamily> AddCounter(const std::string& name, const std::string& help,
                                      const MetricLabels& const_labels = {});
   StatusOr<GaugeFamily> AddGauge(const std::string& name, const std::string& help,
@@ -144,8 +157,10 @@ class MetricsRegistry {
 
   // Prometheus text exposition format 0.0.4 (Content-Type: text/plain; version=0.0.4; charset=utf-8).
   std::string ExposeText() const;
+  MetricNaming naming() const { return naming_; }
 
  private:
+  MetricNaming naming_;
   std::unique_ptr<prometheus::Registry> registry_;
   mutable std::mutex mu_;  // guards hooks_ and the name table, serialises expositions
   std::vector<std::function<void()>> hooks_;

@@ -142,6 +142,36 @@ TEST(ServerMetricsTest, EveryDocumentedNameIsExposed) {
               HasSubstr("stoke:request_success_total{finished_reason=\"abort\",model_name=\"smol\"} 0"));
 }
 
+TEST(MetricsRegistryTest, PrometheusNamingExposesUnderscoresForTheSameFamilies) {
+  EXPECT_EQ(MetricName(MetricNaming::kVllm, "stoke:ttft_seconds"), "stoke:ttft_seconds");
+  EXPECT_EQ(MetricName(MetricNaming::kPrometheus, "stoke:ttft_seconds"), "stoke_ttft_seconds");
+  EXPECT_EQ(MetricName(MetricNaming::kPrometheus, "nv_gpu_utilization"), "nv_gpu_utilization");
+  EXPECT_EQ(*ParseMetricNaming("prometheus"), MetricNaming::kPrometheus);
+  EXPECT_EQ(*ParseMetricNaming("vllm"), MetricNaming::kVllm);
+  EXPECT_FALSE(ParseMetricNaming("statsd").ok());
+
+  MetricsRegistry r(MetricNaming::kPrometheus);
+  auto c = r.AddCounter("stoke:things_total", "Things.");
+  ASSERT_TRUE(c.ok());
+  c->Get().Inc(2);
+  // Registering the vLLM spelling again finds the same family; a different type under it is still refused.
+  auto again = r.AddCounter("stoke:things_total", "Things.");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->Get().Value(), 2);
+  EXPECT_EQ(r.AddGauge("stoke:things_total", "x").status().code(), StatusCode::kAlreadyExists);
+  const std::string text = r.ExposeText();
+  EXPECT_THAT(text, HasSubstr("# TYPE stoke_things_total counter"));
+  EXPECT_THAT(text, HasSubstr("stoke_things_total 2"));
+  EXPECT_THAT(text, Not(HasSubstr(":")));
+
+  auto m = ServerMetrics::Create("smol", 8192, MetricNaming::kPrometheus);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const std::string server = (*m)->ExposeText();
+  EXPECT_THAT(server, HasSubstr("# TYPE stoke_time_to_first_token_seconds histogram"));
+  EXPECT_THAT(server, HasSubstr("stoke_request_stage_seconds_count{model_name=\"smol\",stage=\"queue\"} 0"));
+  EXPECT_THAT(server, Not(HasSubstr("stoke:")));
+}
+
 TEST(ServerMetricsTest, RecordsRequestsStepsAndSnapshots) {
   auto created = ServerMetrics::Create("m", 2048);
   ASSERT_TRUE(created.ok());

@@ -47,8 +47,8 @@ const char* FinishedReasonLabel(FinishReason r) {
 }
 
 StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(const std::string& model_name,
-                                                               int max_model_len) {
-  std::unique_ptr<ServerMetrics> m(new ServerMetrics());
+                                                               int max_model_len, MetricNaming naming) {
+  std::unique_ptr<ServerMetrics> m(new ServerMetrics(naming));
   RETURN_IF_ERROR(m->Init(model_name, max_model_len));
   return m;
 }

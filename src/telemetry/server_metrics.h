@@ -1,4 +1,5 @@
-// The server's metric set, named after vLLM's with the `stoke:` prefix, each labelled with model_name. Fed
+// The server's metric set, named after vLLM's with the `stoke:` prefix (or `stoke_` with
+// MetricNaming::kPrometheus, see telemetry/metrics.h), each labelled with model_name. Fed
 // from three places:
 //   - the engine thread, once per step:            RecordStep(StepRecord)
 //   - whoever sees a request finish (net layer):   RecordRequest(RequestRecord), ObserveStage(...)
@@ -38,7 +39,8 @@ const char* FinishedReasonLabel(FinishReason r);
 class ServerMetrics {
  public:
   // max_model_len bounds the token-count histograms' buckets.
-  static StatusOr<std::unique_ptr<ServerMetrics>> Create(const std::string& model_name, int max_model_len);
+  static StatusOr<std::unique_ptr<ServerMetrics>> Create(const std::string& model_name, int max_model_len,
+                                                         MetricNaming naming = MetricNaming::kVllm);
 
   void RecordStep(const StepRecord& step);
   void RecordRequest(const RequestRecord& r);
@@ -52,7 +54,7 @@ class ServerMetrics {
   MetricsRegistry& registry() { return registry_; }
 
  private:
-  ServerMetrics() = default;
+  explicit ServerMetrics(MetricNaming naming) : registry_(naming) {}
   Status Init(const std::string& model_name, int max_model_len);
 
   MetricsRegistry registry_;

@@ -219,8 +219,15 @@ def test_usage_errors(tmp_path):
     assert r.returncode == 2 and "exactly one" in r.stderr
     r = rc("--url", "http://127.0.0.1:9", "--concurrency", 1, "--slo", "ttft=fast", "--output-dir", tmp_path)
     assert r.returncode == 2 and "ttft" in r.stderr
-    r = rc("--url", "http://127.0.0.1:9", "--concurrency", 1, "--api", "kserve-grpc", "--output-dir", tmp_path)
-    assert r.returncode != 0 and "kserve-grpc" in r.stderr
+    r = rc("--url", "http://127.0.0.1:9", "--concurrency", 1, "--api", "kserve-grpc", "--model", "m",
+           "--output-dir", tmp_path)
+    assert r.returncode == 1 and "grpc://HOST:PORT" in r.stderr
+    r = rc("--url", "grpc://127.0.0.1:9", "--concurrency", 1, "--api", "kserve-grpc", "--output-dir", tmp_path)
+    assert r.returncode == 1 and "needs --model" in r.stderr
+    # Nothing serves gRPC on port 9: the metadata call fails with the gRPC status, not a hang.
+    r = rc("--url", "grpc://127.0.0.1:9", "--concurrency", 1, "--api", "kserve-grpc", "--model", "m",
+           "--output-dir", tmp_path)
+    assert r.returncode == 1 and "grpc_unavailable" in r.stderr, r.stderr
     # Nothing listens on port 9 of loopback: a clear error, not a hang.
     r = rc("--url", "http://127.0.0.1:9", "--model", "m", "--concurrency", 1, "--output-dir", tmp_path,
            "--warmup", 0, "--duration", 1, "--no-scrape")

@@ -2,7 +2,8 @@
 
 perf_analyzer comes from the tritonclient 2.50.0 wheel (tests/fixtures/install_perf_analyzer.sh explains why
 that one and installs it). The server is tests/fixtures/delay_server.py speaking KServe v2 REST (metadata, config, ready,
-stats, infer with binary tensors): throughput and p50/p99 latency must agree within 5 %.
+stats, infer with binary tensors) and, for the gRPC check, KServe v2 gRPC (the same calls, raw_input_contents):
+throughput and p50/p99 latency must agree within 5 %.
 
 For OpenAI streaming, neither genai-perf nor guidellm installs usefully here (genai-perf needs the
 perf-analyzer wheel, which needs glibc 2.38; guidellm pulls in torch), so the check uses what genai-perf
@@ -74,6 +75,32 @@ def test_kserve_throughput_and_latency_agree_with_perf_analyzer(tmp_path):
     assert p["valid"], p["invalid_reasons"]
     ours = {"rps": p["throughput"]["requests_per_s"], "p50": p["latency_ms"]["p50"], "p99": p["latency_ms"]["p99"]}
     print(f"\nkserve c=4: stoke bench {ours} vs perf_analyzer {pa}")
+    for k in ("rps", "p50", "p99"):
+        assert within(ours[k], pa[k], 0.05), f"{k}: stoke bench {ours[k]:.3f} vs perf_analyzer {pa[k]:.3f}"
+
+
+def test_kserve_grpc_throughput_and_latency_agree_with_perf_analyzer(tmp_path):
+    perf_analyzer()
+    pytest.importorskip("grpc")
+    pytest.importorskip("tritonclient.grpc")  # the fixture's gRPC messages
+    with DelayServer("--delay-ms", 100, "--grpc-port", 0) as srv:
+        host = srv.grpc_url.removeprefix("grpc://")
+        run_pa(["-m", "fixture", "-u", host, "-i", "grpc", "--async", "--concurrency-range", "4:4",
+                "--measurement-interval", 3000, "--stability-percentage", 10, "-f", tmp_path / "pa.csv"], tmp_path)
+        bench = run_bench(srv.grpc_url, tmp_path / "bench", "--api", "kserve-grpc", "--model", "fixture",
+                          "--concurrency", 4, "--warmup", 1, "--window", 3, "--duration", 12, "--stability", 0.1,
+                          "--metrics-url", srv.url)
+        seen = srv.stats()["paths"].get("grpc:ModelInfer", 0)
+    row = next(csv.DictReader(open(tmp_path / "pa.csv")))
+    pa = {"rps": float(row["Inferences/Second"]), "p50": float(row["p50 latency"]) / 1e3,
+          "p99": float(row["p99 latency"]) / 1e3}
+    p = bench.point(4)
+    assert p["valid"], p["invalid_reasons"]
+    assert p["requests"]["errors"] == {}, p["requests"]["error_examples"]
+    assert seen >= p["requests"]["succeeded"]  # the requests really went over gRPC
+    assert bench.report["server_metrics"]["available"], bench.report["server_metrics"]["note"]
+    ours = {"rps": p["throughput"]["requests_per_s"], "p50": p["latency_ms"]["p50"], "p99": p["latency_ms"]["p99"]}
+    print(f"\nkserve-grpc c=4: stoke bench {ours} vs perf_analyzer {pa}")
     for k in ("rps", "p50", "p99"):
         assert within(ours[k], pa[k], 0.05), f"{k}: stoke bench {ours[k]:.3f} vs perf_analyzer {pa[k]:.3f}"
 

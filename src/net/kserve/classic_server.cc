@@ -216,7 +216,7 @@ int RunClassicServe(const ClassicServeOptions& o) {
       return 2;
     }
   }
-  MetricsRegistry registry;
+  MetricsRegistry registry(o.metric_naming);
   // GPU telemetry on /metrics (DCGM_FI_* names) and GET /v1/gpu; without NVML only an info line.
   std::unique_ptr<GpuTelemetry> gpu = GpuTelemetry::Create(
       {.enabled = o.gpu_telemetry, .interval = std::chrono::milliseconds(o.gpu_telemetry_interval_ms)},

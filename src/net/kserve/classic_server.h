@@ -21,6 +21,8 @@
 #include <cstddef>
 #include <string>
 
+#include "telemetry/metrics.h"
+
 namespace stoke {
 
 struct ClassicServeOptions {
@@ -40,6 +42,7 @@ struct ClassicServeOptions {
   // device runner (CUDA: its own stream and scratch over weights uploaded once).
   std::string device;
   int instances = 0;  // > 0: overrides the instance count (the model file's instance_group, default 1)
+  MetricNaming metric_naming = MetricNaming::kVllm;  // /metrics names: stoke:... or stoke_...
 };
 
 // True for a .json model file or a BERT-family HF folder / known encoder alias (decided without fetching).

@@ -10,8 +10,10 @@
 #include <ctime>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
+#include "tools/bench/grpc_client.h"
 #include "tools/bench/http_client.h"
 #include "tools/bench/metrics_scraper.h"
 
@@ -127,16 +129,26 @@ StatusOr<Slo> ParseSlo(std::string_view spec) {
 }
 
 StatusOr<Api> ParseApi(std::string_view name) {
-  for (Api a : {Api::kOpenAiChat, Api::kOpenAiCompletions, Api::kOpenAiEmbeddings, Api::kKserveHttp}) {
+  for (Api a : kAllApis) {
     if (name == ApiName(a)) return a;
   }
-  if (name == "kserve-grpc") {
-    return UnimplementedError(
-        "--api kserve-grpc: not available yet (stoke has no KServe gRPC endpoint to test "
-        "against); use kserve-http");
-  }
   return InvalidArgumentError(
-      "--api '{}': expected openai-chat, openai-completions, openai-embeddings or kserve-http", name);
+      "--api '{}': expected openai-chat, openai-completions, openai-embeddings, kserve-http or kserve-grpc",
+      name);
+}
+
+StatusOr<HttpEndpoint> ParseGrpcUrl(std::string_view url) {
+  std::string_view rest = url;
+  if (rest.starts_with("grpc://")) rest.remove_prefix(7);
+  if (rest.starts_with("http://") || rest.starts_with("https://")) {
+    return InvalidArgumentError("--url '{}': kserve-grpc wants grpc://HOST:PORT (or HOST:PORT)", url);
+  }
+  ASSIGN_OR_RETURN(HttpEndpoint ep, ParseHttpUrl(rest));
+  if (!ep.base_path.empty()) return InvalidArgumentError("--url '{}': a gRPC address has no path", url);
+  if (rest.find(':') == std::string_view::npos) {
+    return InvalidArgumentError("--url '{}': give the gRPC port (grpc://HOST:PORT)", url);
+  }
+  return ep;
 }
 
 std::string DescribeHost() {
@@ -174,7 +186,8 @@ std::string GitCommit() {
 }
 
 StatusOr<BenchReport> RunBench(const BenchOptions& opts, ProgressPrinter* progress) {
-  ASSIGN_OR_RETURN(HttpEndpoint ep, ParseHttpUrl(opts.url));
+  const bool use_grpc = opts.api == Api::kKserveGrpc;
+  ASSIGN_OR_RETURN(HttpEndpoint ep, use_grpc ? ParseGrpcUrl(opts.url) : ParseHttpUrl(opts.url));
   BenchReport rep;
   RunInfo& run = rep.run;
   run.command = opts.command;
@@ -204,12 +217,16 @@ StatusOr<BenchReport> RunBench(const BenchOptions& opts, ProgressPrinter* progre
   proto.kserve_binary = opts.kserve_binary;
   proto.model = opts.model;
   if (proto.model.empty()) {
-    if (opts.api == Api::kKserveHttp) return InvalidArgumentError("--api kserve-http needs --model");
+    if (opts.api == Api::kKserveHttp || use_grpc) {
+      return InvalidArgumentError("--api {} needs --model", ApiName(opts.api));
+    }
     ASSIGN_OR_RETURN(proto.model, DiscoverModel(ep));
   }
   run.model = proto.model;
   if (opts.api == Api::kKserveHttp) {
     ASSIGN_OR_RETURN(proto.kserve_inputs, FetchKserveInputs(ep, proto.model));
+  } else if (use_grpc) {
+    ASSIGN_OR_RETURN(proto.kserve_inputs, FetchGrpcModelInputs(ep.HostHeader(), proto.model, 10));
   }
 
   ASSIGN_OR_RETURN(PromptSource prompts, PromptSource::Create(opts.workload, opts.api, opts.point.seed));
@@ -217,11 +234,20 @@ StatusOr<BenchReport> RunBench(const BenchOptions& opts, ProgressPrinter* progre
 
   const Nanos run_start = MonotonicNanos();
   std::unique_ptr<MetricsScraper> scraper;
-  if (opts.scrape) {
-    scraper = std::make_unique<MetricsScraper>(ep, opts.metrics_path, opts.scrape_interval_s);
-    scraper->Start(run_start);
-  } else {
+  // /metrics is HTTP: on the --url server, or --metrics-url's (the only way for a gRPC run).
+  std::optional<HttpEndpoint> metrics_ep;
+  if (!opts.metrics_url.empty()) {
+    ASSIGN_OR_RETURN(metrics_ep, ParseHttpUrl(opts.metrics_url));
+  } else if (!use_grpc) {
+    metrics_ep = ep;
+  }
+  if (!opts.scrape) {
     rep.server.note = "--no-scrape";
+  } else if (!metrics_ep) {
+    rep.server.note = "a gRPC run scrapes /metrics only with --metrics-url http://HOST:PORT";
+  } else {
+    scraper = std::make_unique<MetricsScraper>(*metrics_ep, opts.metrics_path, opts.scrape_interval_s);
+    scraper->Start(run_start);
   }
   for (size_t i = 0; i < opts.loads.size(); ++i) {
     PointOptions po = opts.point;

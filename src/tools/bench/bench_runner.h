@@ -1,5 +1,6 @@
-// A whole `stoke bench` run: discover the model, fetch KServe metadata, scrape /metrics alongside, run each
-// load point in turn, and return the report. Also the parsers for the command's option values.
+// A whole `stoke bench` run: discover the model, fetch KServe metadata (REST or gRPC), scrape /metrics
+// alongside, run each load point in turn, and return the report. Also the parsers for the command's option
+// values.
 #pragma once
 
 #include <string>
@@ -15,8 +16,9 @@
 namespace stoke::bench {
 
 struct BenchOptions {
-  std::string url;
-  std::string model;  // "" = the first of GET /v1/models (OpenAI APIs)
+  std::string url;          // http://HOST:PORT[/prefix]; kserve-grpc: grpc://HOST:PORT or HOST:PORT
+  std::string metrics_url;  // where /metrics is scraped ("" = url; needed for kserve-grpc)
+  std::string model;        // "" = the first of GET /v1/models (OpenAI APIs)
   Api api = Api::kOpenAiChat;
   LoadMode mode = LoadMode::kConcurrency;
   std::vector<double> loads;
@@ -39,6 +41,8 @@ StatusOr<std::vector<double>> ParseLoadList(std::string_view spec, bool powers_o
 // "ttft=200ms,tpot=50ms,e2e=2s"; units ms (default), s, us.
 StatusOr<Slo> ParseSlo(std::string_view spec);
 StatusOr<Api> ParseApi(std::string_view name);
+// The gRPC server of --api kserve-grpc: "grpc://HOST:PORT" or "HOST:PORT" (no path).
+StatusOr<HttpEndpoint> ParseGrpcUrl(std::string_view url);
 
 StatusOr<BenchReport> RunBench(const BenchOptions& opts, ProgressPrinter* progress);
 

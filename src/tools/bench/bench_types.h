@@ -13,7 +13,9 @@
 
 namespace stoke::bench {
 
-enum class Api : uint8_t { kOpenAiChat, kOpenAiCompletions, kOpenAiEmbeddings, kKserveHttp };
+enum class Api : uint8_t { kOpenAiChat, kOpenAiCompletions, kOpenAiEmbeddings, kKserveHttp, kKserveGrpc };
+inline constexpr Api kAllApis[] = {Api::kOpenAiChat, Api::kOpenAiCompletions, Api::kOpenAiEmbeddings,
+                                   Api::kKserveHttp, Api::kKserveGrpc};
 const char* ApiName(Api api);    // "openai-chat", ...
 bool ApiStreamsTokens(Api api);  // chat and completions (when streaming)
 

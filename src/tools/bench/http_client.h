@@ -16,6 +16,7 @@
 
 #include "base/clock.h"
 #include "base/status.h"
+#include "tools/bench/connection.h"
 #include "tools/bench/protocol.h"
 
 namespace stoke::bench {
@@ -37,29 +38,19 @@ struct SimpleResponse {
 StatusOr<SimpleResponse> HttpFetch(const HttpEndpoint& ep, const std::string& method,
                                    const std::string& target, const std::string& body, double timeout_s);
 
-// What a connection reports about one request; all calls happen on the io_context's thread.
-struct ResponseHandlers {
-  std::function<void(Nanos)> on_sent;  // right before the first byte is written
-  std::function<void(int status, int64_t json_length)>
-      on_status;                                         // json_length: Inference-Header-Content-Length or -1
-  std::function<void(std::string_view, Nanos)> on_body;  // new body bytes (chunked framing removed)
-  // error "" when the response is complete; else a kind ("connect", "timeout", "closed", "bad_http", ...).
-  std::function<void(const std::string& error, const std::string& detail, Nanos)> on_complete;
-};
-
-class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
+class HttpConnection : public Connection, public std::enable_shared_from_this<HttpConnection> {
  public:
   using Endpoints = boost::asio::ip::tcp::resolver::results_type;
   HttpConnection(boost::asio::io_context& io, Endpoints endpoints, std::string host_header);
 
   // Opens the socket ahead of time; done(ok) on the io thread.
-  void Connect(std::function<void(bool)> done);
+  void Connect(std::function<void(bool)> done) override;
   // One request at a time. Reconnects if the socket is closed; a reused connection that the server had
   // already closed (no byte of the response read) is retried once on a new socket.
-  void Start(const WireRequest& request, ResponseHandlers handlers, Nanos timeout);
+  void Start(const WireRequest& request, ResponseHandlers handlers, Nanos timeout) override;
   // Closes the socket; a request in flight completes with error "closed".
-  void Close();
-  bool busy() const { return busy_; }
+  void Close() override;
+  bool busy() const override { return busy_; }
 
  private:
   void DoConnect(std::function<void(const boost::system::error_code&)> next);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tools/bench/aggregate.h"
+#include "tools/bench/grpc_client.h"
 #include "tools/bench/stats.h"
 
 namespace stoke::bench {
@@ -23,7 +24,12 @@ using tcp = asio::ip::tcp;
 
 namespace {
 
-constexpr size_t kReadyAhead = 8;  // wire requests built ahead so building never delays a send
+constexpr size_t kReadyAhead = 8;         // wire requests built ahead so building never delays a send
+constexpr int kGrpcSlotsPerChannel = 64;  // calls in flight per HTTP/2 connection before another is opened
+constexpr int kMaxGrpcChannels = 16;
+constexpr double kGrpcConnectTimeoutS = 10;
+
+using ConnectionFactory = std::function<std::shared_ptr<Connection>()>;
 
 asio::steady_timer::time_point AtNanos(Nanos t) {
   return asio::steady_timer::time_point(std::chrono::nanoseconds(t));
@@ -35,12 +41,15 @@ Nanos Seconds(double s) {
 // The state of one point; lives on the stack of RunPoint while its io_context runs.
 class PointRun {
  public:
-  PointRun(asio::io_context& io, HttpConnection::Endpoints endpoints, std::string host_header,
+  // `address` names the server in messages ("http://host:port"); helper_cpu (optional) reads the CPU
+  // seconds of a thread that works for the generator besides the io thread (the gRPC poller).
+  PointRun(asio::io_context& io, ConnectionFactory factory, std::string address,
            const ProtocolOptions& protocol, PromptSource* prompts, const PointOptions& opts,
-           const ProgressFn& progress)
+           const ProgressFn& progress, std::function<double()> helper_cpu)
       : io_(io),
-        endpoints_(std::move(endpoints)),
-        host_header_(std::move(host_header)),
+        factory_(std::move(factory)),
+        address_(std::move(address)),
+        helper_cpu_(std::move(helper_cpu)),
         protocol_(protocol),
         prompts_(prompts),
         opts_(opts),
@@ -56,12 +65,12 @@ class PointRun {
  private:
   Status Prepare();
   void Begin();
-  std::shared_ptr<HttpConnection> NewConnection();
+  std::shared_ptr<Connection> NewConnection();
   WireRequest TakeReady();
   void Refill();
-  void Issue(const std::shared_ptr<HttpConnection>& conn, size_t idx);
+  void Issue(const std::shared_ptr<Connection>& conn, size_t idx);
   size_t NewRecord(Nanos scheduled);
-  void OnComplete(size_t idx, const std::shared_ptr<HttpConnection>& conn, const std::string& error,
+  void OnComplete(size_t idx, const std::shared_ptr<Connection>& conn, const std::string& error,
                   const std::string& detail, Nanos t);
   double NextGapSeconds();
   void ArmArrival();
@@ -76,8 +85,9 @@ class PointRun {
   PointResult Result(double cpu_s, double wall_s);
 
   asio::io_context& io_;
-  HttpConnection::Endpoints endpoints_;
-  std::string host_header_;
+  ConnectionFactory factory_;
+  std::string address_;
+  std::function<double()> helper_cpu_;
   const ProtocolOptions& protocol_;
   PromptSource* prompts_;
   const PointOptions& opts_;
@@ -87,9 +97,9 @@ class PointRun {
   std::mt19937_64 request_rng_;  // request payloads
   Status setup_status_;
 
-  std::vector<std::shared_ptr<HttpConnection>> conns_;
-  std::vector<std::shared_ptr<HttpConnection>> idle_;  // open loop
-  std::deque<size_t> pending_;                         // open loop: records waiting for a connection
+  std::vector<std::shared_ptr<Connection>> conns_;
+  std::vector<std::shared_ptr<Connection>> idle_;  // open loop
+  std::deque<size_t> pending_;                     // open loop: records waiting for a connection
   std::vector<RequestRecord> records_;
   std::unordered_map<size_t, std::unique_ptr<ResponseReader>> readers_;
   std::deque<WireRequest> ready_;
@@ -102,8 +112,8 @@ class PointRun {
   int in_flight_ = 0;
 };
 
-std::shared_ptr<HttpConnection> PointRun::NewConnection() {
-  auto c = std::make_shared<HttpConnection>(io_, endpoints_, host_header_);
+std::shared_ptr<Connection> PointRun::NewConnection() {
+  std::shared_ptr<Connection> c = factory_();
   conns_.push_back(c);
   return c;
 }
@@ -144,7 +154,7 @@ size_t PointRun::NewRecord(Nanos scheduled) {
   return records_.size() - 1;
 }
 
-void PointRun::Issue(const std::shared_ptr<HttpConnection>& conn, size_t idx) {
+void PointRun::Issue(const std::shared_ptr<Connection>& conn, size_t idx) {
   WireRequest req = TakeReady();
   if (req.method.empty()) {
     records_[idx].error = "build";
@@ -168,7 +178,7 @@ void PointRun::Issue(const std::shared_ptr<HttpConnection>& conn, size_t idx) {
   conn->Start(req, std::move(h), Seconds(opts_.request_timeout_s));
 }
 
-void PointRun::OnComplete(size_t idx, const std::shared_ptr<HttpConnection>& conn, const std::string& error,
+void PointRun::OnComplete(size_t idx, const std::shared_ptr<Connection>& conn, const std::string& error,
                           const std::string& detail, Nanos t) {
   --in_flight_;
   RequestRecord& r = records_[idx];
@@ -185,14 +195,17 @@ void PointRun::OnComplete(size_t idx, const std::shared_ptr<HttpConnection>& con
   readers_.erase(it);
   if (finished_) return;
   if (!stopping_) {
-    if (opts_.mode == LoadMode::kConcurrency && r.error == "connect") {
+    if (opts_.mode == LoadMode::kConcurrency && (r.error == "connect" || r.error == "grpc_unavailable")) {
       // A refused connection fails at once: back off a little instead of spinning.
       auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(10));
       timer->async_wait([this, timer, conn](const boost::system::error_code& ec) {
         if (!ec && !stopping_ && !finished_) Issue(conn, NewRecord(MonotonicNanos()));
       });
     } else if (opts_.mode == LoadMode::kConcurrency) {
-      Issue(conn, NewRecord(t));  // closed loop: the next request is due the moment this one ended
+      // Closed loop: the next request is due the moment the generator learns this one ended. Over HTTP that
+      // is `t` (read on this thread); over gRPC `t` is the poller's timestamp, and the hop to this thread
+      // (a wake-up, long on a loaded machine) is the client's think time, not a late send.
+      Issue(conn, NewRecord(protocol_.api == Api::kKserveGrpc ? MonotonicNanos() : t));
     } else if (!pending_.empty()) {
       size_t next = pending_.front();
       pending_.pop_front();
@@ -351,8 +364,8 @@ Status PointRun::Prepare() {
       if (!ok) ++*failures;
       if (--*remaining > 0) return;
       if (*failures > 0) {
-        setup_status_ = UnavailableError("cannot connect to http://{} ({} of {} connections failed)",
-                                         host_header_, *failures, conns_.size());
+        setup_status_ = UnavailableError("cannot connect to {} ({} of {} connections failed)", address_,
+                                         *failures, conns_.size());
         for (auto& conn : conns_) conn->Close();
         return;
       }
@@ -365,9 +378,11 @@ Status PointRun::Prepare() {
 Status PointRun::Run(PointResult* out) {
   RETURN_IF_ERROR(Prepare());
   const double cpu0 = ThreadCpuSeconds();
+  const double helper0 = helper_cpu_ ? helper_cpu_() : 0;
   const Nanos wall0 = MonotonicNanos();
   io_.run();
-  const double cpu_s = ThreadCpuSeconds() - cpu0;
+  // The busier of the io thread and the helper thread: either one saturated limits the generator.
+  const double cpu_s = std::max(ThreadCpuSeconds() - cpu0, helper_cpu_ ? helper_cpu_() - helper0 : 0.0);
   const double wall_s = (MonotonicNanos() - wall0) * 1e-9;
   RETURN_IF_ERROR(setup_status_);
   *out = Result(cpu_s, wall_s);
@@ -439,13 +454,34 @@ StatusOr<PointResult> LoadGenerator::RunPoint(const PointOptions& in, const Prog
   }
   opts.window_s = std::min(opts.window_s, opts.max_duration_s);
   asio::io_context io(1);
+  PointResult result;
+  if (protocol_.api == Api::kKserveGrpc) {
+    // Slots = the most calls in flight: the concurrency, or the open-loop cap on connections.
+    const int slots =
+        opts.mode == LoadMode::kConcurrency ? static_cast<int>(opts.load) : opts.max_connections;
+    const int channels =
+        std::clamp((slots + kGrpcSlotsPerChannel - 1) / kGrpcSlotsPerChannel, 1, kMaxGrpcChannels);
+    const std::string target = endpoint_.HostHeader();
+    GrpcClient client(io, target, channels);  // outlives the run: its poller delivers into `io`
+    RETURN_IF_ERROR(client.WaitConnected(kGrpcConnectTimeoutS));
+    PointRun run(
+        io, [&client] { return client.NewConnection(); }, "grpc://" + target, protocol_, prompts_, opts,
+        progress, [&client] { return client.PollerCpuSeconds(); });
+    RETURN_IF_ERROR(run.Run(&result));
+    return result;
+  }
   tcp::resolver resolver(io);
   boost::system::error_code ec;
   auto endpoints = resolver.resolve(endpoint_.host, endpoint_.port, ec);
   if (ec) return UnavailableError("resolve {}: {}", endpoint_.host, ec.message());
-  PointResult result;
   {
-    PointRun run(io, endpoints, endpoint_.HostHeader(), protocol_, prompts_, opts, progress);
+    const std::string host_header = endpoint_.HostHeader();
+    PointRun run(
+        io,
+        [&io, endpoints, host_header] {
+          return std::make_shared<HttpConnection>(io, endpoints, host_header);
+        },
+        "http://" + host_header, protocol_, prompts_, opts, progress, nullptr);
     RETURN_IF_ERROR(run.Run(&result));
   }
   return result;

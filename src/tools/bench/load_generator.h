@@ -1,4 +1,8 @@
-// One load point, driven over HTTP from one io_context on the calling thread.
+// One load point, driven over HTTP (or KServe gRPC, grpc_client.h) from one io_context on the calling thread.
+//
+// With --api kserve-grpc a "connection" is a slot for one call on a shared HTTP/2 channel (one channel per 64
+// slots, at most 16); the completion-queue poller thread's CPU counts in the generator's health with the io
+// thread's (the busier of the two).
 //
 // Closed loop (concurrency N): N connections, each sending its next request as soon as the previous one
 // ends. Open loop (rate R): requests are scheduled by a Poisson or evenly spaced arrival process and sent on

@@ -148,10 +148,12 @@ void SeriesBuilder::Add(double t_s, const std::vector<PromSample>& samples,
       gauges[key] += s.value;
     } else if (EndsWith(n, "generation_tokens_total") || EndsWith(n, "prompt_tokens_total")) {
       counters[s.name] += s.value;
-    } else if (n == "stoke:inference_count_total" || n == "nv_inference_count") {
+    } else if (n == "stoke:inference_count_total" || n == "stoke_inference_count_total" ||
+               n == "nv_inference_count") {
       batch_items += s.value;  // dynamic batcher: inferences and executions -> mean batch size
       has_batches = true;
-    } else if (n == "stoke:inference_exec_count_total" || n == "nv_inference_exec_count") {
+    } else if (n == "stoke:inference_exec_count_total" || n == "stoke_inference_exec_count_total" ||
+               n == "nv_inference_exec_count") {
       batch_execs += s.value;
     }
   }

@@ -57,19 +57,23 @@ TEST(Prometheus, ParsesSamplesLabelsAndTypes) {
 }
 
 TEST(Prometheus, MeanBatchSizeFromInferenceAndExecutionCounts) {
-  SeriesBuilder b;
-  const char* texts[] = {"stoke:inference_count_total 10\nstoke:inference_exec_count_total 5\n",
-                         "stoke:inference_count_total 50\nstoke:inference_exec_count_total 10\n"};
-  double t = 0;
-  for (const char* text : texts) {
-    std::map<std::string, std::string> types;
-    auto s = ParsePrometheusText(text, &types);
-    ASSERT_TRUE(s.ok());
-    b.Add(t++, *s, types);
+  // Both spellings of `stoke serve --metric-names` (vllm: "stoke:", prometheus: "stoke_").
+  for (std::string sep : {":", "_"}) {
+    SeriesBuilder b;
+    const std::string texts[] = {
+        "stoke" + sep + "inference_count_total 10\nstoke" + sep + "inference_exec_count_total 5\n",
+        "stoke" + sep + "inference_count_total 50\nstoke" + sep + "inference_exec_count_total 10\n"};
+    double t = 0;
+    for (const std::string& text : texts) {
+      std::map<std::string, std::string> types;
+      auto s = ParsePrometheusText(text, &types);
+      ASSERT_TRUE(s.ok());
+      b.Add(t++, *s, types);
+    }
+    ServerSeries out = b.Take();
+    ASSERT_EQ(out.series["mean_batch_size"].size(), 2u) << sep;
+    EXPECT_DOUBLE_EQ(out.series["mean_batch_size"][1], 8) << sep;  // 40 inferences in 5 executions
   }
-  ServerSeries out = b.Take();
-  ASSERT_EQ(out.series["mean_batch_size"].size(), 2u);
-  EXPECT_DOUBLE_EQ(out.series["mean_batch_size"][1], 8);  // 40 inferences in 5 executions
 }
 
 TEST(Prometheus, SeriesBuilderKeepsGaugesRatesAndStageMeans) {

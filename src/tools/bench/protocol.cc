@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/half.h"
+#include "net/grpc/grpc_service.pb.h"
 
 namespace stoke::bench {
 namespace {
@@ -140,6 +141,29 @@ StatusOr<WireRequest> BuildKserve(const ProtocolOptions& opts, const PromptItem&
   return w;
 }
 
+StatusOr<WireRequest> BuildKserveGrpc(const ProtocolOptions& opts, const PromptItem& item,
+                                      std::mt19937_64& rng) {
+  if (opts.model.empty()) return InvalidArgumentError("kserve-grpc needs --model");
+  if (opts.kserve_inputs.empty()) return InvalidArgumentError("kserve-grpc: the model has no inputs");
+  auto req = std::make_shared<inference::ModelInferRequest>();
+  req->set_model_name(opts.model);
+  for (const KserveInput& in : opts.kserve_inputs) {
+    json unused;
+    std::string* raw = req->add_raw_input_contents();
+    RETURN_IF_ERROR(FillKserveInput(in, item.text, rng, /*binary=*/true, &unused, raw));
+    auto* t = req->add_inputs();
+    t->set_name(in.name);
+    t->set_datatype(in.datatype);
+    for (int64_t d : in.shape) t->add_shape(std::max<int64_t>(d, 1));
+  }
+  WireRequest w;
+  w.method = "GRPC";
+  w.target = "/inference.GRPCInferenceService/ModelInfer";
+  w.input_tokens = 0;  // tensors, not tokens
+  w.grpc = std::move(req);
+  return w;
+}
+
 }  // namespace
 
 const char* ApiName(Api api) {
@@ -152,6 +176,8 @@ const char* ApiName(Api api) {
       return "openai-embeddings";
     case Api::kKserveHttp:
       return "kserve-http";
+    case Api::kKserveGrpc:
+      return "kserve-grpc";
   }
   return "?";
 }
@@ -184,6 +210,7 @@ StatusOr<std::vector<KserveInput>> ParseKserveMetadata(std::string_view text) {
 StatusOr<WireRequest> BuildRequest(const ProtocolOptions& opts, const PromptItem& item,
                                    std::mt19937_64& rng) {
   if (opts.api == Api::kKserveHttp) return BuildKserve(opts, item, rng);
+  if (opts.api == Api::kKserveGrpc) return BuildKserveGrpc(opts, item, rng);
   WireRequest w;
   w.input_tokens = item.input_tokens;
   w.max_tokens = item.max_tokens;
@@ -313,6 +340,7 @@ void ResponseReader::OnBody(std::string_view bytes, Nanos t) {
 void ResponseReader::End(Nanos t) {
   end_ = t;
   if (status_ != 200) return Fail(fmt::format("http_{}", status_), ErrorMessage(buffer_));
+  if (api_ == Api::kKserveGrpc) return;  // the gRPC connection checked the decoded response
   if (stream_) {
     if (!done_marker_) Fail("no_done", "the stream ended without data: [DONE]");
     return;
@@ -346,6 +374,8 @@ void ResponseReader::End(Nanos t) {
       break;
     case Api::kKserveHttp:
       if (!j.contains("outputs") || !j["outputs"].is_array()) return Fail("bad_response", "no outputs");
+      break;
+    case Api::kKserveGrpc:
       break;
   }
 }

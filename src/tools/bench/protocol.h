@@ -5,6 +5,7 @@
 //   openai-completions   POST /v1/completions       {"prompt": [ids] | "text", ...}
 //   openai-embeddings    POST /v1/embeddings        {"input": "text"}
 //   kserve-http          POST /v2/models/{m}/infer  JSON tensors, or the binary tensor extension
+//   kserve-grpc          inference.GRPCInferenceService/ModelInfer with raw_input_contents
 //
 // Streaming requests ask for usage in the last chunk (stream_options.include_usage) so token counts are the
 // server's, and by default set ignore_eos with min_tokens = max_tokens (vLLM's extension, which stoke
@@ -12,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <string>
 #include <string_view>
@@ -21,6 +23,10 @@
 #include "base/status.h"
 #include "tools/bench/bench_types.h"
 #include "tools/bench/workload.h"
+
+namespace inference {
+class ModelInferRequest;
+}  // namespace inference
 
 namespace stoke::bench {
 
@@ -52,10 +58,13 @@ struct WireRequest {
   std::vector<std::pair<std::string, std::string>> headers;
   int input_tokens = 0;  // the workload's count, used when the server reports no usage
   int max_tokens = 0;
+  // kserve-grpc: the message to send (method, target and body are unused). Shared, never modified.
+  std::shared_ptr<const inference::ModelInferRequest> grpc;
 };
 
 // KServe inputs are filled with random data (floats in [0, 1), integers in [0, 100), the prompt text for
-// BYTES) drawn from `rng`.
+// BYTES) drawn from `rng`. kserve-grpc sends them as raw_input_contents (little-endian elements; BYTES as a
+// u32 length then the bytes), exactly the bytes kserve-http's binary extension sends.
 StatusOr<WireRequest> BuildRequest(const ProtocolOptions& opts, const PromptItem& item, std::mt19937_64& rng);
 
 // Reads one response. Feed it the status, then the body bytes as they arrive, then End(); then Finish()

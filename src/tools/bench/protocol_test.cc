@@ -5,6 +5,9 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "net/grpc/grpc_service.pb.h"
+#include "tools/bench/grpc_client.h"
+
 namespace stoke::bench {
 namespace {
 
@@ -202,6 +205,63 @@ TEST(Protocol, KserveBinaryResponseReadsTheJsonHeaderOnly) {
   RequestRecord rec;
   r.Finish(&rec);
   EXPECT_EQ(rec.error, "");
+}
+
+TEST(Protocol, KserveGrpcRequestCarriesRawInputs) {
+  ProtocolOptions o;
+  o.api = Api::kKserveGrpc;
+  o.model = "minilm-ids";
+  o.kserve_inputs = {{"input_ids", "INT64", {-1, 3}}, {"text", "BYTES", {-1, 1}}};
+  PromptItem item;
+  item.text = "hello";
+  std::mt19937_64 rng(3);
+  auto w = BuildRequest(o, item, rng);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  ASSERT_NE(w->grpc, nullptr);
+  const inference::ModelInferRequest& m = *w->grpc;
+  EXPECT_EQ(m.model_name(), "minilm-ids");
+  ASSERT_EQ(m.inputs_size(), 2);
+  ASSERT_EQ(m.raw_input_contents_size(), 2);  // one raw entry per input, in order
+  EXPECT_EQ(m.inputs(0).name(), "input_ids");
+  EXPECT_EQ(m.inputs(0).datatype(), "INT64");
+  ASSERT_EQ(m.inputs(0).shape_size(), 2);
+  EXPECT_EQ(m.inputs(0).shape(0), 1);  // -1 is sent as 1
+  EXPECT_EQ(m.inputs(0).shape(1), 3);
+  ASSERT_EQ(m.raw_input_contents(0).size(), 3 * 8u);
+  for (int i = 0; i < 3; ++i) {
+    int64_t v = -1;
+    std::memcpy(&v, m.raw_input_contents(0).data() + 8 * i, 8);
+    EXPECT_GE(v, 0);
+    EXPECT_LT(v, 100);
+  }
+  const std::string& text = m.raw_input_contents(1);
+  ASSERT_EQ(text.size(), 4 + 5u);
+  uint32_t len = 0;
+  std::memcpy(&len, text.data(), 4);
+  EXPECT_EQ(len, 5u);
+  EXPECT_EQ(text.substr(4), "hello");
+  EXPECT_EQ(m.inputs_size(), 2);
+  EXPECT_EQ(w->input_tokens, 0);
+
+  o.model.clear();
+  EXPECT_FALSE(BuildRequest(o, item, rng).ok());
+}
+
+TEST(Protocol, GrpcErrorKindsNameTheStatusCode) {
+  EXPECT_EQ(GrpcErrorKind(14), "grpc_unavailable");
+  EXPECT_EQ(GrpcErrorKind(8), "grpc_resource_exhausted");
+  EXPECT_EQ(GrpcErrorKind(4), "grpc_deadline_exceeded");
+  EXPECT_EQ(GrpcErrorKind(99), "grpc_99");
+}
+
+TEST(Protocol, KserveGrpcSuccessNeedsNoBody) {
+  ResponseReader r(Api::kKserveGrpc, false);
+  r.OnStatus(200);
+  r.End(6);
+  RequestRecord rec;
+  r.Finish(&rec);
+  EXPECT_EQ(rec.error, "");
+  EXPECT_EQ(rec.done, 6);
 }
 
 }  // namespace

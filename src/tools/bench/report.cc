@@ -64,7 +64,7 @@ Histogram HistFrom(const json& j) {
 }
 
 Api ApiFrom(const std::string& s) {
-  for (Api a : {Api::kOpenAiChat, Api::kOpenAiCompletions, Api::kOpenAiEmbeddings, Api::kKserveHttp}) {
+  for (Api a : kAllApis) {
     if (s == ApiName(a)) return a;
   }
   return Api::kOpenAiChat;
