@@ -20,6 +20,7 @@ struct StepCliOptions {
   stepbench::StepBenchOptions bench;
   std::string json_out;
   int threads = 0;
+  std::string cuda_graphs = "on";
 };
 
 std::string CommandLine() {
@@ -38,6 +39,7 @@ std::string CommandLine() {
 int RunStep(StepCliOptions& o) {
   if (o.threads > 0) ThreadPool::SetDefaultThreads(o.threads);
   o.bench.command = CommandLine();
+  o.bench.decoder.cuda_graphs = o.cuda_graphs == "on";
   auto r = stepbench::RunStepBench(o.bench, stderr);
   if (!r.ok()) {
     std::fprintf(stderr, "stoke bench step: %s\n", r.status().ToString().c_str());
@@ -66,6 +68,9 @@ CLI::App* AddBenchStepCommand(CLI::App* bench, CommandRun* run) {
   step->add_option("--model", b.model, "Model alias, GGUF file or HF folder")->required();
   step->add_option("--device", b.decoder.device, "cpu | cuda | auto")->capture_default_str();
   step->add_option("--gpu-memory-fraction", b.decoder.gpu_memory_fraction, "CUDA: share of GPU memory to use")
+      ->capture_default_str();
+  step->add_option("--cuda-graphs", o->cuda_graphs, "CUDA: replay decode steps as CUDA graphs (on | off)")
+      ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   step->add_option("--decode-batch", b.decode_batch, "Sequences per decode step (0: skip decode)")
       ->capture_default_str();
