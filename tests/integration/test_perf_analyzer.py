@@ -60,7 +60,8 @@ def run_pa(perf_analyzer, tmp_path, model, url, protocol, extra=()):
     assert p.returncode == 0, f"perf_analyzer failed ({p.returncode})\n{p.stdout[-4000:]}\n{p.stderr[-4000:]}"
     assert "Failed to obtain stable measurement" not in p.stdout, p.stdout[-3000:]
     assert "Server:" in p.stdout, "server-side statistics were not collected:\n" + p.stdout[-3000:]
-    rows = list(csv.DictReader(out.open()))
+    # perf_analyzer orders its CSV by throughput, not by concurrency: sort before comparing points.
+    rows = sorted(csv.DictReader(out.open()), key=lambda r: int(r["Concurrency"]))
     assert [int(r["Concurrency"]) for r in rows] == [1, 6, 11, 16], rows
     for r in rows:
         assert float(r["Inferences/Second"]) > 0
