@@ -44,6 +44,12 @@ struct StepOutput {
   int64_t num_rows = 0;
 };
 
+// The checks every backend's Step makes before touching memory: sequences tile the step's tokens in order,
+// positions are non-negative, each block table covers its positions with ids in [0, num_blocks), token ids
+// are in [0, vocab_size). Errors are InvalidArgument naming the sequence and value (FailedPrecondition when
+// the KV cache is not allocated: num_blocks == 0).
+Status ValidateStepInput(const StepInput& input, int num_blocks, int block_size, int vocab_size);
+
 class DecoderModel {
  public:
   virtual ~DecoderModel() = default;
