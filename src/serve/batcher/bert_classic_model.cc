@@ -10,6 +10,31 @@
 namespace stoke {
 namespace {
 
+// The batch's token rows, in request order (each request may hold several rows).
+void GatherRows(std::span<const PreparedInput* const> inputs, std::vector<std::vector<int32_t>>* batch) {
+  batch->clear();
+  for (const PreparedInput* in : inputs) {
+    for (const auto& r : static_cast<const TokenRows*>(in)->rows) batch->push_back(r);
+  }
+}
+
+// Cuts the batch's [total_rows, hidden] embeddings back into one "embedding" tensor per request.
+void SplitEmbeddings(const std::vector<float>& embeddings, int64_t hidden, std::span<const int64_t> rows,
+                     std::vector<std::vector<InferTensor>>* outputs) {
+  size_t row = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    InferTensor t;
+    t.name = "embedding";
+    t.type = TensorType::kFp32;
+    t.shape = {rows[i], hidden};
+    const size_t bytes = static_cast<size_t>(rows[i] * hidden) * sizeof(float);
+    t.data.resize(bytes);
+    std::memcpy(t.data.data(), embeddings.data() + row * hidden, bytes);
+    row += static_cast<size_t>(rows[i]);
+    (*outputs)[i].push_back(std::move(t));
+  }
+}
+
 Nanos Now() {
   return MonotonicNanos();
 }
@@ -22,26 +47,11 @@ class BertInstance final : public ModelInstance {
   Status Execute(std::span<const PreparedInput* const> inputs, std::span<const int64_t> rows,
                  std::vector<std::vector<InferTensor>>* outputs, ExecTimes* times) override {
     const Nanos t0 = Now();
-    batch_.clear();
-    for (const PreparedInput* in : inputs) {
-      for (const auto& r : static_cast<const TokenRows*>(in)->rows) batch_.push_back(r);
-    }
+    GatherRows(inputs, &batch_);
     const Nanos t1 = Now();
     RETURN_IF_ERROR(encoder_->Embed(batch_, &embeddings_, pool_));
     const Nanos t2 = Now();
-    const int64_t h = encoder_->hidden_size();
-    size_t row = 0;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      InferTensor t;
-      t.name = "embedding";
-      t.type = TensorType::kFp32;
-      t.shape = {rows[i], h};
-      const size_t bytes = static_cast<size_t>(rows[i] * h) * sizeof(float);
-      t.data.resize(bytes);
-      std::memcpy(t.data.data(), embeddings_.data() + row * h, bytes);
-      row += static_cast<size_t>(rows[i]);
-      (*outputs)[i].push_back(std::move(t));
-    }
+    SplitEmbeddings(embeddings_, encoder_->hidden_size(), rows, outputs);
     times->preprocess = t1 - t0;
     times->compute = t2 - t1;
     times->postprocess = Now() - t2;
@@ -64,26 +74,12 @@ class BertDeviceInstance final : public ModelInstance {
   Status Execute(std::span<const PreparedInput* const> inputs, std::span<const int64_t> rows,
                  std::vector<std::vector<InferTensor>>* outputs, ExecTimes* times) override {
     const Nanos t0 = Now();
-    batch_.clear();
-    for (const PreparedInput* in : inputs) {
-      for (const auto& r : static_cast<const TokenRows*>(in)->rows) batch_.push_back(r);
-    }
+    GatherRows(inputs, &batch_);
     const Nanos t1 = Now();
     EmbedTimes et;
     RETURN_IF_ERROR(runner_->Embed(batch_, &embeddings_, &et));
     const Nanos t2 = Now();
-    size_t row = 0;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      InferTensor t;
-      t.name = "embedding";
-      t.type = TensorType::kFp32;
-      t.shape = {rows[i], hidden_};
-      const size_t bytes = static_cast<size_t>(rows[i] * hidden_) * sizeof(float);
-      t.data.resize(bytes);
-      std::memcpy(t.data.data(), embeddings_.data() + row * hidden_, bytes);
-      row += static_cast<size_t>(rows[i]);
-      (*outputs)[i].push_back(std::move(t));
-    }
+    SplitEmbeddings(embeddings_, hidden_, rows, outputs);
     // Host staging counts as preprocess, copying out of pinned memory as postprocess; the device stages are
     // the runner's event timings.
     times->preprocess = (t1 - t0) + et.prepare_ns;
