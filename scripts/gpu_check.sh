@@ -2,7 +2,8 @@
 # What runs on the GPU machine, from the repo root, with .bundle/ (scripts/bundle.sh) carried along:
 # nvidia-smi, the GPU-vs-CPU kernel tests (gtest XML to $OUT/gpu_tests.xml) and the microbenchmarks
 # ($OUT/cuda_bench.jsonl); everything also goes to $OUT/log.txt. Takes about 1-2 minutes on an H200.
-# Exit code: non-zero if the tests fail (the benchmarks still run).
+# Exit code: non-zero if the tests fail (the benchmarks still run). GPU_CHECK_QUICK=1: the gtest binaries only;
+# RUN_SANITIZER=1: also compute-sanitizer memcheck (see below).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/stoke_gpu_out}
@@ -35,6 +36,31 @@ run() {
   if [[ -x "$BUNDLE/bin/stoke_engine_cuda_test" ]]; then
     echo "=== stoke_engine_cuda_test"
     timeout 300 "$BUNDLE/bin/stoke_engine_cuda_test" --gtest_output="xml:$OUT/gpu_engine_tests.xml" || test_rc=1
+  fi
+  # RUN_SANITIZER=1: compute-sanitizer memcheck (out-of-bounds and misaligned accesses, leaks of device
+  # memory, API errors) over the kernel tests and the CudaLlama tests that use graphs, the GEMV and device
+  # sampling. Slow (10-50x): filtered, with its own time limit. Log: $OUT/sanitizer_*.txt.
+  if [[ -n "${RUN_SANITIZER:-}" ]]; then
+    local san; san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    if [[ -x "$san" ]]; then
+      echo "=== compute-sanitizer memcheck: stoke_kernels_cuda_test"
+      timeout 200 "$san" --tool memcheck --leak-check full --error-exitcode 3 \
+        "$BUNDLE/bin/stoke_kernels_cuda_test" --gtest_filter="${SANITIZER_KERNEL_FILTER:-*}" \
+        > "$OUT/sanitizer_kernels.txt" 2>&1
+      local src=$?; tail -5 "$OUT/sanitizer_kernels.txt"; echo "=== sanitizer (kernels) exit $src"
+      [[ $src == 0 ]] || test_rc=1
+      echo "=== compute-sanitizer memcheck: stoke_engine_cuda_test (graphs, GEMV, device sampling)"
+      timeout 200 "$san" --tool memcheck --error-exitcode 3 "$BUNDLE/bin/stoke_engine_cuda_test" \
+        --gtest_filter="${SANITIZER_ENGINE_FILTER:-CudaLlamaTest.DeviceSampled*:CudaLlamaTest.GraphsOn*}" \
+        > "$OUT/sanitizer_engine.txt" 2>&1
+      src=$?; tail -5 "$OUT/sanitizer_engine.txt"; echo "=== sanitizer (engine) exit $src"
+      [[ $src == 0 ]] || test_rc=1
+    else
+      echo "=== compute-sanitizer not found: skipped"
+    fi
+  fi
+  if [[ -n "${GPU_CHECK_QUICK:-}" ]]; then  # tests only: no generate/bench/synthetic/telemetry
+    return $test_rc
   fi
   if [[ -x "$BUNDLE/bin/stoke" ]] && "$BUNDLE/bin/stoke" model synth --help >/dev/null 2>&1; then
     echo "=== stoke generate --device cuda vs cpu (synth smollm2-135m, 4 layers)"

@@ -21,6 +21,7 @@ struct StepCliOptions {
   std::string json_out;
   int threads = 0;
   std::string cuda_graphs = "on";
+  std::string sampling = "device";
 };
 
 std::string CommandLine() {
@@ -40,6 +41,7 @@ int RunStep(StepCliOptions& o) {
   if (o.threads > 0) ThreadPool::SetDefaultThreads(o.threads);
   o.bench.command = CommandLine();
   o.bench.decoder.cuda_graphs = o.cuda_graphs == "on";
+  o.bench.device_sampling = o.sampling == "device";
   auto r = stepbench::RunStepBench(o.bench, stderr);
   if (!r.ok()) {
     std::fprintf(stderr, "stoke bench step: %s\n", r.status().ToString().c_str());
@@ -71,6 +73,11 @@ CLI::App* AddBenchStepCommand(CLI::App* bench, CommandRun* run) {
       ->capture_default_str();
   step->add_option("--cuda-graphs", o->cuda_graphs, "CUDA: replay decode steps as CUDA graphs (on | off)")
       ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  step->add_option("--sampling", o->sampling,
+                   "Decode: draw tokens on the device where the model can, as serve does (device), or copy "
+                   "every logits row to the host (host)")
+      ->check(CLI::IsMember({"device", "host"}))
       ->capture_default_str();
   step->add_option("--decode-batch", b.decode_batch, "Sequences per decode step (0: skip decode)")
       ->capture_default_str();

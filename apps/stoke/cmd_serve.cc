@@ -62,6 +62,7 @@ struct ServeOptions {
   int max_num_batched_tokens = 2048;
   int max_waiting = 1024;
   bool no_prefix_cache = false;
+  std::string sampling = "device";
   bool no_chunked_prefill = false;
   double drain_seconds = 10;
   double idle_timeout_seconds = 120;
@@ -167,6 +168,7 @@ StatusOr<Engine> LoadEngine(const ServeOptions& o, ServerMetrics* metrics) {
   if (!o.kv_cache_bytes_set && model->KvBudgetBytes() > 0) lo.kv_budget_bytes = model->KvBudgetBytes();
   lo.num_kv_blocks = o.kv_blocks;
   lo.enable_prefix_caching = !o.no_prefix_cache;
+  lo.device_sampling = o.sampling != "host";
   lo.max_waiting = o.max_waiting;
   lo.on_step = [metrics](const StepRecord& step) { metrics->RecordStep(step); };
   ASSIGN_OR_RETURN(std::unique_ptr<LlmLoop> loop, LlmLoop::Create(lo, std::move(model), e.tokenizer));
@@ -336,6 +338,12 @@ CommandRegistrar kServe("serve", "Serve a model over an OpenAI-compatible HTTP A
   cmd->add_option("--max-waiting", o->max_waiting, "Waiting requests beyond which new ones get 503")
       ->capture_default_str();
   cmd->add_flag("--no-prefix-cache", o->no_prefix_cache, "Compute every prompt in full (no KV reuse)");
+  cmd->add_option("--sampling", o->sampling,
+                  "Where next tokens are drawn: device (on the GPU with --device cuda, only token ids reach "
+                  "the host; logprobs requests and stop tokens masked before min_tokens use the host) or host "
+                  "(every row of logits copied to the host)")
+      ->check(CLI::IsMember({"device", "host"}))
+      ->capture_default_str();
   cmd->add_flag("--no-chunked-prefill", o->no_chunked_prefill,
                 "Admit a prompt only when it fits one step whole");
   cmd->add_option("--drain-seconds", o->drain_seconds,

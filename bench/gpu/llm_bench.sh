@@ -9,7 +9,9 @@
 #   5. $OUT/llm_bench_summary.json: output tokens/s, TTFT and TPOT p50/p99 of both, and stoke / HF ratios
 # Everything lands in $OUT (default /tmp/stoke_gpu_out); progress on stderr, all of it in $OUT/llm_bench.log.
 # Budget: about 7 minutes on an H200. Knobs (env): LLM_SHAPE, LLM_CONCURRENCY ("64 256"), LLM_INPUT (1000),
-# LLM_OUTPUT (1000), LLM_WARMUP_S (15), LLM_DURATION_S (45), LLM_DRAIN_S (5), HF_BUDGET_S (60), SKIP_HF=1, SKIP_SERVE=1; for a
+# LLM_OUTPUT (1000), LLM_WARMUP_S (15), LLM_DURATION_S (45), LLM_DRAIN_S (5), HF_BUDGET_S (60), SKIP_HF=1, SKIP_SERVE=1,
+# STEP_AB=1 (decode step with one switch off at a time: cuBLASLt instead of the GEMV, no PDL, no CUDA graphs,
+# host sampling; batch 1, 8 and 64), SERVE_SAMPLING (device | host, passed to serve --sampling); for a
 # CPU dry run of the script itself: LLM_DEVICE=cpu LLM_LAYERS=2 SKIP_STEP_B64=1 and small lengths.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -55,13 +57,34 @@ main() {
       --prefill 0 --iters 20 --json "$OUT/step_${SHAPE}_b64.json" >/dev/null || echo "bench step (b64) failed: exit $?"
   fi
 
+  if [[ -n "${STEP_AB:-}" ]]; then
+    # One switch off at a time, same model, same machine, same call: what each part of the decode path buys.
+    local variants=(
+      "b1_cublaslt|STOKE_GEMV_MAX_ROWS=0|--decode-batch 1 --context 512"
+      "b1_no_pdl|STOKE_PDL=0|--decode-batch 1 --context 512"
+      "b1_no_graphs||--decode-batch 1 --context 512 --cuda-graphs off"
+      "b1_host_sampling||--decode-batch 1 --context 512 --sampling host"
+      "b8|STOKE_GEMV_MAX_ROWS=8|--decode-batch 8 --context 512"
+      "b8_cublaslt|STOKE_GEMV_MAX_ROWS=0|--decode-batch 8 --context 512"
+      "b64_no_graphs||--decode-batch 64 --context 1024 --cuda-graphs off"
+      "b64_host_sampling||--decode-batch 64 --context 1024 --sampling host"
+    )
+    for v in "${variants[@]}"; do
+      IFS='|' read -r name envs args <<< "$v"
+      stamp "bench step A/B: $name ($envs $args)"
+      # shellcheck disable=SC2086  # envs and args are word lists
+      env $envs timeout 120 "$STOKE" bench step --model "$MODEL" --device "$DEVICE" $args --prefill 0 --iters 30 \
+        --json "$OUT/step_${SHAPE}_${name}.json" >/dev/null || echo "bench step ($name) failed: exit $?"
+    done
+  fi
+
   if [[ -z "${SKIP_SERVE:-}" ]]; then
     local max_conc=0
     for c in $CONC; do (( c > max_conc )) && max_conc=$c; done
     stamp "serve --device $DEVICE (max-num-seqs $max_conc)"
     local log="$OUT/llm_serve.log"
     "$STOKE" serve --model "$MODEL" --device "$DEVICE" --host 127.0.0.1 --port 0 --max-num-seqs "$max_conc" \
-      --max-num-batched-tokens 8192 --max-waiting 4096 2> "$log" &
+      --max-num-batched-tokens 8192 --max-waiting 4096 --sampling "${SERVE_SAMPLING:-device}" 2> "$log" &
     local pid=$!
     local port="" url=""
     for _ in $(seq 1 600); do
@@ -119,7 +142,9 @@ def load(p):
     except Exception as e:  # missing or partial: say so in the summary
         return {"error": f"{p.name}: {e}"}
 summary = {"shape": shape, "step": {}, "serving": []}
-for b in ("b1", "b64"):
+steps = ["b1", "b64"] + sorted(p.name[len(f"step_{shape}_"):-5] for p in out.glob(f"step_{shape}_*.json")
+                               if p.name not in (f"step_{shape}_b1.json", f"step_{shape}_b64.json"))
+for b in steps:
     j = load(out / f"step_{shape}_{b}.json")
     d, p, r = j.get("decode", {}), j.get("prefill", {}), j.get("device_roofline", {})
     summary["step"][b] = {k: v for k, v in {
@@ -127,7 +152,7 @@ for b in ("b1", "b64"):
         "decode_achieved_gbps": d.get("achieved_gbps"), "hbm_roofline_fraction": d.get("hbm_roofline_fraction"),
         "prefill_tokens_per_s": p.get("tokens_per_s"), "prefill_tflops": p.get("achieved_tflops"),
         "prefill_gemm_fraction": p.get("gemm_fraction"), "d2d_gbps": r.get("d2d_gbps_read_plus_write"),
-        "error": j.get("error")}.items() if v is not None}
+        "engine": j.get("engine"), "error": j.get("error")}.items() if v is not None}
 hf = load(out / f"hf_generate_{shape}.json")
 hf_points = {p["batch"]: p for p in hf.get("points", [])}
 for c in conc:

@@ -105,6 +105,7 @@ LlmLoop::LlmLoop(const LlmLoopOptions& options, std::unique_ptr<DecoderModel> mo
     if (!Contains(eos_ids_, id)) eos_ids_.push_back(id);
   }
   scratch_logits_.resize(vocab_);
+  device_sampling_ = options.device_sampling && model_->SamplesOnDevice();
   PublishStats(nullptr);
 }
 
@@ -288,7 +289,7 @@ void LlmLoop::RunStep() {
   StepInput input;
   input.token_ids.reserve(plan.num_tokens());
   input.sequences.reserve(plan.seqs.size());
-  int64_t rows = 0;
+  int64_t rows = 0, device_rows = 0;
   for (const ScheduledSeq& s : plan.seqs) {
     std::span<const int32_t> toks = scheduler_->Tokens(s.id);
     const std::vector<BlockId>& table = scheduler_->BlockTable(s.id);
@@ -299,7 +300,17 @@ void LlmLoop::RunStep() {
     const int blocks = BlockAllocator::BlocksForTokens(s.start_pos + s.num_tokens, allocator_->block_size());
     ss.block_table.assign(table.begin(), table.begin() + blocks);
     ss.logits = s.sample ? StepSequence::Logits::kLast : StepSequence::Logits::kNone;
-    rows += s.sample;
+    if (s.sample) {
+      const Active& a = *active_.at(s.id);
+      if (SampleOnDevice(a)) {
+        const SamplingParams& sp = a.req.sampling;
+        ss.logits = StepSequence::Logits::kToken;
+        ss.sampling = TokenSampling{sp.temperature, sp.top_k, sp.top_p, a.sampler.seed(), a.sampler.step()};
+        ++device_rows;
+      } else {
+        ++rows;
+      }
+    }
     input.token_ids.insert(input.token_ids.end(), toks.begin() + s.start_pos,
                            toks.begin() + s.start_pos + s.num_tokens);
     input.sequences.push_back(std::move(ss));
@@ -314,19 +325,34 @@ void LlmLoop::RunStep() {
   StepOutput out;
   if (st.ok()) st = model_->Step(input, &out);
   const Nanos t2 = Now();
-  if (st.ok() && (out.num_rows != rows || out.logits.size() < static_cast<size_t>(rows) * vocab_)) {
-    st = InternalError("model step returned {} logit rows, expected {}", out.num_rows, rows);
+  if (st.ok() && (out.num_rows != rows || out.logits.size() < static_cast<size_t>(rows) * vocab_ ||
+                  static_cast<int64_t>(out.tokens.size()) != device_rows)) {
+    st = InternalError("model step returned {} logit rows and {} tokens, expected {} and {}", out.num_rows,
+                       out.tokens.size(), rows, device_rows);
   }
   if (!st.ok()) {
     LOG_ERROR("llm loop: step over {} sequences failed: {}", plan.seqs.size(), st.ToString());
     for (const ScheduledSeq& s : plan.seqs) FinishRequest(s.id, FinishReason::kError, st);
   } else {
     scheduler_->CompleteStep(plan);
-    int64_t row = 0;
-    for (const ScheduledSeq& s : plan.seqs) {
+    int64_t row = 0, token = 0;
+    for (size_t i = 0; i < plan.seqs.size(); ++i) {
+      const ScheduledSeq& s = plan.seqs[i];
       Active& a = *active_.at(s.id);
       a.t.compute += t2 - t1;
-      if (s.sample) ProcessSample(a, out.logits.data() + row++ * vocab_, t2 - t1);
+      if (!s.sample) continue;
+      if (input.sequences[i].logits == StepSequence::Logits::kToken) {
+        const int32_t tok = out.tokens[token++];
+        a.sampler.set_step(a.sampler.step() + 1);  // the device drew at (seed, step), as Sample would
+        if (tok < 0 || tok >= vocab_) {
+          FinishRequest(a.seq, FinishReason::kError,
+                        InternalError("device sampling returned token {} outside [0, {})", tok, vocab_));
+          continue;
+        }
+        AcceptToken(a, tok, TokenLogprob{}, Now());
+      } else {
+        ProcessSample(a, out.logits.data() + row++ * vocab_);
+      }
     }
   }
 
@@ -345,7 +371,12 @@ void LlmLoop::RunStep() {
   if (options_.on_step) options_.on_step(rec);
 }
 
-void LlmLoop::ProcessSample(Active& a, const float* logits, Nanos /*step_compute*/) {
+bool LlmLoop::SampleOnDevice(const Active& a) const {
+  const SamplingParams& sp = a.req.sampling;
+  return device_sampling_ && sp.logprobs < 0 && !(a.generated < sp.min_tokens && !a.stop_ids.empty());
+}
+
+void LlmLoop::ProcessSample(Active& a, const float* logits) {
   const Nanos p0 = Now();
   const SamplingParams& sp = a.req.sampling;
   // Before min_tokens, the stop tokens cannot be drawn at all (vLLM's MinTokensLogitsProcessor).
@@ -358,6 +389,11 @@ void LlmLoop::ProcessSample(Active& a, const float* logits, Nanos /*step_compute
   const int32_t tok = a.sampler.Sample(row, vocab_);
   TokenLogprob lp;
   if (sp.logprobs >= 0) lp = a.sampler.Logprobs(logits, vocab_, tok, sp.logprobs);
+  AcceptToken(a, tok, std::move(lp), p0);
+}
+
+void LlmLoop::AcceptToken(Active& a, int32_t tok, TokenLogprob lp, Nanos p0) {
+  const SamplingParams& sp = a.req.sampling;
   Status st = scheduler_->AppendToken(a.seq, tok);
   if (!st.ok()) {
     FinishRequest(a.seq, FinishReason::kError, st);

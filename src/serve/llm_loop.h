@@ -47,6 +47,10 @@ struct LlmLoopOptions {
   int num_kv_blocks = 0;
   // Reuse KV of identical prompt prefixes (chained block hashes). Off: every prompt is computed in full.
   bool enable_prefix_caching = true;
+  // Draw tokens where the logits are when the model can (DecoderModel::SamplesOnDevice, the CUDA backend):
+  // only token ids cross to the host instead of a vocabulary-wide row of logits per sequence. Requests asking
+  // for logprobs, or whose stop tokens are masked before min_tokens, are sampled on the host either way.
+  bool device_sampling = true;
   // Requests waiting (not yet running) beyond which Submit fails with ResourceExhausted (HTTP 503).
   int max_waiting = 1024;
   // Time source for timings and step records; nullptr = the real monotonic clock.
@@ -109,7 +113,12 @@ class LlmLoop final : public LlmEngine {
   void Run();                                            // the engine thread
   void Accept(GenerationRequest request, Nanos submit);  // inbox -> scheduler
   void RunStep();
-  void ProcessSample(Active& a, const float* logits, Nanos step_compute);
+  // Draws the next token from a row of logits on the host, then AcceptToken.
+  void ProcessSample(Active& a, const float* logits);
+  // Appends a token drawn on the host or the device: stop checks, detokenisation, events, finishing.
+  void AcceptToken(Active& a, int32_t tok, TokenLogprob lp, Nanos p0);
+  // True when this sequence's next token may be drawn on the device (see LlmLoopOptions::device_sampling).
+  bool SampleOnDevice(const Active& a) const;
   // Ends a request: `ev` (its last tokens/text, if any) gets the finish reason, usage and timings and is
   // delivered; the sequence's blocks are freed and its state dropped.
   void FinishRequest(SeqId seq, FinishReason reason, Status error = OkStatus(), GenerationEvent ev = {});
@@ -122,6 +131,7 @@ class LlmLoop final : public LlmEngine {
   std::unique_ptr<DecoderModel> model_;
   std::shared_ptr<const Tokenizer> tokenizer_;
   int vocab_ = 0;
+  bool device_sampling_ = false;  // options_.device_sampling and the model samples on the device
   int context_length_ = 0;
   std::vector<int32_t> eos_ids_;  // model config ∪ tokenizer
 

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "base/logging.h"
+#include "engine/runner/sampler.h"
 
 namespace stoke {
 namespace {
@@ -68,6 +69,9 @@ struct FakeModelOptions {
   int step_sleep_us = 0;
   int fail_at_step = -1;          // Step number (0-based) that returns an error
   std::shared_future<void> gate;  // when valid, each Step waits for it first
+  // Accept Logits::kToken like a GPU backend: the token is drawn by the model (here with the host Sampler at
+  // the given (seed, step), so outputs must equal host sampling exactly when the loop plumbs them right).
+  bool samples_on_device = false;
 };
 
 int32_t HashNext(const std::vector<int32_t>& h) {
@@ -99,14 +103,19 @@ class FakeModel final : public DecoderModel {
     ++copies;
     return OkStatus();
   }
+  bool SamplesOnDevice() const override { return o_.samples_on_device; }
   Status Step(const StepInput& in, StepOutput* out) override {
     if (o_.gate.valid()) o_.gate.wait();
     if (o_.step_sleep_us) std::this_thread::sleep_for(std::chrono::microseconds(o_.step_sleep_us));
     if (steps++ == o_.fail_at_step) return InternalError("injected failure");
     max_batch = std::max<int>(max_batch, in.sequences.size());
     out->logits.clear();
+    out->tokens.clear();
     out->num_rows = 0;
     for (const StepSequence& s : in.sequences) {
+      if (s.logits == StepSequence::Logits::kToken && !o_.samples_on_device) {
+        return InvalidArgumentError("kToken sent to a model that returns logits");
+      }
       // Write K/V (here: the token ids) into the slots of this chunk.
       for (int i = 0; i < s.num_tokens; ++i) {
         const int pos = s.start_pos + i;
@@ -124,9 +133,20 @@ class FakeModel final : public DecoderModel {
       }
       const int32_t next = o_.next(history);
       // A peaked but smooth distribution, so seeded sampling has real choices to make.
-      for (int v = 0; v < kVocab; ++v)
-        out->logits.push_back(-0.4f * static_cast<float>((v - next + kVocab) % kVocab));
+      std::vector<float> row(kVocab);
+      for (int v = 0; v < kVocab; ++v) row[v] = -0.4f * static_cast<float>((v - next + kVocab) % kVocab);
+      if (s.logits == StepSequence::Logits::kToken) {
+        SamplingParams p;
+        p.temperature = s.sampling.temperature;
+        p.top_k = s.sampling.top_k;
+        p.top_p = s.sampling.top_p;
+        out->tokens.push_back(Sampler(p, s.sampling.seed).SampleAt(row.data(), kVocab, s.sampling.step));
+        ++device_tokens;
+        continue;
+      }
+      out->logits.insert(out->logits.end(), row.begin(), row.end());
       ++out->num_rows;
+      ++host_rows;
     }
     return OkStatus();
   }
@@ -134,6 +154,8 @@ class FakeModel final : public DecoderModel {
   std::atomic<int> steps{0};
   std::atomic<int> max_batch{0};
   std::atomic<int> copies{0};
+  std::atomic<int> device_tokens{0};  // Logits::kToken rows served
+  std::atomic<int> host_rows{0};      // logits rows returned (kLast / kAll)
 
  private:
   FakeModelOptions o_;
@@ -255,6 +277,51 @@ std::vector<Spec> MixedSpecs() {
     specs.push_back(s);
   }
   return specs;
+}
+
+// A model that samples on the device gets Logits::kToken with each request's seed and step; the outputs equal
+// host sampling token for token (greedy and seeded), while logprobs requests, and stop tokens masked before
+// min_tokens, still get logits rows. With LlmLoopOptions::device_sampling off every row is logits.
+TEST(LlmLoopTest, DeviceSamplingMatchesHostSamplingAndFallsBackWhereLogitsAreNeeded) {
+  std::vector<Spec> specs = MixedSpecs();
+  Spec lp;
+  lp.prompt = Prompt(9, 3);
+  lp.sampling = Seeded(7, 77);
+  lp.sampling.logprobs = 2;
+  specs.push_back(lp);
+  Spec minp;
+  minp.prompt = Prompt(5, 4);
+  minp.sampling = Seeded(10, 78);
+  minp.sampling.min_tokens = 6;  // EOS is a stop token (no ignore_eos): masked on the host until 6 tokens
+  specs.push_back(minp);
+  const auto alone = RunAlone(specs);
+  int total = 0;
+  for (const Spec& sp : specs) total += sp.sampling.max_tokens;
+  for (bool enabled : {true, false}) {
+    FakeModel* model = nullptr;
+    FakeModelOptions mo;
+    mo.samples_on_device = true;
+    LlmLoopOptions lo = SmallLoop(/*num_blocks=*/256, /*budget=*/16, /*max_seqs=*/6);
+    lo.device_sampling = enabled;
+    auto loop = MakeLoop(lo, mo, &model);
+    std::vector<std::unique_ptr<Collector>> cs;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      cs.push_back(std::make_unique<Collector>());
+      ASSERT_TRUE(loop->Submit(Req("r" + std::to_string(i), specs[i], *cs[i])).ok());
+    }
+    for (size_t i = 0; i < specs.size(); ++i) {
+      ASSERT_TRUE(cs[i]->Wait());
+      EXPECT_EQ(cs[i]->Tokens(), alone[i].first) << "request " << i << " device_sampling " << enabled;
+      EXPECT_EQ(cs[i]->Text(), alone[i].second) << "request " << i;
+      EXPECT_EQ(cs[i]->Last().finish, FinishReason::kLength);
+    }
+    size_t with_logprobs = 0;
+    for (const auto& e : cs[specs.size() - 2]->events) with_logprobs += e.logprobs.size();
+    EXPECT_EQ(with_logprobs, 7u);
+    const int host_expected = enabled ? lp.sampling.max_tokens + minp.sampling.min_tokens : total;
+    EXPECT_EQ(model->host_rows.load(), host_expected) << "device_sampling " << enabled;
+    EXPECT_EQ(model->device_tokens.load(), total - host_expected) << "device_sampling " << enabled;
+  }
 }
 
 TEST(LlmLoopTest, BatchedRequestsGetWhatEachGetsAlone) {

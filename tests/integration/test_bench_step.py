@@ -34,7 +34,10 @@ def test_cpu_report(stoke_bin, tiny, tmp_path):
     assert m["parameters_lm_head"] == 49152 * 576
     assert m["bytes_per_param"] == pytest.approx(2.0)  # the synth folder is bf16
     assert m["kv_bytes_per_token"] > 0
+    # The CPU backend returns logits: --sampling device (the default) falls back to host sampling, and says so.
+    assert j["engine"]["device_sampling"] is True and j["engine"]["cuda_graphs"] is True
     d = j["decode"]
+    assert d["sampling"].startswith("host")
     assert d["batch"] == 2 and d["context"] == 40 and d["step_ms"]["n"] == 4
     assert 0 < d["step_ms"]["p10"] <= d["step_ms"]["median"] <= d["step_ms"]["p90"]
     assert d["tokens_per_s"] == pytest.approx(2 / (d["step_ms"]["median"] / 1e3))
@@ -54,3 +57,10 @@ def test_cuda_unavailable_is_a_clear_error(stoke_bin, tiny):
         pytest.skip("this machine has a GPU and a CUDA build")
     assert r.returncode == 1
     assert "--device cuda" in r.stderr
+
+
+def test_sampling_flag_is_checked(stoke_bin, tiny):
+    r = subprocess.run([str(stoke_bin), "bench", "step", "--model", str(tiny), "--sampling", "gpu"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "--sampling" in r.stderr and "device" in r.stderr

@@ -121,6 +121,14 @@ def test_metric_names_flag_is_checked(stoke_bin):
     assert p.returncode == 2 and "--metric-names" in p.stderr, p.stderr
 
 
+def test_sampling_flag_is_checked(stoke_bin):
+    p = subprocess.run([str(stoke_bin), "serve", "--model", "x.gguf", "--port", "0", "--sampling", "gpu"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--sampling" in p.stderr, p.stderr
+    h = subprocess.run([str(stoke_bin), "serve", "--help"], capture_output=True, text=True, timeout=60)
+    assert "--sampling" in h.stdout and "device" in h.stdout and "host" in h.stdout
+
+
 def test_keep_alive_reuses_one_connection(server):
     with requests.Session() as s:
         for _ in range(5):

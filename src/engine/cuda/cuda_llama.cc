@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <iterator>
 
@@ -14,7 +15,9 @@
 #include "kernels/cuda/decoder_ops.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/gemv.h"
 #include "kernels/cuda/quant.h"
+#include "kernels/cuda/sampling.h"
 
 namespace stoke {
 namespace {
@@ -151,7 +154,13 @@ StatusOr<std::unique_ptr<CudaLlama>> CudaLlama::Create(LlamaWeights weights, con
                                    count);
   }
   RETURN_IF_ERROR(CheckWeights(weights));
-  std::unique_ptr<CudaLlama> m(new CudaLlama(options));
+  Options opt = options;
+  if (const char* e = std::getenv("STOKE_GEMV_MAX_ROWS"); e != nullptr && *e != '\0') {
+    opt.gemv_max_rows = std::atoi(e);
+  }
+  if (const char* e = std::getenv("STOKE_PDL"); e != nullptr && *e != '\0') opt.pdl = std::atoi(e) != 0;
+  std::unique_ptr<CudaLlama> m(new CudaLlama(opt));
+  m->gemv_max_rows_ = std::clamp(opt.gemv_max_rows, 0, cuda::kGemvMaxRows);
   RETURN_IF_ERROR(m->Init(std::move(weights)));
   return m;
 }
@@ -349,8 +358,6 @@ Status CudaLlama::AllocateScratch() {
                                      static_cast<size_t>(T * H * 2),                     // h
                                      static_cast<size_t>(T * (qd + 2 * kvd) * 2),        // qkv
                                      static_cast<size_t>(T * qd * 2),                    // q
-                                     static_cast<size_t>(T * kvd * 2),                   // k
-                                     static_cast<size_t>(T * kvd * 2),                   // v
                                      static_cast<size_t>(T * qd * 2),                    // attn
                                      static_cast<size_t>(T * H * 2),                     // proj
                                      static_cast<size_t>(T * 2 * F * 2),                 // gate|up
@@ -359,7 +366,9 @@ Status CudaLlama::AllocateScratch() {
                                      static_cast<size_t>(kLogitsRows * vocab_pad_ * 4),  // logits
                                      decode_ws_bytes_,
                                      static_cast<size_t>(ints_capacity_ * 4),
-                                     static_cast<size_t>(kLogitsRows * 4)};
+                                     static_cast<size_t>(kLogitsRows * 4),                          // row ids
+                                     static_cast<size_t>(kLogitsRows * sizeof(cuda::RowSampling)),  // draws
+                                     static_cast<size_t>(kLogitsRows * 4)};                         // tokens
   size_t capacity = 0;
   for (size_t s : sizes)
     capacity += (s + device::DeviceArena::kAlignment - 1) / device::DeviceArena::kAlignment *
@@ -369,8 +378,6 @@ Status CudaLlama::AllocateScratch() {
   ASSIGN_OR_RETURN(h_, arena_->AllocateArray<__nv_bfloat16>(T * H));
   ASSIGN_OR_RETURN(qkv_, arena_->AllocateArray<__nv_bfloat16>(T * (qd + 2 * kvd)));
   ASSIGN_OR_RETURN(q_, arena_->AllocateArray<__nv_bfloat16>(T * qd));
-  ASSIGN_OR_RETURN(k_, arena_->AllocateArray<__nv_bfloat16>(T * kvd));
-  ASSIGN_OR_RETURN(v_, arena_->AllocateArray<__nv_bfloat16>(T * kvd));
   ASSIGN_OR_RETURN(attn_, arena_->AllocateArray<__nv_bfloat16>(T * qd));
   ASSIGN_OR_RETURN(proj_, arena_->AllocateArray<__nv_bfloat16>(T * H));
   ASSIGN_OR_RETURN(gu_, arena_->AllocateArray<__nv_bfloat16>(T * 2 * F));
@@ -380,11 +387,14 @@ Status CudaLlama::AllocateScratch() {
   ASSIGN_OR_RETURN(decode_ws_, arena_->Allocate(decode_ws_bytes_));
   ASSIGN_OR_RETURN(d_ints_, arena_->AllocateArray<int32_t>(ints_capacity_));
   ASSIGN_OR_RETURN(d_row_ids_, arena_->AllocateArray<int32_t>(kLogitsRows));
+  ASSIGN_OR_RETURN(d_sampling_, arena_->AllocateArray<cuda::RowSampling>(kLogitsRows));
+  ASSIGN_OR_RETURN(d_tokens_, arena_->AllocateArray<int32_t>(kLogitsRows));
   std::vector<int32_t> ids(kLogitsRows);
   for (int i = 0; i < kLogitsRows; ++i) ids[i] = i;
   RETURN_IF_ERROR(Upload(d_row_ids_, ids.data(), ids.size() * 4));
   ASSIGN_OR_RETURN(h_ints_buf_, pinned_.Acquire(ints_capacity_ * 4));
   ASSIGN_OR_RETURN(h_logits_buf_, pinned_.Acquire(kLogitsRows * vocab_pad_ * 4));
+  ASSIGN_OR_RETURN(h_sample_buf_, pinned_.Acquire(kLogitsRows * (sizeof(cuda::RowSampling) + 4)));
   return OkStatus();
 }
 
@@ -453,7 +463,7 @@ Status CudaLlama::CopyKvBlock(int32_t src, int32_t dst) {
 }
 
 Status CudaLlama::ValidateInput(const StepInput& in) const {
-  return ValidateStepInput(in, num_blocks_, block_size_, config_.vocab_size);
+  return ValidateStepInput(in, num_blocks_, block_size_, config_.vocab_size, /*device_sampling=*/true);
 }
 
 CudaLlama::Layout CudaLlama::MakeLayout(int64_t T, int64_t S, int64_t R, int64_t BT) {
@@ -494,13 +504,15 @@ Status CudaLlama::EnqueueLinear(const Linear& lin, const __nv_bfloat16* x, int64
     }
     return OkStatus();
   }
+  if (m <= gemv_max_rows_) {
+    return cuda::Bf16Gemv(lin.w, lin.rows, lin.cols, x, m, y, lin.rows, options_.pdl, stream_.get());
+  }
   return gemm.Run(x, lin.w, y, DType::kBF16, m, lin.rows, lin.cols, stream_.get());
 }
 
 Status CudaLlama::EnqueueLayers(const StepArgs& a, cuda::BlasLtGemm& gemm) {
   const LlamaConfig& c = config_;
   const int64_t T = a.T, H = c.hidden_size, F = c.intermediate_size;
-  const int64_t qd = int64_t{c.num_heads} * c.head_dim, kvd = int64_t{c.num_kv_heads} * c.head_dim;
   const float eps = c.rms_norm_eps, scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   cudaStream_t s = stream_.get();
   RETURN_IF_ERROR(cuda::EmbeddingGather(embedding_, c.vocab_size, H, a.tokens, T, x_, s));
@@ -509,8 +521,8 @@ Status CudaLlama::EnqueueLayers(const StepArgs& a, cuda::BlasLtGemm& gemm) {
     const cuda::DevicePagedKv<__nv_bfloat16>& kv = kv_layers_[i];
     RETURN_IF_ERROR(cuda::AddRmsNorm(i == 0 ? nullptr : proj_, x_, l.attn_norm, T, H, eps, h_, s));
     RETURN_IF_ERROR(EnqueueLinear(l.qkv, h_, T, qkv_, gemm));
-    RETURN_IF_ERROR(cuda::SplitQkv(qkv_, l.qkv_bias, T, qd, kvd, q_, k_, v_, s));
-    RETURN_IF_ERROR(cuda::RopeWriteKv(q_, k_, v_, a.positions, a.slots, T, c.num_heads, inv_freq_, kv, s));
+    RETURN_IF_ERROR(
+        cuda::QkvRopeWriteKv(qkv_, l.qkv_bias, a.positions, a.slots, T, c.num_heads, inv_freq_, kv, q_, s));
     if (a.decode) {
       RETURN_IF_ERROR(cuda::PagedDecodeAttention(q_, a.bt, a.W, a.ctx, a.S, c.num_heads, a.max_ctx, scale, kv,
                                                  decode_ws_, attn_, s));
@@ -520,8 +532,12 @@ Status CudaLlama::EnqueueLayers(const StepArgs& a, cuda::BlasLtGemm& gemm) {
     }
     RETURN_IF_ERROR(EnqueueLinear(l.o, attn_, T, proj_, gemm));
     RETURN_IF_ERROR(cuda::AddRmsNorm(proj_, x_, l.ffn_norm, T, H, eps, h_, s));
-    RETURN_IF_ERROR(EnqueueLinear(l.gate_up, h_, T, gu_, gemm));
-    RETURN_IF_ERROR(cuda::SiluMulFused(gu_, T, F, act_, s));
+    if (T <= gemv_max_rows_ && (T > 1 || l.gate_up.quant.empty())) {
+      RETURN_IF_ERROR(cuda::Bf16GemvSiluMul(l.gate_up.w, F, H, h_, T, act_, options_.pdl, s));
+    } else {
+      RETURN_IF_ERROR(EnqueueLinear(l.gate_up, h_, T, gu_, gemm));
+      RETURN_IF_ERROR(cuda::SiluMulFused(gu_, T, F, act_, s));
+    }
     RETURN_IF_ERROR(EnqueueLinear(l.down, act_, T, proj_, gemm));  // the next layer adds it to x
   }
   return OkStatus();
@@ -532,13 +548,42 @@ Status CudaLlama::EnqueueLogits(const int32_t* rows, int64_t n, cuda::BlasLtGemm
   cudaStream_t s = stream_.get();
   RETURN_IF_ERROR(
       cuda::GatherAddRmsNorm(x_, proj_, rows, n, c.hidden_size, final_norm_, c.rms_norm_eps, sel_, s));
+  if (n <= gemv_max_rows_) {
+    return cuda::Bf16Gemv(lm_head_.w, vocab_pad_, c.hidden_size, sel_, n, logits_, vocab_pad_, options_.pdl,
+                          s);
+  }
   return gemm.Run(sel_, lm_head_.w, logits_, DType::kF32, n, vocab_pad_, c.hidden_size, s);
 }
 
-Status CudaLlama::CopyLogitsOut(int64_t n, const std::vector<int64_t>& keep, float* dst) {
-  float* host = static_cast<float*>(h_logits_buf_.data);
+Status CudaLlama::EnqueueSampling(int64_t n, const std::vector<std::pair<int64_t, TokenSampling>>& draws) {
+  if (draws.empty()) return OkStatus();
+  auto* params = static_cast<cuda::RowSampling*>(h_sample_buf_.data);
+  for (int64_t i = 0; i < n; ++i) params[i] = cuda::RowSampling{0.f, 1, 1.f, 0, 0};  // unused rows: greedy
+  for (const auto& [row, t] : draws) {
+    params[row] = cuda::RowSampling{t.temperature, t.top_k, t.top_p, t.seed, t.step};
+  }
+  cudaStream_t s = stream_.get();
   CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(host, logits_, n * vocab_pad_ * sizeof(float), cudaMemcpyDeviceToHost, stream_.get()));
+      cudaMemcpyAsync(d_sampling_, params, n * sizeof(cuda::RowSampling), cudaMemcpyHostToDevice, s));
+  RETURN_IF_ERROR(cuda::SampleRows(logits_, static_cast<int>(n), config_.vocab_size, d_sampling_, d_tokens_,
+                                   s, vocab_pad_));
+  CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(SampledTokens(), d_tokens_, n * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
+  return OkStatus();
+}
+
+int32_t* CudaLlama::SampledTokens() const {
+  return reinterpret_cast<int32_t*>(static_cast<uint8_t*>(h_sample_buf_.data) +
+                                    kLogitsRows * sizeof(cuda::RowSampling));
+}
+
+Status CudaLlama::CopyLogitsOut(const std::vector<int64_t>& keep, float* dst) {
+  float* host = static_cast<float*>(h_logits_buf_.data);
+  if (!keep.empty()) {  // rows [0, last kept]: rows drawn on the device stay there
+    const int64_t n = keep.back() + 1;
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host, logits_, n * vocab_pad_ * sizeof(float),
+                                         cudaMemcpyDeviceToHost, stream_.get()));
+  }
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_.get()));
   const int64_t V = config_.vocab_size;
   for (size_t i = 0; i < keep.size(); ++i) {
@@ -550,6 +595,7 @@ Status CudaLlama::CopyLogitsOut(int64_t n, const std::vector<int64_t>& keep, flo
 Status CudaLlama::Step(const StepInput& in, StepOutput* out) {
   RETURN_IF_ERROR(ValidateInput(in));
   out->logits.clear();
+  out->tokens.clear();
   out->num_rows = 0;
   const int64_t T = static_cast<int64_t>(in.token_ids.size());
   if (T == 0) return OkStatus();
@@ -575,6 +621,7 @@ Status CudaLlama::StepGeneral(const StepInput& in, StepOutput* out) {
   const int S = static_cast<int>(in.sequences.size());
   const int bs = block_size_;
   std::vector<int32_t> rows;
+  std::vector<const TokenSampling*> draw;  // per row: its device draw, or nullptr for a logits row
   int W = 1, max_ctx = 0;
   bool decode = true;
   for (const StepSequence& seq : in.sequences) {
@@ -584,8 +631,13 @@ Status CudaLlama::StepGeneral(const StepInput& in, StepOutput* out) {
     decode = decode && seq.num_tokens == 1;
     if (seq.logits == StepSequence::Logits::kAll) {
       for (int32_t i = 0; i < seq.num_tokens; ++i) rows.push_back(seq.token_begin + i);
+      draw.resize(rows.size(), nullptr);
     } else if (seq.logits == StepSequence::Logits::kLast) {
       rows.push_back(seq.token_begin + seq.num_tokens - 1);
+      draw.push_back(nullptr);
+    } else if (seq.logits == StepSequence::Logits::kToken) {
+      rows.push_back(seq.token_begin + seq.num_tokens - 1);
+      draw.push_back(&seq.sampling);
     }
   }
   const int64_t R = static_cast<int64_t>(rows.size());
@@ -623,16 +675,29 @@ Status CudaLlama::StepGeneral(const StepInput& in, StepOutput* out) {
   RETURN_IF_ERROR(EnqueueLayers(a, *gemm_heur_));
   if (R == 0) return stream_.Synchronize();
 
-  out->logits.resize(R * c.vocab_size);
+  const int64_t logit_rows = std::count(draw.begin(), draw.end(), nullptr);
+  out->logits.resize(logit_rows * c.vocab_size);
+  int64_t done = 0;
   std::vector<int64_t> keep;
+  std::vector<std::pair<int64_t, TokenSampling>> draws;
   for (int64_t r0 = 0; r0 < R; r0 += kLogitsRows) {
     const int64_t n = std::min<int64_t>(kLogitsRows, R - r0);
     RETURN_IF_ERROR(EnqueueLogits(d_ints_ + l.rows + r0, n, *gemm_heur_));
-    keep.resize(n);
-    for (int64_t i = 0; i < n; ++i) keep[i] = i;
-    RETURN_IF_ERROR(CopyLogitsOut(n, keep, out->logits.data() + r0 * c.vocab_size));
+    keep.clear();
+    draws.clear();
+    for (int64_t i = 0; i < n; ++i) {
+      if (draw[r0 + i] == nullptr) {
+        keep.push_back(i);
+      } else {
+        draws.emplace_back(i, *draw[r0 + i]);
+      }
+    }
+    RETURN_IF_ERROR(EnqueueSampling(n, draws));
+    RETURN_IF_ERROR(CopyLogitsOut(keep, out->logits.data() + done * c.vocab_size));
+    done += static_cast<int64_t>(keep.size());
+    for (const auto& d : draws) out->tokens.push_back(SampledTokens()[d.first]);
   }
-  out->num_rows = R;
+  out->num_rows = logit_rows;
   return OkStatus();
 }
 
@@ -670,6 +735,7 @@ Status CudaLlama::StepBucket(const StepInput& in, StepOutput* out, bool* handled
   // Padding rows: token 0 at position 0, no cache write (slot -1), context 0 (attention output zeros).
   int32_t* h = static_cast<int32_t*>(h_ints_buf_.data);
   std::vector<int64_t> keep;
+  std::vector<std::pair<int64_t, TokenSampling>> draws;
   for (int s = 0; s < B; ++s) {
     int32_t* bt = h + l.bt + int64_t{s} * W;
     if (s < S) {
@@ -682,7 +748,11 @@ Status CudaLlama::StepBucket(const StepInput& in, StepOutput* out, bool* handled
       const int need = (pos + 1 + bs - 1) / bs;
       std::copy(seq.block_table.begin(), seq.block_table.begin() + need, bt);
       std::fill(bt + need, bt + W, 0);
-      if (seq.logits != StepSequence::Logits::kNone) keep.push_back(s);
+      if (seq.logits == StepSequence::Logits::kToken) {
+        draws.emplace_back(s, seq.sampling);
+      } else if (seq.logits != StepSequence::Logits::kNone) {
+        keep.push_back(s);
+      }
     } else {
       h[l.tokens + s] = 0;
       h[l.positions + s] = 0;
@@ -709,9 +779,11 @@ Status CudaLlama::StepBucket(const StepInput& in, StepOutput* out, bool* handled
     RETURN_IF_ERROR(EnqueueLayers(a, *gemm_tuned_));
     RETURN_IF_ERROR(EnqueueLogits(d_row_ids_, B, *gemm_tuned_));
   }
+  RETURN_IF_ERROR(EnqueueSampling(B, draws));
   out->logits.resize(keep.size() * c.vocab_size);
-  RETURN_IF_ERROR(CopyLogitsOut(S, keep, out->logits.data()));
+  RETURN_IF_ERROR(CopyLogitsOut(keep, out->logits.data()));
   out->num_rows = static_cast<int64_t>(keep.size());
+  for (const auto& d : draws) out->tokens.push_back(SampledTokens()[d.first]);
 
   // The eager run above tuned this shape's GEMMs: capture it now for the next step of the same shape.
   if (options_.cuda_graphs && it == graphs_.end() && bucket_seen_.find(key) == bucket_seen_.end()) {

@@ -9,11 +9,15 @@
 // One step (T tokens of S sequences):
 //   stage ids, positions, slots, block tables, cu_seqlens, start_pos, context lens in pinned memory; one H2D
 //   x = Embedding(ids) (fp32)
-//   per layer: h = AddRmsNorm(delta, x); qkv = h·Wqkv^T; SplitQkv(+bias); RopeWriteKv (KV into its slots);
+//   per layer: h = AddRmsNorm(delta, x); qkv = h·Wqkv^T; QkvRopeWriteKv (+bias; q rotated, K/V into their
+//   slots);
 //              attention (PagedDecodeAttention when every sequence has 1 token, else PrefillAttention);
 //              proj = attn·Wo^T; h = AddRmsNorm(proj, x); act = silu(h·Wg^T) ⊙ h·Wu^T; delta = act·Wd^T
-//   logits rows (kNone/kLast/kAll, as CpuLlama): GatherAddRmsNorm(final norm) -> lm_head GEMM (fp32 out)
-//   in chunks of kLogitsRows rows, each copied D2H into pinned memory and then into StepOutput.
+//   logits rows (kNone/kLast/kAll, as CpuLlama; kToken): GatherAddRmsNorm(final norm) -> lm_head GEMM (fp32
+//   out) in chunks of kLogitsRows rows; kToken rows are sampled there (cuda::SampleRows) and only their ids
+//   come back, the other rows are copied D2H into pinned memory and then into StepOutput.
+//   One-token steps use the bf16 GEMV (kernels/cuda/gemv.h, gate|up fused with SwiGLU) instead of cuBLASLt,
+//   launched with programmatic dependent launch (Options::gemv_max_rows).
 //
 // Decode steps of up to 256 sequences run padded to a bucket (1, 2, 4, ..., 256 rows; padding rows have slot
 // -1 and context 0) with a fixed block-table width per context class, and are captured as CUDA graphs
@@ -41,6 +45,7 @@
 #include "engine/model/llama_weights.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/sampling.h"
 
 namespace stoke {
 
@@ -58,6 +63,14 @@ class CudaLlama final : public DecoderModel {
     // shape (1 = the heuristic's first: deterministic across instances).
     std::string gemm_cache_path;
     int gemm_candidates = 8;
+    // Steps of at most this many tokens run their projections through the bf16 GEMV (kernels/cuda/gemv.h,
+    // up to 8) instead of cuBLASLt; 0 = always cuBLASLt. STOKE_GEMV_MAX_ROWS overrides. Default 1: measured
+    // on the H200 the GEMV is ahead of cuBLASLt at batch 1 (fused SwiGLU, one kernel fewer per layer) and far
+    // behind at batch 8 (every warp re-reads all 8 activation rows per weight chunk).
+    int gemv_max_rows = 1;
+    // Launch the GEMVs with programmatic dependent launch (their weight loads overlap the kernel before).
+    // STOKE_PDL=0 overrides.
+    bool pdl = true;
   };
 
   static StatusOr<std::unique_ptr<CudaLlama>> Create(LlamaWeights weights, const Options& options);
@@ -73,6 +86,8 @@ class CudaLlama final : public DecoderModel {
   Status Step(const StepInput& input, StepOutput* output) override;
   int64_t KvBudgetBytes() const override { return kv_budget_bytes_; }
   std::string device_name() const override { return device_name_; }
+  // Logits::kToken rows are drawn by cuda::SampleRows over the logits on the GPU; only ids come back.
+  bool SamplesOnDevice() const override { return true; }
 
   // Counters for logs and tests.
   int64_t graph_replays() const { return graph_replays_; }
@@ -136,8 +151,13 @@ class CudaLlama final : public DecoderModel {
                        cuda::BlasLtGemm& gemm);
   // Final norm + lm_head of the n token rows listed at `rows` (device) into logits_ (fp32 [n, vocab_pad_]).
   Status EnqueueLogits(const int32_t* rows, int64_t n, cuda::BlasLtGemm& gemm);
-  // Copies rows [0, n) of logits_ to the host and rows keep[i] of them to dst[i, :] (dst = [keep, vocab]).
-  Status CopyLogitsOut(int64_t n, const std::vector<int64_t>& keep, float* dst);
+  // Copies rows [0, last kept] of logits_ to the host and rows keep[i] (ascending) of them to dst[i, :]
+  // (dst = [keep, vocab]); synchronises the stream either way.
+  Status CopyLogitsOut(const std::vector<int64_t>& keep, float* dst);
+  // Draws the tokens of logits_ rows draws[i].first (< n) on the device; the ids are in SampledTokens()
+  // after the next stream synchronisation. No-op without draws.
+  Status EnqueueSampling(int64_t n, const std::vector<std::pair<int64_t, TokenSampling>>& draws);
+  int32_t* SampledTokens() const;  // pinned [kLogitsRows]
 
   Status StepGeneral(const StepInput& in, StepOutput* out);
   // Returns false in *handled when the step does not fit a decode bucket (the caller runs StepGeneral).
@@ -167,18 +187,21 @@ class CudaLlama final : public DecoderModel {
   int max_tokens_ = 0;
   std::unique_ptr<device::DeviceArena> arena_;
   float* x_ = nullptr;  // [T, hidden] residual
-  __nv_bfloat16 *h_ = nullptr, *qkv_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *attn_ = nullptr,
-                *proj_ = nullptr, *gu_ = nullptr, *act_ = nullptr, *sel_ = nullptr;
+  __nv_bfloat16 *h_ = nullptr, *qkv_ = nullptr, *q_ = nullptr, *attn_ = nullptr, *proj_ = nullptr,
+                *gu_ = nullptr, *act_ = nullptr, *sel_ = nullptr;
   float* logits_ = nullptr;  // [kLogitsRows, vocab_pad_]
   void* decode_ws_ = nullptr;
   size_t decode_ws_bytes_ = 0;
   int32_t* d_ints_ = nullptr;
   int64_t ints_capacity_ = 0;
-  int32_t* d_row_ids_ = nullptr;  // [kLogitsRows] = 0, 1, 2, ... (bucket logits rows)
+  int32_t* d_row_ids_ = nullptr;             // [kLogitsRows] = 0, 1, 2, ... (bucket logits rows)
+  cuda::RowSampling* d_sampling_ = nullptr;  // [kLogitsRows] per-row draw parameters
+  int32_t* d_tokens_ = nullptr;              // [kLogitsRows] drawn ids
 
   // Pinned staging.
   device::PinnedHostPool pinned_;
   device::PinnedHostPool::Buffer h_ints_buf_, h_logits_buf_;
+  device::PinnedHostPool::Buffer h_sample_buf_;  // RowSampling[kLogitsRows], then int32 tokens[kLogitsRows]
 
   // KV cache: per layer k and v = [num_blocks, block_size, kv_heads, head_dim] bf16, back to back.
   void* kv_ = nullptr;
@@ -188,6 +211,7 @@ class CudaLlama final : public DecoderModel {
   // Decode buckets: (bucket rows, context class) -> graph.
   std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
   std::map<std::pair<int, int>, bool> bucket_seen_;  // true: ran eagerly once (tuned); false: capture failed
+  int gemv_max_rows_ = 0;  // options_.gemv_max_rows after the environment override, clamped to [0, 8]
   int64_t graph_replays_ = 0;
   int64_t bucket_steps_ = 0;
 };

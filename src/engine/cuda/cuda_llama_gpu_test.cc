@@ -12,7 +12,9 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <numeric>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -383,6 +385,86 @@ TEST(CudaLlamaTest, GraphsOnAndOffGiveIdenticalLogits) {
         << "step " << i << " (" << script.names[i] << "): graph replay differs from the eager run";
   }
   fs::remove_all(dir);
+}
+
+// Logits::kToken: the same script with every kLast row drawn on the device. Two identical instances give
+// bit-identical logits, so a greedy device draw must be exactly the argmax of the other instance's logits row
+// (ties to the lowest id), in bucket steps (graphs) and general steps (prefill, mixed); kAll rows still come
+// back as logits, unchanged. Then seeded top-k draws: always among the row's k best, and reproducible.
+TEST(CudaLlamaTest, DeviceSampledTokensMatchArgmaxOfLogits) {
+  SKIP_WITHOUT_GPU();
+  const TinyLlama m = MakeModel(16, /*tied=*/false, /*bias=*/false, /*layers=*/2);
+  auto ref = CudaLlama::Create(ToBf16Weights(m, true), TestOptions());
+  auto dev = CudaLlama::Create(ToBf16Weights(m, true), TestOptions());
+  ASSERT_TRUE(ref.ok() && dev.ok()) << ref.status().ToString() << dev.status().ToString();
+  EXPECT_TRUE((*dev)->SamplesOnDevice());
+  const int V = m.c.vocab_size;
+  const Script script = MakeScript(V, 7);
+  Script drawn = script;
+  for (StepInput& in : drawn.steps) {
+    for (StepSequence& q : in.sequences) {
+      if (q.logits == StepSequence::Logits::kLast) q.logits = StepSequence::Logits::kToken;  // greedy
+    }
+  }
+  auto want = RunScript(**ref, script);
+  auto got = RunScript(**dev, drawn);
+  ASSERT_TRUE(want.ok() && got.ok()) << want.status().ToString() << got.status().ToString();
+  int checked = 0;
+  for (size_t i = 0; i < script.steps.size(); ++i) {
+    int64_t row = 0, token = 0, kept = 0;
+    for (const StepSequence& q : script.steps[i].sequences) {
+      const int64_t n =
+          q.logits == StepSequence::Logits::kAll ? q.num_tokens : q.logits == StepSequence::Logits::kLast;
+      for (int64_t r = 0; r < n; ++r, ++row) {
+        const float* w = (*want)[i].logits.data() + row * V;
+        if (q.logits == StepSequence::Logits::kLast) {
+          ASSERT_LT(token, static_cast<int64_t>((*got)[i].tokens.size())) << script.names[i];
+          const int32_t best = static_cast<int32_t>(std::max_element(w, w + V) - w);
+          EXPECT_EQ((*got)[i].tokens[token++], best) << "step " << i << " (" << script.names[i] << ")";
+          ++checked;
+        } else {
+          ASSERT_LT(kept, (*got)[i].num_rows);
+          EXPECT_EQ(std::memcmp((*got)[i].logits.data() + kept++ * V, w, V * sizeof(float)), 0)
+              << "step " << i << ": a kAll row changed when other rows were drawn on the device";
+        }
+      }
+    }
+    EXPECT_EQ(token, static_cast<int64_t>((*got)[i].tokens.size())) << script.names[i];
+    EXPECT_EQ(kept, (*got)[i].num_rows) << script.names[i];
+  }
+  EXPECT_GT(checked, 20);
+
+  // Seeded top-k = 3 at temperature 1 on one decode row: each draw is one of the 3 best, the same (seed,
+  // step) gives the same token, and 64 steps spread over more than one of them. The reference row: the same
+  // one-sequence step on the twin instance (same bucket, same kernels).
+  const StepInput& last = script.steps.back();
+  StepInput in;
+  in.token_ids = {last.token_ids[0]};
+  in.sequences = {last.sequences[0]};
+  in.sequences[0].token_begin = 0;
+  in.sequences[0].logits = StepSequence::Logits::kLast;
+  StepOutput row;
+  ASSERT_TRUE((*ref)->Step(in, &row).ok());
+  ASSERT_EQ(row.num_rows, 1);
+  std::vector<int32_t> order(V);
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + 3, order.end(),
+                    [&](int32_t a, int32_t b) { return row.logits[a] > row.logits[b]; });
+  std::set<int32_t> seen;
+  for (uint64_t step = 0; step < 64; ++step) {
+    in.sequences[0].logits = StepSequence::Logits::kToken;
+    in.sequences[0].sampling = TokenSampling{1.f, 3, 1.f, 1234, step};
+    StepOutput a, b;
+    ASSERT_TRUE((*dev)->Step(in, &a).ok());
+    ASSERT_TRUE((*dev)->Step(in, &b).ok());
+    ASSERT_EQ(a.tokens.size(), 1u);
+    ASSERT_EQ(b.tokens.size(), 1u);
+    EXPECT_EQ(a.tokens[0], b.tokens[0]) << "same (seed, step), different token";
+    EXPECT_TRUE(std::find(order.begin(), order.begin() + 3, a.tokens[0]) != order.begin() + 3)
+        << "token " << a.tokens[0] << " is not among the 3 best";
+    seen.insert(a.tokens[0]);
+  }
+  EXPECT_GT(seen.size(), 1u) << "temperature 1 never left the argmax";
 }
 
 TEST(CudaLlamaTest, StepLargerThanScratchIsRefused) {

@@ -2,7 +2,8 @@
 
 namespace stoke {
 
-Status ValidateStepInput(const StepInput& in, int num_blocks, int block_size, int vocab) {
+Status ValidateStepInput(const StepInput& in, int num_blocks, int block_size, int vocab,
+                         bool device_sampling) {
   if (num_blocks == 0) return FailedPreconditionError("Step: AllocateKvCache was not called");
   const int64_t total = static_cast<int64_t>(in.token_ids.size());
   int64_t next = 0;
@@ -14,6 +15,13 @@ Status ValidateStepInput(const StepInput& in, int num_blocks, int block_size, in
           seq.token_begin, int64_t{seq.token_begin} + seq.num_tokens, total);
     }
     next += seq.num_tokens;
+    if (seq.logits == StepSequence::Logits::kToken && !device_sampling) {
+      return InvalidArgumentError(
+          "Step: sequence {} asks for a device-sampled token (Logits::kToken) but this backend returns "
+          "logits "
+          "(SamplesOnDevice() is false)",
+          s);
+    }
     if (seq.start_pos < 0)
       return InvalidArgumentError("Step: sequence {} has start_pos {}", s, seq.start_pos);
     const int64_t end_pos = int64_t{seq.start_pos} + seq.num_tokens;

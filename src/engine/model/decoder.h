@@ -23,18 +23,34 @@ struct KvCacheShape {
   int num_blocks = 0;
 };
 
+// How a backend that samples on the device (DecoderModel::SamplesOnDevice) draws a sequence's next token
+// (Logits::kToken). Sampler's semantics (engine/runner/sampler.h): temperature <= 0 or top_k == 1 is greedy
+// (argmax, ties to the lowest id, NaN never chosen); otherwise temperature, top-k, top-p and the uniform
+// Sampler::Uniform(seed, step). Greedy picks the same token as the host Sampler; a random draw follows the
+// same distribution but may pick another token for the same (seed, step) (kernels/cuda/sampling.h).
+struct TokenSampling {
+  float temperature = 0.f;
+  int32_t top_k = 0;
+  float top_p = 1.f;
+  uint64_t seed = 0;
+  uint64_t step = 0;
+};
+
 // One sequence's slice of a step.
 struct StepSequence {
-  int32_t token_begin = 0;   // first index into StepInput::token_ids for this sequence
-  int32_t num_tokens = 0;    // tokens of this sequence in the step (prefill chunk, or 1 for decode)
-  int32_t start_pos = 0;     // position of the first of those tokens; tokens [0, start_pos) are already in KV
+  int32_t token_begin = 0;  // first index into StepInput::token_ids for this sequence
+  int32_t num_tokens = 0;   // tokens of this sequence in the step (prefill chunk, or 1 for decode)
+  int32_t start_pos = 0;    // position of the first of those tokens; tokens [0, start_pos) are already in KV
   std::vector<int32_t> block_table;  // block ids covering positions [0, start_pos + num_tokens)
   // Which rows of logits to produce: none, the last token only (generation), or every token (scoring).
-  enum class Logits : uint8_t { kNone, kLast, kAll } logits = Logits::kLast;
+  // kToken: no logits row; the next token after the last one is drawn on the device with `sampling` and
+  // returned in StepOutput::tokens (only for a model whose SamplesOnDevice() is true: the logits stay there).
+  enum class Logits : uint8_t { kNone, kLast, kAll, kToken } logits = Logits::kLast;
+  TokenSampling sampling;  // kToken only
 };
 
 struct StepInput {
-  std::vector<int32_t> token_ids;      // [num_tokens], sequences concatenated
+  std::vector<int32_t> token_ids;  // [num_tokens], sequences concatenated
   std::vector<StepSequence> sequences;
 };
 
@@ -42,13 +58,17 @@ struct StepOutput {
   // Rows in sequence order: for each sequence, 0, 1 or num_tokens rows as its `logits` asks.
   std::vector<float> logits;  // [num_rows, vocab_size]
   int64_t num_rows = 0;
+  // One token per Logits::kToken sequence, in sequence order.
+  std::vector<int32_t> tokens;
 };
 
 // The checks every backend's Step makes before touching memory: sequences tile the step's tokens in order,
 // positions are non-negative, each block table covers its positions with ids in [0, num_blocks), token ids
-// are in [0, vocab_size). Errors are InvalidArgument naming the sequence and value (FailedPrecondition when
-// the KV cache is not allocated: num_blocks == 0).
-Status ValidateStepInput(const StepInput& input, int num_blocks, int block_size, int vocab_size);
+// are in [0, vocab_size), Logits::kToken only where the backend samples on the device (`device_sampling`).
+// Errors are InvalidArgument naming the sequence and value (FailedPrecondition when the KV cache is not
+// allocated: num_blocks == 0).
+Status ValidateStepInput(const StepInput& input, int num_blocks, int block_size, int vocab_size,
+                         bool device_sampling = false);
 
 class DecoderModel {
  public:
@@ -66,6 +86,9 @@ class DecoderModel {
   // Bytes of device memory left for the KV cache after weights and scratch (a GPU backend, sized by
   // DecoderOptions::gpu_memory_fraction); 0 = no device budget, the caller's budget flag applies (CPU).
   virtual int64_t KvBudgetBytes() const { return 0; }
+  // True when Step accepts Logits::kToken: the next token is drawn where the logits are (the GPU), and only
+  // the token ids cross to the host.
+  virtual bool SamplesOnDevice() const { return false; }
   // "cpu" or "cuda:N (name)": for logs, /v1/models and `stoke model inspect`.
   virtual std::string device_name() const { return "cpu"; }
 };

@@ -254,6 +254,12 @@ TEST(CpuLlamaTest, RejectsBadStepInput) {
   in.sequences[0].num_tokens = 2;
   EXPECT_EQ((*model)->Step(in, &out).code(), StatusCode::kInvalidArgument);  // tokens not covered
   in.sequences[0].num_tokens = 3;
+  in.sequences[0].logits = StepSequence::Logits::kToken;  // the CPU backend returns logits, never tokens
+  EXPECT_FALSE((*model)->SamplesOnDevice());
+  const Status st = (*model)->Step(in, &out);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("SamplesOnDevice"), std::string::npos) << st.ToString();
+  in.sequences[0].logits = StepSequence::Logits::kLast;
   EXPECT_TRUE((*model)->Step(in, &out).ok());
   EXPECT_EQ((*model)->kv_shape().num_blocks, 4);
   EXPECT_EQ((*model)->KvBytesPerToken(), 2 * 2 * 2 * 16 * 4);
@@ -283,7 +289,7 @@ TEST(CpuLlamaTest, GgmlNumericsCloseToReferenceAndSplitInvariant) {
     auto own = MakeModel(m, true, 64, 4, /*ggml=*/false, false, /*quantize=*/true);
     const std::vector<float> own_logits = RunSeq(*own, ids, 0, Iota(10)).logits;
     EXPECT_LT(RelErr(full, own_logits), 5e-2) << "interleaved " << interleaved;
-    EXPECT_NE(own_logits, full);  // it is a different computation
+    EXPECT_NE(own_logits, full);    // it is a different computation
     for (int chunk : {5, 7, 16}) {  // 37 = 7·5 + 2 = 5·7 + 2 = 2·16 + 5: no chunk of 1
       auto model = MakeModel(m, true, 64, 4, true, interleaved);
       std::vector<float> got;

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -48,7 +49,48 @@ __global__ void RopeWriteKvKernel(T* q, const T* __restrict__ k, const T* __rest
   }
 }
 
-// ---- attention core
+// The fused form for bf16 (decoder steps): reads the fused projection output qkv = [tokens, q_dim + 2 kv_dim]
+// (+ bias, rounded to bf16 as SplitQkv stores it), writes rotated q densely and rotated k / plain v into the
+// cache. grid = (tokens, heads + kv_heads), block = head_dim / 2 threads: thread i rotates pair (i, i + half)
+// of its head and, for a kv head, also copies v elements i and i + half.
+__global__ void QkvRopeWriteKvKernel(const __nv_bfloat16* __restrict__ qkv, const float* __restrict__ bias,
+                                     const int32_t* __restrict__ positions, const int32_t* __restrict__ slots,
+                                     int heads, const float* __restrict__ inv_freq,
+                                     DevicePagedKv<__nv_bfloat16> kv, __nv_bfloat16* __restrict__ q_out) {
+  PdlLaunchDependents();
+  const int64_t t = blockIdx.x;
+  const int h = blockIdx.y, i = threadIdx.x;
+  const int hd = kv.head_dim, half = hd / 2, kvh = kv.num_kv_heads;
+  const int64_t width = static_cast<int64_t>(heads + 2 * kvh) * hd;
+  const __nv_bfloat16* row = qkv + t * width;
+  const int32_t slot = slots[t];
+  auto load = [&](int64_t c) {
+    float x = __bfloat162float(row[c]);
+    if (bias != nullptr) x = __bfloat162float(__float2bfloat16_rn(x + bias[c]));
+    return x;
+  };
+  float s, c;
+  sincosf(static_cast<float>(positions[t]) * inv_freq[i], &s, &c);
+  const int64_t col = static_cast<int64_t>(h) * hd;  // q heads, then k heads
+  const float x0 = load(col + i), x1 = load(col + i + half);
+  const __nv_bfloat16 r0 = __float2bfloat16_rn(x0 * c - x1 * s), r1 = __float2bfloat16_rn(x1 * c + x0 * s);
+  if (h < heads) {
+    __nv_bfloat16* a = q_out + (t * heads + h) * hd;
+    a[i] = r0;
+    a[i + half] = r1;
+    return;
+  }
+  if (slot < 0) return;
+  const int kh = h - heads;
+  const int64_t dst = (static_cast<int64_t>(slot) * kvh + kh) * hd;
+  kv.k[dst + i] = r0;
+  kv.k[dst + i + half] = r1;
+  const int64_t vcol = static_cast<int64_t>(heads + kvh + kh) * hd;
+  kv.v[dst + i] = __float2bfloat16_rn(load(vcol + i));
+  kv.v[dst + i + half] = __float2bfloat16_rn(load(vcol + i + half));
+}
+
+// ---- attention core// ---- attention core
 // ----------------------------------------------------------------------------------------
 
 // Running softmax state of one warp; lane l holds elements [l * E, (l + 1) * E) of the head vector.
@@ -67,25 +109,49 @@ __device__ __forceinline__ void WarpAttend(const float (&q)[E], const DevicePage
                                            int step, WarpState<E>& st) {
   const int lane = threadIdx.x & 31;
   const int hd = E * 32, bs = kv.block_size;
-  for (int p = begin; p < end; p += step) {
-    const int64_t slot = static_cast<int64_t>(table[p / bs]) * bs + p % bs;
-    const int64_t off = (slot * kv.num_kv_heads + kv_head) * hd + lane * E;
-    float kr[E], vr[E];
+  // kIlp positions per round: their K/V loads and warp reductions are independent, so they overlap instead
+  // of paying the global-load latency once per position (a decode split is latency-bound, not
+  // bandwidth-bound).
+  constexpr int kIlp = 4;
+  for (int p0 = begin; p0 < end; p0 += step * kIlp) {
+    float s[kIlp], vr[kIlp][E];
 #pragma unroll
-    for (int e = 0; e < E; ++e) {
-      kr[e] = ToFloat(kv.k[off + e]);
-      vr[e] = ToFloat(kv.v[off + e]);
+    for (int u = 0; u < kIlp; ++u) {
+      const int p = p0 + u * step;
+      s[u] = -INFINITY;
+      if (p < end) {
+        const int64_t slot = static_cast<int64_t>(table[p / bs]) * bs + p % bs;
+        const int64_t off = (slot * kv.num_kv_heads + kv_head) * hd + lane * E;
+        float dot = 0.f;
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+          dot += q[e] * ToFloat(kv.k[off + e]);
+          vr[u][e] = ToFloat(kv.v[off + e]);
+        }
+        s[u] = dot;
+      } else {
+#pragma unroll
+        for (int e = 0; e < E; ++e) vr[u][e] = 0.f;
+      }
     }
-    float s = 0.f;
 #pragma unroll
-    for (int e = 0; e < E; ++e) s += q[e] * kr[e];
-    s = WarpSum(s);
-    const float m_new = fmaxf(st.m, s);
+    for (int u = 0; u < kIlp; ++u) {
+      if (p0 + u * step < end) s[u] = WarpSum(s[u]);  // uniform across the warp
+    }
+    float m_new = st.m;
+#pragma unroll
+    for (int u = 0; u < kIlp; ++u) m_new = fmaxf(m_new, s[u]);
     const float corr = expf(st.m - m_new);  // exp(-inf) = 0 on the first position
-    const float p_s = expf(s - m_new);
-    st.l = st.l * corr + p_s;
+    st.l *= corr;
 #pragma unroll
-    for (int e = 0; e < E; ++e) st.acc[e] = st.acc[e] * corr + p_s * vr[e];
+    for (int e = 0; e < E; ++e) st.acc[e] *= corr;
+#pragma unroll
+    for (int u = 0; u < kIlp; ++u) {
+      const float p_s = expf(s[u] - m_new);  // 0 for a position past the end (s = -inf)
+      st.l += p_s;
+#pragma unroll
+      for (int e = 0; e < E; ++e) st.acc[e] += p_s * vr[u][e];
+    }
     st.m = m_new;
   }
 }
@@ -122,21 +188,23 @@ __device__ __forceinline__ void MergeWarps(WarpState<E>& st, float* sm_m, float*
 }
 
 // grid = (num_splits, heads, num_seqs), block = kWarps * 32. Split s covers positions
-// [s * kDecodePartition, min((s + 1) * kDecodePartition, ctx)). With one split the result goes straight to
+// [s * partition, min((s + 1) * partition, ctx)). With one split the result goes straight to
 // out; otherwise (normalised partial output, max, denominator) go to the workspace for DecodeReduceKernel.
 template <typename T, int E>
 __global__ void __launch_bounds__(kWarps * 32)
     DecodeKernel(const T* __restrict__ q, const int32_t* __restrict__ block_tables, int max_blocks,
-                 const int32_t* __restrict__ context_lens, int heads, float scale, DevicePagedKv<T> kv,
-                 float* __restrict__ part_out, float* __restrict__ part_ml, T* __restrict__ out) {
+                 const int32_t* __restrict__ context_lens, int heads, int partition, float scale,
+                 DevicePagedKv<T> kv, float* __restrict__ part_out, float* __restrict__ part_ml,
+                 T* __restrict__ out) {
+  PdlLaunchDependents();
   constexpr int kHd = E * 32;
   __shared__ float sm_m[kWarps], sm_l[kWarps];
   __shared__ float sm_acc[kWarps * kHd];
   const int split = blockIdx.x, head = blockIdx.y, seq = blockIdx.z, num_splits = gridDim.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int ctx = context_lens[seq];
-  const int begin = split * kDecodePartition;
-  const int end = min(ctx, begin + kDecodePartition);
+  const int begin = split * partition;
+  const int end = min(ctx, begin + partition);
   const int kv_head = head / (heads / kv.num_kv_heads);
   const int64_t qo = (static_cast<int64_t>(seq) * heads + head) * kHd + lane * E;
   float qr[E];
@@ -167,6 +235,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 template <typename T>
 __global__ void DecodeReduceKernel(const float* __restrict__ part_out, const float* __restrict__ part_ml,
                                    int num_splits, int heads, int head_dim, T* __restrict__ out) {
+  PdlLaunchDependents();  // the output projection may start streaming its weights (gemv.h)
   const int head = blockIdx.x, seq = blockIdx.y, d = threadIdx.x;
   const int64_t row0 = (static_cast<int64_t>(seq) * heads + head) * num_splits;
   float m = -INFINITY;
@@ -233,23 +302,35 @@ Status CheckShape(const char* what, int heads, int kv_heads, int head_dim) {
   return OkStatus();
 }
 
-int NumSplits(int max_context_len) {
-  return max_context_len <= 0 ? 1 : (max_context_len + kDecodePartition - 1) / kDecodePartition;
+// Splits per (sequence, head): at least one per kDecodePartition positions (bounded workspace at large
+// batch), and more when the batch is small, so that about kDecodeTargetBlocks blocks share the GPU (batch 1 x
+// 32 heads would otherwise leave 100+ SMs idle behind a few latency-bound blocks), but never fewer than
+// kDecodeMinPartition positions per split.
+constexpr int kDecodeTargetBlocks = 2048, kDecodeMinPartition = 32;
+int NumSplits(int num_seqs, int heads, int max_context_len) {
+  if (max_context_len <= 0) return 1;
+  const int by_partition = (max_context_len + kDecodePartition - 1) / kDecodePartition;
+  const int by_min = (max_context_len + kDecodeMinPartition - 1) / kDecodeMinPartition;
+  const int64_t rows = std::max<int64_t>(1, int64_t{num_seqs} * heads);
+  const int by_occupancy =
+      static_cast<int>(std::min<int64_t>(by_min, (kDecodeTargetBlocks + rows - 1) / rows));
+  return std::max(by_partition, by_occupancy);
 }
 
 template <typename T, int E>
 Status LaunchDecode(const T* q, const int32_t* bt, int max_blocks, const int32_t* ctx, int num_seqs,
                     int heads, int max_ctx, float scale, const DevicePagedKv<T>& kv, void* ws, T* out,
                     cudaStream_t stream) {
-  const int splits = NumSplits(max_ctx);
+  const int splits = NumSplits(num_seqs, heads, max_ctx);
+  const int partition = max_ctx <= 0 ? 1 : (max_ctx + splits - 1) / splits;
   float* part_out = static_cast<float*>(ws);
   float* part_ml = part_out + static_cast<int64_t>(num_seqs) * heads * splits * kv.head_dim;
   if (splits > 1 && ws == nullptr) {
     return Status(StatusCode::kInvalidArgument, "PagedDecodeAttention: long contexts need a workspace");
   }
   dim3 grid(splits, heads, num_seqs);
-  DecodeKernel<T, E>
-      <<<grid, kWarps * 32, 0, stream>>>(q, bt, max_blocks, ctx, heads, scale, kv, part_out, part_ml, out);
+  DecodeKernel<T, E><<<grid, kWarps * 32, 0, stream>>>(q, bt, max_blocks, ctx, heads, partition, scale, kv,
+                                                       part_out, part_ml, out);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   if (splits > 1) {
     DecodeReduceKernel<T><<<dim3(heads, num_seqs), kv.head_dim, 0, stream>>>(part_out, part_ml, splits, heads,
@@ -317,7 +398,7 @@ Status Rope(T* q, const T* k, const T* v, const int32_t* positions, const int32_
 }  // namespace
 
 size_t DecodeWorkspaceBytes(int num_seqs, int heads, int head_dim, int max_context_len) {
-  const int splits = NumSplits(max_context_len);
+  const int splits = NumSplits(num_seqs, heads, max_context_len);
   if (splits <= 1) return 0;
   return static_cast<size_t>(num_seqs) * heads * splits * (head_dim + 2) * sizeof(float);
 }
@@ -331,6 +412,24 @@ Status RopeWriteKv(__nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16
                    const int32_t* slots, int64_t tokens, int heads, const float* inv_freq,
                    const DevicePagedKv<__nv_bfloat16>& kv, cudaStream_t stream) {
   return Rope(q, k, v, positions, slots, tokens, heads, inv_freq, kv, stream);
+}
+
+Status QkvRopeWriteKv(const __nv_bfloat16* qkv, const float* bias, const int32_t* positions,
+                      const int32_t* slots, int64_t tokens, int heads, const float* inv_freq,
+                      const DevicePagedKv<__nv_bfloat16>& kv, __nv_bfloat16* q, cudaStream_t stream) {
+  if (kv.head_dim <= 0 || kv.head_dim % 2 != 0 || kv.head_dim > 2048) {
+    return Status(StatusCode::kInvalidArgument, "QkvRopeWriteKv: head_dim must be even and <= 2048");
+  }
+  if (heads <= 0 || kv.num_kv_heads <= 0) {
+    return Status(StatusCode::kInvalidArgument, "QkvRopeWriteKv: heads must be positive");
+  }
+  if (tokens <= 0) return OkStatus();
+  if (tokens > 0x7fffffff) return Status(StatusCode::kInvalidArgument, "QkvRopeWriteKv: too many tokens");
+  const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>(heads + kv.num_kv_heads));
+  QkvRopeWriteKvKernel<<<grid, kv.head_dim / 2, 0, stream>>>(qkv, bias, positions, slots, heads, inv_freq, kv,
+                                                             q);
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return OkStatus();
 }
 
 Status PagedDecodeAttention(const float* q, const int32_t* block_tables, int max_blocks_per_seq,

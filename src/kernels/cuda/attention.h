@@ -40,11 +40,21 @@ Status RopeWriteKv(__nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16
                    const int32_t* slots, int64_t tokens, int heads, const float* inv_freq,
                    const DevicePagedKv<__nv_bfloat16>& kv, cudaStream_t stream);
 
-// Decode: one query token per sequence, attending to its context_lens[s] cached positions [0, ctx).
-// q, out = [num_seqs, heads, head_dim]. Long contexts are split into kDecodePartition-position pieces
-// processed by separate blocks, then merged by a second kernel (log-sum-exp weights); that needs
-// `workspace` of DecodeWorkspaceBytes(...) bytes (may be nullptr when it returns 0).
-// max_context_len bounds every context_lens[s]. A sequence with context 0 gets zeros.
+// SplitQkv (decoder_ops.h) and RopeWriteKv in one kernel, for the decoder's bf16 steps: qkv = [tokens,
+// heads * hd + 2 * kv_heads * hd] (Q, then K, then V columns), bias = [that width] fp32 or nullptr (added,
+// then rounded to bf16, as SplitQkv stores it); writes rotated q = [tokens, heads, hd] and rotated k / plain
+// v into the cache at slots[t] (negative: skipped). Bit-identical to SplitQkv followed by RopeWriteKv.
+Status QkvRopeWriteKv(const __nv_bfloat16* qkv, const float* bias, const int32_t* positions,
+                      const int32_t* slots, int64_t tokens, int heads, const float* inv_freq,
+                      const DevicePagedKv<__nv_bfloat16>& kv, __nv_bfloat16* q, cudaStream_t stream);
+
+// Decode: one query token per sequence// Decode: one query token per sequence, attending to its
+// context_lens[s] cached positions [0, ctx). q, out = [num_seqs, heads, head_dim]. Contexts are split into
+// pieces of at most kDecodePartition positions (smaller pieces, down to 32 positions, when num_seqs x heads
+// is too small to fill the GPU) processed by separate blocks, then merged by a second kernel (log-sum-exp
+// weights); that needs `workspace` of DecodeWorkspaceBytes(...) bytes (may be nullptr when it returns 0). The
+// split depends only on (num_seqs, heads, max_context_len), so a captured graph keeps it. max_context_len
+// bounds every context_lens[s]. A sequence with context 0 gets zeros.
 inline constexpr int kDecodePartition = 512;
 size_t DecodeWorkspaceBytes(int num_seqs, int heads, int head_dim, int max_context_len);
 Status PagedDecodeAttention(const float* q, const int32_t* block_tables, int max_blocks_per_seq,

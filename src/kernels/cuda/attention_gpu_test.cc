@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <numeric>
 #include <random>
@@ -14,6 +15,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/decoder_ops.h"
 #include "kernels/cuda/gpu_test_util.h"
 #include "kernels/cuda/sampling.h"
 
@@ -309,6 +311,42 @@ TEST(CudaRope, RopeWriteKvMatchesCpuRopeThenWriteKv) {
       EXPECT_CLOSE(FromBf16(kc.Download()), ck, kTolBf16, "rope k cache bf16");
       EXPECT_CLOSE(FromBf16(vc.Download()), cv, 1e-12, "v cache bf16");
     }
+  }
+}
+
+// The fused split + RoPE + cache write gives exactly what SplitQkv then RopeWriteKv give (q, k cache, v
+// cache), with and without the Qwen2 bias, and a padding token (slot -1) that must not write the cache.
+TEST(CudaRope, FusedQkvRopeWriteKvIsBitIdenticalToSplitThenRope) {
+  SKIP_WITHOUT_GPU();
+  const int hd = 128, heads = 8, kvh = 2, bs = 16, num_blocks = 8, tokens = 13;
+  const int qd = heads * hd, kvd = kvh * hd, width = qd + 2 * kvd;
+  std::vector<int32_t> pos(tokens), slots(tokens);
+  for (int t = 0; t < tokens; ++t) pos[t] = 7 + 131 * t, slots[t] = (t * 9) % (num_blocks * bs);
+  slots[5] = -1;
+  const auto inv = InvFreq(hd, 500000.f);
+  const size_t cache_n = static_cast<size_t>(num_blocks) * bs * kvh * hd;
+  const std::vector<uint16_t> zeros(cache_n, 0);
+  DeviceBuffer<uint16_t> qkv(ToBf16(RandomFloats(static_cast<size_t>(tokens) * width, 40, -3.f, 3.f)));
+  DeviceBuffer<float> bias(RandomFloats(width, 41)), dinv(inv);
+  DeviceBuffer<int32_t> dpos(pos), dslots(slots);
+  for (bool with_bias : {false, true}) {
+    const float* b = with_bias ? bias.get() : nullptr;
+    DeviceBuffer<uint16_t> q1(tokens * qd), k1(tokens * kvd), v1(tokens * kvd), kc1(zeros), vc1(zeros);
+    STATUS_ASSERT(SplitQkv(qkv.bf16(), b, tokens, qd, kvd, q1.bf16(), k1.bf16(), v1.bf16(), nullptr));
+    STATUS_ASSERT(
+        RopeWriteKv(q1.bf16(), k1.bf16(), v1.bf16(), dpos.get(), dslots.get(), tokens, heads, dinv.get(),
+                    DevicePagedKv<__nv_bfloat16>{kc1.bf16(), vc1.bf16(), num_blocks, bs, kvh, hd}, nullptr));
+    DeviceBuffer<uint16_t> q2(tokens * qd), kc2(zeros), vc2(zeros);
+    STATUS_ASSERT(QkvRopeWriteKv(
+        qkv.bf16(), b, dpos.get(), dslots.get(), tokens, heads, dinv.get(),
+        DevicePagedKv<__nv_bfloat16>{kc2.bf16(), vc2.bf16(), num_blocks, bs, kvh, hd}, q2.bf16(), nullptr));
+    const char* what = with_bias ? "with bias" : "without bias";
+    EXPECT_EQ(q1.Download(), q2.Download()) << "rotated q differs, " << what;
+    EXPECT_EQ(kc1.Download(), kc2.Download()) << "k cache differs, " << what;
+    EXPECT_EQ(vc1.Download(), vc2.Download()) << "v cache differs, " << what;
+    size_t written = 0;
+    for (uint16_t x : vc2.Download()) written += x != 0;
+    EXPECT_EQ(written, static_cast<size_t>(tokens - 1) * kvd) << "the slot -1 token wrote the cache?";
   }
 }
 

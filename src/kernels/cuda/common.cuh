@@ -60,6 +60,22 @@ __device__ __forceinline__ float BlockMax(float v, float* scratch) {
   return WarpMax(s);
 }
 
+// Programmatic dependent launch (sm_90+). A kernel launched with cudaLaunchAttributeProgrammaticStream-
+// Serialization may start before the previous kernel on its stream has finished; it must call PdlWait() before
+// reading anything that kernel (or one before it) writes, and before writing anything they read. A kernel
+// calling PdlLaunchDependents() lets such a dependent start once all of its own blocks are running. Both are
+// no-ops for kernels launched the ordinary way.
+__device__ __forceinline__ void PdlWait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void PdlLaunchDependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 inline unsigned CeilDiv(int64_t a, int64_t b) {
   return static_cast<unsigned>((a + b - 1) / b);
 }

@@ -2,9 +2,12 @@
 //   d2d_copy      cudaMemcpy device->device, GB/s counting bytes read + written
 //   h2d           pinned vs pageable host->device, GB/s
 //   gemm          bf16 GEMM through BlasLtGemm (tuned), TFLOP/s, at 8192^3 and Llama-3.1-8B shapes
+//   gemv          decode projections at batch 1 / 8: bf16 GEMV vs cuBLASLt, GB/s of weights read
 //   decode_attn   paged decode attention, GB/s of KV read
 //   prefill_attn  causal prefill attention on the paged cache, tensor-core vs warp kernel, TFLOP/s (median)
-// Usage: cuda_bench [--quick]   (--quick: fewer iterations, for a smoke run)
+// Usage: cuda_bench [--quick] [--only SECTION]   (--quick: fewer iterations, for a smoke run; SECTION:
+// copies,
+//        gemm, gemv, decode_attn or prefill_attn)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -19,6 +22,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemv.h"
 
 namespace stoke::cuda {
 namespace {
@@ -133,6 +137,71 @@ void GemmBench(cudaStream_t s) {
   }
   std::fprintf(stderr, "gemm cache: %s (%s)\n", (*gemm)->cache_key().c_str(), (*gemm)->load_status().c_str());
   if (Status st = (*gemm)->Save(); !st.ok()) std::fprintf(stderr, "gemm cache: %s\n", st.ToString().c_str());
+}
+
+// Decode projections at batch 1, 2, 4 and 8 (Llama-3.1-8B shapes): the bf16 GEMV (gemv.h) vs cuBLASLt on the
+// same buffers. Each timed call reads the next of several weight copies (>= 512 MiB in all), so no run is
+// served from the 50 MB L2 the way a repeated 32 MB matrix would be. GB/s counts weight bytes only.
+void GemvBench(cudaStream_t s) {
+  GemmOptions opt;
+  opt.candidates = 8;
+  auto gemm = BlasLtGemm::Create(opt);
+  if (!gemm.ok()) {
+    std::fprintf(stderr, "gemv: %s\n", gemm.status().ToString().c_str());
+    return;
+  }
+  struct Shape {
+    const char* name;
+    int64_t n, k;
+    bool silu;  // gate|up fused with SwiGLU (n = 2 x inter rows read, inter outputs)
+    bool f32;   // fp32 output (lm_head)
+  };
+  const Shape shapes[] = {{"qkv", 6144, 4096, false, false},
+                          {"o", 4096, 4096, false, false},
+                          {"gate_up_swiglu", 28672, 4096, true, false},
+                          {"down", 4096, 14336, false, false},
+                          {"lm_head", 128256, 4096, false, true}};
+  for (const Shape& sh : shapes) {
+    const size_t wbytes = static_cast<size_t>(sh.n) * sh.k * 2;
+    const int copies = static_cast<int>(std::max<size_t>(2, (size_t{512} << 20) / wbytes + 1));
+    std::vector<void*> ws(copies);
+    for (void*& w : ws) {
+      BENCH_CHECK(cudaMalloc(&w, wbytes));
+      cudaMemset(w, 0x3c, wbytes);
+    }
+    void *x, *y;
+    BENCH_CHECK(cudaMalloc(&x, 8 * sh.k * 2));
+    BENCH_CHECK(cudaMalloc(&y, 8 * sh.n * 4));
+    cudaMemset(x, 0x3c, 8 * sh.k * 2);
+    auto* xb = static_cast<__nv_bfloat16*>(x);
+    for (int64_t m : {1, 2, 4, 8}) {
+      int next = 0;
+      auto w = [&] { return static_cast<__nv_bfloat16*>(ws[next++ % copies]); };
+      Status st;
+      const float gemv_ms = TimeMs(s, [&] {
+        if (sh.silu) {
+          st = Bf16GemvSiluMul(w(), sh.n / 2, sh.k, xb, m, static_cast<__nv_bfloat16*>(y), false, s);
+        } else if (sh.f32) {
+          st = Bf16Gemv(w(), sh.n, sh.k, xb, m, static_cast<float*>(y), sh.n, false, s);
+        } else {
+          st = Bf16Gemv(w(), sh.n, sh.k, xb, m, static_cast<__nv_bfloat16*>(y), sh.n, false, s);
+        }
+      });
+      if (!st.ok()) std::fprintf(stderr, "gemv %s: %s\n", sh.name, st.ToString().c_str());
+      const DType out = sh.f32 ? DType::kF32 : DType::kBF16;
+      for (void* wc : ws) (void)(*gemm)->Tune(xb, static_cast<__nv_bfloat16*>(wc), y, out, m, sh.n, sh.k, s);
+      const float lt_ms = TimeMs(s, [&] { (void)(*gemm)->Run(xb, w(), y, out, m, sh.n, sh.k, s); });
+      std::printf(
+          "{\"bench\":\"gemv\",\"shape\":\"%s\",\"m\":%lld,\"n\":%lld,\"k\":%lld,\"weight_copies\":%d,"
+          "\"gemv_ms\":%.4f,\"gemv_gbps\":%.1f,\"cublaslt_ms\":%.4f,\"cublaslt_gbps\":%.1f%s}\n",
+          sh.name, (long long)m, (long long)sh.n, (long long)sh.k, copies, gemv_ms,
+          wbytes / (gemv_ms * 1e-3) / 1e9, lt_ms, wbytes / (lt_ms * 1e-3) / 1e9,
+          sh.silu ? ",\"note\":\"cublaslt without the SwiGLU kernel\"" : "");
+    }
+    for (void* w : ws) cudaFree(w);
+    cudaFree(x);
+    cudaFree(y);
+  }
 }
 
 // Llama-3.1-8B attention (32 heads, 8 kv heads, head_dim 128), bf16 cache, block size 16.
@@ -282,9 +351,12 @@ void PrefillAttentionBench(cudaStream_t s) {
 
 int main(int argc, char** argv) {
   using namespace stoke::cuda;
+  std::string only;  // --only SECTION: copies | gemm | gemv | decode_attn | prefill_attn
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) g_iters = 3;
+    if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
   }
+  auto want = [&](const char* section) { return only.empty() || only == section; };
   if (DeviceCount() == 0) {
     std::fprintf(stderr, "cuda_bench: no CUDA device\n");
     std::printf("{\"bench\":\"none\",\"error\":\"no CUDA device\"}\n");
@@ -298,17 +370,30 @@ int main(int argc, char** argv) {
   }
   cudaStream_t s;
   BENCH_CHECK(cudaStreamCreate(&s));
-  std::fprintf(stderr, "cuda_bench: copies\n");
-  CopyBench(s);
-  std::fflush(stdout);
-  std::fprintf(stderr, "cuda_bench: gemm\n");
-  GemmBench(s);
-  std::fflush(stdout);
-  std::fprintf(stderr, "cuda_bench: decode attention\n");
-  DecodeAttentionBench(s);
-  std::fflush(stdout);
-  std::fprintf(stderr, "cuda_bench: prefill attention\n");
-  PrefillAttentionBench(s);
+  if (want("copies")) {
+    std::fprintf(stderr, "cuda_bench: copies\n");
+    CopyBench(s);
+    std::fflush(stdout);
+  }
+  if (want("gemm")) {
+    std::fprintf(stderr, "cuda_bench: gemm\n");
+    GemmBench(s);
+    std::fflush(stdout);
+  }
+  if (want("gemv")) {
+    std::fprintf(stderr, "cuda_bench: gemv\n");
+    GemvBench(s);
+    std::fflush(stdout);
+  }
+  if (want("decode_attn")) {
+    std::fprintf(stderr, "cuda_bench: decode attention\n");
+    DecodeAttentionBench(s);
+    std::fflush(stdout);
+  }
+  if (want("prefill_attn")) {
+    std::fprintf(stderr, "cuda_bench: prefill attention\n");
+    PrefillAttentionBench(s);
+  }
   cudaStreamDestroy(s);
   return 0;
 }

@@ -12,6 +12,7 @@ constexpr int kThreads = 256;
 __global__ void AddRmsNormKernel(const __nv_bfloat16* delta, float* residual, const int32_t* src_rows,
                                  bool write_back, const float* __restrict__ w, int64_t dim, float eps,
                                  __nv_bfloat16* __restrict__ out) {
+  PdlLaunchDependents();  // the projection after a norm may start streaming its weights (gemv.h)
   __shared__ float scratch[32];
   const int64_t src = src_rows != nullptr ? src_rows[blockIdx.x] : blockIdx.x;
   const int64_t base = src * dim;
@@ -55,8 +56,10 @@ Status LaunchNorm(const __nv_bfloat16* delta, float* residual, const int32_t* ro
                   cudaStream_t stream) {
   if (n <= 0 || dim <= 0) return OkStatus();
   if (n > 0x7fffffff) return Status(StatusCode::kInvalidArgument, "AddRmsNorm: too many rows");
-  AddRmsNormKernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(delta, residual, rows, write_back, w,
-                                                                      dim, eps, out);
+  // Few rows (decode at small batch): one wide block per row, or the norm is a few latency-bound blocks.
+  const int threads = n <= 32 ? 1024 : kThreads;
+  AddRmsNormKernel<<<static_cast<unsigned>(n), threads, 0, stream>>>(delta, residual, rows, write_back, w,
+                                                                     dim, eps, out);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return OkStatus();
 }

@@ -29,6 +29,7 @@ __device__ __forceinline__ float Silu(float g) {
 template <typename T>
 __global__ void SiluMulFusedKernel(const T* __restrict__ gu, int64_t rows, int64_t inter,
                                    T* __restrict__ out) {
+  PdlLaunchDependents();  // the down projection may start streaming its weights (gemv.h)
   const int64_t total = rows * inter;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {

@@ -9,6 +9,7 @@
 #include "kernels/cpu/quants.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemv.h"
 #include "kernels/cuda/gpu_test_util.h"
 #include "kernels/cuda/norm.h"
 #include "kernels/cuda/quant.h"
@@ -199,6 +200,87 @@ TEST(CudaQuant, GemvMatchesDequantisedMatMul) {
     EXPECT_CLOSE(FromBf16(by.Download()), want, kTolBf16,
                  t == DType::kQ4_1 ? "gemv Q4_1 bf16" : "gemv Q8_0 bf16");
   }
+}
+
+// The decode GEMV at every row count it takes, with k not a multiple of the 256-value stride a warp reads per
+// load round, n not a multiple of the 8 rows a block covers, and y wider than n (ldy) so stray writes show as
+// changed padding. Launched with PDL on a real stream.
+TEST(CudaGemv, Bf16GemvMatchesCpuForOneToEightRows) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = 1003, k = 4104, ldy = 1011;
+  const auto w = RoundBf16(RandomFloats(n * k, 31));
+  DeviceBuffer<uint16_t> dw(ToBf16(w));
+  cudaStream_t stream = nullptr;
+  CUDA_ASSERT(cudaStreamCreate(&stream));
+  for (int64_t m : {1, 2, 3, 5, 8}) {
+    const auto x = RoundBf16(RandomFloats(m * k, 32 + static_cast<uint32_t>(m)));
+    std::vector<float> want(m * n);
+    ASSERT_TRUE(cpu::MatMul(x.data(), m, k, w.data(), DType::kF32, n, want.data()).ok());
+    DeviceBuffer<uint16_t> dx(ToBf16(x)), yb(m * ldy);
+    DeviceBuffer<float> yf(m * ldy);
+    STATUS_ASSERT(Bf16Gemv(dw.bf16(), n, k, dx.bf16(), m, yf.get(), ldy, /*pdl=*/true, stream));
+    STATUS_ASSERT(Bf16Gemv(dw.bf16(), n, k, dx.bf16(), m, yb.bf16(), ldy, /*pdl=*/false, stream));
+    CUDA_ASSERT(cudaStreamSynchronize(stream));
+    const auto gf = yf.Download();
+    const auto gb = FromBf16(yb.Download());
+    std::vector<float> got_f(m * n), got_b(m * n);
+    size_t pad_written = 0;
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t c = 0; c < ldy; ++c) {
+        if (c < n) {
+          got_f[r * n + c] = gf[r * ldy + c];
+          got_b[r * n + c] = gb[r * ldy + c];
+        } else {
+          pad_written += !std::isnan(gf[r * ldy + c]) + !std::isnan(gb[r * ldy + c]);
+        }
+      }
+    }
+    const std::string what = "gemv bf16 m=" + std::to_string(m);
+    EXPECT_CLOSE(got_f, want, kTolF32, (what + " -> f32").c_str());
+    EXPECT_CLOSE(got_b, want, kTolBf16, (what + " -> bf16").c_str());
+    EXPECT_EQ(pad_written, 0u) << what << " wrote past n in a row of width ldy";
+  }
+  EXPECT_FALSE(Bf16Gemv(dw.bf16(), n, k, dw.bf16(), 9, static_cast<float*>(nullptr), n, false, stream).ok());
+  EXPECT_FALSE(
+      Bf16Gemv(dw.bf16(), n, 4100, dw.bf16(), 1, static_cast<float*>(nullptr), n, false, stream).ok());
+  cudaStreamDestroy(stream);
+}
+
+// gate|up GEMV with SwiGLU, fed by SiluMulFused on the same stream (which lets the GEMV launch early under
+// PDL): the GEMV must still see the complete output of the kernel before it.
+TEST(CudaGemv, SiluMulGemvMatchesUnfusedPathAfterAnEarlyTriggeringKernel) {
+  SKIP_WITHOUT_GPU();
+  const int64_t inter = 1500, k = 2048, rows0 = 4;
+  cudaStream_t stream = nullptr;
+  CUDA_ASSERT(cudaStreamCreate(&stream));
+  // Kernel 1: x = silu(a) * b from a fused [rows0, 2k] input; kernel 2: y = swiglu(x · [Wg; Wu]^T).
+  const auto gu_in = RandomFloats(rows0 * 2 * k, 41, -3.f, 3.f);
+  const auto w = RoundBf16(RandomFloats(2 * inter * k, 42, -0.05f, 0.05f));
+  DeviceBuffer<uint16_t> dgu(ToBf16(gu_in)), dx(rows0 * k), dw(ToBf16(w));
+  for (int64_t m : {1, 4}) {
+    DeviceBuffer<uint16_t> dy(m * inter);
+    STATUS_ASSERT(SiluMulFused(dgu.bf16(), m, k, dx.bf16(), stream));
+    STATUS_ASSERT(Bf16GemvSiluMul(dw.bf16(), inter, k, dx.bf16(), m, dy.bf16(), /*pdl=*/true, stream));
+    CUDA_ASSERT(cudaStreamSynchronize(stream));
+    // CPU: the same chain from the bf16 input, rounding where the GPU stores bf16.
+    const auto gub = RoundBf16(gu_in);
+    std::vector<float> x(m * k);
+    for (int64_t r = 0; r < m; ++r) {
+      std::vector<float> g(gub.begin() + r * 2 * k, gub.begin() + r * 2 * k + k),
+          u(gub.begin() + r * 2 * k + k, gub.begin() + (r + 1) * 2 * k);
+      cpu::SiluMul(g.data(), u.data(), k, x.data() + r * k);
+    }
+    x = RoundBf16(x);
+    std::vector<float> gate_up(m * 2 * inter), want(m * inter);
+    ASSERT_TRUE(cpu::MatMul(x.data(), m, k, w.data(), DType::kF32, 2 * inter, gate_up.data()).ok());
+    const auto gr = RoundBf16(gate_up);
+    for (int64_t r = 0; r < m; ++r) {
+      cpu::SiluMul(gr.data() + r * 2 * inter, gr.data() + r * 2 * inter + inter, inter,
+                   want.data() + r * inter);
+    }
+    EXPECT_CLOSE(FromBf16(dy.Download()), want, kTolBf16, m == 1 ? "gemv swiglu m=1" : "gemv swiglu m=4");
+  }
+  cudaStreamDestroy(stream);
 }
 
 TEST(CudaGemm, Bf16GemmMatchesCpuAndCachesChoices) {

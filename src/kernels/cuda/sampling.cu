@@ -73,8 +73,8 @@ __device__ int32_t BlockArgmax(const float* __restrict__ x, int vocab) {
 }
 
 __global__ void __launch_bounds__(kThreads)
-    ArgmaxKernel(const float* __restrict__ logits, int vocab, int32_t* __restrict__ out) {
-  const int32_t r = BlockArgmax(logits + static_cast<int64_t>(blockIdx.x) * vocab, vocab);
+    ArgmaxKernel(const float* __restrict__ logits, int vocab, int64_t ld, int32_t* __restrict__ out) {
+  const int32_t r = BlockArgmax(logits + static_cast<int64_t>(blockIdx.x) * ld, vocab);
   if (threadIdx.x == 0) out[blockIdx.x] = r;
 }
 
@@ -171,10 +171,10 @@ __device__ uint32_t Threshold(const float* x, int vocab, Cut a, float need, W w,
 }
 
 __global__ void __launch_bounds__(kThreads)
-    SampleKernel(const float* __restrict__ logits, int vocab, const RowSampling* __restrict__ params,
-                 int32_t* __restrict__ out) {
+    SampleKernel(const float* __restrict__ logits, int vocab, int64_t ld,
+                 const RowSampling* __restrict__ params, int32_t* __restrict__ out) {
   __shared__ SampleShared sh;
-  const float* x = logits + static_cast<int64_t>(blockIdx.x) * vocab;
+  const float* x = logits + static_cast<int64_t>(blockIdx.x) * ld;
   const RowSampling p = params[blockIdx.x];
   if (p.temperature <= 0.f || p.top_k == 1 || p.top_p <= 0.f) {
     const int32_t r = BlockArgmax(x, vocab);
@@ -263,19 +263,23 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-Status ArgmaxRows(const float* logits, int rows, int vocab, int32_t* out, cudaStream_t stream) {
+Status ArgmaxRows(const float* logits, int rows, int vocab, int32_t* out, cudaStream_t stream, int64_t ld) {
   if (rows <= 0) return OkStatus();
   if (vocab <= 0) return Status(StatusCode::kInvalidArgument, "ArgmaxRows: vocab must be positive");
-  ArgmaxKernel<<<rows, kThreads, 0, stream>>>(logits, vocab, out);
+  if (ld == 0) ld = vocab;
+  if (ld < vocab) return Status(StatusCode::kInvalidArgument, "ArgmaxRows: row stride below vocab");
+  ArgmaxKernel<<<rows, kThreads, 0, stream>>>(logits, vocab, ld, out);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return OkStatus();
 }
 
 Status SampleRows(const float* logits, int rows, int vocab, const RowSampling* params, int32_t* out,
-                  cudaStream_t stream) {
+                  cudaStream_t stream, int64_t ld) {
   if (rows <= 0) return OkStatus();
   if (vocab <= 0) return Status(StatusCode::kInvalidArgument, "SampleRows: vocab must be positive");
-  SampleKernel<<<rows, kThreads, 0, stream>>>(logits, vocab, params, out);
+  if (ld == 0) ld = vocab;
+  if (ld < vocab) return Status(StatusCode::kInvalidArgument, "SampleRows: row stride below vocab");
+  SampleKernel<<<rows, kThreads, 0, stream>>>(logits, vocab, ld, params, out);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return OkStatus();
 }

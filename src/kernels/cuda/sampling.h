@@ -14,8 +14,10 @@
 
 namespace stoke::cuda {
 
-// out[r] = argmax(logits[r, :]); logits = [rows, vocab] fp32, out = [rows] int32.
-Status ArgmaxRows(const float* logits, int rows, int vocab, int32_t* out, cudaStream_t stream);
+// out[r] = argmax(logits[r, :]); logits = [rows, vocab] fp32 with row stride ld (0: vocab), out = [rows]
+// int32.
+Status ArgmaxRows(const float* logits, int rows, int vocab, int32_t* out, cudaStream_t stream,
+                  int64_t ld = 0);
 
 // Per-row sampling parameters (a device array of `rows`). temperature <= 0, top_k == 1 or top_p <= 0: greedy.
 // top_k <= 0: off; top_p >= 1: off.
@@ -26,7 +28,8 @@ struct RowSampling {
   uint64_t seed = 0;
   uint64_t step = 0;
 };
+// logits row stride ld (0: vocab).
 Status SampleRows(const float* logits, int rows, int vocab, const RowSampling* params, int32_t* out,
-                  cudaStream_t stream);
+                  cudaStream_t stream, int64_t ld = 0);
 
 }  // namespace stoke::cuda

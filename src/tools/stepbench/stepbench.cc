@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <memory>
@@ -196,6 +197,11 @@ StatusOr<Json> RunStepBench(const StepBenchOptions& o, std::FILE* progress) {
   std::array<char, 256> host{};
   if (::gethostname(host.data(), host.size() - 1) == 0) machine["hostname"] = host.data();
   report["machine"] = machine;
+  Json engine{{"cuda_graphs", o.decoder.cuda_graphs}, {"device_sampling", o.device_sampling}};
+  for (const char* var : {"STOKE_GEMV_MAX_ROWS", "STOKE_PDL", "STOKE_PREFILL_ATTENTION", "STOKE_GGML_NUMERICS"}) {
+    if (const char* v = std::getenv(var)) engine[var] = v;  // engine switches set for this run
+  }
+  report["engine"] = engine;
   report["model"] = {{"path", path},
                      {"layers", L},
                      {"hidden", H},
@@ -234,6 +240,7 @@ StatusOr<Json> RunStepBench(const StepBenchOptions& o, std::FILE* progress) {
                               o.iters, o.decode_batch));
     std::vector<double> ms;
     const std::vector<int32_t> next = Tokens(decode_steps * o.decode_batch, tok_lo, tok_hi, 7);
+    const bool device_draw = o.device_sampling && model->SamplesOnDevice();
     for (int i = 0; i < decode_steps; ++i) {
       in.token_ids.clear();
       in.sequences.clear();
@@ -244,14 +251,15 @@ StatusOr<Json> RunStepBench(const StepBenchOptions& o, std::FILE* progress) {
         q.num_tokens = 1;
         q.start_pos = o.context + i;
         q.block_table = Blocks(s * blocks_per_seq, blocks_per_seq);
-        q.logits = StepSequence::Logits::kLast;
+        q.logits = device_draw ? StepSequence::Logits::kToken : StepSequence::Logits::kLast;
         in.sequences.push_back(std::move(q));
       }
       const Nanos t0 = MonotonicNanos();
       RETURN_IF_ERROR(model->Step(in, &out));
       const double dt = (MonotonicNanos() - t0) / 1e6;
-      if (out.num_rows != o.decode_batch)
-        return InternalError("bench step: decode step returned {} rows for {}", out.num_rows, o.decode_batch);
+      if (out.num_rows + static_cast<int64_t>(out.tokens.size()) != o.decode_batch)
+        return InternalError("bench step: decode step returned {} rows and {} tokens for {}", out.num_rows,
+                             out.tokens.size(), o.decode_batch);
       if (i >= o.warmup) ms.push_back(dt);
     }
     const double med = Percentile(ms, 50);
@@ -260,6 +268,7 @@ StatusOr<Json> RunStepBench(const StepBenchOptions& o, std::FILE* progress) {
     const double bytes = weight_bytes + kv_read;
     Json d{{"batch", o.decode_batch},
            {"context", o.context},
+           {"sampling", device_draw ? "device (greedy, token ids to the host)" : "host (logits to the host)"},
            {"mean_context_timed", ctx_avg},
            {"step_ms", Stats(ms)},
            {"tokens_per_s", o.decode_batch / (med / 1e3)},

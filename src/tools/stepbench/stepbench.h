@@ -33,6 +33,9 @@ struct StepBenchOptions {
   int iters = 20;    // timed decode steps (prefill: max(3, iters / 4) timed runs)
   int warmup = 3;
   int block_size = 16;
+  // Decode steps draw their tokens on the device (Logits::kToken, greedy) when the model can, as `stoke
+  // serve` does; false: every row of logits is copied to the host (the step as it was before device sampling).
+  bool device_sampling = true;
   std::string command;  // for the report
 };
 

@@ -1,0 +1,42 @@
+// Decode's skinny matrix products, y[m, n] = x[m, k] · W^T for m <= kGemvMaxRows, written for the memory
+// roofline: at batch 1-8 a step's time is the time to stream the weights once, and cuBLASLt's m = 1 kernels
+// reached ~45% of the H200's bandwidth on the 8B shape (bench/results/gpu_llm_8b_h200_2026-12-02.json).
+//
+//   W = [n, k] bf16 row-major (PyTorch Linear layout), x = [m, k] bf16 (row stride k), y = [m, ldy].
+//
+// One warp per output row: lanes read 16-byte chunks of the row (a warp reads 512 contiguous bytes per load,
+// 8 loads in flight per lane), bypassing L1 so x stays there; fp32 accumulation, a warp-shuffle sum at the
+// end. Checked against cpu::MatMul (kernels/cuda/ops_gpu_test.cc).
+//
+// Programmatic dependent launch (sm_90, `pdl` = true): the kernel may start while the previous kernel on the
+// stream still runs. It issues its first weight loads (weights never depend on earlier kernels), then waits
+// for the previous grid (griddepcontrol.wait) before reading x or writing y. The small kernels before it
+// (norms, RoPE, attention, ...) let dependents launch early (PdlLaunchDependents in common.cuh), so the
+// weight stream of the next projection overlaps their latency-bound tails. Works under CUDA graph capture.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "base/status.h"
+
+namespace stoke::cuda {
+
+inline constexpr int kGemvMaxRows = 8;
+
+// y[r, c] = Σ_j x[r, j] · w[c, j] for r < m, c < n; ldy = row stride of y (>= n). k % 8 == 0, w and x
+// 16-byte aligned, 1 <= m <= kGemvMaxRows. y must not alias x.
+Status Bf16Gemv(const __nv_bfloat16* w, int64_t n, int64_t k, const __nv_bfloat16* x, int64_t m,
+                __nv_bfloat16* y, int64_t ldy, bool pdl, cudaStream_t stream);
+Status Bf16Gemv(const __nv_bfloat16* w, int64_t n, int64_t k, const __nv_bfloat16* x, int64_t m, float* y,
+                int64_t ldy, bool pdl, cudaStream_t stream);
+
+// The fused gate|up projection with SwiGLU: w = [2 inter, k] (gate rows, then up rows), y = [m, inter]:
+//   y[r, c] = bf16(silu(g) * u),  g = bf16(x[r]·w[c]), u = bf16(x[r]·w[inter + c])
+// (g and u rounded to bf16 first, as the unfused GEMM + SiluMulFused path stores them).
+Status Bf16GemvSiluMul(const __nv_bfloat16* w, int64_t inter, int64_t k, const __nv_bfloat16* x, int64_t m,
+                       __nv_bfloat16* y, bool pdl, cudaStream_t stream);
+
+}  // namespace stoke::cuda
