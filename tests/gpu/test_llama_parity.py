@@ -12,7 +12,8 @@ or under pytest where it exists (skips without torch or a GPU).
    synthetic weights make top-1 margins wide (docs/adding-a-model.md, "Synthetic models").
 2. `stoke serve --device cuda`: 16 concurrent greedy completions (token-id prompts) equal the same requests one
    at a time: same text; the top-5 alternatives agree (same set at >= 80% of positions; their logprobs
-   relative to the best shared alternative within 0.3).
+   relative to the best shared alternative within 0.3). Those ask for logprobs, so they are sampled on the
+   host; the same 16 again without logprobs are drawn on the GPU (Logits::kToken) and must give the same text.
 Results: $OUT/llama_parity.json and $OUT/llama_batching.json (also printed).
 """
 import argparse
@@ -229,9 +230,11 @@ def check_batching(model_dir, tmp):
         hi = id_limit(model_dir)
         prompts = [[int(v) for v in rng.integers(0, hi, size=int(rng.integers(16, 200)))] for _ in range(16)]
 
-        def complete(p):
-            body = json.dumps({"model": name, "prompt": p, "max_tokens": 48, "temperature": 0, "ignore_eos": True,
-                               "logprobs": 5}).encode()
+        def complete(p, logprobs=True):
+            req_body = {"model": name, "prompt": p, "max_tokens": 48, "temperature": 0, "ignore_eos": True}
+            if logprobs:
+                req_body["logprobs"] = 5  # logprobs need the logits on the host: sampled there
+            body = json.dumps(req_body).encode()
             req = urllib.request.Request(srv.url + "/v1/completions", data=body,
                                          headers={"Content-Type": "application/json"})
             with urllib.request.urlopen(req, timeout=300) as r:  # non-200 raises HTTPError
@@ -244,9 +247,14 @@ def check_batching(model_dir, tmp):
         with concurrent.futures.ThreadPoolExecutor(max_workers=16) as pool:
             together = list(pool.map(complete, prompts))
         t_together = time.time() - t0
+        # Without logprobs the server draws the tokens on the GPU (serve --sampling device, the default):
+        # greedy there must pick what the host picked from the same logits.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=16) as pool:
+            device_drawn = list(pool.map(lambda p: complete(p, logprobs=False), prompts))
     finally:
         srv.stop()
     same_text = [a["text"] == b["text"] for a, b in zip(alone, together)]
+    same_device = [a["text"] == c["text"] for a, c in zip(alone, device_drawn)]
     # The chosen token's logit dwarfs the rest (the synthetic scheme), so raw logprobs of the alternatives are
     # dominated by it; compare the alternatives relative to the best alternative both runs share instead:
     # those are context logits (spread ~2.5), where a batching bug (wrong KV, positions) shows as O(1) moves
@@ -267,12 +275,14 @@ def check_batching(model_dir, tmp):
             for k in common:
                 rel_diff = max(rel_diff, abs((ta[k] - ta[best]) - (tb[k] - tb[best])))
     res = {"shape": SHAPE, "requests": len(prompts), "max_tokens": 48,
-           "identical_text": sum(same_text), "max_token_logprob_diff": lp_diff,
+           "identical_text": sum(same_text), "identical_text_device_sampled": sum(same_device),
+           "max_token_logprob_diff": lp_diff,
            "top5_same_set_fraction": same_top / max(positions, 1),
            "max_alternative_relative_logprob_diff": rel_diff, "distinct_generated_tokens": len(distinct),
            "seconds": {"alone": t_alone, "concurrent": t_together}}
     write_result("llama_batching.json", res)
     assert all(same_text), res
+    assert all(same_device), res
     assert res["top5_same_set_fraction"] >= 0.8, res
     assert rel_diff < 0.3, res
     return res

@@ -103,16 +103,15 @@ struct WarpState {
 
 // Folds positions begin, begin + step, ... < end of one (sequence, kv head) into the warp's state.
 // q holds this lane's E query elements, already multiplied by the scale.
-template <typename T, int E>
+template <typename T, int E, int kIlp>
 __device__ __forceinline__ void WarpAttend(const float (&q)[E], const DevicePagedKv<T>& kv,
                                            const int32_t* __restrict__ table, int kv_head, int begin, int end,
                                            int step, WarpState<E>& st) {
   const int lane = threadIdx.x & 31;
   const int hd = E * 32, bs = kv.block_size;
   // kIlp positions per round: their K/V loads and warp reductions are independent, so they overlap instead
-  // of paying the global-load latency once per position (a decode split is latency-bound, not
-  // bandwidth-bound).
-  constexpr int kIlp = 4;
+  // of paying the global-load latency once per position (what limits a short split at small batch; at large
+  // batch other warps hide it and kIlp 1 measured faster).
   for (int p0 = begin; p0 < end; p0 += step * kIlp) {
     float s[kIlp], vr[kIlp][E];
 #pragma unroll
@@ -190,7 +189,7 @@ __device__ __forceinline__ void MergeWarps(WarpState<E>& st, float* sm_m, float*
 // grid = (num_splits, heads, num_seqs), block = kWarps * 32. Split s covers positions
 // [s * partition, min((s + 1) * partition, ctx)). With one split the result goes straight to
 // out; otherwise (normalised partial output, max, denominator) go to the workspace for DecodeReduceKernel.
-template <typename T, int E>
+template <typename T, int E, int kIlp>
 __global__ void __launch_bounds__(kWarps * 32)
     DecodeKernel(const T* __restrict__ q, const int32_t* __restrict__ block_tables, int max_blocks,
                  const int32_t* __restrict__ context_lens, int heads, int partition, float scale,
@@ -211,8 +210,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
   for (int e = 0; e < E; ++e) qr[e] = ToFloat(q[qo + e]) * scale;
   WarpState<E> st;
-  WarpAttend<T, E>(qr, kv, block_tables + static_cast<int64_t>(seq) * max_blocks, kv_head, begin + warp, end,
-                   kWarps, st);
+  WarpAttend<T, E, kIlp>(qr, kv, block_tables + static_cast<int64_t>(seq) * max_blocks, kv_head, begin + warp,
+                         end, kWarps, st);
   float m, l;
   MergeWarps<E>(st, sm_m, sm_l, sm_acc, &m, &l);
   if (warp != 0) return;
@@ -231,25 +230,33 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-// grid = (heads, num_seqs), block = head_dim threads: merges the splits by their log-sum-exp weights.
+// grid = (heads, num_seqs), block = head_dim threads, num_splits floats of dynamic shared memory: merges the
+// splits by their log-sum-exp weights. The max and the weights are computed across the block (a split per
+// thread), then each thread sums its dimension over the splits with independent loads.
 template <typename T>
 __global__ void DecodeReduceKernel(const float* __restrict__ part_out, const float* __restrict__ part_ml,
                                    int num_splits, int heads, int head_dim, T* __restrict__ out) {
   PdlLaunchDependents();  // the output projection may start streaming its weights (gemv.h)
+  extern __shared__ float weight[];
+  __shared__ float scratch[32];
   const int head = blockIdx.x, seq = blockIdx.y, d = threadIdx.x;
   const int64_t row0 = (static_cast<int64_t>(seq) * heads + head) * num_splits;
   float m = -INFINITY;
-  for (int s = 0; s < num_splits; ++s) {
+  for (int s = threadIdx.x; s < num_splits; s += blockDim.x) {
     if (part_ml[(row0 + s) * 2 + 1] > 0.f) m = fmaxf(m, part_ml[(row0 + s) * 2]);
   }
-  float num = 0.f, den = 0.f;
-  for (int s = 0; s < num_splits; ++s) {
+  m = BlockMax(m, scratch);
+  float den = 0.f;
+  for (int s = threadIdx.x; s < num_splits; s += blockDim.x) {
     const float l = part_ml[(row0 + s) * 2 + 1];
-    if (l == 0.f) continue;
-    const float w = l * expf(part_ml[(row0 + s) * 2] - m);
-    num += w * part_out[(row0 + s) * head_dim + d];
+    const float w = l > 0.f ? l * expf(part_ml[(row0 + s) * 2] - m) : 0.f;
+    weight[s] = w;
     den += w;
   }
+  den = BlockSum(den, scratch);  // its __syncthreads also publishes weight[]
+  float num = 0.f;
+#pragma unroll 8
+  for (int s = 0; s < num_splits; ++s) num += weight[s] * part_out[(row0 + s) * head_dim + d];
   out[(static_cast<int64_t>(seq) * heads + head) * head_dim + d] = FromFloat<T>(den > 0.f ? num / den : 0.f);
 }
 
@@ -283,7 +290,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
   for (int e = 0; e < E; ++e) qr[e] = ToFloat(q[qo + e]) * scale;
   WarpState<E> st;
-  WarpAttend<T, E>(qr, kv, block_tables + static_cast<int64_t>(seq) * max_blocks, kv_head, 0, pos + 1, 1, st);
+  WarpAttend<T, E, 1>(qr, kv, block_tables + static_cast<int64_t>(seq) * max_blocks, kv_head, 0, pos + 1, 1,
+                      st);
   const float inv = st.l > 0.f ? 1.f / st.l : 0.f;
 #pragma unroll
   for (int e = 0; e < E; ++e) out[qo + e] = FromFloat<T>(st.acc[e] * inv);
@@ -329,12 +337,19 @@ Status LaunchDecode(const T* q, const int32_t* bt, int max_blocks, const int32_t
     return Status(StatusCode::kInvalidArgument, "PagedDecodeAttention: long contexts need a workspace");
   }
   dim3 grid(splits, heads, num_seqs);
-  DecodeKernel<T, E><<<grid, kWarps * 32, 0, stream>>>(q, bt, max_blocks, ctx, heads, partition, scale, kv,
-                                                       part_out, part_ml, out);
+  // Positions per round per warp (WarpAttend's kIlp): 1, or 4 with STOKE_DECODE_ILP=4 (an experiment: on the
+  // H200 it measured slower in the cases tried so far, see docs/cuda.md).
+  static const int ilp = [] {
+    const char* e = std::getenv("STOKE_DECODE_ILP");
+    return e != nullptr && std::atoi(e) == 4 ? 4 : 1;
+  }();
+  auto kernel = ilp == 4 ? DecodeKernel<T, E, 4> : DecodeKernel<T, E, 1>;
+  kernel<<<grid, kWarps * 32, 0, stream>>>(q, bt, max_blocks, ctx, heads, partition, scale, kv, part_out,
+                                           part_ml, out);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   if (splits > 1) {
-    DecodeReduceKernel<T><<<dim3(heads, num_seqs), kv.head_dim, 0, stream>>>(part_out, part_ml, splits, heads,
-                                                                             kv.head_dim, out);
+    DecodeReduceKernel<T><<<dim3(heads, num_seqs), kv.head_dim, splits * sizeof(float), stream>>>(
+        part_out, part_ml, splits, heads, kv.head_dim, out);
     CUDA_RETURN_IF_ERROR(cudaGetLastError());
   }
   return OkStatus();
