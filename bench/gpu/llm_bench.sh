@@ -10,8 +10,8 @@
 # Everything lands in $OUT (default /tmp/stoke_gpu_out); progress on stderr, all of it in $OUT/llm_bench.log.
 # Budget: about 7 minutes on an H200. Knobs (env): LLM_SHAPE, LLM_CONCURRENCY ("64 256"), LLM_INPUT (1000),
 # LLM_OUTPUT (1000), LLM_WARMUP_S (15), LLM_DURATION_S (45), LLM_DRAIN_S (5), HF_BUDGET_S (60), SKIP_HF=1, SKIP_SERVE=1,
-# STEP_AB=1 (decode step with one switch flipped at a time: cuBLASLt instead of the GEMV, PDL on, 4-position
-# decode attention rounds, no CUDA graphs, host sampling; batch 1, 8 and 64; or a list of variant names), SERVE_SAMPLING (device | host, passed to serve --sampling); for a
+# STEP_AB=1 (decode step with one switch flipped at a time: cuBLASLt instead of the GEMV, PDL on, no CUDA
+# graphs, host sampling; batch 1, 8 and 64; or a list of variant names), SERVE_SAMPLING (device | host, passed to serve --sampling); for a
 # CPU dry run of the script itself: LLM_DEVICE=cpu LLM_LAYERS=2 SKIP_STEP_B64=1 and small lengths.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -62,8 +62,6 @@ main() {
     local variants=(
       "b1_cublaslt|STOKE_GEMV_MAX_ROWS=0|--decode-batch 1 --context 512"
       "b1_pdl|STOKE_PDL=1|--decode-batch 1 --context 512"
-      "b1_ilp4|STOKE_DECODE_ILP=4|--decode-batch 1 --context 512"
-      "b64_ilp4|STOKE_DECODE_ILP=4|--decode-batch 64 --context 1024"
       "b1_no_graphs||--decode-batch 1 --context 512 --cuda-graphs off"
       "b1_host_sampling||--decode-batch 1 --context 512 --sampling host"
       "b8|STOKE_GEMV_MAX_ROWS=8|--decode-batch 8 --context 512"

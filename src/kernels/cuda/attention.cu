@@ -101,95 +101,47 @@ struct WarpState {
   float acc[E] = {};    // Σ exp(score - m) · v
 };
 
-// Folds positions begin, begin + step, ... < end of one (sequence, kv head) into the warp's state.
-// q holds this lane's E query elements, already multiplied by the scale.
-template <typename T, int E, int kIlp>
-__device__ __forceinline__ void WarpAttend(const float (&q)[E], const DevicePagedKv<T>& kv,
+// Folds positions begin, begin + step, ... < end of one (sequence, kv head) into the warp's states of the G
+// query heads that share that kv head (GQA): each K/V row is loaded once for all G of them. q[g] holds this
+// lane's E query elements of head g, already multiplied by the scale.
+template <typename T, int E, int G>
+__device__ __forceinline__ void WarpAttend(const float (&q)[G][E], const DevicePagedKv<T>& kv,
                                            const int32_t* __restrict__ table, int kv_head, int begin, int end,
-                                           int step, WarpState<E>& st) {
+                                           int step, WarpState<E> (&st)[G]) {
   const int lane = threadIdx.x & 31;
   const int hd = E * 32, bs = kv.block_size;
-  // kIlp positions per round: their K/V loads and warp reductions are independent, so they overlap instead
-  // of paying the global-load latency once per position (what limits a short split at small batch; at large
-  // batch other warps hide it and kIlp 1 measured faster).
-  for (int p0 = begin; p0 < end; p0 += step * kIlp) {
-    float s[kIlp], vr[kIlp][E];
+  for (int p = begin; p < end; p += step) {
+    const int64_t slot = static_cast<int64_t>(table[p / bs]) * bs + p % bs;
+    const int64_t off = (slot * kv.num_kv_heads + kv_head) * hd + lane * E;
+    float kr[E], vr[E];
 #pragma unroll
-    for (int u = 0; u < kIlp; ++u) {
-      const int p = p0 + u * step;
-      s[u] = -INFINITY;
-      if (p < end) {
-        const int64_t slot = static_cast<int64_t>(table[p / bs]) * bs + p % bs;
-        const int64_t off = (slot * kv.num_kv_heads + kv_head) * hd + lane * E;
-        float dot = 0.f;
-#pragma unroll
-        for (int e = 0; e < E; ++e) {
-          dot += q[e] * ToFloat(kv.k[off + e]);
-          vr[u][e] = ToFloat(kv.v[off + e]);
-        }
-        s[u] = dot;
-      } else {
-#pragma unroll
-        for (int e = 0; e < E; ++e) vr[u][e] = 0.f;
-      }
+    for (int e = 0; e < E; ++e) {
+      kr[e] = ToFloat(kv.k[off + e]);
+      vr[e] = ToFloat(kv.v[off + e]);
     }
 #pragma unroll
-    for (int u = 0; u < kIlp; ++u) {
-      if (p0 + u * step < end) s[u] = WarpSum(s[u]);  // uniform across the warp
+    for (int g = 0; g < G; ++g) {
+      float s = 0.f;
+#pragma unroll
+      for (int e = 0; e < E; ++e) s += q[g][e] * kr[e];
+      s = WarpSum(s);
+      const float m_new = fmaxf(st[g].m, s);
+      const float corr = expf(st[g].m - m_new);  // exp(-inf) = 0 on the first position
+      const float p_s = expf(s - m_new);
+      st[g].l = st[g].l * corr + p_s;
+#pragma unroll
+      for (int e = 0; e < E; ++e) st[g].acc[e] = st[g].acc[e] * corr + p_s * vr[e];
+      st[g].m = m_new;
     }
-    float m_new = st.m;
-#pragma unroll
-    for (int u = 0; u < kIlp; ++u) m_new = fmaxf(m_new, s[u]);
-    const float corr = expf(st.m - m_new);  // exp(-inf) = 0 on the first position
-    st.l *= corr;
-#pragma unroll
-    for (int e = 0; e < E; ++e) st.acc[e] *= corr;
-#pragma unroll
-    for (int u = 0; u < kIlp; ++u) {
-      const float p_s = expf(s[u] - m_new);  // 0 for a position past the end (s = -inf)
-      st.l += p_s;
-#pragma unroll
-      for (int e = 0; e < E; ++e) st.acc[e] += p_s * vr[u][e];
-    }
-    st.m = m_new;
   }
 }
 
-// Merges the kWarps warp states of a block through shared memory. Returns, for lane-element (lane, e), the
-// merged (unnormalised) accumulator and, in *m_out / *l_out, the merged max and denominator. Called by all
-// threads.
-template <int E>
-__device__ __forceinline__ void MergeWarps(WarpState<E>& st, float* sm_m, float* sm_l, float* sm_acc,
-                                           float* m_out, float* l_out) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) {
-    sm_m[warp] = st.m;
-    sm_l[warp] = st.l;
-  }
-#pragma unroll
-  for (int e = 0; e < E; ++e) sm_acc[warp * E * 32 + lane * E + e] = st.acc[e];
-  __syncthreads();
-  float m = -INFINITY;
-  for (int w = 0; w < kWarps; ++w) m = fmaxf(m, sm_m[w]);
-  float l = 0.f;
-  float acc[E] = {};
-  for (int w = 0; w < kWarps; ++w) {
-    if (sm_l[w] == 0.f) continue;  // a warp that saw no position (m = -inf)
-    const float f = expf(sm_m[w] - m);
-    l += sm_l[w] * f;
-#pragma unroll
-    for (int e = 0; e < E; ++e) acc[e] += sm_acc[w * E * 32 + lane * E + e] * f;
-  }
-#pragma unroll
-  for (int e = 0; e < E; ++e) st.acc[e] = acc[e];
-  *m_out = m;
-  *l_out = l;
-}
-
-// grid = (num_splits, heads, num_seqs), block = kWarps * 32. Split s covers positions
-// [s * partition, min((s + 1) * partition, ctx)). With one split the result goes straight to
-// out; otherwise (normalised partial output, max, denominator) go to the workspace for DecodeReduceKernel.
-template <typename T, int E, int kIlp>
+// grid = (num_splits, heads / G, num_seqs), block = kWarps * 32: the G query heads [y * G, y * G + G), which
+// share one kv head, over split x of sequence z. Split s covers positions [s * partition, min((s + 1) *
+// partition, ctx)), the warps taking every kWarps-th position. The warps' states merge through shared memory
+// (in warp order); warp 0 writes: with one split straight to out, otherwise (normalised partial output, max,
+// denominator) to the workspace for DecodeReduceKernel.
+template <typename T, int E, int G>
 __global__ void __launch_bounds__(kWarps * 32)
     DecodeKernel(const T* __restrict__ q, const int32_t* __restrict__ block_tables, int max_blocks,
                  const int32_t* __restrict__ context_lens, int heads, int partition, float scale,
@@ -197,36 +149,62 @@ __global__ void __launch_bounds__(kWarps * 32)
                  T* __restrict__ out) {
   PdlLaunchDependents();
   constexpr int kHd = E * 32;
-  __shared__ float sm_m[kWarps], sm_l[kWarps];
-  __shared__ float sm_acc[kWarps * kHd];
-  const int split = blockIdx.x, head = blockIdx.y, seq = blockIdx.z, num_splits = gridDim.x;
+  __shared__ float sm_m[kWarps * G], sm_l[kWarps * G];
+  __shared__ float sm_acc[kWarps * G * kHd];
+  const int split = blockIdx.x, head0 = blockIdx.y * G, seq = blockIdx.z, num_splits = gridDim.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int ctx = context_lens[seq];
   const int begin = split * partition;
   const int end = min(ctx, begin + partition);
-  const int kv_head = head / (heads / kv.num_kv_heads);
-  const int64_t qo = (static_cast<int64_t>(seq) * heads + head) * kHd + lane * E;
-  float qr[E];
+  const int kv_head = head0 / (heads / kv.num_kv_heads);
+  float qr[G][E];
 #pragma unroll
-  for (int e = 0; e < E; ++e) qr[e] = ToFloat(q[qo + e]) * scale;
-  WarpState<E> st;
-  WarpAttend<T, E, kIlp>(qr, kv, block_tables + static_cast<int64_t>(seq) * max_blocks, kv_head, begin + warp,
-                         end, kWarps, st);
-  float m, l;
-  MergeWarps<E>(st, sm_m, sm_l, sm_acc, &m, &l);
-  if (warp != 0) return;
-  const float inv = l > 0.f ? 1.f / l : 0.f;
-  if (num_splits == 1) {
+  for (int g = 0; g < G; ++g) {
+    const int64_t qo = (static_cast<int64_t>(seq) * heads + head0 + g) * kHd + lane * E;
 #pragma unroll
-    for (int e = 0; e < E; ++e) out[qo + e] = FromFloat<T>(st.acc[e] * inv);
-    return;
+    for (int e = 0; e < E; ++e) qr[g][e] = ToFloat(q[qo + e]) * scale;
   }
-  const int64_t row = (static_cast<int64_t>(seq) * heads + head) * num_splits + split;
+  WarpState<E> st[G];
+  WarpAttend<T, E, G>(qr, kv, block_tables + static_cast<int64_t>(seq) * max_blocks, kv_head, begin + warp,
+                      end, kWarps, st);
 #pragma unroll
-  for (int e = 0; e < E; ++e) part_out[row * kHd + lane * E + e] = st.acc[e] * inv;
-  if (lane == 0) {
-    part_ml[row * 2] = m;
-    part_ml[row * 2 + 1] = l;
+  for (int g = 0; g < G; ++g) {
+    if (lane == 0) {
+      sm_m[warp * G + g] = st[g].m;
+      sm_l[warp * G + g] = st[g].l;
+    }
+#pragma unroll
+    for (int e = 0; e < E; ++e) sm_acc[(warp * G + g) * kHd + lane * E + e] = st[g].acc[e];
+  }
+  __syncthreads();
+  if (warp != 0) return;
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    float m = -INFINITY;
+    for (int w = 0; w < kWarps; ++w) m = fmaxf(m, sm_m[w * G + g]);
+    float l = 0.f;
+    float acc[E] = {};
+    for (int w = 0; w < kWarps; ++w) {
+      if (sm_l[w * G + g] == 0.f) continue;  // a warp that saw no position (m = -inf)
+      const float f = expf(sm_m[w * G + g] - m);
+      l += sm_l[w * G + g] * f;
+#pragma unroll
+      for (int e = 0; e < E; ++e) acc[e] += sm_acc[(w * G + g) * kHd + lane * E + e] * f;
+    }
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const int64_t hrow = static_cast<int64_t>(seq) * heads + head0 + g;
+    if (num_splits == 1) {
+#pragma unroll
+      for (int e = 0; e < E; ++e) out[hrow * kHd + lane * E + e] = FromFloat<T>(acc[e] * inv);
+      continue;
+    }
+    const int64_t row = hrow * num_splits + split;
+#pragma unroll
+    for (int e = 0; e < E; ++e) part_out[row * kHd + lane * E + e] = acc[e] * inv;
+    if (lane == 0) {
+      part_ml[row * 2] = m;
+      part_ml[row * 2 + 1] = l;
+    }
   }
 }
 
@@ -286,15 +264,15 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int pos = start_pos[seq] + static_cast<int>(t - cu_seqlens[seq]);
   const int kv_head = head / (heads / kv.num_kv_heads);
   const int64_t qo = (t * heads + head) * kHd + lane * E;
-  float qr[E];
+  float qr[1][E];
 #pragma unroll
-  for (int e = 0; e < E; ++e) qr[e] = ToFloat(q[qo + e]) * scale;
-  WarpState<E> st;
+  for (int e = 0; e < E; ++e) qr[0][e] = ToFloat(q[qo + e]) * scale;
+  WarpState<E> st[1];
   WarpAttend<T, E, 1>(qr, kv, block_tables + static_cast<int64_t>(seq) * max_blocks, kv_head, 0, pos + 1, 1,
                       st);
-  const float inv = st.l > 0.f ? 1.f / st.l : 0.f;
+  const float inv = st[0].l > 0.f ? 1.f / st[0].l : 0.f;
 #pragma unroll
-  for (int e = 0; e < E; ++e) out[qo + e] = FromFloat<T>(st.acc[e] * inv);
+  for (int e = 0; e < E; ++e) out[qo + e] = FromFloat<T>(st[0].acc[e] * inv);
 }
 
 Status CheckShape(const char* what, int heads, int kv_heads, int head_dim) {
@@ -336,14 +314,16 @@ Status LaunchDecode(const T* q, const int32_t* bt, int max_blocks, const int32_t
   if (splits > 1 && ws == nullptr) {
     return Status(StatusCode::kInvalidArgument, "PagedDecodeAttention: long contexts need a workspace");
   }
-  dim3 grid(splits, heads, num_seqs);
-  // Positions per round per warp (WarpAttend's kIlp): 1, or 4 with STOKE_DECODE_ILP=4 (an experiment: on the
-  // H200 it measured slower in the cases tried so far, see docs/cuda.md).
-  static const int ilp = [] {
-    const char* e = std::getenv("STOKE_DECODE_ILP");
-    return e != nullptr && std::atoi(e) == 4 ? 4 : 1;
-  }();
-  auto kernel = ilp == 4 ? DecodeKernel<T, E, 4> : DecodeKernel<T, E, 1>;
+  // The query heads sharing a kv head run in one block (each K/V row loaded once for the group): G = the
+  // largest of 8, 4, 3, 2 dividing heads / kv_heads, else 1.
+  const int group = heads / kv.num_kv_heads;
+  const int G = group % 8 == 0 ? 8 : group % 4 == 0 ? 4 : group % 3 == 0 ? 3 : group % 2 == 0 ? 2 : 1;
+  auto kernel = G == 8   ? DecodeKernel<T, E, 8>
+                : G == 4 ? DecodeKernel<T, E, 4>
+                : G == 3 ? DecodeKernel<T, E, 3>
+                : G == 2 ? DecodeKernel<T, E, 2>
+                         : DecodeKernel<T, E, 1>;
+  const dim3 grid(splits, heads / G, num_seqs);
   kernel<<<grid, kWarps * 32, 0, stream>>>(q, bt, max_blocks, ctx, heads, partition, scale, kv, part_out,
                                            part_ml, out);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());

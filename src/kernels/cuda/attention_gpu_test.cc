@@ -110,6 +110,36 @@ TEST_P(CudaDecode, MatchesCpuPagedAttention) {
 }
 INSTANTIATE_TEST_SUITE_P(HeadDims, CudaDecode, ::testing::Values(64, 128));
 
+// The GQA grouping: every query-head group size the launcher picks a kernel for (3 as SmolLM2's 9 over 3, 8,
+// 2, and 1 = no sharing), against the CPU, bf16 cache, contexts on both sides of a split.
+TEST(CudaDecode, EveryHeadGroupSizeMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  const int hd = 64;
+  const std::vector<int> lens = {3, 40, 700};
+  const int max_ctx = 700, num_seqs = static_cast<int>(lens.size());
+  const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+  for (auto [heads, kvh] : {std::pair{9, 3}, std::pair{16, 2}, std::pair{4, 2}, std::pair{6, 6}}) {
+    PagedFixture f(lens, 16, kvh, hd, /*bf16=*/true, 300 + heads);
+    const auto q =
+        RoundBf16(RandomFloats(static_cast<size_t>(num_seqs) * heads * hd, 400 + heads, -2.f, 2.f));
+    std::vector<float> want(q.size());
+    auto kvc = f.Cpu();
+    for (int s = 0; s < num_seqs; ++s) {
+      cpu::PagedAttention(q.data() + s * heads * hd, 1, heads, lens[s] - 1,
+                          f.tables.data() + s * f.max_blocks, kvc, scale, want.data() + s * heads * hd,
+                          ThreadPool::Default());
+    }
+    DeviceBuffer<int32_t> dt(f.tables), dl(std::vector<int32_t>(lens.begin(), lens.end()));
+    DeviceBuffer<uint8_t> ws(std::max<size_t>(1, DecodeWorkspaceBytes(num_seqs, heads, hd, max_ctx)));
+    DeviceBuffer<uint16_t> dq(ToBf16(q)), dk(ToBf16(f.k)), dv(ToBf16(f.v)), out(q.size());
+    STATUS_ASSERT(PagedDecodeAttention(dq.bf16(), dt.get(), f.max_blocks, dl.get(), num_seqs, heads, max_ctx,
+                                       scale, Gpu<__nv_bfloat16>(f, dk.bf16(), dv.bf16()), ws.get(),
+                                       out.bf16(), nullptr));
+    const std::string what = "decode bf16 heads " + std::to_string(heads) + " / kv " + std::to_string(kvh);
+    EXPECT_CLOSE(FromBf16(out.Download()), want, kTolBf16, what.c_str());
+  }
+}
+
 // Three sequences in one batch: a fresh prompt, a chunk after a 37-token cached prefix, and a chunk after
 // 100.
 TEST(CudaPrefill, MatchesCpuPagedAttentionWithCachedPrefix) {

@@ -116,6 +116,11 @@ double Percentile(std::vector<double> v, double p) {
 }
 
 std::string CommitString() {
+  // What the binary was built from (configure-time `git describe`; bundle.sh reconfigures each time) is what
+  // was measured. The working directory's describe is only a fallback: on a GPU host running a bundle it names
+  // whatever checkout the command happens to run in.
+  const std::string built = STOKE_BUILD_DESCRIBE;
+  if (!built.empty() && built != "unknown") return built;
   std::string out;
   if (std::FILE* p = ::popen("git describe --always --dirty 2>/dev/null", "r")) {
     std::array<char, 256> buf{};
@@ -123,8 +128,7 @@ std::string CommitString() {
     if (::pclose(p) != 0) out.clear();
   }
   while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-  if (!out.empty()) return out;
-  return std::string("stoke 0.1.0 (built from ") + STOKE_BUILD_DESCRIBE + ")";
+  return out.empty() ? "unknown" : out + " (working directory; build not stamped)";
 }
 
 std::string CpuModel() {

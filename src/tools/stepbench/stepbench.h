@@ -67,7 +67,8 @@ StatusOr<nlohmann::ordered_json> RunStepBench(const StepBenchOptions& options, s
 // p-th percentile (0..100) by linear interpolation of the sorted values; 0 for none.
 double Percentile(std::vector<double> values, double p);
 
-// `git describe --always --dirty` of the working directory if that works, else the build's version string.
+// `git describe --always --dirty` of the source tree at build (configure) time: what the binary was built from.
+// Falls back to the working directory's describe (marked as such) when the build has no stamp.
 std::string CommitString();
 // The CPU model name from /proc/cpuinfo ("" if unknown).
 std::string CpuModel();
