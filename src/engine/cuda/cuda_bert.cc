@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -157,10 +158,10 @@ StatusOr<std::shared_ptr<CudaBertModelImpl>> CudaBertModelImpl::Create(
   return m;
 }
 
-// Runs both attention kernels once on random inputs of this model's shape (3 sequences, 5..130 tokens) and
-// keeps the vectorised one only if it agrees with the simple one: a safety net for a kernel first written
-// without a GPU at hand. The outcome is logged; cuda_bert_gpu_test / encoder_gpu_test check both against the
-// CPU.
+// Runs the attention kernels once on random inputs of this model's shape (3 sequences, 5..130 tokens) and
+// keeps the fastest kind that agrees with the simple kernel: tensor cores (head_dim 32/64/128), else the
+// vectorised CUDA-core kernel, else the simple one. A safety net for kernels first written without a GPU at
+// hand; the outcome is logged, and cuda_bert_gpu_test / encoder_gpu_test check every kind against the CPU.
 Status CudaBertModelImpl::ChooseAttention() {
   const BertConfig& c = encoder_->config();
   const int heads = c.num_attention_heads, hd = c.head_dim();
@@ -179,34 +180,46 @@ Status CudaBertModelImpl::ChooseAttention() {
   CUDA_RETURN_IF_ERROR(cudaMemcpy(dqkv, qkv.data(), qkv.size() * 2, cudaMemcpyHostToDevice));
   CUDA_RETURN_IF_ERROR(cudaMemcpy(dcu, cu.data(), cu.size() * 4, cudaMemcpyHostToDevice));
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  RETURN_IF_ERROR(cuda::EncoderAttention(dqkv, dcu, 3, 130, heads, hd, scale, o1, nullptr,
-                                         cuda::EncoderAttentionImpl::kVectorized));
   RETURN_IF_ERROR(cuda::EncoderAttention(dqkv, dcu, 3, 130, heads, hd, scale, o2, nullptr,
                                          cuda::EncoderAttentionImpl::kSimple));
   std::vector<uint16_t> h1(t * hidden), h2(t * hidden);
-  CUDA_RETURN_IF_ERROR(cudaMemcpy(h1.data(), o1, h1.size() * 2, cudaMemcpyDeviceToHost));
   CUDA_RETURN_IF_ERROR(cudaMemcpy(h2.data(), o2, h2.size() * 2, cudaMemcpyDeviceToHost));
-  double max_diff = 0;
-  bool finite = true;
-  for (size_t i = 0; i < h1.size(); ++i) {
-    const float x = Bf16ToFp32(h1[i]), y = Bf16ToFp32(h2[i]);
-    finite = finite && std::isfinite(x) && std::isfinite(y);
-    max_diff = std::max(max_diff, static_cast<double>(std::fabs(x - y)));
+  attention_impl_ = cuda::EncoderAttentionImpl::kSimple;
+  // STOKE_ENCODER_ATTENTION=tensor|vectorized|simple limits the choice (A/B benchmarks); default: the first
+  // of tensor-core, vectorized that agrees.
+  const char* only = std::getenv("STOKE_ENCODER_ATTENTION");
+  const std::string want = only != nullptr ? only : "";
+  std::vector<std::pair<cuda::EncoderAttentionImpl, const char*>> candidates;
+  if (cuda::EncoderAttentionTiledSupports(hd) && (want.empty() || want == "tensor")) {
+    candidates.emplace_back(cuda::EncoderAttentionImpl::kTensorCore, "tensor-core");
   }
-  // Outputs are softmax-weighted means of values in [-2, 2]: the kernels differ only in summation order, so
-  // they agree to a few bf16 ulps.
-  if (finite && max_diff <= 0.05) {
-    attention_impl_ = cuda::EncoderAttentionImpl::kVectorized;
-    LOG_INFO(
-        "cuda bert: vectorized attention (head_dim {}) agrees with the simple kernel (max |diff| {:.2e})", hd,
-        max_diff);
-  } else {
-    attention_impl_ = cuda::EncoderAttentionImpl::kSimple;
+  if (want.empty() || want == "vectorized") {
+    candidates.emplace_back(cuda::EncoderAttentionImpl::kVectorized, "vectorized");
+  }
+  for (const auto& [impl, name] : candidates) {
+    RETURN_IF_ERROR(cuda::EncoderAttention(dqkv, dcu, 3, 130, heads, hd, scale, o1, nullptr, impl));
+    CUDA_RETURN_IF_ERROR(cudaMemcpy(h1.data(), o1, h1.size() * 2, cudaMemcpyDeviceToHost));
+    double max_diff = 0;
+    bool finite = true;
+    for (size_t i = 0; i < h1.size(); ++i) {
+      const float x = Bf16ToFp32(h1[i]), y = Bf16ToFp32(h2[i]);
+      finite = finite && std::isfinite(x) && std::isfinite(y);
+      max_diff = std::max(max_diff, static_cast<double>(std::fabs(x - y)));
+    }
+    // Outputs are softmax-weighted means of values in [-2, 2]: the kernels differ in summation order (and the
+    // tensor-core one rounds P to bf16), so they agree to a few bf16 ulps.
+    if (finite && max_diff <= 0.05) {
+      attention_impl_ = impl;
+      LOG_INFO("cuda bert: {} attention (head_dim {}) agrees with the simple kernel (max |diff| {:.2e})",
+               name, hd, max_diff);
+      return OkStatus();
+    }
     LOG_WARN(
-        "cuda bert: vectorized attention (head_dim {}) disagrees with the simple kernel (max |diff| {:.3g}, "
-        "finite {}); using the simple kernel",
-        hd, max_diff, finite);
+        "cuda bert: {} attention (head_dim {}) disagrees with the simple kernel (max |diff| {:.3g}, finite "
+        "{}); not used",
+        name, hd, max_diff, finite);
   }
+  LOG_WARN("cuda bert: using the simple attention kernel (head_dim {})", hd);
   return OkStatus();
 }
 

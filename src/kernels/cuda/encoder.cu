@@ -394,10 +394,13 @@ Status EncoderAttention(const __nv_bfloat16* qkv, const int32_t* cu_seqlens, int
   if (heads <= 0 || heads > 65535) return Invalid("EncoderAttention: heads outside [1, 65535]");
   if (!EncoderAttentionSupports(head_dim))
     return Invalid("EncoderAttention: head_dim must be 32, 64, 96 or 128");
+  if (impl == EncoderAttentionImpl::kTensorCore && EncoderAttentionTiledSupports(head_dim)) {
+    return EncoderAttentionTiled(qkv, cu_seqlens, num_seqs, max_len, heads, head_dim, scale, out, stream);
+  }
   const dim3 grid(CeilDiv(max_len, kQueriesPerBlock), static_cast<unsigned>(heads),
                   static_cast<unsigned>(num_seqs));
   const dim3 block(kAttnWarps * 32);
-  if (impl == EncoderAttentionImpl::kVectorized && head_dim != 96) {
+  if (impl != EncoderAttentionImpl::kSimple && head_dim != 96) {
     if (head_dim == 32) {
       EncoderAttentionVecKernel<32><<<grid, block, 0, stream>>>(qkv, cu_seqlens, heads, scale, out);
     } else if (head_dim == 64) {

@@ -42,11 +42,21 @@ Status AddBias(__nv_bfloat16* x, const float* bias, int64_t rows, int64_t dim, c
 //   kVectorized: 16-byte shared-memory loads for scores and P.V (head_dim 32/64/128; 96 runs kSimple).
 //   kSimple:     4-byte loads, one lane per output dim: the first version, kept as the reference and
 //   fallback.
-enum class EncoderAttentionImpl { kVectorized, kSimple };
+//   kTensorCore: EncoderAttentionTiled below (head_dim 32/64/128; others run kVectorized / kSimple).
+enum class EncoderAttentionImpl { kVectorized, kSimple, kTensorCore };
 Status EncoderAttention(const __nv_bfloat16* qkv, const int32_t* cu_seqlens, int num_seqs, int max_len,
                         int heads, int head_dim, float scale, __nv_bfloat16* out, cudaStream_t stream,
                         EncoderAttentionImpl impl = EncoderAttentionImpl::kVectorized);
 bool EncoderAttentionSupports(int head_dim);
+
+// The same attention on tensor cores (kernels/cuda/prefill_flash.cu, the decoder's FlashAttention-2 style
+// prefill kernel in its dense bidirectional form): a CTA of 4 warps per (64 queries, head, sequence), 64-key
+// K/V tiles by cp.async into double-buffered shared memory, S = Q·K^T and O += P·V on mma.sync m16n8k16 with
+// P rounded to bf16, fp32 online softmax, only the sequence's last key tile masked. qkv and out 16-byte
+// aligned; head_dim 32, 64 or 128.
+Status EncoderAttentionTiled(const __nv_bfloat16* qkv, const int32_t* cu_seqlens, int num_seqs, int max_len,
+                             int heads, int head_dim, float scale, __nv_bfloat16* out, cudaStream_t stream);
+bool EncoderAttentionTiledSupports(int head_dim);
 
 // out[s, :] = normalize(mean over rows of sequence s of x) (L2, eps 1e-12 as torch.nn.functional.normalize).
 // x = [total_tokens, dim] fp32, out = [num_seqs, dim] fp32.

@@ -47,14 +47,17 @@ void CheckAttention(int heads, int hd, const std::vector<int32_t>& lens, uint32_
   }
   DeviceBuffer<uint16_t> dqkv(ToBf16(qkv));
   DeviceBuffer<int32_t> dcu(cu);
-  for (EncoderAttentionImpl impl : {EncoderAttentionImpl::kVectorized, EncoderAttentionImpl::kSimple}) {
+  for (EncoderAttentionImpl impl : {EncoderAttentionImpl::kTensorCore, EncoderAttentionImpl::kVectorized,
+                                    EncoderAttentionImpl::kSimple}) {
     DeviceBuffer<uint16_t> out(t * hidden);  // poisoned
     STATUS_ASSERT(EncoderAttention(dqkv.bf16(), dcu.get(), static_cast<int>(lens.size()), max_len, heads, hd,
                                    scale, out.bf16(), nullptr, impl));
     char what[128];
     std::snprintf(what, sizeof(what), "encoder attention (%s) heads %d hd %d, %zu seqs up to %d",
-                  impl == EncoderAttentionImpl::kSimple ? "simple" : "vectorized", heads, hd, lens.size(),
-                  max_len);
+                  impl == EncoderAttentionImpl::kSimple       ? "simple"
+                  : impl == EncoderAttentionImpl::kTensorCore ? "tensor core"
+                                                              : "vectorized",
+                  heads, hd, lens.size(), max_len);
     EXPECT_CLOSE(FromBf16(out.Download()), want, kTolBf16, what);
   }
 }

@@ -23,6 +23,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/encoder.h"
 
 namespace stoke::cuda {
 namespace {
@@ -90,12 +91,18 @@ constexpr int FlashSmemBytes() {
   return (16 * W + 4 * kKeys) * (HD + kPad) * 2;
 }
 
-template <int HD, int W>
+// kDense = false: the decoder's causal prefill over the paged cache (the contract of PrefillAttentionTiled).
+// kDense = true: the encoder's bidirectional attention (EncoderAttentionTiled): q, k and v are rows of the
+// fused qkv buffer (row stride q_stride = kv_stride = 3 x hidden, k at dense_k, v at dense_v), a query sees
+// every key of its own sequence, grid = (heads, tiles of the longest sequence, sequences).
+template <int HD, int W, bool kDense>
 __global__ void __launch_bounds__(W * 32)
-    FlashPrefillKernel(const __nv_bfloat16* __restrict__ q, const int32_t* __restrict__ cu_seqlens,
-                       const int32_t* __restrict__ start_pos, int num_seqs,
-                       const int32_t* __restrict__ block_tables, int max_blocks, int heads, float scale_log2,
-                       DevicePagedKv<__nv_bfloat16> kv, __nv_bfloat16* __restrict__ out) {
+    FlashPrefillKernel(const __nv_bfloat16* __restrict__ q, int64_t q_stride,
+                       const int32_t* __restrict__ cu_seqlens, const int32_t* __restrict__ start_pos,
+                       int num_seqs, const int32_t* __restrict__ block_tables, int max_blocks, int heads,
+                       float scale_log2, DevicePagedKv<__nv_bfloat16> kv,
+                       const __nv_bfloat16* __restrict__ dense_k, const __nv_bfloat16* __restrict__ dense_v,
+                       int64_t kv_stride, __nv_bfloat16* __restrict__ out) {
   constexpr int kRows = 16 * W;  // query rows per CTA
   constexpr int kFlashThreads = W * 32;
   constexpr int kStride = HD + kPad;  // shared row stride, elements
@@ -111,7 +118,11 @@ __global__ void __launch_bounds__(W * 32)
   const int head = blockIdx.x;
   // Slot -> (sequence, tile); the sequence's last tile first.
   int seq = -1, tile = 0;
-  {
+  if constexpr (kDense) {
+    seq = blockIdx.z;
+    tile = blockIdx.y;
+    if ((cu_seqlens[seq + 1] - cu_seqlens[seq] + kRows - 1) / kRows <= tile) return;
+  } else {
     int slot = blockIdx.y;
     for (int s = 0; s < num_seqs; ++s) {
       const int len = cu_seqlens[s + 1] - cu_seqlens[s];
@@ -130,22 +141,22 @@ __global__ void __launch_bounds__(W * 32)
   const int g = lane >> 2, t = lane & 3;
   const int tok0 = cu_seqlens[seq];
   const int len = cu_seqlens[seq + 1] - tok0;
-  const int start = start_pos[seq];
-  const int q0 = tile * kRows;            // first local query row of the tile
-  const int rows = min(kRows, len - q0);  // valid rows
-  const int kv_end = start + q0 + rows;   // keys [0, kv_end) are visited
+  const int start = kDense ? 0 : start_pos[seq];
+  const int q0 = tile * kRows;                          // first local query row of the tile
+  const int rows = min(kRows, len - q0);                // valid rows
+  const int kv_end = kDense ? len : start + q0 + rows;  // keys [0, kv_end) are visited
   const int num_kv_tiles = (kv_end + kKeys - 1) / kKeys;
   const int kvh = kv.num_kv_heads;
-  const int kv_head = head / (heads / kvh);
+  const int kv_head = kDense ? head : head / (heads / kvh);
   const int bs = kv.block_size;
-  const int32_t* table = block_tables + static_cast<int64_t>(seq) * max_blocks;
+  const int32_t* table = kDense ? nullptr : block_tables + static_cast<int64_t>(seq) * max_blocks;
 
   // Q tile (rows past the sequence: zeros).
   for (int c = tid; c < kRows * kChunks; c += kFlashThreads) {
     const int r = c / kChunks, ch = c - r * kChunks;
     const bool ok = r < rows;
     const __nv_bfloat16* src =
-        ok ? q + (static_cast<int64_t>(tok0 + q0 + r) * heads + head) * HD + ch * 8 : q;
+        ok ? q + static_cast<int64_t>(tok0 + q0 + r) * q_stride + head * HD + ch * 8 : q;
     CpAsync16(sq + r * kStride + ch * 8, src, ok ? 16 : 0);
   }
   auto load_kv = [&](int kt, int buf) {
@@ -156,12 +167,18 @@ __global__ void __launch_bounds__(W * 32)
       const int p = kt * kKeys + r;
       const bool ok = p < kv_end;
       int64_t off = 0;
-      if (ok) {
-        const int64_t slot = static_cast<int64_t>(table[p / bs]) * bs + p % bs;
-        off = (slot * kvh + kv_head) * HD + ch * 8;
+      if constexpr (kDense) {
+        if (ok) off = static_cast<int64_t>(tok0 + p) * kv_stride + head * HD + ch * 8;
+        CpAsync16(dk + r * kStride + ch * 8, dense_k + off, ok ? 16 : 0);
+        CpAsync16(dv + r * kStride + ch * 8, dense_v + off, ok ? 16 : 0);
+      } else {
+        if (ok) {
+          const int64_t slot = static_cast<int64_t>(table[p / bs]) * bs + p % bs;
+          off = (slot * kvh + kv_head) * HD + ch * 8;
+        }
+        CpAsync16(dk + r * kStride + ch * 8, kv.k + off, ok ? 16 : 0);
+        CpAsync16(dv + r * kStride + ch * 8, kv.v + off, ok ? 16 : 0);
       }
-      CpAsync16(dk + r * kStride + ch * 8, kv.k + off, ok ? 16 : 0);
-      CpAsync16(dv + r * kStride + ch * 8, kv.v + off, ok ? 16 : 0);
     }
   };
   load_kv(0, 0);
@@ -229,7 +246,8 @@ __global__ void __launch_bounds__(W * 32)
 
     // Scale to log2 units; mask keys past a row's position (only tiles reaching past the tile's first row).
     const int key0 = kt * kKeys;
-    const bool need_mask = key0 + kKeys - 1 > tile_min_pos;
+    // Causal: tiles reaching past the tile's first row. Dense: only the tile holding the sequence's end.
+    const bool need_mask = kDense ? key0 + kKeys > kv_end : key0 + kKeys - 1 > tile_min_pos;
 #pragma unroll
     for (int n = 0; n < kSTiles; ++n) {
 #pragma unroll
@@ -238,7 +256,7 @@ __global__ void __launch_bounds__(W * 32)
         if (need_mask) {
           const int key = key0 + n * 8 + 2 * t + (e & 1);
           const int pos = e < 2 ? pos0 : pos1;
-          if (key > pos || key >= kv_end) x = -INFINITY;
+          if ((!kDense && key > pos) || key >= kv_end) x = -INFINITY;
         }
         s[n][e] = x;
       }
@@ -336,16 +354,66 @@ Status LaunchFlash(const __nv_bfloat16* q, const int32_t* cu, const int32_t* sp,
   constexpr int smem = FlashSmemBytes<HD, W>();
   static_assert(smem <= 227 * 1024, "shared memory of FlashPrefillKernel");
   // Opt in above the 48 KB default (per function and device; cheap, so on every launch).
-  CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(FlashPrefillKernel<HD, W>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(FlashPrefillKernel<HD, W, false>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const float scale_log2 = scale * 1.4426950408889634f;  // exp(x) = exp2(x · log2 e)
-  FlashPrefillKernel<HD, W><<<dim3(heads, static_cast<unsigned>(slots)), W * 32, smem, stream>>>(
-      q, cu, sp, num_seqs, bt, max_blocks, heads, scale_log2, kv, out);
+  FlashPrefillKernel<HD, W, false><<<dim3(heads, static_cast<unsigned>(slots)), W * 32, smem, stream>>>(
+      q, int64_t{heads} * HD, cu, sp, num_seqs, bt, max_blocks, heads, scale_log2, kv, nullptr, nullptr, 0,
+      out);
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return OkStatus();
+}
+
+template <int HD>
+Status LaunchDenseFlash(const __nv_bfloat16* qkv, const int32_t* cu, int num_seqs, int max_len, int heads,
+                        float scale, __nv_bfloat16* out, cudaStream_t stream) {
+  constexpr int W = 4, kRows = 16 * W;
+  const int tiles = (max_len + kRows - 1) / kRows;
+  if (tiles > 65535 || num_seqs > 65535 || heads > 65535) {
+    return Status(StatusCode::kInvalidArgument, "EncoderAttentionTiled: grid too large (" +
+                                                    std::to_string(num_seqs) + " sequences up to " +
+                                                    std::to_string(max_len) + " tokens)");
+  }
+  constexpr int smem = FlashSmemBytes<HD, W>();
+  CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(FlashPrefillKernel<HD, W, true>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const int64_t hidden = int64_t{heads} * HD;
+  const float scale_log2 = scale * 1.4426950408889634f;
+  DevicePagedKv<__nv_bfloat16> none{};
+  FlashPrefillKernel<HD, W, true>
+      <<<dim3(heads, static_cast<unsigned>(tiles), static_cast<unsigned>(num_seqs)), W * 32, smem, stream>>>(
+          qkv, 3 * hidden, cu, nullptr, num_seqs, nullptr, 0, heads, scale_log2, none, qkv + hidden,
+          qkv + 2 * hidden, 3 * hidden, out);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return OkStatus();
 }
 
 }  // namespace
+
+bool EncoderAttentionTiledSupports(int head_dim) {
+  return head_dim == 32 || head_dim == 64 || head_dim == 128;
+}
+
+Status EncoderAttentionTiled(const __nv_bfloat16* qkv, const int32_t* cu_seqlens, int num_seqs, int max_len,
+                             int heads, int head_dim, float scale, __nv_bfloat16* out, cudaStream_t stream) {
+  if (!EncoderAttentionTiledSupports(head_dim)) {
+    return Status(
+        StatusCode::kInvalidArgument,
+        "EncoderAttentionTiled: head_dim " + std::to_string(head_dim) + " not supported (32, 64, 128)");
+  }
+  if ((reinterpret_cast<uintptr_t>(qkv) | reinterpret_cast<uintptr_t>(out)) & 15) {
+    return Status(StatusCode::kInvalidArgument, "EncoderAttentionTiled: qkv and out need 16-byte alignment");
+  }
+  if (num_seqs <= 0 || max_len <= 0 || heads <= 0) return OkStatus();
+  switch (head_dim) {
+    case 32:
+      return LaunchDenseFlash<32>(qkv, cu_seqlens, num_seqs, max_len, heads, scale, out, stream);
+    case 64:
+      return LaunchDenseFlash<64>(qkv, cu_seqlens, num_seqs, max_len, heads, scale, out, stream);
+    default:
+      return LaunchDenseFlash<128>(qkv, cu_seqlens, num_seqs, max_len, heads, scale, out, stream);
+  }
+}
 
 bool PrefillAttentionTiledSupports(int head_dim) {
   return head_dim == 64 || head_dim == 128;
