@@ -558,10 +558,8 @@ Status CudaLlama::EnqueueLogits(const int32_t* rows, int64_t n, cuda::BlasLtGemm
 Status CudaLlama::EnqueueSampling(int64_t n, const std::vector<std::pair<int64_t, TokenSampling>>& draws) {
   if (draws.empty()) return OkStatus();
   auto* params = static_cast<cuda::RowSampling*>(h_sample_buf_.data);
-  for (int64_t i = 0; i < n; ++i) params[i] = cuda::RowSampling{0.f, 1, 1.f, 0, 0};  // unused rows: greedy
-  for (const auto& [row, t] : draws) {
-    params[row] = cuda::RowSampling{t.temperature, t.top_k, t.top_p, t.seed, t.step};
-  }
+  for (int64_t i = 0; i < n; ++i) params[i] = TokenSampling{};  // unused rows: greedy
+  for (const auto& [row, t] : draws) params[row] = t;
   cudaStream_t s = stream_.get();
   CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(d_sampling_, params, n * sizeof(cuda::RowSampling), cudaMemcpyHostToDevice, s));

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "api/sampling.h"
 #include "base/status.h"
 #include "engine/model/llama_config.h"
 
@@ -23,19 +24,6 @@ struct KvCacheShape {
   int num_blocks = 0;
 };
 
-// How a backend that samples on the device (DecoderModel::SamplesOnDevice) draws a sequence's next token
-// (Logits::kToken). Sampler's semantics (engine/runner/sampler.h): temperature <= 0 or top_k == 1 is greedy
-// (argmax, ties to the lowest id, NaN never chosen); otherwise temperature, top-k, top-p and the uniform
-// Sampler::Uniform(seed, step). Greedy picks the same token as the host Sampler; a random draw follows the
-// same distribution but may pick another token for the same (seed, step) (kernels/cuda/sampling.h).
-struct TokenSampling {
-  float temperature = 0.f;
-  int32_t top_k = 0;
-  float top_p = 1.f;
-  uint64_t seed = 0;
-  uint64_t step = 0;
-};
-
 // One sequence's slice of a step.
 struct StepSequence {
   int32_t token_begin = 0;  // first index into StepInput::token_ids for this sequence
@@ -45,8 +33,10 @@ struct StepSequence {
   // Which rows of logits to produce: none, the last token only (generation), or every token (scoring).
   // kToken: no logits row; the next token after the last one is drawn on the device with `sampling` and
   // returned in StepOutput::tokens (only for a model whose SamplesOnDevice() is true: the logits stay there).
+  // Greedy picks the host Sampler's token; a random draw follows the same distribution but may pick another
+  // token for the same (seed, step) (kernels/cuda/sampling.h).
   enum class Logits : uint8_t { kNone, kLast, kAll, kToken } logits = Logits::kLast;
-  TokenSampling sampling;  // kToken only
+  TokenSampling sampling;  // kToken only (api/sampling.h)
 };
 
 struct StepInput {

@@ -68,6 +68,18 @@ DevicePagedKv<T> Gpu(const PagedFixture& f, T* k, T* v) {
   return DevicePagedKv<T>{k, v, f.num_blocks, f.block_size, f.kv_heads, f.head_dim};
 }
 
+// The CPU reference of a decode step: one query per sequence at its last position (q = [seqs, heads, hd]).
+std::vector<float> CpuDecode(PagedFixture& f, const std::vector<float>& q, int heads, float scale) {
+  std::vector<float> want(q.size());
+  auto kvc = f.Cpu();
+  const int64_t row = int64_t{heads} * f.head_dim;
+  for (size_t s = 0; s < f.lens.size(); ++s) {
+    cpu::PagedAttention(q.data() + s * row, 1, heads, f.lens[s] - 1, f.tables.data() + s * f.max_blocks, kvc,
+                        scale, want.data() + s * row, ThreadPool::Default());
+  }
+  return want;
+}
+
 class CudaDecode : public ::testing::TestWithParam<int> {};  // head_dim
 
 // Contexts of 1, 17, 513 (just past one split), 1500 and 4100 positions: one-split and multi-split paths.
@@ -81,13 +93,7 @@ TEST_P(CudaDecode, MatchesCpuPagedAttention) {
     PagedFixture f(lens, 16, kvh, hd, bf16, 100 + hd);
     auto q = RandomFloats(static_cast<size_t>(num_seqs) * heads * hd, 200 + hd, -2.f, 2.f);
     if (bf16) q = RoundBf16(q);
-    std::vector<float> want(q.size());
-    auto kvc = f.Cpu();
-    for (int s = 0; s < num_seqs; ++s) {
-      cpu::PagedAttention(q.data() + s * heads * hd, 1, heads, lens[s] - 1,
-                          f.tables.data() + s * f.max_blocks, kvc, scale, want.data() + s * heads * hd,
-                          ThreadPool::Default());
-    }
+    const std::vector<float> want = CpuDecode(f, q, heads, scale);
     DeviceBuffer<int32_t> dt(f.tables), dl(std::vector<int32_t>(lens.begin(), lens.end()));
     const size_t ws_bytes = DecodeWorkspaceBytes(num_seqs, heads, hd, max_ctx);
     ASSERT_GT(ws_bytes, 0u);
@@ -122,13 +128,7 @@ TEST(CudaDecode, EveryHeadGroupSizeMatchesCpu) {
     PagedFixture f(lens, 16, kvh, hd, /*bf16=*/true, 300 + heads);
     const auto q =
         RoundBf16(RandomFloats(static_cast<size_t>(num_seqs) * heads * hd, 400 + heads, -2.f, 2.f));
-    std::vector<float> want(q.size());
-    auto kvc = f.Cpu();
-    for (int s = 0; s < num_seqs; ++s) {
-      cpu::PagedAttention(q.data() + s * heads * hd, 1, heads, lens[s] - 1,
-                          f.tables.data() + s * f.max_blocks, kvc, scale, want.data() + s * heads * hd,
-                          ThreadPool::Default());
-    }
+    const std::vector<float> want = CpuDecode(f, q, heads, scale);
     DeviceBuffer<int32_t> dt(f.tables), dl(std::vector<int32_t>(lens.begin(), lens.end()));
     DeviceBuffer<uint8_t> ws(std::max<size_t>(1, DecodeWorkspaceBytes(num_seqs, heads, hd, max_ctx)));
     DeviceBuffer<uint16_t> dq(ToBf16(q)), dk(ToBf16(f.k)), dv(ToBf16(f.v)), out(q.size());

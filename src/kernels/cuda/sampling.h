@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "api/sampling.h"
 #include "base/status.h"
 
 namespace stoke::cuda {
@@ -19,15 +20,8 @@ namespace stoke::cuda {
 Status ArgmaxRows(const float* logits, int rows, int vocab, int32_t* out, cudaStream_t stream,
                   int64_t ld = 0);
 
-// Per-row sampling parameters (a device array of `rows`). temperature <= 0, top_k == 1 or top_p <= 0: greedy.
-// top_k <= 0: off; top_p >= 1: off.
-struct RowSampling {
-  float temperature = 1.f;
-  int32_t top_k = 0;
-  float top_p = 1.f;
-  uint64_t seed = 0;
-  uint64_t step = 0;
-};
+// Per-row sampling parameters (a device array of `rows`): api/sampling.h's TokenSampling.
+using RowSampling = TokenSampling;
 // logits row stride ld (0: vocab).
 Status SampleRows(const float* logits, int rows, int vocab, const RowSampling* params, int32_t* out,
                   cudaStream_t stream, int64_t ld = 0);
