@@ -24,6 +24,10 @@ run() {
     missing=$(ldd "$b" 2>&1 | grep "not found" || true)
     [[ -n "$missing" ]] && echo "$b: $missing"
   done
+  if [[ -f /tmp/stoke_carry/manifest ]]; then  # a model carried in parts (scripts/split_for_device.sh)
+    echo "=== joining the carried model parts"
+    bash scripts/split_for_device.sh join || echo "join failed: the real-model tests will skip"
+  fi
   echo "=== stoke_kernels_cuda_test"
   timeout 240 "$BUNDLE/bin/stoke_kernels_cuda_test" --gtest_output="xml:$OUT/gpu_tests.xml"
   local test_rc=$?
