@@ -64,9 +64,9 @@ class CudaLlama final : public DecoderModel {
     std::string gemm_cache_path;
     int gemm_candidates = 8;
     // Steps of at most this many tokens run their projections through the bf16 GEMV (kernels/cuda/gemv.h,
-    // up to 8) instead of cuBLASLt; 0 = always cuBLASLt. STOKE_GEMV_MAX_ROWS overrides. Default 1: measured
-    // on the H200 the GEMV is ahead of cuBLASLt at batch 1 (fused SwiGLU, one kernel fewer per layer) and far
-    // behind at batch 8 (every warp re-reads all 8 activation rows per weight chunk).
+    // up to 8) instead of cuBLASLt; 0 = always cuBLASLt. STOKE_GEMV_MAX_ROWS overrides. Default 1: on the
+    // H200 the 8B batch-1 step measured level with cuBLASLt (5.06 vs 5.05 ms; one kernel fewer per layer, the
+    // SwiGLU fused) and 1.8x slower at batch 8 (every warp re-reads all 8 activation rows per weight chunk).
     int gemv_max_rows = 1;
     // Launch the GEMVs with programmatic dependent launch (their first weight loads overlap the kernel before).
     // Off by default: on the H200 the 8B batch-1 step measured 5.17 ms with it vs 5.06 ms without.

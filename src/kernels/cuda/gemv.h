@@ -1,6 +1,8 @@
 // Decode's skinny matrix products, y[m, n] = x[m, k] · W^T for m <= kGemvMaxRows, written for the memory
-// roofline: at batch 1-8 a step's time is the time to stream the weights once, and cuBLASLt's m = 1 kernels
-// reached ~45% of the H200's bandwidth on the 8B shape (bench/results/gpu_llm_8b_h200_2026-12-02.json).
+// roofline (at batch 1 a step's time is the time to stream the weights once). Measured on the H200
+// (cuda_bench --only gemv, 8B shapes, bench/results/gpu_llm_8b_decode_h200_2026-12-02_s3.json): 2.4-4.3 TB/s at
+// m = 1, level with cuBLASLt (the small QKV/O matrices lose to ramp-up and tail in both); at m = 4-8 far
+// behind (each warp re-reads every activation row per weight chunk), so the decoder uses it for m = 1 only.
 //
 //   W = [n, k] bf16 row-major (PyTorch Linear layout), x = [m, k] bf16 (row stride k), y = [m, ldy].
 //
@@ -12,7 +14,8 @@
 // stream still runs. It issues its first weight loads (weights never depend on earlier kernels), then waits
 // for the previous grid (griddepcontrol.wait) before reading x or writing y. The small kernels before it
 // (norms, RoPE, attention, ...) let dependents launch early (PdlLaunchDependents in common.cuh), so the
-// weight stream of the next projection overlaps their latency-bound tails. Works under CUDA graph capture.
+// weight stream of the next projection overlaps their latency-bound tails. Works under CUDA graph capture;
+// measured within run-to-run noise on the 8B step, so the decoder leaves it off by default.
 #pragma once
 
 #include <cuda_bf16.h>
