@@ -3,7 +3,7 @@
 # nvidia-smi, the GPU-vs-CPU kernel tests (gtest XML to $OUT/gpu_tests.xml) and the microbenchmarks
 # ($OUT/cuda_bench.jsonl); everything also goes to $OUT/log.txt. Takes about 1-2 minutes on an H200.
 # Exit code: non-zero if the tests fail (the benchmarks still run). GPU_CHECK_QUICK=1: the gtest binaries only;
-# RUN_SANITIZER=1: also compute-sanitizer memcheck (see below).
+# RUN_SANITIZER=1: also compute-sanitizer memcheck (kernel and engine tests) and racecheck (kernel tests).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/stoke_gpu_out}
@@ -58,6 +58,12 @@ run() {
         --gtest_filter="${SANITIZER_ENGINE_FILTER:-CudaLlamaTest.DeviceSampled*:CudaLlamaTest.GraphsOn*}" \
         > "$OUT/sanitizer_engine.txt" 2>&1
       src=$?; tail -5 "$OUT/sanitizer_engine.txt"; echo "=== sanitizer (engine) exit $src"
+      [[ $src == 0 ]] || test_rc=1
+      echo "=== compute-sanitizer racecheck: the shared-memory kernels (attention, encoder, norms, sampling, GEMV)"
+      timeout 240 "$san" --tool racecheck --error-exitcode 3 "$BUNDLE/bin/stoke_kernels_cuda_test" \
+        --gtest_filter="${RACECHECK_FILTER:-CudaDecode*:CudaPrefill*:CudaEncoder*:CudaNorm*:CudaSampling*:CudaGemv*}" \
+        > "$OUT/racecheck_kernels.txt" 2>&1
+      src=$?; tail -5 "$OUT/racecheck_kernels.txt"; echo "=== racecheck (kernels) exit $src"
       [[ $src == 0 ]] || test_rc=1
     else
       echo "=== compute-sanitizer not found: skipped"

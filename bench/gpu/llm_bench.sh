@@ -10,8 +10,9 @@
 # Everything lands in $OUT (default /tmp/stoke_gpu_out); progress on stderr, all of it in $OUT/llm_bench.log.
 # Budget: about 7 minutes on an H200. Knobs (env): LLM_SHAPE, LLM_CONCURRENCY ("64 256"), LLM_INPUT (1000),
 # LLM_OUTPUT (1000), LLM_WARMUP_S (15), LLM_DURATION_S (45), LLM_DRAIN_S (5), HF_BUDGET_S (60), SKIP_HF=1, SKIP_SERVE=1,
-# STEP_AB=1 (decode step with one switch flipped at a time: cuBLASLt instead of the GEMV, PDL on, no CUDA
-# graphs, host sampling; batch 1, 8 and 64; or a list of variant names), SERVE_SAMPLING (device | host, passed to serve --sampling); for a
+# STEP_AB=1 (decode step with one switch flipped at a time: cuBLASLt instead of the GEMV, PDL on, L2
+# lookahead, fused norms, all of them off, no CUDA graphs, host sampling; batch 1, 8 and 64; or a list of
+# variant names; STEP_AB_ROUNDS, STEP_AB_ITERS), SERVE_SAMPLING (device | host, passed to serve --sampling); for a
 # CPU dry run of the script itself: LLM_DEVICE=cpu LLM_LAYERS=2 SKIP_STEP_B64=1 and small lengths.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -62,6 +63,15 @@ main() {
     local variants=(
       "b1_cublaslt|STOKE_GEMV_MAX_ROWS=0|--decode-batch 1 --context 512"
       "b1_pdl|STOKE_PDL=1|--decode-batch 1 --context 512"
+      "b1_off|STOKE_FUSED_NORM=0 STOKE_L2_PREFETCH_MB=0 STOKE_PDL=0|--decode-batch 1 --context 512"
+      "b1_pf16|STOKE_L2_PREFETCH_MB=16|--decode-batch 1 --context 512"
+      "b1_pf32|STOKE_L2_PREFETCH_MB=32|--decode-batch 1 --context 512"
+      "b1_pf48|STOKE_L2_PREFETCH_MB=48|--decode-batch 1 --context 512"
+      "b1_fused|STOKE_FUSED_NORM=1|--decode-batch 1 --context 512"
+      "b1_fused_pf32|STOKE_FUSED_NORM=1 STOKE_L2_PREFETCH_MB=32|--decode-batch 1 --context 512"
+      "b1_all|STOKE_FUSED_NORM=1 STOKE_L2_PREFETCH_MB=32 STOKE_PDL=1|--decode-batch 1 --context 512"
+      "b1_all_ctx4096|STOKE_FUSED_NORM=1 STOKE_L2_PREFETCH_MB=32 STOKE_PDL=1|--decode-batch 1 --context 4096"
+      "b1_off_ctx4096|STOKE_FUSED_NORM=0 STOKE_L2_PREFETCH_MB=0 STOKE_PDL=0|--decode-batch 1 --context 4096"
       "b1_no_graphs||--decode-batch 1 --context 512 --cuda-graphs off"
       "b1_host_sampling||--decode-batch 1 --context 512 --sampling host"
       "b8|STOKE_GEMV_MAX_ROWS=8|--decode-batch 8 --context 512"
@@ -69,14 +79,21 @@ main() {
       "b64_no_graphs||--decode-batch 64 --context 1024 --cuda-graphs off"
       "b64_host_sampling||--decode-batch 64 --context 1024 --sampling host"
     )
-    for v in "${variants[@]}"; do
-      IFS='|' read -r name envs args <<< "$v"
-      # STEP_AB=1 runs them all; STEP_AB="b1_no_graphs b64_no_graphs" only those named.
-      [[ "$STEP_AB" == 1 || " $STEP_AB " == *" $name "* ]] || continue
-      stamp "bench step A/B: $name ($envs $args)"
-      # shellcheck disable=SC2086  # envs and args are word lists
-      env $envs timeout 120 "$STOKE" bench step --model "$MODEL" --device "$DEVICE" $args --prefill 0 --iters 30 \
-        --json "$OUT/step_${SHAPE}_${name}.json" >/dev/null || echo "bench step ($name) failed: exit $?"
+    # STEP_AB_ROUNDS=N runs the list N times in turn (round r > 1 writes step_<shape>_<name>_r<r>.json), so
+    # that a difference between variants can be told from the drift between processes.
+    for round in $(seq 1 "${STEP_AB_ROUNDS:-1}"); do
+      for v in "${variants[@]}"; do
+        IFS='|' read -r name envs args <<< "$v"
+        # STEP_AB=1 runs them all; STEP_AB="b1_no_graphs b64_no_graphs" only those named.
+        [[ "$STEP_AB" == 1 || " $STEP_AB " == *" $name "* ]] || continue
+        local tag=$name
+        ((round > 1)) && tag=${name}_r$round
+        stamp "bench step A/B: $tag ($envs $args)"
+        # shellcheck disable=SC2086  # envs and args are word lists
+        env $envs timeout 120 "$STOKE" bench step --model "$MODEL" --device "$DEVICE" $args --prefill 0 \
+          --iters "${STEP_AB_ITERS:-30}" --json "$OUT/step_${SHAPE}_${tag}.json" >/dev/null ||
+          echo "bench step ($tag) failed: exit $?"
+      done
     done
   fi
 

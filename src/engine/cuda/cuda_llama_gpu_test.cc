@@ -467,6 +467,41 @@ TEST(CudaLlamaTest, DeviceSampledTokensMatchArgmaxOfLogits) {
   EXPECT_GT(seen.size(), 1u) << "temperature 1 never left the argmax";
 }
 
+// One-token steps with the L2 lookahead and PDL change no bit (prefetches are hints, PDL only moves launches);
+// folding the norms into the GEMVs (another summation order for the norm) stays within rounding of the
+// unfused path and of the CPU.
+TEST(CudaLlamaTest, FusedNormsLookaheadAndPdlMatchUnfused) {
+  SKIP_WITHOUT_GPU();
+  const TinyLlama m = MakeModel(17, /*tied=*/false, /*bias=*/false, /*layers=*/3);
+  CudaLlama::Options lookahead = TestOptions();
+  lookahead.l2_prefetch_bytes = 1 << 20;
+  lookahead.pdl = true;
+  CudaLlama::Options fused = lookahead;
+  fused.fused_norm = true;
+  auto cpu = CpuLlama::Create(ToBf16Weights(m, true));
+  auto base = CudaLlama::Create(ToBf16Weights(m, true), TestOptions());
+  auto la = CudaLlama::Create(ToBf16Weights(m, true), lookahead);
+  auto fu = CudaLlama::Create(ToBf16Weights(m, true), fused);
+  ASSERT_TRUE(cpu.ok() && base.ok() && la.ok() && fu.ok());
+  EXPECT_FALSE((*base)->fused_norm());
+  EXPECT_TRUE((*fu)->fused_norm());
+  const Script script = MakeScript(m.c.vocab_size, 7);
+  auto want = RunScript(**cpu, script);
+  auto a = RunScript(**base, script);
+  auto b = RunScript(**la, script);
+  auto f = RunScript(**fu, script);
+  ASSERT_TRUE(want.ok() && a.ok() && b.ok() && f.ok());
+  for (size_t i = 0; i < a->size(); ++i) {
+    ASSERT_EQ((*a)[i].logits.size(), (*b)[i].logits.size()) << script.names[i];
+    EXPECT_EQ(
+        std::memcmp((*a)[i].logits.data(), (*b)[i].logits.data(), (*a)[i].logits.size() * sizeof(float)), 0)
+        << "step " << i << " (" << script.names[i] << "): lookahead/PDL changed the logits";
+  }
+  EXPECT_GT((*fu)->graph_replays(), 0);
+  ExpectClose(CompareLogits(*a, *f, m.c.vocab_size, &script), 0.05, 0.98, "fused norms vs unfused");
+  ExpectClose(CompareLogits(*want, *f, m.c.vocab_size), 0.1, 0.98, "fused norms vs cpu");
+}
+
 TEST(CudaLlamaTest, StepLargerThanScratchIsRefused) {
   SKIP_WITHOUT_GPU();
   const TinyLlama m = MakeModel(16, false, false, 2);

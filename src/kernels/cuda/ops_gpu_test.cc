@@ -283,6 +283,60 @@ TEST(CudaGemv, SiluMulGemvMatchesUnfusedPathAfterAnEarlyTriggeringKernel) {
   cudaStreamDestroy(stream);
 }
 
+// The one-token fused forms against the CPU chain they replace (norm -> bf16 -> matmul; matmul -> bf16 ->
+// residual add), each run with a lookahead prefetch that must not change anything.
+TEST(CudaGemv, FusedNormAndResidualFormsMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = 1003, k = 2056, inter = 700;
+  const float eps = 1e-5f;
+  const auto w = RoundBf16(RandomFloats(2 * inter * k, 51, -0.05f, 0.05f));  // [n, k] uses its first n rows
+  const auto res = RandomFloats(k, 52, -2.f, 2.f), g = RandomFloats(k, 53, 0.5f, 1.5f);
+  DeviceBuffer<uint16_t> dw(ToBf16(w)), dy(n), dact(inter);
+  DeviceBuffer<float> dres(res), dg(g);
+  cudaStream_t stream = nullptr;
+  CUDA_ASSERT(cudaStreamCreate(&stream));
+  const GemvPrefetch pf{dw.get(), 1 << 20};
+  // h = bf16(rmsnorm(res) * g)
+  std::vector<float> h(k);
+  cpu::RmsNorm(res.data(), g.data(), 1, k, eps, h.data());
+  h = RoundBf16(h);
+  {
+    std::vector<float> want(n);
+    ASSERT_TRUE(cpu::MatMul(h.data(), 1, k, w.data(), DType::kF32, n, want.data()).ok());
+    STATUS_ASSERT(Bf16GemvNorm(dw.bf16(), n, k, dres.get(), dg.get(), eps, dy.bf16(), /*pdl=*/true, stream, pf));
+    CUDA_ASSERT(cudaStreamSynchronize(stream));
+    EXPECT_CLOSE(FromBf16(dy.Download()), want, kTolBf16, "gemv with rmsnorm prologue");
+  }
+  {
+    std::vector<float> gate_up(2 * inter), want(inter);
+    ASSERT_TRUE(cpu::MatMul(h.data(), 1, k, w.data(), DType::kF32, 2 * inter, gate_up.data()).ok());
+    const auto gr = RoundBf16(gate_up);
+    cpu::SiluMul(gr.data(), gr.data() + inter, inter, want.data());
+    STATUS_ASSERT(Bf16GemvNormSiluMul(dw.bf16(), inter, k, dres.get(), dg.get(), eps, dact.bf16(), false, stream));
+    CUDA_ASSERT(cudaStreamSynchronize(stream));
+    EXPECT_CLOSE(FromBf16(dact.Download()), want, kTolBf16, "gemv swiglu with rmsnorm prologue");
+  }
+  {
+    // residual[c] += bf16(W[c] · x) over a residual of n values; x = h (k values)
+    const auto r0 = RandomFloats(n, 54, -1.f, 1.f);
+    DeviceBuffer<float> dr(r0);
+    DeviceBuffer<uint16_t> dx(ToBf16(h));
+    std::vector<float> prod(n), want(n);
+    ASSERT_TRUE(cpu::MatMul(h.data(), 1, k, w.data(), DType::kF32, n, prod.data()).ok());
+    const auto pb = RoundBf16(prod);
+    for (int64_t c = 0; c < n; ++c) want[c] = r0[c] + pb[c];
+    STATUS_ASSERT(Bf16GemvAddResidual(dw.bf16(), n, k, dx.bf16(), dr.get(), /*pdl=*/true, stream, pf));
+    CUDA_ASSERT(cudaStreamSynchronize(stream));
+    EXPECT_CLOSE(dr.Download(), want, kTolBf16, "gemv adding into the residual");
+  }
+  // k over the shared-memory row is refused, as is a misaligned prefetch.
+  EXPECT_FALSE(Bf16GemvNorm(dw.bf16(), 8, 24584, dres.get(), dg.get(), eps, dy.bf16(), false, stream).ok());
+  EXPECT_FALSE(Bf16GemvAddResidual(dw.bf16(), n, k, dy.bf16(), dres.get(), false, stream,
+                                   GemvPrefetch{static_cast<const char*>(dw.get()) + 8, 4096})
+                   .ok());
+  cudaStreamDestroy(stream);
+}
+
 TEST(CudaGemm, Bf16GemmMatchesCpuAndCachesChoices) {
   SKIP_WITHOUT_GPU();
   const int64_t m = 37, n = 256, k = 512;
