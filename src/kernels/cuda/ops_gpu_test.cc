@@ -332,7 +332,7 @@ TEST(CudaGemv, FusedNormAndResidualFormsMatchCpu) {
   // k over the shared-memory row is refused, as is a misaligned prefetch.
   EXPECT_FALSE(Bf16GemvNorm(dw.bf16(), 8, 24584, dres.get(), dg.get(), eps, dy.bf16(), false, stream).ok());
   EXPECT_FALSE(Bf16GemvAddResidual(dw.bf16(), n, k, dy.bf16(), dres.get(), false, stream,
-                                   GemvPrefetch{static_cast<const char*>(dw.get()) + 8, 4096})
+                                   GemvPrefetch{reinterpret_cast<const char*>(dw.get()) + 8, 4096})
                    .ok());
   cudaStreamDestroy(stream);
 }
