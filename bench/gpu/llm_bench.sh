@@ -10,9 +10,9 @@
 # Everything lands in $OUT (default /tmp/stoke_gpu_out); progress on stderr, all of it in $OUT/llm_bench.log.
 # Budget: about 7 minutes on an H200. Knobs (env): LLM_SHAPE, LLM_CONCURRENCY ("64 256"), LLM_INPUT (1000),
 # LLM_OUTPUT (1000), LLM_WARMUP_S (15), LLM_DURATION_S (45), LLM_DRAIN_S (5), HF_BUDGET_S (60), SKIP_HF=1, SKIP_SERVE=1,
-# STEP_AB=1 (decode step with one switch flipped at a time: cuBLASLt instead of the GEMV, PDL on, L2
-# lookahead, fused norms, all of them off, no CUDA graphs, host sampling; batch 1, 8 and 64; or a list of
-# variant names; STEP_AB_ROUNDS, STEP_AB_ITERS), SERVE_SAMPLING (device | host, passed to serve --sampling); for a
+# STEP_AB=1 (decode step with one switch flipped at a time: cuBLASLt instead of the GEMV, PDL on, GEMV
+# warps per row, decode-attention split size and load pipelining, the 2026-12-03 changes all off ("before"),
+# no CUDA graphs, host sampling; batch 1, 8 and 64; or a list of variant names; STEP_AB_ROUNDS, STEP_AB_ITERS), SERVE_SAMPLING (device | host, passed to serve --sampling); for a
 # CPU dry run of the script itself: LLM_DEVICE=cpu LLM_LAYERS=2 SKIP_STEP_B64=1 and small lengths.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -63,15 +63,17 @@ main() {
     local variants=(
       "b1_cublaslt|STOKE_GEMV_MAX_ROWS=0|--decode-batch 1 --context 512"
       "b1_pdl|STOKE_PDL=1|--decode-batch 1 --context 512"
-      "b1_off|STOKE_FUSED_NORM=0 STOKE_L2_PREFETCH_MB=0 STOKE_PDL=0|--decode-batch 1 --context 512"
-      "b1_pf16|STOKE_L2_PREFETCH_MB=16|--decode-batch 1 --context 512"
-      "b1_pf32|STOKE_L2_PREFETCH_MB=32|--decode-batch 1 --context 512"
-      "b1_pf48|STOKE_L2_PREFETCH_MB=48|--decode-batch 1 --context 512"
-      "b1_fused|STOKE_FUSED_NORM=1|--decode-batch 1 --context 512"
-      "b1_fused_pf32|STOKE_FUSED_NORM=1 STOKE_L2_PREFETCH_MB=32|--decode-batch 1 --context 512"
-      "b1_all|STOKE_FUSED_NORM=1 STOKE_L2_PREFETCH_MB=32 STOKE_PDL=1|--decode-batch 1 --context 512"
-      "b1_all_ctx4096|STOKE_FUSED_NORM=1 STOKE_L2_PREFETCH_MB=32 STOKE_PDL=1|--decode-batch 1 --context 4096"
-      "b1_off_ctx4096|STOKE_FUSED_NORM=0 STOKE_L2_PREFETCH_MB=0 STOKE_PDL=0|--decode-batch 1 --context 4096"
+      "b1_before|STOKE_GEMV_SPLIT=1 STOKE_DECODE_MIN_PARTITION=32 STOKE_DECODE_PIPELINE=0|--decode-batch 1 --context 512"
+      "b1_split1|STOKE_GEMV_SPLIT=1|--decode-batch 1 --context 512"
+      "b1_split2|STOKE_GEMV_SPLIT=2|--decode-batch 1 --context 512"
+      "b1_split4|STOKE_GEMV_SPLIT=4|--decode-batch 1 --context 512"
+      "b1_nopipe|STOKE_DECODE_PIPELINE=0|--decode-batch 1 --context 512"
+      "b1_minpart8|STOKE_DECODE_MIN_PARTITION=8|--decode-batch 1 --context 512"
+      "b1_minpart16|STOKE_DECODE_MIN_PARTITION=16|--decode-batch 1 --context 512"
+      "b1_minpart8_pdl|STOKE_DECODE_MIN_PARTITION=8 STOKE_PDL=1|--decode-batch 1 --context 512"
+      "b1_ctx4096|STOKE_DECODE_MIN_PARTITION=32|--decode-batch 1 --context 4096"
+      "b1_before_ctx4096|STOKE_GEMV_SPLIT=1 STOKE_DECODE_MIN_PARTITION=32 STOKE_DECODE_PIPELINE=0|--decode-batch 1 --context 4096"
+      "b64_nopipe|STOKE_DECODE_PIPELINE=0|--decode-batch 64 --context 1024"
       "b1_no_graphs||--decode-batch 1 --context 512 --cuda-graphs off"
       "b1_host_sampling||--decode-batch 1 --context 512 --sampling host"
       "b8|STOKE_GEMV_MAX_ROWS=8|--decode-batch 8 --context 512"

@@ -159,12 +159,7 @@ StatusOr<std::unique_ptr<CudaLlama>> CudaLlama::Create(LlamaWeights weights, con
     opt.gemv_max_rows = std::atoi(e);
   }
   if (const char* e = std::getenv("STOKE_PDL"); e != nullptr && *e != '\0') opt.pdl = std::atoi(e) != 0;
-  if (const char* e = std::getenv("STOKE_FUSED_NORM"); e != nullptr && *e != '\0') {
-    opt.fused_norm = std::atoi(e) != 0;
-  }
-  if (const char* e = std::getenv("STOKE_L2_PREFETCH_MB"); e != nullptr && *e != '\0') {
-    opt.l2_prefetch_bytes = std::max<int64_t>(0, std::atoll(e)) << 20;
-  }
+  if (const char* e = std::getenv("STOKE_GEMV_SPLIT"); e != nullptr && *e != '\0') opt.gemv_split = std::atoi(e);
   std::unique_ptr<CudaLlama> m(new CudaLlama(opt));
   m->gemv_max_rows_ = std::clamp(opt.gemv_max_rows, 0, cuda::kGemvMaxRows);
   RETURN_IF_ERROR(m->Init(std::move(weights)));
@@ -189,11 +184,6 @@ Status CudaLlama::Init(LlamaWeights weights) {
   weights = LlamaWeights();  // drop the host copies (mapped file, owned buffers)
   RETURN_IF_ERROR(AllocateScratch());
   CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());  // every upload and dequantisation done
-  fused_norm_ok_ = options_.fused_norm && gemv_max_rows_ >= 1 && config_.hidden_size <= 24576;
-  for (const Layer& l : layers_) {  // quantised projections take QuantGemv, which has no fused form
-    fused_norm_ok_ = fused_norm_ok_ && l.qkv.quant.empty() && l.o.quant.empty() && l.gate_up.quant.empty() &&
-                     l.down.quant.empty();
-  }
 
   size_t free_bytes = 0, total_bytes = 0;
   CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
@@ -211,12 +201,12 @@ Status CudaLlama::Init(LlamaWeights weights) {
   }
   LOG_INFO(
       "cuda llama: {}: weights {:.1f} MiB, scratch {:.1f} MiB for steps of up to {} tokens, KV budget {:.1f} "
-      "MiB (gpu memory fraction {} of {:.1f} GiB), cuda graphs {}, one-token steps: gemv {}, fused norms {}, "
-      "L2 lookahead {} MiB, PDL {}",
+      "MiB (gpu memory fraction {} of {:.1f} GiB), cuda graphs {}, one-token GEMV {} (warps per row {}), PDL {}",
       device_name_, weight_bytes_ / double(kMiB), arena_->capacity() / double(kMiB), max_tokens_,
       kv_budget_bytes_ / double(kMiB), options_.gpu_memory_fraction, total_bytes / double(kMiB << 10),
-      options_.cuda_graphs ? "on" : "off", gemv_max_rows_ >= 1 ? "on" : "off", fused_norm_ok_ ? "on" : "off",
-      options_.l2_prefetch_bytes >> 20, options_.pdl ? "on" : "off");
+      options_.cuda_graphs ? "on" : "off", gemv_max_rows_ >= 1 ? "on" : "off",
+      options_.gemv_split == 0 ? std::string("auto") : std::to_string(options_.gemv_split),
+      options_.pdl ? "on" : "off");
   return OkStatus();
 }
 
@@ -509,14 +499,8 @@ CudaLlama::StepArgs CudaLlama::ArgsFor(const Layout& l, int64_t T, int S, int W)
   return a;
 }
 
-cuda::GemvPrefetch CudaLlama::PrefetchOf(const Linear* next) const {
-  if (next == nullptr || options_.l2_prefetch_bytes <= 0) return {};
-  const int64_t bytes = next->rows * next->cols * static_cast<int64_t>(sizeof(__nv_bfloat16));
-  return {next->w, std::min(bytes, options_.l2_prefetch_bytes)};
-}
-
 Status CudaLlama::EnqueueLinear(const Linear& lin, const __nv_bfloat16* x, int64_t m, __nv_bfloat16* y,
-                                cuda::BlasLtGemm& gemm, const Linear* next) {
+                                cuda::BlasLtGemm& gemm) {
   if (m == 1 && !lin.quant.empty()) {
     for (const Linear::QuantPart& p : lin.quant) {
       RETURN_IF_ERROR(cuda::QuantGemv(p.type, p.raw, p.rows, lin.cols, x, y + p.row_offset, stream_.get()));
@@ -525,7 +509,7 @@ Status CudaLlama::EnqueueLinear(const Linear& lin, const __nv_bfloat16* x, int64
   }
   if (m <= gemv_max_rows_) {
     return cuda::Bf16Gemv(lin.w, lin.rows, lin.cols, x, m, y, lin.rows, options_.pdl, stream_.get(),
-                          PrefetchOf(next));
+                          options_.gemv_split);
   }
   return gemm.Run(x, lin.w, y, DType::kBF16, m, lin.rows, lin.cols, stream_.get());
 }
@@ -536,21 +520,11 @@ Status CudaLlama::EnqueueLayers(const StepArgs& a, cuda::BlasLtGemm& gemm) {
   const float eps = c.rms_norm_eps, scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   cudaStream_t s = stream_.get();
   RETURN_IF_ERROR(cuda::EmbeddingGather(embedding_, c.vocab_size, H, a.tokens, T, x_, s));
-  // One-token steps over bf16 weights may fold the norms and residual adds into the GEMVs (Options::fused_norm).
-  const bool fused = T == 1 && fused_norm_ok_;
-  delta_pending_ = !fused;  // unfused: the last down projection's output still has to be added to x_
-  const bool pdl = options_.pdl;
   for (int i = 0; i < c.num_layers; ++i) {
     const Layer& l = layers_[i];
     const cuda::DevicePagedKv<__nv_bfloat16>& kv = kv_layers_[i];
-    const Linear* after = i + 1 < c.num_layers ? &layers_[i + 1].qkv : &lm_head_;
-    if (fused) {
-      RETURN_IF_ERROR(
-          cuda::Bf16GemvNorm(l.qkv.w, l.qkv.rows, H, x_, l.attn_norm, eps, qkv_, pdl, s, PrefetchOf(&l.o)));
-    } else {
-      RETURN_IF_ERROR(cuda::AddRmsNorm(i == 0 ? nullptr : proj_, x_, l.attn_norm, T, H, eps, h_, s));
-      RETURN_IF_ERROR(EnqueueLinear(l.qkv, h_, T, qkv_, gemm, &l.o));
-    }
+    RETURN_IF_ERROR(cuda::AddRmsNorm(i == 0 ? nullptr : proj_, x_, l.attn_norm, T, H, eps, h_, s));
+    RETURN_IF_ERROR(EnqueueLinear(l.qkv, h_, T, qkv_, gemm));
     RETURN_IF_ERROR(
         cuda::QkvRopeWriteKv(qkv_, l.qkv_bias, a.positions, a.slots, T, c.num_heads, inv_freq_, kv, q_, s));
     if (a.decode) {
@@ -560,24 +534,15 @@ Status CudaLlama::EnqueueLayers(const StepArgs& a, cuda::BlasLtGemm& gemm) {
       RETURN_IF_ERROR(
           cuda::PrefillAttention(q_, a.cu, a.start, a.S, T, a.bt, a.W, c.num_heads, scale, kv, attn_, s));
     }
-    if (fused) {
-      RETURN_IF_ERROR(
-          cuda::Bf16GemvAddResidual(l.o.w, l.o.rows, l.o.cols, attn_, x_, pdl, s, PrefetchOf(&l.gate_up)));
-      RETURN_IF_ERROR(cuda::Bf16GemvNormSiluMul(l.gate_up.w, F, H, x_, l.ffn_norm, eps, act_, pdl, s,
-                                                PrefetchOf(&l.down)));
-      RETURN_IF_ERROR(cuda::Bf16GemvAddResidual(l.down.w, l.down.rows, l.down.cols, act_, x_, pdl, s,
-                                                PrefetchOf(after)));
-      continue;
-    }
-    RETURN_IF_ERROR(EnqueueLinear(l.o, attn_, T, proj_, gemm, &l.gate_up));
+    RETURN_IF_ERROR(EnqueueLinear(l.o, attn_, T, proj_, gemm));
     RETURN_IF_ERROR(cuda::AddRmsNorm(proj_, x_, l.ffn_norm, T, H, eps, h_, s));
     if (T <= gemv_max_rows_ && (T > 1 || l.gate_up.quant.empty())) {
-      RETURN_IF_ERROR(cuda::Bf16GemvSiluMul(l.gate_up.w, F, H, h_, T, act_, pdl, s, PrefetchOf(&l.down)));
+      RETURN_IF_ERROR(cuda::Bf16GemvSiluMul(l.gate_up.w, F, H, h_, T, act_, options_.pdl, s, options_.gemv_split));
     } else {
       RETURN_IF_ERROR(EnqueueLinear(l.gate_up, h_, T, gu_, gemm));
       RETURN_IF_ERROR(cuda::SiluMulFused(gu_, T, F, act_, s));
     }
-    RETURN_IF_ERROR(EnqueueLinear(l.down, act_, T, proj_, gemm, after));  // the next layer adds it to x
+    RETURN_IF_ERROR(EnqueueLinear(l.down, act_, T, proj_, gemm));  // the next layer adds it to x
   }
   return OkStatus();
 }
@@ -586,11 +551,10 @@ Status CudaLlama::EnqueueLogits(const int32_t* rows, int64_t n, cuda::BlasLtGemm
   const LlamaConfig& c = config_;
   cudaStream_t s = stream_.get();
   RETURN_IF_ERROR(
-      cuda::GatherAddRmsNorm(x_, delta_pending_ ? proj_ : nullptr, rows, n, c.hidden_size, final_norm_,
-                             c.rms_norm_eps, sel_, s));
+      cuda::GatherAddRmsNorm(x_, proj_, rows, n, c.hidden_size, final_norm_, c.rms_norm_eps, sel_, s));
   if (n <= gemv_max_rows_) {
     return cuda::Bf16Gemv(lm_head_.w, vocab_pad_, c.hidden_size, sel_, n, logits_, vocab_pad_, options_.pdl,
-                          s);
+                          s, options_.gemv_split);
   }
   return gemm.Run(sel_, lm_head_.w, logits_, DType::kF32, n, vocab_pad_, c.hidden_size, s);
 }

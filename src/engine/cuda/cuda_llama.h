@@ -45,7 +45,6 @@
 #include "engine/model/llama_weights.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/gemm.h"
-#include "kernels/cuda/gemv.h"
 #include "kernels/cuda/sampling.h"
 
 namespace stoke {
@@ -73,16 +72,10 @@ class CudaLlama final : public DecoderModel {
     // Off by default: on the H200 the 8B batch-1 step measured 5.17 ms with it vs 5.06 ms without.
     // STOKE_PDL=1 turns it on.
     bool pdl = false;
-    // One-token steps: each GEMV, once its own loads are done, prefetches into L2 up to this many bytes of the
-    // next projection's weights (the O projection's during RoPE and attention, the next layer's QKV during
-    // the norm, ...), so HBM keeps streaming through latency-bound kernels. 0 = off. STOKE_L2_PREFETCH_MB
-    // overrides (in MiB).
-    int64_t l2_prefetch_bytes = 0;
-    // One-token steps over bf16 weights: fold each AddRmsNorm into the GEMVs around it (the QKV and gate|up
-    // GEMVs normalise the residual themselves, the O and down GEMVs add into it), two kernels fewer per layer.
-    // Needs gemv_max_rows >= 1 and hidden <= 24576; GGUF-quantised projections keep the unfused path.
-    // STOKE_FUSED_NORM overrides.
-    bool fused_norm = false;
+    // Warps per output row in the one-token GEMVs (kernels/cuda/gemv.h): 0 = auto (GemvSplitFor: more warps
+    // per row for the products whose grid would not fill the GPU: the 8B QKV, O and down projections), or
+    // 1, 2, 4, 8. STOKE_GEMV_SPLIT overrides.
+    int gemv_split = 0;
   };
 
   static StatusOr<std::unique_ptr<CudaLlama>> Create(LlamaWeights weights, const Options& options);
@@ -104,8 +97,7 @@ class CudaLlama final : public DecoderModel {
   // Counters for logs and tests.
   int64_t graph_replays() const { return graph_replays_; }
   int64_t graphs_captured() const { return static_cast<int64_t>(graphs_.size()); }
-  int64_t bucket_steps() const { return bucket_steps_; }
-  bool fused_norm() const { return fused_norm_ok_; }  // one-token steps fold the norms into the GEMVs  // decode steps run through a bucket (either way)
+  int64_t bucket_steps() const { return bucket_steps_; }  // decode steps run through a bucket (either way)
   int max_step_tokens() const { return max_tokens_; }
   int64_t weight_bytes() const { return weight_bytes_; }
 
@@ -160,10 +152,8 @@ class CudaLlama final : public DecoderModel {
 
   // Enqueues the layers for `a` (no sync, no host work besides launches): capturable.
   Status EnqueueLayers(const StepArgs& a, cuda::BlasLtGemm& gemm);
-  cuda::GemvPrefetch PrefetchOf(const Linear* next) const;
-  // `next`: the projection that follows (its leading weights are prefetched into L2 by the GEMV path).
   Status EnqueueLinear(const Linear& lin, const __nv_bfloat16* x, int64_t m, __nv_bfloat16* y,
-                       cuda::BlasLtGemm& gemm, const Linear* next = nullptr);
+                       cuda::BlasLtGemm& gemm);
   // Final norm + lm_head of the n token rows listed at `rows` (device) into logits_ (fp32 [n, vocab_pad_]).
   Status EnqueueLogits(const int32_t* rows, int64_t n, cuda::BlasLtGemm& gemm);
   // Copies rows [0, last kept] of logits_ to the host and rows keep[i] (ascending) of them to dst[i, :]
@@ -226,8 +216,6 @@ class CudaLlama final : public DecoderModel {
   // Decode buckets: (bucket rows, context class) -> graph.
   std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
   std::map<std::pair<int, int>, bool> bucket_seen_;  // true: ran eagerly once (tuned); false: capture failed
-  bool fused_norm_ok_ = false;  // Options::fused_norm and the model allows it (set at Init)
-  bool delta_pending_ = true;   // the last EnqueueLayers left the final down projection in proj_ (unfused)
   int gemv_max_rows_ = 0;  // options_.gemv_max_rows after the environment override, clamped to [0, 8]
   int64_t graph_replays_ = 0;
   int64_t bucket_steps_ = 0;

@@ -467,39 +467,41 @@ TEST(CudaLlamaTest, DeviceSampledTokensMatchArgmaxOfLogits) {
   EXPECT_GT(seen.size(), 1u) << "temperature 1 never left the argmax";
 }
 
-// One-token steps with the L2 lookahead and PDL change no bit (prefetches are hints, PDL only moves launches);
-// folding the norms into the GEMVs (another summation order for the norm) stays within rounding of the
-// unfused path and of the CPU.
-TEST(CudaLlamaTest, FusedNormsLookaheadAndPdlMatchUnfused) {
+// The one-token GEMVs with several warps per row (forced: the tiny model's auto choice is 1) and PDL on,
+// against the CPU; and PDL alone changes no bit (it only moves launches).
+TEST(CudaLlamaTest, SplitRowGemvAndPdlMatchCpu) {
   SKIP_WITHOUT_GPU();
   const TinyLlama m = MakeModel(17, /*tied=*/false, /*bias=*/false, /*layers=*/3);
-  CudaLlama::Options lookahead = TestOptions();
-  lookahead.l2_prefetch_bytes = 1 << 20;
-  lookahead.pdl = true;
-  CudaLlama::Options fused = lookahead;
-  fused.fused_norm = true;
-  auto cpu = CpuLlama::Create(ToBf16Weights(m, true));
-  auto base = CudaLlama::Create(ToBf16Weights(m, true), TestOptions());
-  auto la = CudaLlama::Create(ToBf16Weights(m, true), lookahead);
-  auto fu = CudaLlama::Create(ToBf16Weights(m, true), fused);
-  ASSERT_TRUE(cpu.ok() && base.ok() && la.ok() && fu.ok());
-  EXPECT_FALSE((*base)->fused_norm());
-  EXPECT_TRUE((*fu)->fused_norm());
   const Script script = MakeScript(m.c.vocab_size, 7);
+  auto cpu = CpuLlama::Create(ToBf16Weights(m, true));
+  ASSERT_TRUE(cpu.ok());
   auto want = RunScript(**cpu, script);
-  auto a = RunScript(**base, script);
-  auto b = RunScript(**la, script);
-  auto f = RunScript(**fu, script);
-  ASSERT_TRUE(want.ok() && a.ok() && b.ok() && f.ok());
-  for (size_t i = 0; i < a->size(); ++i) {
-    ASSERT_EQ((*a)[i].logits.size(), (*b)[i].logits.size()) << script.names[i];
-    EXPECT_EQ(
-        std::memcmp((*a)[i].logits.data(), (*b)[i].logits.data(), (*a)[i].logits.size() * sizeof(float)), 0)
-        << "step " << i << " (" << script.names[i] << "): lookahead/PDL changed the logits";
+  ASSERT_TRUE(want.ok());
+  std::vector<StepOutput> split1;
+  for (int split : {1, 4, 8}) {
+    for (bool pdl : {false, true}) {
+      CudaLlama::Options o = TestOptions();
+      o.gemv_split = split;
+      o.pdl = pdl;
+      auto gpu = CudaLlama::Create(ToBf16Weights(m, true), o);
+      ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+      auto got = RunScript(**gpu, script);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      const std::string what = "gemv split " + std::to_string(split) + (pdl ? ", pdl" : "");
+      ExpectClose(CompareLogits(*want, *got, m.c.vocab_size), 0.1, 0.98, what.c_str());
+      EXPECT_GT((*gpu)->graph_replays(), 0);
+      if (split == 1 && !pdl) {
+        split1 = *got;
+      } else if (split == 1) {
+        for (size_t i = 0; i < got->size(); ++i) {
+          EXPECT_EQ(std::memcmp(split1[i].logits.data(), (*got)[i].logits.data(),
+                                split1[i].logits.size() * sizeof(float)),
+                    0)
+              << "step " << i << " (" << script.names[i] << "): PDL changed the logits";
+        }
+      }
+    }
   }
-  EXPECT_GT((*fu)->graph_replays(), 0);
-  ExpectClose(CompareLogits(*a, *f, m.c.vocab_size, &script), 0.05, 0.98, "fused norms vs unfused");
-  ExpectClose(CompareLogits(*want, *f, m.c.vocab_size), 0.1, 0.98, "fused norms vs cpu");
 }
 
 TEST(CudaLlamaTest, StepLargerThanScratchIsRefused) {
@@ -623,7 +625,28 @@ TEST(CudaLlamaRealModelTest, SmolLm2MatchesCpu) {
   std::printf("\n  greedy gpu:");
   for (int32_t t : rg->tokens) std::printf(" %d", t);
   std::printf("\n");
-  EXPECT_EQ(rg->tokens, rc->tokens);
+  // bf16 activations on the GPU vs the CPU's llama.cpp numerics (8-bit activations in the quantised matmuls):
+  // the two greedy runs may part only where the CPU itself nearly ties, i.e. the GPU's pick is within
+  // kNearTie logits of the CPU's best at the first position where they differ (the same calibration as the
+  // golden test against llama.cpp, tests/golden/test_smollm2_golden.py), and not in the first tokens.
+  constexpr float kNearTie = 0.5f;
+  size_t d = 0;
+  while (d < rc->tokens.size() && d < rg->tokens.size() && rc->tokens[d] == rg->tokens[d]) ++d;
+  if (d < rc->tokens.size()) {
+    EXPECT_GE(d, 4u) << "greedy runs part in the first tokens";
+    std::vector<int32_t> forced(*prompt);
+    forced.insert(forced.end(), rc->tokens.begin(), rc->tokens.begin() + d);
+    auto lg = ScoreLogits(**cpu, forced, 64);
+    ASSERT_TRUE(lg.ok()) << lg.status().ToString();
+    const float* row = lg->data() + static_cast<int64_t>(forced.size() - 1) * vocab;
+    const float lead = row[rc->tokens[d]] - row[rg->tokens[d]];
+    std::printf("  greedy: identical for %zu of %zu tokens; at the first difference the CPU prefers %d over the "
+                "GPU's %d by %.3f logits\n",
+                d, rc->tokens.size(), rc->tokens[d], rg->tokens[d], lead);
+    EXPECT_LT(lead, kNearTie) << "the GPU left the CPU's greedy path where the CPU had a clear best";
+  } else {
+    std::printf("  greedy: identical for all %zu tokens\n", rc->tokens.size());
+  }
 }
 
 }  // namespace

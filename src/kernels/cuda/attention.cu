@@ -90,7 +90,7 @@ __global__ void QkvRopeWriteKvKernel(const __nv_bfloat16* __restrict__ qkv, cons
   kv.v[dst + i + half] = __float2bfloat16_rn(load(vcol + i + half));
 }
 
-// ---- attention core// ---- attention core
+// ---- attention core
 // ----------------------------------------------------------------------------------------
 
 // Running softmax state of one warp; lane l holds elements [l * E, (l + 1) * E) of the head vector.
@@ -107,17 +107,47 @@ struct WarpState {
 template <typename T, int E, int G>
 __device__ __forceinline__ void WarpAttend(const float (&q)[G][E], const DevicePagedKv<T>& kv,
                                            const int32_t* __restrict__ table, int kv_head, int begin, int end,
-                                           int step, WarpState<E> (&st)[G]) {
+                                           int step, bool pipeline, WarpState<E> (&st)[G]) {
   const int lane = threadIdx.x & 31;
   const int hd = E * 32, bs = kv.block_size;
-  for (int p = begin; p < end; p += step) {
+  auto offset = [&](int p) {
     const int64_t slot = static_cast<int64_t>(table[p / bs]) * bs + p % bs;
-    const int64_t off = (slot * kv.num_kv_heads + kv_head) * hd + lane * E;
+    return (slot * kv.num_kv_heads + kv_head) * hd + lane * E;
+  };
+  // Software pipeline: the next position's K/V rows are loaded before this one's scores are computed, so
+  // each position's memory latency overlaps the previous position's shuffles and exponentials (the
+  // arithmetic and its order are unchanged).
+  T kn[E], vn[E];
+  if (pipeline && begin < end) {
+    const int64_t off = offset(begin);
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      kn[e] = kv.k[off + e];
+      vn[e] = kv.v[off + e];
+    }
+  }
+  for (int p = begin; p < end; p += step) {
+    if (!pipeline) {
+      const int64_t off = offset(p);
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        kn[e] = kv.k[off + e];
+        vn[e] = kv.v[off + e];
+      }
+    }
     float kr[E], vr[E];
 #pragma unroll
     for (int e = 0; e < E; ++e) {
-      kr[e] = ToFloat(kv.k[off + e]);
-      vr[e] = ToFloat(kv.v[off + e]);
+      kr[e] = ToFloat(kn[e]);
+      vr[e] = ToFloat(vn[e]);
+    }
+    if (pipeline && p + step < end) {
+      const int64_t off = offset(p + step);
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        kn[e] = kv.k[off + e];
+        vn[e] = kv.v[off + e];
+      }
     }
 #pragma unroll
     for (int g = 0; g < G; ++g) {
@@ -146,7 +176,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     DecodeKernel(const T* __restrict__ q, const int32_t* __restrict__ block_tables, int max_blocks,
                  const int32_t* __restrict__ context_lens, int heads, int partition, float scale,
                  DevicePagedKv<T> kv, float* __restrict__ part_out, float* __restrict__ part_ml,
-                 T* __restrict__ out) {
+                 T* __restrict__ out, bool pipeline) {
   PdlLaunchDependents();
   constexpr int kHd = E * 32;
   __shared__ float sm_m[kWarps * G], sm_l[kWarps * G];
@@ -166,7 +196,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   WarpState<E> st[G];
   WarpAttend<T, E, G>(qr, kv, block_tables + static_cast<int64_t>(seq) * max_blocks, kv_head, begin + warp,
-                      end, kWarps, st);
+                      end, kWarps, pipeline, st);
 #pragma unroll
   for (int g = 0; g < G; ++g) {
     if (lane == 0) {
@@ -269,7 +299,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int e = 0; e < E; ++e) qr[0][e] = ToFloat(q[qo + e]) * scale;
   WarpState<E> st[1];
   WarpAttend<T, E, 1>(qr, kv, block_tables + static_cast<int64_t>(seq) * max_blocks, kv_head, 0, pos + 1, 1,
-                      st);
+                      /*pipeline=*/true, st);
   const float inv = st[0].l > 0.f ? 1.f / st[0].l : 0.f;
 #pragma unroll
   for (int e = 0; e < E; ++e) out[qo + e] = FromFloat<T>(st[0].acc[e] * inv);
@@ -292,11 +322,28 @@ Status CheckShape(const char* what, int heads, int kv_heads, int head_dim) {
 // batch), and more when the batch is small, so that about kDecodeTargetBlocks blocks share the GPU (batch 1 x
 // 32 heads would otherwise leave 100+ SMs idle behind a few latency-bound blocks), but never fewer than
 // kDecodeMinPartition positions per split.
-constexpr int kDecodeTargetBlocks = 2048, kDecodeMinPartition = 32;
+// STOKE_DECODE_MIN_PARTITION overrides the minimum (read once per process).
+constexpr int kDecodeTargetBlocks = 2048, kDecodeMinPartitionDefault = 32;
+int DecodeMinPartition() {
+  static const int v = [] {
+    const char* e = std::getenv("STOKE_DECODE_MIN_PARTITION");
+    const int n = e != nullptr ? std::atoi(e) : 0;
+    return n >= 1 ? n : kDecodeMinPartitionDefault;
+  }();
+  return v;
+}
+// STOKE_DECODE_PIPELINE=0 turns off the decode kernel's next-position prefetch (WarpAttend), for A/B runs.
+bool DecodePipeline() {
+  static const bool v = [] {
+    const char* e = std::getenv("STOKE_DECODE_PIPELINE");
+    return e == nullptr || *e == '\0' || std::atoi(e) != 0;
+  }();
+  return v;
+}
 int NumSplits(int num_seqs, int heads, int max_context_len) {
   if (max_context_len <= 0) return 1;
   const int by_partition = (max_context_len + kDecodePartition - 1) / kDecodePartition;
-  const int by_min = (max_context_len + kDecodeMinPartition - 1) / kDecodeMinPartition;
+  const int by_min = (max_context_len + DecodeMinPartition() - 1) / DecodeMinPartition();
   const int64_t rows = std::max<int64_t>(1, int64_t{num_seqs} * heads);
   const int by_occupancy =
       static_cast<int>(std::min<int64_t>(by_min, (kDecodeTargetBlocks + rows - 1) / rows));
@@ -325,7 +372,7 @@ Status LaunchDecode(const T* q, const int32_t* bt, int max_blocks, const int32_t
                          : DecodeKernel<T, E, 1>;
   const dim3 grid(splits, heads / G, num_seqs);
   kernel<<<grid, kWarps * 32, 0, stream>>>(q, bt, max_blocks, ctx, heads, partition, scale, kv, part_out,
-                                           part_ml, out);
+                                           part_ml, out, DecodePipeline());
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   if (splits > 1) {
     DecodeReduceKernel<T><<<dim3(heads, num_seqs), kv.head_dim, splits * sizeof(float), stream>>>(

@@ -6,9 +6,12 @@
 //
 //   W = [n, k] bf16 row-major (PyTorch Linear layout), x = [m, k] bf16 (row stride k), y = [m, ldy].
 //
-// One warp per output row: lanes read 16-byte chunks of the row (a warp reads 512 contiguous bytes per load,
-// 8 loads in flight per lane), bypassing L1 so x stays there; fp32 accumulation, a warp-shuffle sum at the
-// end. Checked against cpu::MatMul (kernels/cuda/ops_gpu_test.cc).
+// `split` warps per output row (1, 2, 4 or 8; each a contiguous slice of k): lanes read 16-byte chunks (a
+// warp reads 512 contiguous bytes per load, 8 loads in flight per lane), bypassing L1 so x stays there; fp32
+// accumulation, a warp-shuffle sum, the slices added in order through shared memory. split = 0 (auto,
+// GemvSplitFor): one-row products whose grid would be under ~8 blocks per SM take more warps per row while
+// each slice keeps a full round of loads (8B shapes on the H200: QKV 2, O 2, down 4, gate|up and lm_head 1).
+// Rows > 1 always use one warp per row. Checked against cpu::MatMul (kernels/cuda/ops_gpu_test.cc).
 //
 // Programmatic dependent launch (sm_90, `pdl` = true): the kernel may start while the previous kernel on the
 // stream still runs. It issues its first weight loads (weights never depend on earlier kernels), then waits
@@ -29,40 +32,20 @@ namespace stoke::cuda {
 
 inline constexpr int kGemvMaxRows = 8;
 
-// Optional lookahead: once a block's own weight loads are done it asks L2 (bulk prefetch, a hint) for its
-// share of [ptr, ptr + bytes), normally the leading part of the next projection's weights, so that the HBM
-// keeps streaming through this kernel's tail and the latency-bound kernels after it. ptr 16-byte aligned;
-// bytes rounded down to 16. Results never depend on it.
-struct GemvPrefetch {
-  const void* ptr = nullptr;
-  int64_t bytes = 0;
-};
+// The warps per row a product of m rows, n outputs and depth k runs with, for `split` as below.
+int GemvSplitFor(int64_t m, int64_t n, int64_t k, int split);
 
 // y[r, c] = Σ_j x[r, j] · w[c, j] for r < m, c < n; ldy = row stride of y (>= n). k % 8 == 0, w and x
 // 16-byte aligned, 1 <= m <= kGemvMaxRows. y must not alias x.
 Status Bf16Gemv(const __nv_bfloat16* w, int64_t n, int64_t k, const __nv_bfloat16* x, int64_t m,
-                __nv_bfloat16* y, int64_t ldy, bool pdl, cudaStream_t stream, const GemvPrefetch& next = {});
+                __nv_bfloat16* y, int64_t ldy, bool pdl, cudaStream_t stream, int split = 0);
 Status Bf16Gemv(const __nv_bfloat16* w, int64_t n, int64_t k, const __nv_bfloat16* x, int64_t m, float* y,
-                int64_t ldy, bool pdl, cudaStream_t stream, const GemvPrefetch& next = {});
+                int64_t ldy, bool pdl, cudaStream_t stream, int split = 0);
 
 // The fused gate|up projection with SwiGLU: w = [2 inter, k] (gate rows, then up rows), y = [m, inter]:
 //   y[r, c] = bf16(silu(g) * u),  g = bf16(x[r]·w[c]), u = bf16(x[r]·w[inter + c])
 // (g and u rounded to bf16 first, as the unfused GEMM + SiluMulFused path stores them).
 Status Bf16GemvSiluMul(const __nv_bfloat16* w, int64_t inter, int64_t k, const __nv_bfloat16* x, int64_t m,
-                       __nv_bfloat16* y, bool pdl, cudaStream_t stream, const GemvPrefetch& next = {});
-
-// One-token decode with the layer's pre-norm and residual add fused in (no AddRmsNorm kernels between the
-// projections; CudaLlama with Options::fused_norm). residual = [k] fp32, norm_weight = [k] fp32, k <= 24576:
-//   Bf16GemvNorm:        y[c] = bf16(W[c] · h),  h = bf16(rmsnorm(residual) * norm_weight)   (AddRmsNorm's h)
-//   Bf16GemvNormSiluMul: y[c] = bf16(silu(bf16(Wg[c]·h)) * bf16(Wu[c]·h)), w = [2 inter, k] as Bf16GemvSiluMul
-//   Bf16GemvAddResidual: residual[c] += bf16(W[c] · x)                  (x = [k] bf16, residual = [n] fp32)
-// Each block recomputes the norm of the residual (from L2) while its first weight loads are in flight.
-Status Bf16GemvNorm(const __nv_bfloat16* w, int64_t n, int64_t k, const float* residual, const float* norm_weight,
-                    float eps, __nv_bfloat16* y, bool pdl, cudaStream_t stream, const GemvPrefetch& next = {});
-Status Bf16GemvNormSiluMul(const __nv_bfloat16* w, int64_t inter, int64_t k, const float* residual,
-                           const float* norm_weight, float eps, __nv_bfloat16* y, bool pdl, cudaStream_t stream,
-                           const GemvPrefetch& next = {});
-Status Bf16GemvAddResidual(const __nv_bfloat16* w, int64_t n, int64_t k, const __nv_bfloat16* x, float* residual,
-                           bool pdl, cudaStream_t stream, const GemvPrefetch& next = {});
+                       __nv_bfloat16* y, bool pdl, cudaStream_t stream, int split = 0);
 
 }  // namespace stoke::cuda

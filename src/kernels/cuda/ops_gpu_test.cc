@@ -1,6 +1,9 @@
 // GPU element-wise, normalisation, quantisation and GEMM kernels against the CPU references, on fresh random
 // inputs with outputs poisoned (NaN) beforehand. Skipped when no GPU is present.
 #include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
 #include <filesystem>
 #include <fstream>
 
@@ -283,57 +286,39 @@ TEST(CudaGemv, SiluMulGemvMatchesUnfusedPathAfterAnEarlyTriggeringKernel) {
   cudaStreamDestroy(stream);
 }
 
-// The one-token fused forms against the CPU chain they replace (norm -> bf16 -> matmul; matmul -> bf16 ->
-// residual add), each run with a lookahead prefetch that must not change anything.
-TEST(CudaGemv, FusedNormAndResidualFormsMatchCpu) {
+// Several warps per row (split-K inside the block): every split, and the automatic choice, against the CPU,
+// over depths whose slices end mid-round, are shorter than a round, or are empty (k = 64, split 8).
+TEST(CudaGemv, SplitRowsMatchCpu) {
   SKIP_WITHOUT_GPU();
-  const int64_t n = 1003, k = 2056, inter = 700;
-  const float eps = 1e-5f;
-  const auto w = RoundBf16(RandomFloats(2 * inter * k, 51, -0.05f, 0.05f));  // [n, k] uses its first n rows
-  const auto res = RandomFloats(k, 52, -2.f, 2.f), g = RandomFloats(k, 53, 0.5f, 1.5f);
-  DeviceBuffer<uint16_t> dw(ToBf16(w)), dy(n), dact(inter);
-  DeviceBuffer<float> dres(res), dg(g);
   cudaStream_t stream = nullptr;
   CUDA_ASSERT(cudaStreamCreate(&stream));
-  const GemvPrefetch pf{dw.get(), 1 << 20};
-  // h = bf16(rmsnorm(res) * g)
-  std::vector<float> h(k);
-  cpu::RmsNorm(res.data(), g.data(), 1, k, eps, h.data());
-  h = RoundBf16(h);
-  {
-    std::vector<float> want(n);
-    ASSERT_TRUE(cpu::MatMul(h.data(), 1, k, w.data(), DType::kF32, n, want.data()).ok());
-    STATUS_ASSERT(Bf16GemvNorm(dw.bf16(), n, k, dres.get(), dg.get(), eps, dy.bf16(), /*pdl=*/true, stream, pf));
-    CUDA_ASSERT(cudaStreamSynchronize(stream));
-    EXPECT_CLOSE(FromBf16(dy.Download()), want, kTolBf16, "gemv with rmsnorm prologue");
-  }
-  {
-    std::vector<float> gate_up(2 * inter), want(inter);
-    ASSERT_TRUE(cpu::MatMul(h.data(), 1, k, w.data(), DType::kF32, 2 * inter, gate_up.data()).ok());
+  for (const auto& [n, k] : std::vector<std::pair<int64_t, int64_t>>{{1003, 14344}, {517, 4096}, {77, 64}}) {
+    const auto w = RoundBf16(RandomFloats(2 * n * k, 61, -0.05f, 0.05f));
+    const auto x = RoundBf16(RandomFloats(k, 62));
+    std::vector<float> want(n), gate_up(2 * n), want_swiglu(n);
+    ASSERT_TRUE(cpu::MatMul(x.data(), 1, k, w.data(), DType::kF32, n, want.data()).ok());
+    ASSERT_TRUE(cpu::MatMul(x.data(), 1, k, w.data(), DType::kF32, 2 * n, gate_up.data()).ok());
     const auto gr = RoundBf16(gate_up);
-    cpu::SiluMul(gr.data(), gr.data() + inter, inter, want.data());
-    STATUS_ASSERT(Bf16GemvNormSiluMul(dw.bf16(), inter, k, dres.get(), dg.get(), eps, dact.bf16(), false, stream));
-    CUDA_ASSERT(cudaStreamSynchronize(stream));
-    EXPECT_CLOSE(FromBf16(dact.Download()), want, kTolBf16, "gemv swiglu with rmsnorm prologue");
+    cpu::SiluMul(gr.data(), gr.data() + n, n, want_swiglu.data());
+    DeviceBuffer<uint16_t> dw(ToBf16(w)), dx(ToBf16(x)), dact(n);
+    DeviceBuffer<float> dy(n);
+    for (int split : {0, 1, 2, 4, 8}) {
+      STATUS_ASSERT(Bf16Gemv(dw.bf16(), n, k, dx.bf16(), 1, dy.get(), n, /*pdl=*/split == 4, stream, split));
+      STATUS_ASSERT(Bf16GemvSiluMul(dw.bf16(), n, k, dx.bf16(), 1, dact.bf16(), false, stream, split));
+      CUDA_ASSERT(cudaStreamSynchronize(stream));
+      const std::string what = "gemv n=" + std::to_string(n) + " k=" + std::to_string(k) + " split " +
+                               (split == 0 ? "auto=" + std::to_string(GemvSplitFor(1, n, k, 0)) : std::to_string(split));
+      EXPECT_CLOSE(dy.Download(), want, kTolF32, what.c_str());
+      EXPECT_CLOSE(FromBf16(dact.Download()), want_swiglu, kTolBf16, (what + " swiglu").c_str());
+    }
   }
-  {
-    // residual[c] += bf16(W[c] · x) over a residual of n values; x = h (k values)
-    const auto r0 = RandomFloats(n, 54, -1.f, 1.f);
-    DeviceBuffer<float> dr(r0);
-    DeviceBuffer<uint16_t> dx(ToBf16(h));
-    std::vector<float> prod(n), want(n);
-    ASSERT_TRUE(cpu::MatMul(h.data(), 1, k, w.data(), DType::kF32, n, prod.data()).ok());
-    const auto pb = RoundBf16(prod);
-    for (int64_t c = 0; c < n; ++c) want[c] = r0[c] + pb[c];
-    STATUS_ASSERT(Bf16GemvAddResidual(dw.bf16(), n, k, dx.bf16(), dr.get(), /*pdl=*/true, stream, pf));
-    CUDA_ASSERT(cudaStreamSynchronize(stream));
-    EXPECT_CLOSE(dr.Download(), want, kTolBf16, "gemv adding into the residual");
-  }
-  // k over the shared-memory row is refused, as is a misaligned prefetch.
-  EXPECT_FALSE(Bf16GemvNorm(dw.bf16(), 8, 24584, dres.get(), dg.get(), eps, dy.bf16(), false, stream).ok());
-  EXPECT_FALSE(Bf16GemvAddResidual(dw.bf16(), n, k, dy.bf16(), dres.get(), false, stream,
-                                   GemvPrefetch{reinterpret_cast<const char*>(dw.get()) + 8, 4096})
-                   .ok());
+  // The automatic choice for the 8B shapes on a GPU of this many SMs, and rows > 1 never split.
+  std::printf("  auto split: qkv %d, o %d, gate|up %d, down %d, lm_head %d; m=2: %d\n",
+              GemvSplitFor(1, 6144, 4096, 0), GemvSplitFor(1, 4096, 4096, 0), GemvSplitFor(1, 14336, 4096, 0),
+              GemvSplitFor(1, 4096, 14336, 0), GemvSplitFor(1, 128256, 4096, 0), GemvSplitFor(2, 4096, 14336, 0));
+  EXPECT_EQ(GemvSplitFor(2, 4096, 14336, 0), 1);
+  EXPECT_EQ(GemvSplitFor(1, 4096, 14336, 2), 2);
+  EXPECT_GT(GemvSplitFor(1, 4096, 14336, 0), 1) << "a 4096-row product of depth 14336 leaves SMs idle at 1";
   cudaStreamDestroy(stream);
 }
 

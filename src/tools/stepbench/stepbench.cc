@@ -202,7 +202,7 @@ StatusOr<Json> RunStepBench(const StepBenchOptions& o, std::FILE* progress) {
   if (::gethostname(host.data(), host.size() - 1) == 0) machine["hostname"] = host.data();
   report["machine"] = machine;
   Json engine{{"cuda_graphs", o.decoder.cuda_graphs}, {"device_sampling", o.device_sampling}};
-  for (const char* var : {"STOKE_GEMV_MAX_ROWS", "STOKE_PDL", "STOKE_L2_PREFETCH_MB", "STOKE_FUSED_NORM",
+  for (const char* var : {"STOKE_GEMV_MAX_ROWS", "STOKE_PDL", "STOKE_GEMV_SPLIT",
                           "STOKE_PREFILL_ATTENTION", "STOKE_GGML_NUMERICS"}) {
     if (const char* v = std::getenv(var)) engine[var] = v;  // engine switches set for this run
   }
