@@ -321,9 +321,11 @@ Status CheckShape(const char* what, int heads, int kv_heads, int head_dim) {
 // Splits per (sequence, head): at least one per kDecodePartition positions (bounded workspace at large
 // batch), and more when the batch is small, so that about kDecodeTargetBlocks blocks share the GPU (batch 1 x
 // 32 heads would otherwise leave 100+ SMs idle behind a few latency-bound blocks), but never fewer than
-// kDecodeMinPartition positions per split.
+// DecodeMinPartition() positions per split.
 // STOKE_DECODE_MIN_PARTITION overrides the minimum (read once per process).
-constexpr int kDecodeTargetBlocks = 2048, kDecodeMinPartitionDefault = 32;
+// Minimum 16: on the H200 (8B, batch 1, context 512) 4.63 ms per step against 4.65-4.71 ms at 32 and 4.66 at
+// 8 (bench/results/gpu_llm_8b_decode_h200_2026-12-03.json).
+constexpr int kDecodeTargetBlocks = 2048, kDecodeMinPartitionDefault = 16;
 int DecodeMinPartition() {
   static const int v = [] {
     const char* e = std::getenv("STOKE_DECODE_MIN_PARTITION");

@@ -50,7 +50,7 @@ Status QkvRopeWriteKv(const __nv_bfloat16* qkv, const float* bias, const int32_t
 
 // Decode: one query token per sequence, attending to its
 // context_lens[s] cached positions [0, ctx). q, out = [num_seqs, heads, head_dim]. Contexts are split into
-// pieces of at most kDecodePartition positions (smaller pieces, down to 32 positions or
+// pieces of at most kDecodePartition positions (smaller pieces, down to 16 positions or
 // $STOKE_DECODE_MIN_PARTITION, when num_seqs x heads is too small to fill the GPU) processed by separate blocks, then merged by a second kernel (log-sum-exp
 // weights); that needs `workspace` of DecodeWorkspaceBytes(...) bytes (may be nullptr when it returns 0). The
 // split depends only on (num_seqs, heads, max_context_len), so a captured graph keeps it. max_context_len

@@ -9,9 +9,8 @@
 // `split` warps per output row (1, 2, 4 or 8; each a contiguous slice of k): lanes read 16-byte chunks (a
 // warp reads 512 contiguous bytes per load, 8 loads in flight per lane), bypassing L1 so x stays there; fp32
 // accumulation, a warp-shuffle sum, the slices added in order through shared memory. split = 0 (auto,
-// GemvSplitFor): one-row products whose grid would be under ~8 blocks per SM take more warps per row while
-// each slice keeps a full round of loads (8B shapes on the H200: QKV 2, O 2, down 4, gate|up and lm_head 1).
-// Rows > 1 always use one warp per row. Checked against cpu::MatMul (kernels/cuda/ops_gpu_test.cc).
+// GemvSplitFor): one-row products with k >= 4096 use 2 warps per row (measured best of 1/2/4 on the 8B step,
+// bench/results/gpu_llm_8b_decode_h200_2026-12-03.json), others 1. Rows > 1 always use one warp per row. Checked against cpu::MatMul (kernels/cuda/ops_gpu_test.cc).
 //
 // Programmatic dependent launch (sm_90, `pdl` = true): the kernel may start while the previous kernel on the
 // stream still runs. It issues its first weight loads (weights never depend on earlier kernels), then waits
