@@ -69,8 +69,8 @@ class CudaLlama final : public DecoderModel {
     // SwiGLU fused) and 1.8x slower at batch 8 (every warp re-reads all 8 activation rows per weight chunk).
     int gemv_max_rows = 1;
     // Launch the GEMVs with programmatic dependent launch (their first weight loads overlap the kernel before).
-    // Off by default: on the H200 the 8B batch-1 step measured 5.17 ms with it vs 5.06 ms without.
-    // STOKE_PDL=1 turns it on.
+    // Off by default: on the H200 the 8B batch-1 step measured within noise of it (5.17 vs 5.06 ms on 12-02;
+    // 4.99-5.03 vs 5.02-5.04 ms on 12-03). STOKE_PDL=1 turns it on.
     bool pdl = false;
     // Warps per output row in the one-token GEMVs (kernels/cuda/gemv.h): 0 = auto (GemvSplitFor: more warps
     // per row for the products whose grid would not fill the GPU: the 8B QKV, O and down projections), or
