@@ -43,28 +43,25 @@ run() {
   fi
   # RUN_SANITIZER=1: compute-sanitizer memcheck (out-of-bounds and misaligned accesses, leaks of device
   # memory, API errors) over the kernel tests and the CudaLlama tests that use graphs, the GEMV and device
-  # sampling. Slow (10-50x): filtered, with its own time limit. Log: $OUT/sanitizer_*.txt.
+  # sampling, and racecheck (shared-memory hazards) over the kernels that use shared memory. Slow (10-50x):
+  # filtered, each with its own time limit. Logs: $OUT/sanitizer_*.txt, $OUT/racecheck_kernels.txt.
   if [[ -n "${RUN_SANITIZER:-}" ]]; then
     local san; san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
     if [[ -x "$san" ]]; then
-      echo "=== compute-sanitizer memcheck: stoke_kernels_cuda_test"
-      timeout 200 "$san" --tool memcheck --leak-check full --error-exitcode 3 \
-        "$BUNDLE/bin/stoke_kernels_cuda_test" --gtest_filter="${SANITIZER_KERNEL_FILTER:-*}" \
-        > "$OUT/sanitizer_kernels.txt" 2>&1
-      local src=$?; tail -5 "$OUT/sanitizer_kernels.txt"; echo "=== sanitizer (kernels) exit $src"
-      [[ $src == 0 ]] || test_rc=1
-      echo "=== compute-sanitizer memcheck: stoke_engine_cuda_test (graphs, GEMV, device sampling)"
-      timeout 200 "$san" --tool memcheck --error-exitcode 3 "$BUNDLE/bin/stoke_engine_cuda_test" \
-        --gtest_filter="${SANITIZER_ENGINE_FILTER:-CudaLlamaTest.DeviceSampled*:CudaLlamaTest.GraphsOn*}" \
-        > "$OUT/sanitizer_engine.txt" 2>&1
-      src=$?; tail -5 "$OUT/sanitizer_engine.txt"; echo "=== sanitizer (engine) exit $src"
-      [[ $src == 0 ]] || test_rc=1
-      echo "=== compute-sanitizer racecheck: the shared-memory kernels (attention, encoder, norms, sampling, GEMV)"
-      timeout 240 "$san" --tool racecheck --error-exitcode 3 "$BUNDLE/bin/stoke_kernels_cuda_test" \
-        --gtest_filter="${RACECHECK_FILTER:-CudaDecode*:CudaPrefill*:CudaEncoder*:CudaNorm*:CudaSampling*:CudaGemv*}" \
-        > "$OUT/racecheck_kernels.txt" 2>&1
-      src=$?; tail -5 "$OUT/racecheck_kernels.txt"; echo "=== racecheck (kernels) exit $src"
-      [[ $src == 0 ]] || test_rc=1
+      # sanitize NAME SECONDS LOG BINARY FILTER TOOL-ARGS...: one compute-sanitizer run, its tail and exit code.
+      sanitize() {
+        local name=$1 secs=$2 log=$3 bin=$4 filter=$5; shift 5
+        echo "=== compute-sanitizer $name"
+        timeout "$secs" "$san" "$@" --error-exitcode 3 "$BUNDLE/bin/$bin" --gtest_filter="$filter" > "$OUT/$log" 2>&1
+        local rc=$?; tail -5 "$OUT/$log"; echo "=== $name exit $rc"
+        [[ $rc == 0 ]] || test_rc=1
+      }
+      sanitize "memcheck (kernels)" 200 sanitizer_kernels.txt stoke_kernels_cuda_test \
+        "${SANITIZER_KERNEL_FILTER:-*}" --tool memcheck --leak-check full
+      sanitize "memcheck (engine: graphs, GEMV, device sampling)" 200 sanitizer_engine.txt stoke_engine_cuda_test \
+        "${SANITIZER_ENGINE_FILTER:-CudaLlamaTest.DeviceSampled*:CudaLlamaTest.GraphsOn*}" --tool memcheck
+      sanitize "racecheck (shared-memory kernels)" 240 racecheck_kernels.txt stoke_kernels_cuda_test \
+        "${RACECHECK_FILTER:-CudaDecode*:CudaPrefill*:CudaEncoder*:CudaNorm*:CudaSampling*:CudaGemv*}" --tool racecheck
     else
       echo "=== compute-sanitizer not found: skipped"
     fi
