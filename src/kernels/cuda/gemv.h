@@ -1,8 +1,9 @@
 // Decode's skinny matrix products, y[m, n] = x[m, k] · W^T for m <= kGemvMaxRows, written for the memory
 // roofline (at batch 1 a step's time is the time to stream the weights once). Measured on the H200
-// (cuda_bench --only gemv, 8B shapes, bench/results/gpu_llm_8b_decode_h200_2026-12-02_s3.json): 2.4-4.3 TB/s at
-// m = 1, level with cuBLASLt (the small QKV/O matrices lose to ramp-up and tail in both); at m = 4-8 far
-// behind (each warp re-reads every activation row per weight chunk), so the decoder uses it for m = 1 only.
+// (cuda_bench --only gemv, 8B shapes, bench/results/gpu_llm_8b_decode_h200_2026-12-02_s3.json): with one warp
+// per row 2.4-4.3 TB/s at m = 1, level with cuBLASLt (the small QKV/O matrices lose to ramp-up and tail in
+// both); two warps per row took the 8B batch-1 step from 4.87 to 4.62 ms (2026-12-03). At m = 4-8 far behind
+// cuBLASLt (each warp re-reads every activation row per weight chunk), so the decoder uses it for m = 1 only.
 //
 //   W = [n, k] bf16 row-major (PyTorch Linear layout), x = [m, k] bf16 (row stride k), y = [m, ldy].
 //
@@ -10,7 +11,8 @@
 // warp reads 512 contiguous bytes per load, 8 loads in flight per lane), bypassing L1 so x stays there; fp32
 // accumulation, a warp-shuffle sum, the slices added in order through shared memory. split = 0 (auto,
 // GemvSplitFor): one-row products with k >= 4096 use 2 warps per row (measured best of 1/2/4 on the 8B step,
-// bench/results/gpu_llm_8b_decode_h200_2026-12-03.json), others 1. Rows > 1 always use one warp per row. Checked against cpu::MatMul (kernels/cuda/ops_gpu_test.cc).
+// bench/results/gpu_llm_8b_decode_h200_2026-12-03.json), others 1. Rows > 1 always use one warp per row.
+// Checked against cpu::MatMul (kernels/cuda/ops_gpu_test.cc).
 //
 // Programmatic dependent launch (sm_90, `pdl` = true): the kernel may start while the previous kernel on the
 // stream still runs. It issues its first weight loads (weights never depend on earlier kernels), then waits
