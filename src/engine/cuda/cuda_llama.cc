@@ -159,7 +159,8 @@ StatusOr<std::unique_ptr<CudaLlama>> CudaLlama::Create(LlamaWeights weights, con
     opt.gemv_max_rows = std::atoi(e);
   }
   if (const char* e = std::getenv("STOKE_PDL"); e != nullptr && *e != '\0') opt.pdl = std::atoi(e) != 0;
-  if (const char* e = std::getenv("STOKE_GEMV_SPLIT"); e != nullptr && *e != '\0') opt.gemv_split = std::atoi(e);
+  if (const char* e = std::getenv("STOKE_GEMV_SPLIT"); e != nullptr && *e != '\0')
+    opt.gemv_split = std::atoi(e);
   std::unique_ptr<CudaLlama> m(new CudaLlama(opt));
   m->gemv_max_rows_ = std::clamp(opt.gemv_max_rows, 0, cuda::kGemvMaxRows);
   RETURN_IF_ERROR(m->Init(std::move(weights)));
@@ -201,7 +202,8 @@ Status CudaLlama::Init(LlamaWeights weights) {
   }
   LOG_INFO(
       "cuda llama: {}: weights {:.1f} MiB, scratch {:.1f} MiB for steps of up to {} tokens, KV budget {:.1f} "
-      "MiB (gpu memory fraction {} of {:.1f} GiB), cuda graphs {}, one-token GEMV {} (warps per row {}), PDL {}",
+      "MiB (gpu memory fraction {} of {:.1f} GiB), cuda graphs {}, "
+      "one-token GEMV {} (warps per row {}), PDL {}",
       device_name_, weight_bytes_ / double(kMiB), arena_->capacity() / double(kMiB), max_tokens_,
       kv_budget_bytes_ / double(kMiB), options_.gpu_memory_fraction, total_bytes / double(kMiB << 10),
       options_.cuda_graphs ? "on" : "off", gemv_max_rows_ >= 1 ? "on" : "off",
@@ -537,7 +539,8 @@ Status CudaLlama::EnqueueLayers(const StepArgs& a, cuda::BlasLtGemm& gemm) {
     RETURN_IF_ERROR(EnqueueLinear(l.o, attn_, T, proj_, gemm));
     RETURN_IF_ERROR(cuda::AddRmsNorm(proj_, x_, l.ffn_norm, T, H, eps, h_, s));
     if (T <= gemv_max_rows_ && (T > 1 || l.gate_up.quant.empty())) {
-      RETURN_IF_ERROR(cuda::Bf16GemvSiluMul(l.gate_up.w, F, H, h_, T, act_, options_.pdl, s, options_.gemv_split));
+      RETURN_IF_ERROR(
+          cuda::Bf16GemvSiluMul(l.gate_up.w, F, H, h_, T, act_, options_.pdl, s, options_.gemv_split));
     } else {
       RETURN_IF_ERROR(EnqueueLinear(l.gate_up, h_, T, gu_, gemm));
       RETURN_IF_ERROR(cuda::SiluMulFused(gu_, T, F, act_, s));

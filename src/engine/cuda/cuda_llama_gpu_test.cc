@@ -640,9 +640,10 @@ TEST(CudaLlamaRealModelTest, SmolLm2MatchesCpu) {
     ASSERT_TRUE(lg.ok()) << lg.status().ToString();
     const float* row = lg->data() + static_cast<int64_t>(forced.size() - 1) * vocab;
     const float lead = row[rc->tokens[d]] - row[rg->tokens[d]];
-    std::printf("  greedy: identical for %zu of %zu tokens; at the first difference the CPU prefers %d over the "
-                "GPU's %d by %.3f logits\n",
-                d, rc->tokens.size(), rc->tokens[d], rg->tokens[d], lead);
+    std::printf(
+        "  greedy: identical for %zu of %zu tokens; at the first difference the CPU prefers %d over the "
+        "GPU's %d by %.3f logits\n",
+        d, rc->tokens.size(), rc->tokens[d], rg->tokens[d], lead);
     EXPECT_LT(lead, kNearTie) << "the GPU left the CPU's greedy path where the CPU had a clear best";
   } else {
     std::printf("  greedy: identical for all %zu tokens\n", rc->tokens.size());

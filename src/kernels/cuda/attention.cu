@@ -323,8 +323,9 @@ Status CheckShape(const char* what, int heads, int kv_heads, int head_dim) {
 // 32 heads would otherwise leave 100+ SMs idle behind a few latency-bound blocks), but never fewer than
 // DecodeMinPartition() positions per split.
 // STOKE_DECODE_MIN_PARTITION overrides the minimum (read once per process).
-// Minimum 16: on the H200 (8B, batch 1, context 512) 4.63 ms per step against 4.65-4.71 ms at 32 and 4.66 at
-// 8 (bench/results/gpu_llm_8b_decode_h200_2026-12-03.json).
+// Minimum 16 (was 32): on the H200 (8B, batch 1, context 512) 4.62 ms per step against 4.64 at 32 and 4.65 at
+// 8 in one call, 4.63 vs 4.66-4.67 at 8 in another: within noise
+// (bench/results/gpu_llm_8b_decode_h200_2026-12-03.json).
 constexpr int kDecodeTargetBlocks = 2048, kDecodeMinPartitionDefault = 16;
 int DecodeMinPartition() {
   static const int v = [] {

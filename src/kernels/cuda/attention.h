@@ -51,10 +51,11 @@ Status QkvRopeWriteKv(const __nv_bfloat16* qkv, const float* bias, const int32_t
 // Decode: one query token per sequence, attending to its
 // context_lens[s] cached positions [0, ctx). q, out = [num_seqs, heads, head_dim]. Contexts are split into
 // pieces of at most kDecodePartition positions (smaller pieces, down to 16 positions or
-// $STOKE_DECODE_MIN_PARTITION, when num_seqs x heads is too small to fill the GPU) processed by separate blocks, then merged by a second kernel (log-sum-exp
-// weights); that needs `workspace` of DecodeWorkspaceBytes(...) bytes (may be nullptr when it returns 0). The
-// split depends only on (num_seqs, heads, max_context_len), so a captured graph keeps it. max_context_len
-// bounds every context_lens[s]. A sequence with context 0 gets zeros.
+// $STOKE_DECODE_MIN_PARTITION, when num_seqs x heads is too small to fill the GPU) processed by separate
+// blocks, then merged by a second kernel (log-sum-exp weights); that needs `workspace` of
+// DecodeWorkspaceBytes(...) bytes (may be nullptr when it returns 0). The split depends only on (num_seqs,
+// heads, max_context_len), so a captured graph keeps it. max_context_len bounds every context_lens[s]. A
+// sequence with context 0 gets zeros.
 inline constexpr int kDecodePartition = 512;
 size_t DecodeWorkspaceBytes(int num_seqs, int heads, int head_dim, int max_context_len);
 Status PagedDecodeAttention(const float* q, const int32_t* block_tables, int max_blocks_per_seq,

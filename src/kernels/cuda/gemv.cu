@@ -5,9 +5,9 @@
 namespace stoke::cuda {
 namespace {
 
-constexpr int kWarps = 8;     // warps per block
-constexpr int kInFlight = 8;  // 16-byte weight loads in flight per lane per row
-constexpr int kChunk = 8;     // bf16 values per 16-byte load
+constexpr int kWarps = 8;               // warps per block
+constexpr int kInFlight = 8;            // 16-byte weight loads in flight per lane per row
+constexpr int kChunk = 8;               // bf16 values per 16-byte load
 constexpr int kRound = 32 * kInFlight;  // chunks a warp reads per round
 
 // Weights are read once per step: stream them past L1 (x, re-read by every warp, stays there).
@@ -142,13 +142,12 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 }  // namespace
 
-int GemvSplitFor(int64_t m, int64_t n, int64_t k, int split) {
+int GemvSplitFor(int64_t m, int64_t k, int split) {
   if (m != 1) return 1;
   if (split == 1 || split == 2 || split == 4 || split == 8) return split;
   // Auto: two warps per row when each half keeps at least a full round of loads (k >= 4096). Measured on the
-  // H200 (8B shapes, batch-1 step): 2 everywhere 4.65 ms, 1 everywhere 4.89 ms, 4 everywhere 4.81 ms, and
-  // "more warps only where the grid is under 8 blocks per SM" (QKV 2, O 2, down 4) in between.
-  (void)n;
+  // H200 (8B shapes, batch-1 step, bench/results/gpu_llm_8b_decode_h200_2026-12-03.json): 2 warps everywhere
+  // 4.65 ms, 1 everywhere 4.89 ms, 4 everywhere 4.81 ms.
   return k / kChunk >= 2 * kRound ? 2 : 1;
 }
 
@@ -170,6 +169,21 @@ cudaError_t LaunchM(const __nv_bfloat16* w, int64_t n, int64_t k, const __nv_bfl
   return cudaLaunchKernelEx(&cfg, GemvKernel<M, OutT, kSilu, kSplit>, w, n, k, x, y, ldy, up_rows);
 }
 
+// Picks the instantiation for m rows (M counts up to m) and, at one row, `split` warps per row.
+template <int M, typename OutT, bool kSilu>
+cudaError_t LaunchRows(int m, int split, const __nv_bfloat16* w, int64_t n, int64_t k, const __nv_bfloat16* x,
+                       OutT* y, int64_t ldy, int64_t up_rows, bool pdl, cudaStream_t stream) {
+  if constexpr (M < kGemvMaxRows) {
+    if (m > M) return LaunchRows<M + 1, OutT, kSilu>(m, split, w, n, k, x, y, ldy, up_rows, pdl, stream);
+  }
+  if constexpr (M == 1) {
+    if (split == 2) return LaunchM<1, OutT, kSilu, 2>(w, n, k, x, y, ldy, up_rows, pdl, stream);
+    if (split == 4) return LaunchM<1, OutT, kSilu, 4>(w, n, k, x, y, ldy, up_rows, pdl, stream);
+    if (split == 8) return LaunchM<1, OutT, kSilu, 8>(w, n, k, x, y, ldy, up_rows, pdl, stream);
+  }
+  return LaunchM<M, OutT, kSilu, 1>(w, n, k, x, y, ldy, up_rows, pdl, stream);
+}
+
 template <typename OutT, bool kSilu>
 Status Launch(const char* what, const __nv_bfloat16* w, int64_t n, int64_t k, const __nv_bfloat16* x,
               int64_t m, OutT* y, int64_t ldy, int64_t up_rows, bool pdl, int split, cudaStream_t stream) {
@@ -185,46 +199,8 @@ Status Launch(const char* what, const __nv_bfloat16* w, int64_t n, int64_t k, co
   if (n > 0x7fffffff) {
     return Status(StatusCode::kInvalidArgument, std::string(what) + ": too many rows");
   }
-  cudaError_t e = cudaSuccess;
-  switch (m) {
-    case 1:
-      switch (GemvSplitFor(1, n, k, split)) {
-        case 1:
-          e = LaunchM<1, OutT, kSilu, 1>(w, n, k, x, y, ldy, up_rows, pdl, stream);
-          break;
-        case 2:
-          e = LaunchM<1, OutT, kSilu, 2>(w, n, k, x, y, ldy, up_rows, pdl, stream);
-          break;
-        case 4:
-          e = LaunchM<1, OutT, kSilu, 4>(w, n, k, x, y, ldy, up_rows, pdl, stream);
-          break;
-        default:
-          e = LaunchM<1, OutT, kSilu, 8>(w, n, k, x, y, ldy, up_rows, pdl, stream);
-          break;
-      }
-      break;
-    case 2:
-      e = LaunchM<2, OutT, kSilu, 1>(w, n, k, x, y, ldy, up_rows, pdl, stream);
-      break;
-    case 3:
-      e = LaunchM<3, OutT, kSilu, 1>(w, n, k, x, y, ldy, up_rows, pdl, stream);
-      break;
-    case 4:
-      e = LaunchM<4, OutT, kSilu, 1>(w, n, k, x, y, ldy, up_rows, pdl, stream);
-      break;
-    case 5:
-      e = LaunchM<5, OutT, kSilu, 1>(w, n, k, x, y, ldy, up_rows, pdl, stream);
-      break;
-    case 6:
-      e = LaunchM<6, OutT, kSilu, 1>(w, n, k, x, y, ldy, up_rows, pdl, stream);
-      break;
-    case 7:
-      e = LaunchM<7, OutT, kSilu, 1>(w, n, k, x, y, ldy, up_rows, pdl, stream);
-      break;
-    default:
-      e = LaunchM<8, OutT, kSilu, 1>(w, n, k, x, y, ldy, up_rows, pdl, stream);
-      break;
-  }
+  const cudaError_t e = LaunchRows<1, OutT, kSilu>(static_cast<int>(m), GemvSplitFor(m, k, split), w, n, k, x,
+                                                   y, ldy, up_rows, pdl, stream);
   CUDA_RETURN_IF_ERROR(e);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return OkStatus();

@@ -33,8 +33,8 @@ namespace stoke::cuda {
 
 inline constexpr int kGemvMaxRows = 8;
 
-// The warps per row a product of m rows, n outputs and depth k runs with, for `split` as below.
-int GemvSplitFor(int64_t m, int64_t n, int64_t k, int split);
+// The warps per row a product of m rows and depth k runs with, for `split` as below.
+int GemvSplitFor(int64_t m, int64_t k, int split);
 
 // y[r, c] = Σ_j x[r, j] · w[c, j] for r < m, c < n; ldy = row stride of y (>= n). k % 8 == 0, w and x
 // 16-byte aligned, 1 <= m <= kGemvMaxRows. y must not alias x.

@@ -1,11 +1,11 @@
 // GPU element-wise, normalisation, quantisation and GEMM kernels against the CPU references, on fresh random
 // inputs with outputs poisoned (NaN) beforehand. Skipped when no GPU is present.
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
-#include <filesystem>
-#include <fstream>
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
@@ -306,20 +306,22 @@ TEST(CudaGemv, SplitRowsMatchCpu) {
       STATUS_ASSERT(Bf16Gemv(dw.bf16(), n, k, dx.bf16(), 1, dy.get(), n, /*pdl=*/split == 4, stream, split));
       STATUS_ASSERT(Bf16GemvSiluMul(dw.bf16(), n, k, dx.bf16(), 1, dact.bf16(), false, stream, split));
       CUDA_ASSERT(cudaStreamSynchronize(stream));
-      const std::string what = "gemv n=" + std::to_string(n) + " k=" + std::to_string(k) + " split " +
-                               (split == 0 ? "auto=" + std::to_string(GemvSplitFor(1, n, k, 0)) : std::to_string(split));
+      const std::string what =
+          "gemv n=" + std::to_string(n) + " k=" + std::to_string(k) + " split " +
+          (split == 0 ? "auto=" + std::to_string(GemvSplitFor(1, k, 0)) : std::to_string(split));
       EXPECT_CLOSE(dy.Download(), want, kTolF32, what.c_str());
       EXPECT_CLOSE(FromBf16(dact.Download()), want_swiglu, kTolBf16, (what + " swiglu").c_str());
     }
   }
-  // The automatic choice for the 8B shapes on a GPU of this many SMs, and rows > 1 never split.
-  std::printf("  auto split: qkv %d, o %d, gate|up %d, down %d, lm_head %d; m=2: %d\n",
-              GemvSplitFor(1, 6144, 4096, 0), GemvSplitFor(1, 4096, 4096, 0), GemvSplitFor(1, 14336, 4096, 0),
-              GemvSplitFor(1, 4096, 14336, 0), GemvSplitFor(1, 128256, 4096, 0), GemvSplitFor(2, 4096, 14336, 0));
-  EXPECT_EQ(GemvSplitFor(2, 4096, 14336, 0), 1);
-  EXPECT_EQ(GemvSplitFor(1, 4096, 14336, 2), 2);
-  EXPECT_EQ(GemvSplitFor(1, 4096, 14336, 0), 2);
-  EXPECT_EQ(GemvSplitFor(1, 4096, 2048, 0), 1) << "halves shorter than a round of loads";
+  // The automatic choice for the 8B depths (4096: QKV, O, gate|up, lm_head; 14336: down), and rows > 1 never
+  // split.
+  std::printf("  auto split: k=4096 %d, k=14336 %d; m=2: %d\n", GemvSplitFor(1, 4096, 0),
+              GemvSplitFor(1, 14336, 0), GemvSplitFor(2, 14336, 0));
+  EXPECT_EQ(GemvSplitFor(2, 14336, 0), 1);
+  EXPECT_EQ(GemvSplitFor(1, 14336, 4), 4);
+  EXPECT_EQ(GemvSplitFor(1, 4096, 0), 2);
+  EXPECT_EQ(GemvSplitFor(1, 14336, 0), 2);
+  EXPECT_EQ(GemvSplitFor(1, 2048, 0), 1) << "halves shorter than a round of loads";
   cudaStreamDestroy(stream);
 }
 

@@ -202,8 +202,9 @@ StatusOr<Json> RunStepBench(const StepBenchOptions& o, std::FILE* progress) {
   if (::gethostname(host.data(), host.size() - 1) == 0) machine["hostname"] = host.data();
   report["machine"] = machine;
   Json engine{{"cuda_graphs", o.decoder.cuda_graphs}, {"device_sampling", o.device_sampling}};
-  for (const char* var : {"STOKE_GEMV_MAX_ROWS", "STOKE_PDL", "STOKE_GEMV_SPLIT", "STOKE_DECODE_MIN_PARTITION",
-                          "STOKE_DECODE_PIPELINE", "STOKE_PREFILL_ATTENTION", "STOKE_GGML_NUMERICS"}) {
+  for (const char* var :
+       {"STOKE_GEMV_MAX_ROWS", "STOKE_PDL", "STOKE_GEMV_SPLIT", "STOKE_DECODE_MIN_PARTITION",
+        "STOKE_DECODE_PIPELINE", "STOKE_PREFILL_ATTENTION", "STOKE_GGML_NUMERICS"}) {
     if (const char* v = std::getenv(var)) engine[var] = v;  // engine switches set for this run
   }
   report["engine"] = engine;
