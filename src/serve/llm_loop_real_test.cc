@@ -3,8 +3,13 @@
 // Skips when the model is not on disk (STOKE_MODEL_DIR, default ~/.cache/stoke/models).
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <future>
+#include <thread>
 
 #include "engine/loader/model_registry.h"
 #include "engine/model/factory.h"
@@ -108,6 +113,123 @@ TEST(LlmLoopRealModelTest, BatchedGreedyMatchesSingleSequenceRunner) {
   // The shared text is ~38 tokens: at least two full blocks of 16 come from the cache.
   EXPECT_GE(results[1].last.cached_prompt_tokens, 32) << "the shared prefix was not reused";
   EXPECT_EQ(results[0].last.cached_prompt_tokens, 0);
+}
+
+// A decoder that costs nothing: checks its input as every backend does and "samples" a pseudo-random
+// ordinary token on the "device". What is left of a step is the engine loop's own host time.
+class FreeModel final : public DecoderModel {
+ public:
+  explicit FreeModel(int vocab) {
+    cfg_.vocab_size = vocab;
+    cfg_.max_position = 1 << 20;
+  }
+  const LlamaConfig& config() const override { return cfg_; }
+  Status AllocateKvCache(int num_blocks, int block_size) override {
+    num_blocks_ = num_blocks;
+    block_size_ = block_size;
+    return OkStatus();
+  }
+  KvCacheShape kv_shape() const override { return {1, 1, 1, block_size_, num_blocks_}; }
+  int64_t KvBytesPerToken() const override { return 64; }
+  Status CopyKvBlock(int32_t, int32_t) override { return OkStatus(); }
+  bool SamplesOnDevice() const override { return true; }
+  Status Step(const StepInput& in, StepOutput* out) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    RETURN_IF_ERROR(ValidateStepInput(in, num_blocks_, block_size_, cfg_.vocab_size, /*device_sampling=*/true));
+    out->logits.clear();
+    out->num_rows = 0;
+    out->tokens.clear();
+    for (const StepSequence& s : in.sequences) {
+      if (s.logits != StepSequence::Logits::kToken) continue;
+      x_ = x_ * 1103515245u + 12345u;
+      out->tokens.push_back(static_cast<int32_t>(300 + (x_ >> 8) % 20000));  // words, not special tokens
+    }
+    model_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+    return OkStatus();
+  }
+  std::atomic<int64_t> model_ns{0};
+
+ private:
+  LlamaConfig cfg_;
+  int num_blocks_ = 0, block_size_ = 16;
+  uint32_t x_ = 1;
+};
+
+struct HostTime {
+  double step_us = 0;   // mean wall time of a decode-only step (StepRecord::duration)
+  double model_us = 0;  // of which inside FreeModel::Step
+  int64_t decode_steps = 0;
+};
+
+// n requests of `prompt` tokens and exactly `output` greedy tokens each, all submitted at once; the real
+// SmolLM2 tokenizer detokenises every token.
+HostTime MeasureHostTime(std::shared_ptr<const Tokenizer> tok, int n, int prompt, int output) {
+  auto owned = std::make_unique<FreeModel>(tok->vocab_size());
+  FreeModel* model = owned.get();
+  LlmLoopOptions lo;
+  lo.num_kv_blocks = n * ((prompt + output) / 16 + 2);
+  lo.scheduler.max_num_seqs = std::max(n, 1);
+  lo.scheduler.max_num_batched_tokens = 8192;
+  std::atomic<int64_t> decode_ns{0}, decode_steps{0};
+  lo.on_step = [&](const StepRecord& r) {
+    if (r.prefill_tokens == 0 && r.decode_tokens == n) {
+      decode_ns += r.duration;
+      ++decode_steps;
+    }
+  };
+  auto loop = LlmLoop::Create(lo, std::move(owned), tok);
+  EXPECT_TRUE(loop.ok()) << loop.status().ToString();
+  if (!loop.ok()) return {};
+  std::atomic<int> done{0};
+  for (int i = 0; i < n; ++i) {
+    GenerationRequest r;
+    r.id = std::to_string(i);
+    for (int j = 0; j < prompt; ++j) r.prompt_ids.push_back(300 + (i * 7919 + j * 31) % 20000);
+    r.sampling.temperature = 0;
+    r.sampling.max_tokens = output;
+    r.sampling.ignore_eos = true;
+    r.on_event = [&](GenerationEvent ev) { done += ev.finish != FinishReason::kNone; };
+    EXPECT_TRUE((*loop)->Submit(std::move(r)).ok());
+  }
+  EXPECT_TRUE((*loop)->WaitIdle(int64_t{120} * 1000000000));
+  EXPECT_EQ(done.load(), n);
+  const int64_t steps = (*loop)->stats().steps;
+  HostTime h;
+  h.decode_steps = decode_steps.load();
+  if (h.decode_steps > 0) h.step_us = decode_ns.load() / 1e3 / h.decode_steps;
+  if (steps > 0) h.model_us = model->model_ns.load() / 1e3 / steps;
+  return h;
+}
+
+// The engine loop's host time per decode step grows with the batch, not faster: scheduling, block tables,
+// detokenisation and stop checks are per sequence. (A GPU step of the 8B model at batch 64 takes ~12 ms; the
+// loop's share is what `Step` cannot overlap.) STOKE_LOOP_HOST_N / _TOKENS scale it up for bench/results.
+TEST(LlmLoopRealModelTest, HostTimePerDecodeStepIsLinearInTheBatch) {
+  const std::string path = SmolLmPath();
+  SKIP_WITHOUT_MODEL(path);
+  auto tok = LoadTokenizer(path);
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  std::shared_ptr<const Tokenizer> tokenizer = std::move(*tok);
+  const char* big_n = std::getenv("STOKE_LOOP_HOST_N");
+  const char* big_t = std::getenv("STOKE_LOOP_HOST_TOKENS");
+  const int tokens = big_t ? std::atoi(big_t) : 64;
+  std::vector<int> sizes = {16, 128};
+  if (big_n) sizes = {std::atoi(big_n)};
+  std::vector<HostTime> h;
+  for (int n : sizes) {
+    h.push_back(MeasureHostTime(tokenizer, n, tokens, tokens));
+    std::printf("engine host time, batch %d, %d-token prompts, %d outputs: %.1f us per decode step (%.2f us per "
+                "sequence; the free model's own %.1f us) over %lld steps\n",
+                n, tokens, tokens, h.back().step_us, h.back().step_us / n, h.back().model_us,
+                static_cast<long long>(h.back().decode_steps));
+    ASSERT_GT(h.back().decode_steps, 0);
+    // Generous (a debug ASan build on a busy 2-core machine), yet far below a GPU step.
+    EXPECT_LT(h.back().step_us / n, 50.0) << "batch " << n;
+  }
+  if (h.size() == 2) {
+    // 8x the sequences: at most ~8x the time (plus a fixed part); a quadratic step would be ~64x.
+    EXPECT_LT(h[1].step_us, 16 * h[0].step_us + 200) << h[0].step_us << " -> " << h[1].step_us;
+  }
 }
 
 }  // namespace
