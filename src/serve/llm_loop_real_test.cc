@@ -201,6 +201,12 @@ HostTime MeasureHostTime(std::shared_ptr<const Tokenizer> tok, int n, int prompt
   return h;
 }
 
+#if defined(__SANITIZE_ADDRESS__) || !defined(NDEBUG)
+constexpr double kMaxUsPerSequence = 400.0;
+#else
+constexpr double kMaxUsPerSequence = 25.0;
+#endif
+
 // The engine loop's host time per decode step grows with the batch, not faster: scheduling, block tables,
 // detokenisation and stop checks are per sequence. (A GPU step of the 8B model at batch 64 takes ~12 ms; the
 // loop's share is what `Step` cannot overlap.) STOKE_LOOP_HOST_N / _TOKENS scale it up for bench/results.
@@ -223,8 +229,9 @@ TEST(LlmLoopRealModelTest, HostTimePerDecodeStepIsLinearInTheBatch) {
                 n, tokens, tokens, h.back().step_us, h.back().step_us / n, h.back().model_us,
                 static_cast<long long>(h.back().decode_steps));
     ASSERT_GT(h.back().decode_steps, 0);
-    // Generous (a debug ASan build on a busy 2-core machine), yet far below a GPU step.
-    EXPECT_LT(h.back().step_us / n, 50.0) << "batch " << n;
+    // ~0.5 us per sequence in a release build and ~20 in the debug ASan build on the 2-core VM: bounds with
+    // room for a busy CI machine, yet far below a GPU step's share.
+    EXPECT_LT(h.back().step_us / n, kMaxUsPerSequence) << "batch " << n;
   }
   if (h.size() == 2) {
     // 8x the sequences: at most ~8x the time (plus a fixed part); a quadratic step would be ~64x.
