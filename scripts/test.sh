@@ -7,6 +7,8 @@
 #   5. each libFuzzer target for a short while (fuzz preset, clang)
 #   6. the CUDA targets compiled for sm_90a when nvcc exists (nothing runs them here: no GPU)
 # Env: STOKE_TEST_STAGES="build ctest pytest asan fuzz cuda" to pick stages; FUZZ_SECONDS (default 30).
+#      Opt-in stage "tsan": the unit tests under ThreadSanitizer (tsan preset; ~11 min to build on 2 cores, so
+#      not in CI's default set): STOKE_TEST_STAGES="build tsan" scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -44,6 +46,14 @@ if has asan; then
   cmake --build build/debug-asan -j"$JOBS"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build/debug-asan --output-on-failure -j"$JOBS" -L unit || failures+=(asan)
+fi
+
+if has tsan; then
+  step "unit tests under ThreadSanitizer"
+  cmake --preset tsan >/dev/null
+  cmake --build build/tsan -j"$JOBS"
+  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+    ctest --test-dir build/tsan --output-on-failure -j"$JOBS" -L unit || failures+=(tsan)
 fi
 
 if has fuzz; then

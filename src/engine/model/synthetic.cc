@@ -1,6 +1,7 @@
 #include "engine/model/synthetic.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -81,8 +82,9 @@ uint64_t ReadBytes(const uint64_t* buf, size_t words, double bytes) {
   return s0 + s1 + s2 + s3;
 }
 
-// Keeps results alive so the work is not optimised away.
-volatile uint64_t g_sink = 0;
+// Keeps results alive so the work is not optimised away. Atomic: concurrent instances all add to it (a
+// volatile read-modify-write here was a data race, found by ThreadSanitizer under `stoke serve --instances`).
+std::atomic<uint64_t> g_sink{0};
 
 SyntheticCudaBackend& CudaBackend() {
   static SyntheticCudaBackend backend;
@@ -249,7 +251,7 @@ Status SyntheticModel::Run(const uint8_t* input, int64_t rows, std::vector<uint8
     uint8_t* out = ws.device_out.data() + r * c.output_bytes;
     for (int64_t j = 0; j < c.output_bytes; ++j) out[j] = in[j % c.input_bytes] ^ 0x5A;
   }
-  g_sink = g_sink + sink + static_cast<uint64_t>(fsink);
+  g_sink.fetch_add(sink + static_cast<uint64_t>(fsink), std::memory_order_relaxed);
   lap(&times->compute);
 
   // d2h
