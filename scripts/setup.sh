@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(
-  build-essential cmake ninja-build pkg-config git unzip ca-certificates
+  build-essential cmake ninja-build ccache pkg-config git unzip ca-certificates
   python3 python3-venv python3-dev python3-pip
   libboost-dev nlohmann-json3-dev libopenblas-dev libcli11-dev libutf8proc-dev libpcre2-dev
   libspdlog-dev libfmt-dev libgtest-dev libgmock-dev
@@ -31,20 +31,28 @@ fi
 
 [ "${STOKE_SETUP_PY:-1}" = "1" ] || exit 0
 
-# Python test environment (.venv). The requirements file is hashed so a changed pin re-installs.
-VENV=.venv
+# Python test environment. It lives outside the clone, keyed by the hash of its pins
+# (${XDG_CACHE_HOME:-~/.cache}/stoke/venv-HASH), so a second clone or a CI re-run reuses it; `.venv` in the
+# clone is a symlink to it. A changed pin makes a new one. STOKE_VENV_DIR overrides the location.
 REQ=tests/requirements.txt
-stamp="$VENV/.stoke-req-$(sha256sum "$REQ" | cut -c1-16)"
+key=$(cat "$REQ" tests/perf_analyzer.txt | sha256sum | cut -c1-16)
+VENV_REAL=${STOKE_VENV_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/stoke/venv-$key}
+stamp="$VENV_REAL/.stoke-req-$key"
 if [ ! -f "$stamp" ]; then
-  echo "[setup] creating Python test environment in $VENV (first time: builds llama-cpp-python from source, several minutes)"
-  [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
-  "$VENV/bin/python" -m pip install -q --upgrade pip==24.3.1
+  echo "[setup] creating Python test environment in $VENV_REAL (first time: builds llama-cpp-python from source, several minutes)"
+  mkdir -p "$(dirname "$VENV_REAL")"
+  [ -x "$VENV_REAL/bin/python" ] || python3 -m venv "$VENV_REAL"
+  "$VENV_REAL/bin/python" -m pip install -q --upgrade pip==24.3.1
   # llama.cpp built for the CPU only; portable flags so the venv works on any x86-64.
   CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_CUDA=OFF -DLLAMA_CURL=OFF" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-    "$VENV/bin/python" -m pip install -q -r "$REQ"
+    "$VENV_REAL/bin/python" -m pip install -q -r "$REQ"
   touch "$stamp"
 else
-  echo "[setup] Python test environment up to date"
+  echo "[setup] Python test environment up to date ($VENV_REAL)"
+fi
+if [ "$(readlink .venv 2>/dev/null)" != "$VENV_REAL" ]; then
+  rm -rf .venv
+  ln -s "$VENV_REAL" .venv
 fi
 
 # perf_analyzer (the KServe cross-check and the perf_analyzer tests): its own folder beside the venv, because

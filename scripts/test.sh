@@ -16,8 +16,19 @@ STAGES=${STOKE_TEST_STAGES:-"build ctest pytest asan fuzz cuda"}
 FUZZ_SECONDS=${FUZZ_SECONDS:-30}
 JOBS=${JOBS:-$(nproc)}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
-step() { echo; echo "=== $* ==="; }
+# Each stage's wall time, printed at the end (a warm re-run should spend its time testing, not building).
+stage_names=(); stage_secs=(); stage_t0=$SECONDS
+step() {
+  end_stage
+  echo; echo "=== $* ==="
+  stage_names+=("$*"); stage_t0=$SECONDS
+}
+end_stage() { ((${#stage_names[@]})) && ((${#stage_secs[@]} < ${#stage_names[@]})) && stage_secs+=($((SECONDS - stage_t0))); true; }
 failures=()
+
+# ccache (CMakeLists.txt uses it when installed): paths under the clone are hashed relative to it, so another
+# clone of the same commit hits the same cache (~/.cache/ccache unless CCACHE_DIR says otherwise).
+export CCACHE_BASEDIR=$ROOT CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-10G}
 
 step "setup"
 bash scripts/setup.sh
@@ -78,6 +89,12 @@ if has cuda && command -v nvcc >/dev/null 2>&1; then
     || failures+=(cuda-build)
 fi
 
+end_stage
+echo
+echo "stage times (s):"
+for i in "${!stage_names[@]}"; do printf '  %5d  %s\n' "${stage_secs[$i]}" "${stage_names[$i]}"; done
+printf '  %5d  total\n' "$SECONDS"
+command -v ccache >/dev/null && ccache --show-stats 2>/dev/null | grep -Ei '^ *(hits|misses|cacheable)' | head -3 || true
 echo
 if ((${#failures[@]})); then
   echo "FAILED stages: ${failures[*]}"
