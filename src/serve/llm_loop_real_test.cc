@@ -9,12 +9,44 @@
 #include <cstdlib>
 #include <filesystem>
 #include <future>
+#include <new>
 #include <thread>
 
 #include "engine/loader/model_registry.h"
 #include "engine/model/factory.h"
 #include "engine/runner/generate.h"
 #include "serve/llm_loop.h"
+
+// Heap allocations per thread, counted by the replaced global operator new below (this test binary only).
+namespace testing_alloc {
+thread_local int64_t allocations = 0;
+int64_t ThreadAllocations() {
+  return allocations;
+}
+}  // namespace testing_alloc
+
+// Replaceable global allocation functions: count, then forward to malloc/free (new and delete replaced as a
+// pair, so sanitizer builds see matching calls).
+void* operator new(std::size_t n) {
+  ++testing_alloc::allocations;
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n) {
+  return ::operator new(n);
+}
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, std::size_t) noexcept {
+  std::free(p);
+}
 
 namespace stoke {
 namespace {
@@ -136,7 +168,8 @@ class FreeModel final : public DecoderModel {
   Status Step(const StepInput& in, StepOutput* out) override {
     if (gate.valid()) gate.wait();  // held until every request is in: the batch is the one asked for
     const auto t0 = std::chrono::steady_clock::now();
-    RETURN_IF_ERROR(ValidateStepInput(in, num_blocks_, block_size_, cfg_.vocab_size, /*device_sampling=*/true));
+    RETURN_IF_ERROR(
+        ValidateStepInput(in, num_blocks_, block_size_, cfg_.vocab_size, /*device_sampling=*/true));
     out->logits.clear();
     out->num_rows = 0;
     out->tokens.clear();
@@ -145,7 +178,8 @@ class FreeModel final : public DecoderModel {
       x_ = x_ * 1103515245u + 12345u;
       out->tokens.push_back(static_cast<int32_t>(300 + (x_ >> 8) % 20000));  // words, not special tokens
     }
-    model_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+    model_ns +=
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
     return OkStatus();
   }
   std::atomic<int64_t> model_ns{0};
@@ -158,8 +192,9 @@ class FreeModel final : public DecoderModel {
 };
 
 struct HostTime {
-  double step_us = 0;   // mean wall time of a decode-only step (StepRecord::duration)
+  double step_us = 0;   // mean wall time of a decode-only step (StepRecord::duration); reported, not asserted
   double model_us = 0;  // of which inside FreeModel::Step
+  double allocs_per_step = 0;  // heap allocations on the engine thread per decode-only step (deterministic)
   int64_t decode_steps = 0;
 };
 
@@ -174,12 +209,18 @@ HostTime MeasureHostTime(std::shared_ptr<const Tokenizer> tok, int n, int prompt
   lo.num_kv_blocks = n * ((prompt + output) / 16 + 2);
   lo.scheduler.max_num_seqs = std::max(n, 1);
   lo.scheduler.max_num_batched_tokens = 8192;
-  std::atomic<int64_t> decode_ns{0}, decode_steps{0};
+  // on_step runs on the engine thread after each step: the allocation counter's difference between two calls
+  // is what one step (plan, model, sampling, detokenisation, events) allocated on that thread.
+  std::atomic<int64_t> decode_ns{0}, decode_steps{0}, decode_allocs{0};
+  int64_t allocs_at_last_step = 0;
   lo.on_step = [&](const StepRecord& r) {
+    const int64_t now = testing_alloc::ThreadAllocations();
     if (r.prefill_tokens == 0 && r.decode_tokens == n) {
       decode_ns += r.duration;
+      decode_allocs += now - allocs_at_last_step;
       ++decode_steps;
     }
+    allocs_at_last_step = testing_alloc::ThreadAllocations();
   };
   auto loop = LlmLoop::Create(lo, std::move(owned), tok);
   EXPECT_TRUE(loop.ok()) << loop.status().ToString();
@@ -196,52 +237,72 @@ HostTime MeasureHostTime(std::shared_ptr<const Tokenizer> tok, int n, int prompt
     EXPECT_TRUE((*loop)->Submit(std::move(r)).ok());
   }
   open.set_value();
-  EXPECT_TRUE((*loop)->WaitIdle(int64_t{120} * 1000000000));
+  EXPECT_TRUE((*loop)->WaitIdle(int64_t{600} * 1000000000));
   EXPECT_EQ(done.load(), n);
   const int64_t steps = (*loop)->stats().steps;
   HostTime h;
   h.decode_steps = decode_steps.load();
-  if (h.decode_steps > 0) h.step_us = decode_ns.load() / 1e3 / h.decode_steps;
+  if (h.decode_steps > 0) {
+    h.step_us = decode_ns.load() / 1e3 / h.decode_steps;
+    h.allocs_per_step = static_cast<double>(decode_allocs.load()) / h.decode_steps;
+  }
   if (steps > 0) h.model_us = model->model_ns.load() / 1e3 / steps;
   return h;
 }
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || !defined(NDEBUG)
-constexpr double kMaxUsPerSequence = 400.0;
-#else
-constexpr double kMaxUsPerSequence = 25.0;
-#endif
+void Print(const HostTime& h, int n, int tokens) {
+  std::printf(
+      "engine host time, batch %d, %d-token prompts, %d outputs: %.1f us per decode step (%.2f us per "
+      "sequence; the free model's own %.1f us), %.1f allocations per step (%.2f per sequence), over %lld "
+      "steps\n",
+      n, tokens, tokens, h.step_us, h.step_us / n, h.model_us, h.allocs_per_step, h.allocs_per_step / n,
+      static_cast<long long>(h.decode_steps));
+}
 
-// The engine loop's host time per decode step grows with the batch, not faster: scheduling, block tables,
-// detokenisation and stop checks are per sequence. (A GPU step of the 8B model at batch 64 takes ~12 ms; the
-// loop's share is what `Step` cannot overlap.) STOKE_LOOP_HOST_N / _TOKENS scale it up for bench/results.
-TEST(LlmLoopRealModelTest, HostTimePerDecodeStepIsLinearInTheBatch) {
-  const std::string path = SmolLmPath();
-  SKIP_WITHOUT_MODEL(path);
-  auto tok = LoadTokenizer(path);
-  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
-  std::shared_ptr<const Tokenizer> tokenizer = std::move(*tok);
+std::shared_ptr<const Tokenizer> SmolLmTokenizer() {
+  auto tok = LoadTokenizer(SmolLmPath());
+  EXPECT_TRUE(tok.ok()) << tok.status().ToString();
+  return tok.ok() ? std::shared_ptr<const Tokenizer>(std::move(*tok)) : nullptr;
+}
+
+// The engine loop's host work per decode step grows with the batch, not faster: scheduling, block tables,
+// detokenisation and stop checks are per sequence. Checked as a count the code controls (heap allocations on
+// the engine thread per step), never as microseconds: CI shares 2 cores between parallel tests, so a time
+// bound fails at random (issue 21). The time is printed beside it; the benchmark below measures it.
+TEST(LlmLoopRealModelTest, DecodeStepHostWorkIsLinearInTheBatch) {
+  SKIP_WITHOUT_MODEL(SmolLmPath());
+  auto tokenizer = SmolLmTokenizer();
+  ASSERT_NE(tokenizer, nullptr);
+  constexpr int kTokens = 64;
+  const HostTime small = MeasureHostTime(tokenizer, 16, kTokens, kTokens);
+  const HostTime large = MeasureHostTime(tokenizer, 128, kTokens, kTokens);
+  Print(small, 16, kTokens);
+  Print(large, 128, kTokens);
+  ASSERT_GT(small.decode_steps, 0);
+  ASSERT_GT(large.decode_steps, 0);
+  // Per sequence, a decode step allocates a bounded handful (the event's token and text buffers); a step that
+  // copied the batch per sequence (quadratic) would allocate 8x more per sequence at 8x the batch.
+  EXPECT_GT(small.allocs_per_step, 0) << "the allocation counter saw nothing: is operator new replaced?";
+  // (measured: 3.1 per sequence at batch 16, 2.5 at 128)
+  EXPECT_LT(small.allocs_per_step / 16, 8.0);
+  EXPECT_LT(large.allocs_per_step / 128, 8.0);
+  EXPECT_LT(large.allocs_per_step / 128, 1.5 * small.allocs_per_step / 16 + 1.0)
+      << small.allocs_per_step << " -> " << large.allocs_per_step;
+}
+
+// Benchmark, not a test (never in CI): the loop's host time per decode step at serving shapes, for
+// bench/results/cpu_llm_loop_host_time_*.json. Run:
+//   STOKE_LOOP_HOST_N=256 STOKE_LOOP_HOST_TOKENS=1000 build/release/src/serve/stoke_serve_test \
+//     --gtest_also_run_disabled_tests --gtest_filter='*DISABLED_HostTimePerDecodeStepBenchmark'
+TEST(LlmLoopRealModelTest, DISABLED_HostTimePerDecodeStepBenchmark) {
+  SKIP_WITHOUT_MODEL(SmolLmPath());
+  auto tokenizer = SmolLmTokenizer();
+  ASSERT_NE(tokenizer, nullptr);
   const char* big_n = std::getenv("STOKE_LOOP_HOST_N");
   const char* big_t = std::getenv("STOKE_LOOP_HOST_TOKENS");
-  const int tokens = big_t ? std::atoi(big_t) : 64;
-  std::vector<int> sizes = {16, 128};
-  if (big_n) sizes = {std::atoi(big_n)};
-  std::vector<HostTime> h;
-  for (int n : sizes) {
-    h.push_back(MeasureHostTime(tokenizer, n, tokens, tokens));
-    std::printf("engine host time, batch %d, %d-token prompts, %d outputs: %.1f us per decode step (%.2f us per "
-                "sequence; the free model's own %.1f us) over %lld steps\n",
-                n, tokens, tokens, h.back().step_us, h.back().step_us / n, h.back().model_us,
-                static_cast<long long>(h.back().decode_steps));
-    ASSERT_GT(h.back().decode_steps, 0);
-    // ~0.5 us per sequence in a release build and ~20 in the debug ASan build on the 2-core VM: bounds with
-    // room for a busy CI machine, yet far below a GPU step's share.
-    EXPECT_LT(h.back().step_us / n, kMaxUsPerSequence) << "batch " << n;
-  }
-  if (h.size() == 2) {
-    // 8x the sequences: at most ~8x the time (plus a fixed part); a quadratic step would be ~64x.
-    EXPECT_LT(h[1].step_us, 16 * h[0].step_us + 200) << h[0].step_us << " -> " << h[1].step_us;
-  }
+  const int n = big_n ? std::atoi(big_n) : 64;
+  const int tokens = big_t ? std::atoi(big_t) : 256;
+  Print(MeasureHostTime(tokenizer, n, tokens, tokens), n, tokens);
 }
 
 }  // namespace

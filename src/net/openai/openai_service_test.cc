@@ -145,7 +145,7 @@ class FakeResponder final : public HttpResponder {
   }
   HttpResponse Wait() {
     std::unique_lock lock(mu_);
-    cv_.wait_for(lock, std::chrono::seconds(5), [&] { return done_; });
+    cv_.wait_for(lock, std::chrono::seconds(60), [&] { return done_; });
     EXPECT_TRUE(done_);
     return response_;
   }

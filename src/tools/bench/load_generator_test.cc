@@ -1,5 +1,7 @@
 // The generator against an in-process server that answers every request after exactly 20 ms (on its own
-// thread): closed-loop throughput must be concurrency / 20 ms and latency 20 ms plus loopback overhead.
+// thread): closed-loop throughput must be concurrency / mean latency (Little's law) and latency at least the
+// 20 ms. The machine (CI shares 2 cores between parallel tests) can only add time, so the assertions are the
+// server's floor, the loop's invariants and counts, never an upper bound on how fast this machine is.
 #include "tools/bench/load_generator.h"
 
 #include <gtest/gtest.h>
@@ -108,13 +110,14 @@ TEST(LoadGenerator, ClosedLoopMeasuresTheServersDelay) {
   EXPECT_EQ(windows, 3);
   EXPECT_EQ(p->windows.size(), 3u);
   EXPECT_TRUE(p->errors.empty());
-  EXPECT_GT(p->succeeded, 100);
+  EXPECT_GT(p->succeeded, 4);  // at least one round per client
   EXPECT_GE(p->latency_ms.min, 20.0);
-  EXPECT_LT(p->latency_ms.p50, 28.0);  // loopback + parsing; generous for sanitizer builds on a busy machine
-  // 4 clients / 20 ms = 200 requests/s, less the per-request overhead (Little's law).
-  EXPECT_NEAR(p->requests_per_s, 4 / (p->latency_ms.mean / 1e3), 10);
-  EXPECT_GT(p->requests_per_s, 140);
-  EXPECT_LE(p->requests_per_s, 201);
+  EXPECT_GE(p->latency_ms.p50, 20.0);
+  // 4 clients, each always waiting on one request: requests/s = 4 / mean latency (Little's law), whatever the
+  // latency is; 10 % for the requests cut at the window's edges.
+  EXPECT_NEAR(p->requests_per_s, 4 / (p->latency_ms.mean / 1e3), 0.1 * p->requests_per_s);
+  // The ceiling: each client completes at most one request per 20 ms, plus one begun before the window.
+  EXPECT_LE(p->requests_per_s, 4 * (1.2 / 0.020 + 1) / 1.2);
   EXPECT_NEAR(p->measured_s, 1.2, 1e-6);
   EXPECT_DOUBLE_EQ(p->mean_input_tokens, 3);  // the server's usage
 }
@@ -126,11 +129,11 @@ TEST(LoadGenerator, OpenLoopSendsOnScheduleAndCountsFromIt) {
   o.arrival = Arrival::kConstant;
   auto p = gen.RunPoint(o, nullptr);
   ASSERT_TRUE(p.ok()) << p.status().ToString();
-  // 100 requests/s for 1.2 s, each taking 20 ms: two in flight at a time, no queueing.
+  // 100 requests/s for 1.2 s, each taking 20 ms. The schedule, not the machine, sets how many are sent
+  // (arrivals due before the end go out even when the timer fires late): a send the machine delays is late,
+  // not dropped.
   EXPECT_NEAR(static_cast<double>(p->sent), 120, 2);
-  EXPECT_NEAR(p->requests_per_s, 100, 5);
   EXPECT_GE(p->latency_ms.min, 20.0);
-  EXPECT_LT(p->latency_ms.p50, 28.0);
   EXPECT_EQ(p->generator.dropped_sends, 0);
   EXPECT_EQ(p->generator.send_lag_ms.count, p->sent);
 }
