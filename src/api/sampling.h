@@ -43,6 +43,8 @@ struct TokenLogprob {
 
 enum class FinishReason : uint8_t { kNone, kStop, kLength, kCancelled, kError };
 
+// The one name of each reason, as the OpenAI API and vLLM's finished_reason label spell it ("abort" for a
+// request the client cancelled); "" for kNone (not finished).
 inline const char* FinishReasonName(FinishReason r) {
   switch (r) {
     case FinishReason::kStop:
@@ -50,7 +52,7 @@ inline const char* FinishReasonName(FinishReason r) {
     case FinishReason::kLength:
       return "length";
     case FinishReason::kCancelled:
-      return "cancelled";
+      return "abort";
     case FinishReason::kError:
       return "error";
     case FinishReason::kNone:

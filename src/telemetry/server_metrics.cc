@@ -32,18 +32,7 @@ constexpr const char* kAdmissionReasons[] = {"token_budget", "max_seqs", "no_blo
 }  // namespace
 
 const char* FinishedReasonLabel(FinishReason r) {
-  switch (r) {
-    case FinishReason::kStop:
-      return "stop";
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kCancelled:
-      return "abort";
-    case FinishReason::kError:
-    case FinishReason::kNone:
-      break;
-  }
-  return "error";
+  return r == FinishReason::kNone ? "error" : FinishReasonName(r);  // a request recorded unfinished: an error
 }
 
 StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(const std::string& model_name,

@@ -448,25 +448,8 @@ std::string OpenAiErrorBody(int status, std::string_view message) {
 // ---- responses ----
 namespace {
 
-const char* FinishName(FinishReason f) {
-  switch (f) {
-    case FinishReason::kStop:
-      return "stop";
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kCancelled:
-      return "abort";
-    case FinishReason::kError:
-      return "error";
-    case FinishReason::kNone:
-      break;
-  }
-  return nullptr;
-}
-
 ojson FinishJson(FinishReason f) {
-  const char* name = FinishName(f);
-  return name ? ojson(name) : ojson(nullptr);
+  return f == FinishReason::kNone ? ojson(nullptr) : ojson(FinishReasonName(f));
 }
 
 // -inf (a token of probability 0 under top-k/top-p) has no JSON form; vLLM's convention.
