@@ -13,10 +13,19 @@ on by default; STOKE_GGML_NUMERICS=0 turns it off): against llama-cpp-python's A
 bit-identical. A llama.cpp built for another ISA (AVX-512 paths sum in 16 lanes) differs at rounding level again.
 Figures (top-1 agreement, mean / max |dlogit|, bit-identical rows) are printed (run with -s) and attached to the
 junit report as properties.
+
+llama.cpp's side (ids, logits, greedy ids) depends only on the model file, the llama-cpp-python build and the
+inputs, so it is kept in ~/.cache/stoke/golden/KEY (STOKE_GOLDEN_CACHE overrides), KEY hashing all of those
+(the build through its venv, which scripts/setup.sh keys by the pinned requirements, and the reference code's
+source): a second run, from another clone too, recomputes only stoke's side.
 """
+import hashlib
+import inspect
 import json
+import os
 import pathlib
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -46,11 +55,66 @@ def llama_cpp_mod():
     return pytest.importorskip("llama_cpp")
 
 
+class Reference:
+    """llama.cpp loaded on first use; its results cached on disk under a key of everything they depend on."""
+
+    def __init__(self, llama_cpp_mod, model_path):
+        self.mod, self.model_path, self._llm = llama_cpp_mod, model_path, None
+        st = model_path.stat()
+        key = hashlib.sha256()
+        for part in (str(model_path), str(st.st_size), str(st.st_mtime_ns), llama_cpp_mod.__version__,
+                     os.path.realpath(sys.prefix), str(THREADS), inspect.getsource(llama_cpp_logits),
+                     inspect.getsource(llama_cpp_greedy), inspect.getsource(Reference)):
+            key.update(part.encode() + b"\0")
+        root = pathlib.Path(os.environ.get("STOKE_GOLDEN_CACHE", pathlib.Path.home() / ".cache/stoke/golden"))
+        self.dir = root / key.hexdigest()[:24]
+
+    @property
+    def llm(self):
+        if self._llm is None:  # llama.cpp's defaults (fp16 KV cache), as a user would run it
+            self._llm = self.mod.Llama(model_path=str(self.model_path), logits_all=True, n_ctx=2048,
+                                       n_threads=THREADS, verbose=False)
+        return self._llm
+
+    def _path(self, kind, text):
+        return self.dir / f"{kind}-{hashlib.sha256(text.encode()).hexdigest()[:24]}"
+
+    def teacher_forced(self, text):
+        """(ids, logits [len(ids), vocab] fp32) of a plain text."""
+        p = self._path("tf", text)
+        if (p / "logits.npy").exists():
+            return json.loads((p / "ids.json").read_text()), np.load(p / "logits.npy")
+        ids = self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+        logits = llama_cpp_logits(self.llm, ids)
+        p.mkdir(parents=True, exist_ok=True)
+        np.save(p / "logits.tmp.npy", logits)
+        (p / "ids.json").write_text(json.dumps(ids))
+        os.replace(p / "logits.tmp.npy", p / "logits.npy")  # complete entries only
+        return ids, logits
+
+    def greedy(self, prompt, chat, max_tokens):
+        """(prompt ids, greedy ids, per-step top-1 leads, detokenised text) as llama.cpp computes them."""
+        p = self._path("greedy", json.dumps([prompt, chat, max_tokens]))
+        if (p / "greedy.json").exists():
+            g = json.loads((p / "greedy.json").read_text())
+            return g["ids"], g["ref"], g["leads"], g["text"]
+        if chat:
+            rendered = (f"<|im_start|>system\n{CHATML_SYSTEM}<|im_end|>\n<|im_start|>user\n{prompt}<|im_end|>\n"
+                        "<|im_start|>assistant\n")
+            ids = self.llm.tokenize(rendered.encode("utf-8"), add_bos=False, special=True)
+        else:
+            ids = self.llm.tokenize(prompt.encode("utf-8"), add_bos=True, special=False)  # BOS if the model asks
+        ref, leads = llama_cpp_greedy(self.llm, ids, max_tokens)
+        text = self.llm.detokenize(ref).decode("utf-8", errors="replace")
+        p.mkdir(parents=True, exist_ok=True)
+        (p / "greedy.tmp").write_text(json.dumps({"ids": ids, "ref": ref, "leads": leads, "text": text}))
+        os.replace(p / "greedy.tmp", p / "greedy.json")
+        return ids, ref, leads, text
+
+
 @pytest.fixture(scope="module")
 def llm(llama_cpp_mod, smollm2_path):
-    # llama.cpp's defaults (fp16 KV cache), as a user would run it.
-    return llama_cpp_mod.Llama(model_path=str(smollm2_path), logits_all=True, n_ctx=2048, n_threads=THREADS,
-                               verbose=False)
+    return Reference(llama_cpp_mod, smollm2_path)
 
 
 def llama_cpp_logits(model, ids):
@@ -80,9 +144,8 @@ def test_teacher_forced_logits_match_llama_cpp(stoke_bin, smollm2_path, llm, tmp
     n = agree = exact = decisive = decisive_agree = 0
     abs_sum = abs_max = 0.0
     for i, text_path in enumerate(TEXTS):
-        ids = llm.tokenize(text_path.read_text(encoding="utf-8").encode("utf-8"), add_bos=False, special=False)
+        ids, ref = llm.teacher_forced(text_path.read_text(encoding="utf-8"))
         assert 0 < len(ids) < 2048
-        ref = llama_cpp_logits(llm, ids)
         chunk = 512 if i % 2 == 0 else 97  # chunked prefill through the paged KV, odd and even boundaries
         got = stoke_score(stoke_bin, smollm2_path, ids, tmp_path / f"{text_path.stem}.f32", chunk)
         assert got.shape == ref.shape
@@ -142,24 +205,18 @@ def test_greedy_continuations_match_llama_cpp(stoke_bin, smollm2_path, llm, reco
     assert len(GREEDY_PROMPTS) >= 8
     identical = 0
     for prompt, chat in GREEDY_PROMPTS:
-        if chat:
-            rendered = (f"<|im_start|>system\n{CHATML_SYSTEM}<|im_end|>\n<|im_start|>user\n{prompt}<|im_end|>\n"
-                        "<|im_start|>assistant\n")
-            ids = llm.tokenize(rendered.encode("utf-8"), add_bos=False, special=True)
-        else:
-            ids = llm.tokenize(prompt.encode("utf-8"), add_bos=True, special=False)  # BOS only if the model asks
-        ref, leads = llama_cpp_greedy(llm, ids, 32)
+        ids, ref, leads, ref_text = llm.greedy(prompt, chat, 32)
         text, prompt_ids, got = stoke_greedy(stoke_bin, smollm2_path, prompt, chat, 32)
         assert prompt_ids == ids, f"prompt tokenization differs for {prompt!r}"
         if got == ref:
             identical += 1
-            assert text == llm.detokenize(ref).decode("utf-8", errors="replace")
+            assert text == ref_text
             print(f"same chat={chat} {prompt!r}: {text!r}")
             continue
         j = next((k for k in range(min(len(got), len(ref))) if got[k] != ref[k]), min(len(got), len(ref)))
         lead = leads[j] if j < len(leads) else 0.0  # j == len(ref): stoke went on where llama.cpp hit EOS
         print(f"DIFF chat={chat} {prompt!r} at token {j}, llama.cpp lead {lead:.3f}\n"
-              f"  llama.cpp: {llm.detokenize(ref).decode('utf-8', errors='replace')!r}\n  stoke:     {text!r}")
+              f"  llama.cpp: {ref_text!r}\n  stoke:     {text!r}")
     record_property("greedy_identical", identical)
     print(f"greedy: {identical}/{len(GREEDY_PROMPTS)} identical")
     assert identical >= len(GREEDY_PROMPTS) - 1
