@@ -46,10 +46,11 @@ std::string BatchingKnob(int max_batch, double delay_us) {
       R"(model file: "max_batch_size": {}, "dynamic_batching": {{"max_queue_delay_microseconds": {}}})",
       max_batch, static_cast<long>(delay_us));
 }
-// The stage group decides only if it matters: the instances are busy, or it is a real share of latency.
+// The stage group decides only if it matters: the instances are busy (more of them would help), or, where
+// busy time is not exported (LLM), it is a real share of the latency. An idle server is under-fed instead.
 bool Matters(const Signals& s, double group_s, const Thresholds& t) {
-  return Ge(s.instance_busy, t.matters_busy) || Ge(Ratio(group_s, s.latency_s), t.matters_latency) ||
-         (!Has(s.instance_busy) && IsLlm(s));
+  if (Has(s.instance_busy)) return s.instance_busy >= t.matters_busy;
+  return Ge(Ratio(group_s, s.latency_s), t.matters_latency);
 }
 // GPU rules apply when the device stages are most of the service time, or when there is no ledger.
 bool DeviceDominates(const Signals& s, const Thresholds& t) {
@@ -58,6 +59,16 @@ bool DeviceDominates(const Signals& s, const Thresholds& t) {
 double GpuBusy(const Signals& s) {
   if (Has(s.gr_active) && Has(s.gpu_util)) return std::max(s.gr_active, s.gpu_util);
   return Has(s.gr_active) ? s.gr_active : s.gpu_util;
+}
+
+// Throughput of the sweep's last point / its first (NaN without a sweep of growing concurrency).
+double SweepScaling(const Signals& s) {
+  if (s.load.size() < 2 || s.load.front().requests_per_s <= 0) return kNaN;
+  if (s.load.back().concurrency <= s.load.front().concurrency) return kNaN;
+  return s.load.back().requests_per_s / s.load.front().requests_per_s;
+}
+bool SweepStalls(const Signals& s, const Thresholds& t) {
+  return Lt(SweepScaling(s), t.min_scaling);
 }
 
 using Rule = std::function<std::optional<Verdict>(const Signals&, const Thresholds&)>;
@@ -94,7 +105,7 @@ std::optional<Verdict> HostBound(const Signals& s, const Thresholds& t) {
   const double host = Ratio(s.host_s, s.service_s);
   const double io = Ratio(s.io_s, s.latency_s);
   const bool host_fires = Ge(host, t.host_share) && Matters(s, s.host_s, t);
-  const bool io_fires = Ge(io, t.io_share);
+  const bool io_fires = Ge(io, t.io_share) && (Ge(s.io_s, t.io_min_s) || SweepStalls(s, t));
   if (!host_fires && !io_fires) return std::nullopt;
   Verdict v{.bottleneck = "host_bound"};
   if (host_fires) {
@@ -129,6 +140,11 @@ std::optional<Verdict> HostBound(const Signals& s, const Thresholds& t) {
     v.confidence = Margin(io, t.io_share, 0.9);
     v.summary = "Reading requests and writing responses (recv + send) dominates the latency.";
     v.evidence.push_back(Ev("ledger.io_share", io, ">=", t.io_share, "ratio", "recv + send / latency"));
+    v.evidence.push_back(Ev("ledger.io_ms", 1e3 * s.io_s, ">=", 1e3 * t.io_min_s, "ms",
+                            "recv + send per request (or the sweep stalls)"));
+    if (Has(SweepScaling(s)))
+      v.evidence.push_back(Ev("load.throughput_scaling", SweepScaling(s), "<", t.min_scaling, "ratio",
+                              "throughput at the last sweep point / the first"));
     v.next_step = IsLlm(s) ? "--http-threads 2x"
                            : "send tensors in binary (KServe binary extension) or over gRPC "
                              "(--grpc-port), and --http-threads 2x";
@@ -290,6 +306,9 @@ std::optional<Verdict> UnderFed(const Signals& s, const Thresholds& t) {
   const bool no_traffic = s.requests == 0;
   if (!no_traffic && (!Lt(busy, t.idle_busy) || Ge(q, t.idle_queue_share))) return std::nullopt;
   if (IsLlm(s) && Ge(s.waiting_mean, 1)) return std::nullopt;
+  // With the doctor's own sweep: more clients must have brought more throughput, else something saturated.
+  const double scaling = SweepScaling(s);
+  if (!no_traffic && SweepStalls(s, t)) return std::nullopt;
   Verdict v{.bottleneck = "under_fed", .confidence = no_traffic ? 0.9 : Margin(-busy, -t.idle_busy, 0)};
   v.summary = no_traffic ? "No request finished in the window: the server is idle."
                          : fmt::format(
@@ -299,6 +318,9 @@ std::optional<Verdict> UnderFed(const Signals& s, const Thresholds& t) {
   v.evidence.push_back(Ev("server.busy", busy, "<", t.idle_busy, "ratio", "instances (or GPU engine) busy"));
   v.evidence.push_back(Ev("ledger.queue_share", Has(q) ? q : 0, "<", t.idle_queue_share, "ratio", ""));
   v.evidence.push_back(Ev("server.requests_per_s", s.requests_per_s, "", kNaN, "req/s", ""));
+  if (Has(scaling))
+    v.evidence.push_back(Ev("load.throughput_scaling", scaling, ">=", t.min_scaling, "ratio",
+                            "throughput at the last sweep point / the first"));
   v.next_step = "send more concurrent requests (clients, or a larger client pool)";
   if (!IsLlm(s) && s.max_batch_size == 0) v.next_step += "; then turn batching on: " + BatchingKnob(16, 2000);
   if (Has(busy) && busy > 0.01)
@@ -348,11 +370,14 @@ std::optional<Verdict> Throttled(const Signals& s, const Thresholds& t) {
 }  // namespace
 
 std::vector<Verdict> Diagnose(const Signals& s, const Thresholds& t) {
-  static const Rule kRules[] = {KvCapacity,     HostBound,    CopyBound,  LaunchBound,
-                                BandwidthBound, ComputeBound, QueueBound, UnderFed};
+  static const Rule kRules[] = {KvCapacity,     HostBound,    CopyBound, LaunchBound,
+                                BandwidthBound, ComputeBound, QueueBound};
   std::vector<Verdict> out;
   for (const Rule& rule : kRules) {
     if (std::optional<Verdict> v = rule(s, t)) out.push_back(std::move(*v));
+  }
+  if (out.empty()) {  // "waits for work" only when nothing in the server is a limit
+    if (std::optional<Verdict> v = UnderFed(s, t)) out.push_back(std::move(*v));
   }
   if (std::optional<Verdict> v = Throttled(s, t)) out.push_back(std::move(*v));
   if (out.empty()) {

@@ -72,7 +72,8 @@ struct Signals {
 struct Thresholds {
   int min_requests = 20;          // fewer requests in the window: every verdict's confidence is lowered
   double host_share = 0.5;        // host stages / service time
-  double io_share = 0.5;          // recv + send / latency
+  double io_share = 0.5;          // recv + send / latency, and either
+  double io_min_s = 0.005;        // recv + send at least this long, or the sweep's throughput not scaling
   double copy_share = 0.3;        // h2d + d2h / service time
   double matters_busy = 0.5;      // the instances work at least this much of the window, or
   double matters_latency = 0.3;   // the stage group is at least this share of the latency
@@ -80,6 +81,7 @@ struct Thresholds {
   double saturated_busy = 0.7;    // instances busier than this are the limit (not the queue policy)
   double idle_busy = 0.3;         // instances / GPU engine busy less than this: under-fed
   double idle_queue_share = 0.2;  // ... and the queue below this share of the latency
+  double min_scaling = 1.3;       // ... and (--load auto) the sweep's throughput grew at least this much
   double gpu_busy = 0.8;          // GPU-Util or GR engine active at or above this: kernels always running
   double sm_low = 0.5;            // SM activity below this while busy: launch-bound (kernels too small)
   double dram_high = 0.7;         // DRAM active at or above this: bandwidth-bound
