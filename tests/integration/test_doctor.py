@@ -121,8 +121,8 @@ def test_queue_bound_long_batching_delay(serve, tmp_path):
 
 
 def test_under_fed_sparse_traffic(serve, tmp_path):
-    """--load none while one client sends a request every 100 ms to a model that computes for ~10 ms."""
-    srv = serve(synthetic(tmp_path, "sparse", kernels=[{"name": "k", "count": 4, "flops_per_item": 6e7}]),
+    """--load none while one client sends a request every 100 ms to a model that computes for a few ms."""
+    srv = serve(synthetic(tmp_path, "sparse", kernels=[{"name": "k", "count": 4, "flops_per_item": 2e7}]),
                 "--no-gpu-telemetry")
     stop = threading.Event()
     body = {"inputs": [{"name": "INPUT0", "datatype": "UINT8", "shape": [1, 64], "data": [1] * 64}]}
@@ -148,7 +148,8 @@ def test_under_fed_sparse_traffic(serve, tmp_path):
 
 # --- GPU counters from the fake NVML: a compute-dominated model, the counters decide -------------------------
 
-GPU_MODEL = dict(kernels=[{"name": "k", "count": 4, "flops_per_item": 2e6}])
+# ~5-10 ms of compute per row on the CPU: the device stage is >= 10x every other stage.
+GPU_MODEL = dict(kernels=[{"name": "k", "count": 4, "flops_per_item": 2e7}])
 GPU_SCENARIOS = {
     # GPU-Util 99 % with 2 % of SMs active: small kernels keep the GPU "busy" (issue 12's seed case 4.1).
     "launch_bound": dict(FAKE_NVML_UTIL=99, FAKE_NVML_GPM_VALUES="1=98,2=2,3=1,5=0,10=1"),

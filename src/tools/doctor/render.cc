@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <vector>
+
 namespace stoke::doctor {
 namespace {
 
@@ -121,6 +124,33 @@ std::string GpuLine(const Signals& s) {
       Fmt(s.sm_clock_mhz, "MHz"), Fmt(s.power_w, "W"));
 }
 
+// GET /v1/debug/requests ({"requests": [{"id", "e2e_ms", "stages_ms": {...}}, ...]}): one line per request,
+// its latency and its largest stages. Anything else in the body is ignored.
+std::vector<std::string> SlowestLines(const json& body, size_t max_lines) {
+  std::vector<std::string> out;
+  if (!body.is_object() || !body.contains("requests") || !body["requests"].is_array()) return out;
+  for (const json& r : body["requests"]) {
+    if (out.size() >= max_lines || !r.is_object()) break;
+    std::vector<std::pair<double, std::string>> stages;
+    const json stages_ms = r.value("stages_ms", json::object());  // named: items() of a temporary dangles
+    if (!stages_ms.is_object()) continue;
+    for (const auto& [k, v] : stages_ms.items()) {
+      if (v.is_number()) stages.emplace_back(v.get<double>(), k);
+    }
+    std::sort(stages.rbegin(), stages.rend());
+    std::string top;
+    for (size_t i = 0; i < stages.size() && i < 3; ++i) {
+      top += fmt::format("{}{} {:.1f}", i ? ", " : "", stages[i].second, stages[i].first);
+    }
+    const json id = r.value("id", json(nullptr));
+    const json e2e = r.value("e2e_ms", json(nullptr));
+    out.push_back(fmt::format("{} {} ms: {}",
+                              id.is_null() ? "?" : (id.is_string() ? id.get<std::string>() : id.dump()),
+                              e2e.is_number() ? fmt::format("{:.1f}", e2e.get<double>()) : "?", top));
+  }
+  return out;
+}
+
 std::string EvidenceRow(const Evidence& e) {
   std::string cmp = e.op.empty() ? "" : fmt::format("{} {}", e.op, Fmt(e.threshold, e.unit));
   return fmt::format("    {:<34} {:>10}  {:<10} {}\n", e.signal, Fmt(e.value, e.unit), cmp, e.note);
@@ -230,6 +260,9 @@ std::string ReportText(const DoctorReport& r) {
                        Fmt(s.waiting_mean), Fmt(s.preemptions, "count"));
   }
   if (std::string g = GpuLine(s); !g.empty()) out += g + "\n";
+  const std::vector<std::string> slow = SlowestLines(r.slowest, 3);
+  if (!slow.empty()) out += "slowest requests (id, e2e, largest stages in ms):\n";
+  for (const std::string& l : slow) out += "  " + l + "\n";
   for (const std::string& n : r.notes) out += "note: " + n + "\n";
   return out;
 }
@@ -283,6 +316,13 @@ std::string ReportHtml(const DoctorReport& r) {
     h += "</table>\n";
   }
   if (!s.load.empty()) h += "<h2>Load driven</h2><p>" + Escape(LoadLine(s)) + "</p>\n";
+  if (std::string g = GpuLine(s); !g.empty()) h += "<h2>GPU</h2><p>" + Escape(g) + "</p>\n";
+  const std::vector<std::string> slow = SlowestLines(r.slowest, 5);
+  if (!slow.empty()) {
+    h += "<h2>Slowest requests</h2><p class=\"muted\">id, end-to-end, largest stages (ms)</p><ul>";
+    for (const std::string& l : slow) h += "<li>" + Escape(l) + "</li>";
+    h += "</ul>\n";
+  }
   h += "<h2>All signals</h2><table>";
   const json all = SignalsJson(s);  // a named value: items() of a temporary would dangle
   for (const auto& [k, v] : all.items()) {
