@@ -90,19 +90,27 @@ json ThresholdsJson(const Thresholds& t) {
           {"reason_share", t.reason_share}};
 }
 
-// The ledger line: mean milliseconds per request per stage, in pipeline order.
-std::string LedgerLine(const Signals& s) {
+// The ledger's stages in pipeline order (stages the doctor does not know come last, by name).
+std::vector<std::pair<std::string, double>> OrderedStages(const Signals& s) {
   static const char* const kOrder[] = {"recv",   "queue",      "preprocess", "h2d", "compute",     "prefill",
                                        "decode", "interleave", "schedule",   "d2h", "postprocess", "send"};
-  std::string out;
+  std::vector<std::pair<std::string, double>> out;
   std::map<std::string, double> rest = s.stage_s;
   for (const char* k : kOrder) {
     auto it = rest.find(k);
     if (it == rest.end()) continue;
-    out += fmt::format("{}{} {:.2f}", out.empty() ? "" : " | ", k, 1e3 * it->second);
+    out.emplace_back(k, it->second);
     rest.erase(it);
   }
-  for (const auto& [k, v] : rest) out += fmt::format(" | {} {:.2f}", k, 1e3 * v);
+  for (const auto& kv : rest) out.push_back(kv);
+  return out;
+}
+
+// The ledger line: mean milliseconds per request per stage.
+std::string LedgerLine(const Signals& s) {
+  std::string out;
+  for (const auto& [k, v] : OrderedStages(s))
+    out += fmt::format("{}{} {:.2f}", out.empty() ? "" : " | ", k, 1e3 * v);
   return out;
 }
 
@@ -306,7 +314,7 @@ std::string ReportHtml(const DoctorReport& r) {
   }
   if (!s.stage_s.empty() && Has(s.latency_s) && s.latency_s > 0) {
     h += "<h2>Where a request's time goes</h2><table>";
-    for (const auto& [stage, sec] : s.stage_s) {
+    for (const auto& [stage, sec] : OrderedStages(s)) {
       const double pct = 100 * sec / s.latency_s;
       h += fmt::format(
           "<tr><td>{}</td><td class=\"n\">{:.3f} ms</td><td><span class=\"bar\" style=\"width:{:.0f}px\">"
