@@ -126,6 +126,16 @@ class Poller {
   std::string note_;
 };
 
+// The window needs two scrapes of /metrics to difference; without them there is nothing to diagnose.
+StatusOr<Signals> Extract(const std::vector<Scrape>& scrapes, const Poller& poller,
+                          const ModelConfigInfo& cfg, const std::string& model) {
+  if (scrapes.size() < 2) {
+    return UnavailableError("could not read the server's metrics ({}); the doctor needs GET /metrics",
+                            poller.note().empty() ? "fewer than two scrapes" : poller.note());
+  }
+  return ExtractSignals(scrapes, cfg, model);
+}
+
 StatusOr<LoadPoint> DrivePoint(const DoctorOptions& o, const DoctorReport& rep, double concurrency,
                                double seconds) {
   bench::BenchOptions b;
@@ -196,12 +206,13 @@ StatusOr<DoctorReport> RunDoctor(const DoctorOptions& o) {
     std::vector<Scrape> scrapes = poller.Stop();
     if (!p.ok()) return p.status();
     load.push_back(*p);
-    rep.signals = ExtractSignals(scrapes, cfg, rep.model);
+    ASSIGN_OR_RETURN(rep.signals, Extract(scrapes, poller, cfg, rep.model));
   } else {
     Say(o, fmt::format("observing existing traffic for {:.1f} s", o.duration_s));
     poller.Start();
     std::this_thread::sleep_for(std::chrono::duration<double>(o.duration_s));
-    rep.signals = ExtractSignals(poller.Stop(), cfg, rep.model);
+    const std::vector<Scrape> scrapes = poller.Stop();
+    ASSIGN_OR_RETURN(rep.signals, Extract(scrapes, poller, cfg, rep.model));
   }
   if (!poller.note().empty()) rep.notes.push_back(poller.note());
   rep.signals.load = std::move(load);
