@@ -44,18 +44,34 @@ std::string NowIso8601() {
   return buf;
 }
 
+// The first model of GET /v1/models (OpenAI, and stoke's classic server), else of POST /v2/repository/index
+// (KServe / Triton).
+StatusOr<std::string> FirstModel(const bench::HttpEndpoint& ep) {
+  int http = 0;
+  StatusOr<json> models = GetJson(ep, "/v1/models", &http);
+  if (models.ok()) {
+    const json data = (*models).value("data", json::array());
+    if (data.is_array() && !data.empty() && data[0].is_object() && data[0].value("id", json()).is_string())
+      return data[0]["id"].get<std::string>();
+  }
+  StatusOr<bench::SimpleResponse> index =
+      bench::HttpFetch(ep, "POST", ep.base_path + "/v2/repository/index", "{}", 10);
+  if (index.ok() && index->status == 200) {
+    const json j = json::parse(index->body, nullptr, /*allow_exceptions=*/false);
+    if (j.is_array() && !j.empty() && j[0].is_object() && j[0].value("name", json()).is_string())
+      return j[0]["name"].get<std::string>();
+  }
+  if (!models.ok()) return models.status().WithContext("discovering the model (pass --model)");
+  return UnavailableError("GET /v1/models lists no model; pass --model");
+}
+
 // Model, API and (KServe) batching config, from the public endpoints.
 Status Discover(const bench::HttpEndpoint& ep, const DoctorOptions& o, DoctorReport* rep,
                 ModelConfigInfo* cfg) {
   int http = 0;
   rep->model = o.model;
   if (rep->model.empty()) {
-    StatusOr<json> models = GetJson(ep, "/v1/models", &http);
-    if (!models.ok()) return models.status().WithContext("discovering the model (pass --model)");
-    const json& data = (*models).value("data", json::array());
-    if (!data.is_array() || data.empty() || !data[0].is_object() || !data[0].contains("id"))
-      return UnavailableError("GET /v1/models lists no model; pass --model");
-    rep->model = data[0]["id"].get<std::string>();
+    ASSIGN_OR_RETURN(rep->model, FirstModel(ep));
   }
   StatusOr<json> config = GetJson(ep, "/v2/models/" + rep->model + "/config", &http);
   if (config.ok()) *cfg = ParseModelConfig(*config);
