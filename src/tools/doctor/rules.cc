@@ -269,9 +269,10 @@ std::string QueueKnob(const Signals& s) {
     const double svc_us = Has(s.service_s) ? 1e6 * s.service_s : 1000;
     const double to = std::max(100.0, std::min(s.max_queue_delay_us / 10, svc_us));
     return fmt::format(
-        "model file: \"max_queue_delay_microseconds\": {} (now {}: batches close on the delay, "
-        "half-empty)",
-        static_cast<long>(to), static_cast<long>(s.max_queue_delay_us));
+        "model file: \"max_queue_delay_microseconds\": {} (now {}: batches close on the delay with {:.0f} of "
+        "{} rows)",
+        static_cast<long>(to), static_cast<long>(s.max_queue_delay_us),
+        Has(s.mean_batch_size) ? s.mean_batch_size : 0, s.max_batch_size);
   }
   if (Share(s.close_share, "full") >= 0.5) return BatchingKnob(2 * s.max_batch_size, 2000);
   return fmt::format("--instances {}", 2 * Instances(s));
@@ -291,10 +292,11 @@ std::optional<Verdict> QueueBound(const Signals& s, const Thresholds& t) {
       100 * q);
   v.evidence.push_back(Ev("ledger.queue_share", q, ">=", t.queue_share, "ratio", "queue / latency"));
   if (Has(s.instance_busy))
-    v.evidence.push_back(Ev("batcher.instance_busy", s.instance_busy, "<", t.saturated_busy, "ratio", ""));
+    v.evidence.push_back(Ev("batcher.instance_busy", s.instance_busy, "<", t.saturated_busy, "ratio",
+                            "fraction of the window the instances executed"));
   if (Has(s.mean_batch_size))
-    v.evidence.push_back(Ev("batcher.mean_batch_size", s.mean_batch_size, "", s.max_batch_size, "rows",
-                            "threshold column: max_batch_size"));
+    v.evidence.push_back(Ev("batcher.mean_batch_size", s.mean_batch_size, "", kNaN, "rows",
+                            fmt::format("rows per batch, of max_batch_size {}", s.max_batch_size)));
   for (const auto& [reason, share] : s.close_share)
     if (share > 0) v.evidence.push_back(Ev("batcher.close_share." + reason, share, "", kNaN, "ratio", ""));
   v.next_step = QueueKnob(s);
