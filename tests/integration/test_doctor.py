@@ -220,6 +220,24 @@ def test_kv_capacity_bound_tiny_pool(tiny_decoder, tmp_path):
     assert rep["signals"]["kind"] == "llm"
 
 
+def test_queue_bound_llm_one_sequence_at_a_time(tiny_decoder, tmp_path):
+    """--max-num-seqs 1 with plenty of KV: 4 clients wait in line for a running set of one."""
+    from conftest import StokeServer
+    args = ["serve", "--model", tiny_decoder, "--host", "127.0.0.1", "--port", 0, "--max-num-seqs", 1,
+            "--no-gpu-telemetry"]
+    srv = StokeServer([str(stoke_bin_path()), *map(str, args)], tmp_path / "llm.log")
+    try:
+        rep, out = run_doctor(srv.base_url, tmp_path, "--duration", 4, "--concurrency", "4", "--input-len", 16,
+                              "--output-len", 16)
+    finally:
+        srv.stop()
+    top = rep["verdicts"][0]
+    assert top["bottleneck"] == "queue_bound", out
+    assert evidence(top, "ledger.queue_share")["value"] >= 0.5
+    assert "--max-num-seqs 2 (now 1" in top["next_step"]
+    assert evidence(top, "llm.admission_share.max_seqs")["value"] > 0
+
+
 # --- outputs ------------------------------------------------------------------------------------------------
 
 def test_help_explains_itself():

@@ -259,7 +259,12 @@ std::optional<Verdict> ComputeBound(const Signals& s, const Thresholds& t) {
 std::string QueueKnob(const Signals& s) {
   if (IsLlm(s)) {
     if (Share(s.admission_share, "token_budget") >= 0.5) return "--max-num-batched-tokens 2x";
-    return "--max-num-seqs 2x (admission stops at the running-set cap while the GPU has room)";
+    const int cap = Has(s.running_max) ? static_cast<int>(s.running_max) : 0;
+    return cap > 0
+               ? fmt::format(
+                     "--max-num-seqs {} (now {}: admission stops at the running-set cap while KV has room)",
+                     2 * cap, cap)
+               : "--max-num-seqs 2x (admission stops at the running-set cap while KV has room)";
   }
   const double delay_share = Share(s.close_share, "delay");
   if (s.max_batch_size == 0 || Share(s.close_share, "unbatched") >= 0.5) {
@@ -297,6 +302,8 @@ std::optional<Verdict> QueueBound(const Signals& s, const Thresholds& t) {
   if (Has(s.mean_batch_size))
     v.evidence.push_back(Ev("batcher.mean_batch_size", s.mean_batch_size, "", kNaN, "rows",
                             fmt::format("rows per batch, of max_batch_size {}", s.max_batch_size)));
+  for (const auto& [reason, share] : s.admission_share)
+    if (share > 0) v.evidence.push_back(Ev("llm.admission_share." + reason, share, "", kNaN, "ratio", ""));
   for (const auto& [reason, share] : s.close_share)
     if (share > 0) v.evidence.push_back(Ev("batcher.close_share." + reason, share, "", kNaN, "ratio", ""));
   v.next_step = QueueKnob(s);
