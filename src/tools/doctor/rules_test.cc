@@ -175,6 +175,48 @@ TEST(DoctorRules, ThrottledComesAlongsideTheMainVerdict) {
   EXPECT_EQ(Diagnose(s).back().bottleneck, "throttled");
 }
 
+TEST(DoctorRules, TheIssuesH200ReadingIsComputeBoundAndThrottled) {
+  // Issue 12: the 8B shape at c=64 read GPU-Util 98 %, SM active 0.93, tensor 0.58, DRAM 0.21, 686 of 700 W
+  // with the power-violation counter rising.
+  Signals s;
+  s.kind = "llm";
+  s.requests = 500;
+  s.stage_s = {{"queue", 0.05}, {"compute", 2.0}, {"postprocess", 0.02}};
+  s.queue_s = 0.05;
+  s.device_s = 2.0;
+  s.host_s = 0.02;
+  s.io_s = s.copy_s = 0;
+  s.service_s = 2.02;
+  s.latency_s = 2.07;
+  s.kv_usage_max = 0.4;
+  s.gpu_samples = 10;
+  s.gpu_util = 0.98;
+  s.sm_active = 0.93;
+  s.tensor_active = 0.58;
+  s.dram_active = 0.21;
+  s.power_w = 686;
+  s.power_limit_w = 700;
+  s.power_violation_share = 0.8;
+  s.thermal_violation_share = 0;
+  s.clock_reason_share = {{"sw_power_cap", 1.0}};
+  std::vector<Verdict> v = Diagnose(s);
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_EQ(v[0].bottleneck, "compute_bound");
+  EXPECT_EQ(v[1].bottleneck, "throttled");
+}
+
+TEST(DoctorRules, SmallKernelsCaseIsLaunchBound) {
+  // examples/synthetic/small_kernels.json on the H200: GPU-Util ~100 % while one block runs on 1 of 132 SMs.
+  Signals s = Classic(1, 0.01, 0.01, 13.5, 0.95);
+  s.gpu_samples = 5;
+  s.gpu_util = 1.0;
+  s.gr_active = 1.0;
+  s.sm_active = 1.0 / 132;
+  s.dram_active = 0.0;
+  s.tensor_active = 0.0;
+  EXPECT_EQ(Top(s), "launch_bound");
+}
+
 TEST(DoctorRules, NoneWhenBusyAndBalanced) {
   Signals s = Classic(/*queue*/ 1, 0.5, 0.2, 4, 0.6);
   std::vector<Verdict> v = Diagnose(s);
