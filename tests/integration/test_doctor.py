@@ -164,12 +164,18 @@ GPU_SCENARIOS = {
 def test_gpu_counter_scenarios(serve, tmp_path, expected):
     env = dict(STOKE_NVML_LIBRARY=fake_nvml_path(), FAKE_NVML_GPM=1, FAKE_NVML_DEVICES=1, FAKE_NVML_FAIL=None,
                FAKE_NVML_REASONS="0", FAKE_NVML_POWER_VIOLATION_RATE=None, **GPU_SCENARIOS[expected])
+    # Bandwidth: two instances fighting for HBM (issue 12's seed case), so the knob is to drop one.
+    instances = [{"count": 2}] if expected == "bandwidth_bound" else [{"count": 1}]
     with environ(**env):
-        srv = serve(synthetic(tmp_path, "gpu", **GPU_MODEL))
+        srv = serve(synthetic(tmp_path, "gpu", instance_group=instances, **GPU_MODEL))
     rep, out = run_doctor(srv.base_url, tmp_path, "--duration", 4, "--concurrency", "1,4")
     assert rep["signals"]["gpu_samples"] >= 2
     top = rep["verdicts"][0]
     assert top["bottleneck"] == expected, out
+    if expected == "bandwidth_bound":
+        assert top["next_step"].startswith("--instances 1"), top["next_step"]
+    if expected == "launch_bound":
+        assert '"max_batch_size": 16' in top["next_step"]
     assert "throttled" not in [v["bottleneck"] for v in rep["verdicts"]]
     for e in top["evidence"]:
         if e["op"] and e["threshold"] is not None and e["signal"].startswith("gpu."):
