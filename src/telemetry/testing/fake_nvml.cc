@@ -6,12 +6,19 @@
 //   FAKE_NVML_FAIL     comma-separated queries that fail with NVML_ERROR_NOT_SUPPORTED: init, memory, clocks,
 //                      power, limit, energy, temperature, utilization, pcie, reasons, ecc, fields,
 //                      gpm_sample, gpm_metrics
+//   Scenario overrides (stoke doctor's tests script GPU bottlenecks with them):
+//   FAKE_NVML_UTIL                  GPU-Util % (default 87)
+//   FAKE_NVML_GPM_VALUES            "id=value,..." GPM metric values replacing those of kGpm (e.g.
+//   "2=3,10=2") FAKE_NVML_REASONS               clocks event reason bitmask, e.g. 0x4 (default 0x24)
+//   FAKE_NVML_POWER_VIOLATION_RATE  the power-cap violation counter rises this many ns per ns from the first
+//                                   read (0..1, the throttled share of time; default 0: constant)
 // Values (GPU i): memory 80 GiB total, 512 MiB reserved, 10 GiB + i GiB used; SM 1500+i MHz, memory 2619 MHz;
 // power 250 W (limit 700 W, instant field 260 W); 45 C (memory 50 C); util 87 % / 31 %; PCIe 1000/2000 KB/s;
 // reasons 0x24 (sw_power_cap | sw_thermal_slowdown); ECC 3 corrected, 0 uncorrected; power-cap violation
 // 2e9 ns; GPM (needs two distinct samples taken in order): id -> value in kGpm below; id 9 (IMMA) fails
 // per-metric with NOT_SUPPORTED.
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -60,8 +67,36 @@ int Index(Device d) {
   return -1;
 }
 
+// FAKE_NVML_GPM_VALUES="id=value,...": true and *out when `id` is listed.
+bool GpmOverride(uint32_t id, double* out) {
+  const char* e = std::getenv("FAKE_NVML_GPM_VALUES");
+  if (e == nullptr) return false;
+  const std::string list = std::string(",") + e;
+  const std::string key = "," + std::to_string(id) + "=";
+  const size_t p = list.find(key);
+  if (p == std::string::npos) return false;
+  *out = std::strtod(list.c_str() + p + key.size(), nullptr);
+  return true;
+}
+
+double EnvDouble(const char* name, double fallback) {
+  const char* e = std::getenv(name);
+  return e != nullptr && *e != '\0' ? std::strtod(e, nullptr) : fallback;
+}
+
+// The power-cap violation counter: 2e9 ns, plus FAKE_NVML_POWER_VIOLATION_RATE x the time since the first
+// read.
+unsigned long long PowerViolationNs() {
+  using Clock = std::chrono::steady_clock;
+  static const Clock::time_point start = Clock::now();
+  const double rate = EnvDouble("FAKE_NVML_POWER_VIOLATION_RATE", 0);
+  const double ns = std::chrono::duration<double, std::nano>(Clock::now() - start).count();
+  return 2000000000ull + static_cast<unsigned long long>(rate * ns);
+}
+
 double GpmValue(uint32_t id, Return* status) {
   *status = kSuccess;
+  if (double v = 0; GpmOverride(id, &v)) return v;
   switch (id) {
     case 1:
       return 80;
@@ -235,7 +270,7 @@ __attribute__((visibility("default"))) Return nvmlDeviceGetTemperature(Device d,
 __attribute__((visibility("default"))) Return nvmlDeviceGetUtilizationRates(Device d, Utilization* u) {
   DEV_OR_RETURN(d);
   if (Fails("utilization")) return kErrorNotSupported;
-  u->gpu = 87;
+  u->gpu = static_cast<unsigned>(EnvDouble("FAKE_NVML_UTIL", 87));
   u->memory = 31;
   return kSuccess;
 }
@@ -250,7 +285,8 @@ __attribute__((visibility("default"))) Return nvmlDeviceGetCurrentClocksEventRea
     Device d, unsigned long long* bits) {
   DEV_OR_RETURN(d);
   if (Fails("reasons")) return kErrorNotSupported;
-  *bits = kReasonSwPowerCap | kReasonSwThermal;
+  const char* e = std::getenv("FAKE_NVML_REASONS");
+  *bits = e != nullptr ? std::strtoull(e, nullptr, 0) : (kReasonSwPowerCap | kReasonSwThermal);
   return kSuccess;
 }
 __attribute__((visibility("default"))) Return nvmlDeviceGetTotalEccErrors(Device d, uint32_t error_type,
@@ -270,7 +306,7 @@ __attribute__((visibility("default"))) Return nvmlDeviceGetFieldValues(Device d,
     switch (f.field_id) {
       case kFiPerfPolicyPower:
         f.value_type = kValueU64;
-        f.value.ull = 2000000000ull;
+        f.value.ull = PowerViolationNs();
         break;
       case kFiPerfPolicyThermal:
       case kFiPerfPolicySyncBoost:

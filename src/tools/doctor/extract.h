@@ -1,0 +1,37 @@
+// Scrapes of a server's public endpoints -> Signals (pure: tested on text fixtures in extract_test.cc).
+//
+// Counters and histograms are read as the difference between the first and the last scrape of the window
+// (ledger means, batch close reasons, preemptions, instance busy time, GPU violation ns); gauges as the
+// mean / max over every scrape (KV usage, waiting, pending, GPU ratios).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tools/bench/metrics_scraper.h"
+#include "tools/doctor/signals.h"
+
+namespace stoke::doctor {
+
+struct Scrape {
+  double t_s = 0;                          // since the window started
+  std::vector<bench::PromSample> metrics;  // /metrics (empty if it failed)
+  nlohmann::json gpu;                      // GET /v1/gpu (null if absent)
+};
+
+// What /v2/models/M/config says about batching (classic models); absent for LLMs.
+struct ModelConfigInfo {
+  bool known = false;
+  int max_batch_size = 0;
+  bool dynamic_batching = false;
+  double max_queue_delay_us = kNaN;
+  int instances = 0;
+};
+ModelConfigInfo ParseModelConfig(const nlohmann::json& config);
+
+// `model` filters the labelled series (model_name) when several models are served; "" = all.
+Signals ExtractSignals(const std::vector<Scrape>& scrapes, const ModelConfigInfo& config,
+                       const std::string& model);
+
+}  // namespace stoke::doctor

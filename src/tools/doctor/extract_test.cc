@@ -1,0 +1,124 @@
+// ExtractSignals on /metrics text and /v1/gpu JSON fixtures shaped like stoke serve's.
+#include "tools/doctor/extract.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "tools/doctor/rules.h"
+
+namespace stoke::doctor {
+namespace {
+
+std::vector<bench::PromSample> Parse(const std::string& text) {
+  std::map<std::string, std::string> types;
+  auto r = bench::ParsePrometheusText(text, &types);
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  return r.ok() ? *r : std::vector<bench::PromSample>{};
+}
+
+// A classic model: `n` requests so far, each with 1 ms queue and `pre` s preprocess; busy seconds `busy`.
+std::string Classic(int n, double pre, double busy, int batches, int pending) {
+  std::string t = "# TYPE stoke:request_stage_seconds histogram\n";
+  for (const char* st : {"recv", "queue", "preprocess", "compute", "send"}) {
+    double per = std::string(st) == "preprocess" ? pre : (std::string(st) == "queue" ? 1e-3 : 1e-4);
+    t += fmt::format("stoke:request_stage_seconds_sum{{model_name=\"m\",stage=\"{}\"}} {}\n", st, per * n);
+    t += fmt::format("stoke:request_stage_seconds_count{{model_name=\"m\",stage=\"{}\"}} {}\n", st, n);
+  }
+  t += fmt::format("stoke:inference_count_total{{model_name=\"m\"}} {}\n", n);
+  t += fmt::format("stoke:inference_exec_count_total{{model_name=\"m\"}} {}\n", batches);
+  t += fmt::format("stoke:batch_close_total{{model_name=\"m\",reason=\"full\"}} {}\n", batches / 2);
+  t += fmt::format("stoke:batch_close_total{{model_name=\"m\",reason=\"immediate\"}} {}\n",
+                   batches - batches / 2);
+  t += fmt::format("stoke:instance_busy_seconds_total{{model_name=\"m\",instance=\"0\"}} {}\n", busy);
+  t += fmt::format("stoke:inference_pending_request_count{{model_name=\"m\"}} {}\n", pending);
+  // Another model's series must not leak in.
+  t += "stoke:instance_busy_seconds_total{model_name=\"other\",instance=\"0\"} 999\n";
+  return t;
+}
+
+TEST(DoctorExtract, ClassicLedgerBatchesAndBusyTimeAreWindowDeltas) {
+  std::vector<Scrape> sc(3);
+  sc[0] = {0.0, Parse(Classic(100, 0.004, 10, 40, 0)), nullptr};
+  sc[1] = {1.0, Parse(Classic(150, 0.004, 10.9, 50, 6)), nullptr};
+  sc[2] = {2.0, Parse(Classic(300, 0.004, 11.9, 80, 2)), nullptr};
+  ModelConfigInfo cfg = ParseModelConfig(nlohmann::json::parse(
+      R"({"max_batch_size": 16, "dynamic_batching": {"max_queue_delay_microseconds": 500},
+          "instance_group": [{"count": 1, "kind": "KIND_CPU"}]})"));
+  Signals s = ExtractSignals(sc, cfg, "m");
+  EXPECT_EQ(s.kind, "classic");
+  EXPECT_EQ(s.requests, 200);
+  EXPECT_DOUBLE_EQ(s.window_s, 2.0);
+  EXPECT_NEAR(s.stage_s.at("preprocess"), 0.004, 1e-12);
+  EXPECT_NEAR(s.host_s, 0.004, 1e-12);
+  EXPECT_NEAR(s.queue_s, 0.001, 1e-12);
+  EXPECT_NEAR(s.io_s, 2e-4, 1e-12);
+  EXPECT_NEAR(s.latency_s, 0.004 + 0.001 + 3e-4, 1e-12);
+  EXPECT_NEAR(s.mean_batch_size, 200.0 / 40, 1e-12);
+  EXPECT_NEAR(s.close_share.at("full"), 0.5, 1e-12);
+  EXPECT_NEAR(s.instance_busy, 1.9 / 2.0, 1e-12);
+  EXPECT_NEAR(s.pending_mean, 8.0 / 3, 1e-12);
+  EXPECT_EQ(s.max_batch_size, 16);
+  EXPECT_EQ(s.max_queue_delay_us, 500);
+  EXPECT_EQ(s.instances, 1);
+  EXPECT_EQ(Diagnose(s).front().bottleneck, "host_bound");
+}
+
+TEST(DoctorExtract, NoDynamicBatchingMeansBatchingOff) {
+  ModelConfigInfo cfg = ParseModelConfig(nlohmann::json::parse(R"({"max_batch_size": 8})"));
+  EXPECT_TRUE(cfg.known);
+  EXPECT_EQ(cfg.max_batch_size, 0);
+}
+
+std::string Llm(double kv, int preempt, int no_blocks, int empty, int waiting) {
+  std::string t;
+  t += fmt::format("stoke:kv_cache_usage_ratio{{model_name=\"m\"}} {}\n", kv);
+  t += "stoke:kv_cache_blocks_used{model_name=\"m\"} 30\nstoke:kv_cache_blocks_free{model_name=\"m\"} 2\n";
+  t += fmt::format("stoke:num_preemptions_total{{model_name=\"m\"}} {}\n", preempt);
+  t += fmt::format("stoke:num_requests_waiting{{model_name=\"m\"}} {}\n", waiting);
+  t += "stoke:num_requests_running{model_name=\"m\"} 4\n";
+  t +=
+      fmt::format("stoke:step_admission_stop_total{{model_name=\"m\",reason=\"no_blocks\"}} {}\n", no_blocks);
+  t += fmt::format("stoke:step_admission_stop_total{{model_name=\"m\",reason=\"queue_empty\"}} {}\n", empty);
+  return t;
+}
+
+TEST(DoctorExtract, LlmGaugesAreMeanAndMaxCountersAreDeltas) {
+  std::vector<Scrape> sc = {{0, Parse(Llm(0.5, 3, 10, 10, 0)), nullptr},
+                            {1, Parse(Llm(1.0, 8, 40, 20, 6)), nullptr}};
+  Signals s = ExtractSignals(sc, {}, "m");
+  EXPECT_EQ(s.kind, "llm");
+  EXPECT_DOUBLE_EQ(s.kv_usage_max, 1.0);
+  EXPECT_DOUBLE_EQ(s.kv_usage_mean, 0.75);
+  EXPECT_DOUBLE_EQ(s.kv_blocks_total, 32);
+  EXPECT_DOUBLE_EQ(s.preemptions, 5);
+  EXPECT_DOUBLE_EQ(s.waiting_mean, 3);
+  EXPECT_NEAR(s.admission_share.at("no_blocks"), 0.75, 1e-12);
+  EXPECT_EQ(Diagnose(s).front().bottleneck, "kv_capacity_bound");
+}
+
+TEST(DoctorExtract, PrometheusNamesAndGpuJson) {
+  auto gpu = [](double ts, double pv, const char* reason) {
+    return nlohmann::json::parse(fmt::format(
+        R"({{"available": true, "timestamp": {}, "devices": [{{"gpu": 0, "clocks_event_reasons": ["{}"],
+            "metrics": {{"DCGM_FI_DEV_GPU_UTIL": 99, "DCGM_FI_PROF_GR_ENGINE_ACTIVE": 0.98,
+                        "DCGM_FI_PROF_SM_ACTIVE": 0.03, "DCGM_FI_PROF_DRAM_ACTIVE": 0.02,
+                        "DCGM_FI_DEV_FB_USED": 10, "DCGM_FI_DEV_FB_TOTAL": 80,
+                        "DCGM_FI_DEV_POWER_VIOLATION": {}, "DCGM_FI_DEV_THERMAL_VIOLATION": 0}}}}]}})",
+        ts, reason, pv));
+  };
+  std::vector<Scrape> sc = {
+      {0, Parse("stoke_inference_exec_count_total{model_name=\"m\"} 1\n"), gpu(100, 0, "gpu_idle")},
+      {2, Parse("stoke_inference_exec_count_total{model_name=\"m\"} 9\n"), gpu(102, 1e9, "sw_power_cap")}};
+  Signals s = ExtractSignals(sc, {}, "m");
+  EXPECT_EQ(s.kind, "classic");  // stoke_ names (--metric-names prometheus) read the same
+  EXPECT_EQ(s.gpu_samples, 2);
+  EXPECT_DOUBLE_EQ(s.gpu_util, 0.99);
+  EXPECT_DOUBLE_EQ(s.sm_active, 0.03);
+  EXPECT_DOUBLE_EQ(s.fb_used_ratio, 0.125);
+  EXPECT_DOUBLE_EQ(s.power_violation_share, 0.5);
+  EXPECT_DOUBLE_EQ(s.thermal_violation_share, 0);
+  EXPECT_DOUBLE_EQ(s.clock_reason_share.at("sw_power_cap"), 0.5);
+}
+
+}  // namespace
+}  // namespace stoke::doctor

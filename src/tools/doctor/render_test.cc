@@ -1,0 +1,83 @@
+// The doctor's JSON schema, its text for a person and the HTML page, on a hand-made report.
+#include "tools/doctor/render.h"
+
+#include <gtest/gtest.h>
+
+#include "tools/doctor/rules.h"
+
+namespace stoke::doctor {
+namespace {
+
+DoctorReport Sample() {
+  DoctorReport r;
+  r.url = "http://127.0.0.1:8000";
+  r.model = "m<1>";
+  r.api = "kserve-http";
+  r.load = "auto";
+  Signals& s = r.signals;
+  s.kind = "classic";
+  s.window_s = 3;
+  s.requests = 300;
+  s.stage_s = {{"queue", 0.002}, {"preprocess", 0.008}, {"compute", 0.001}};
+  s.queue_s = 0.002;
+  s.host_s = 0.008;
+  s.device_s = 0.001;
+  s.io_s = s.copy_s = 0;
+  s.service_s = 0.009;
+  s.latency_s = 0.011;
+  s.instance_busy = 0.97;
+  s.instances = 1;
+  s.load = {{.concurrency = 1, .requests_per_s = 100, .p50_ms = 9, .p99_ms = 12}};
+  r.verdicts = Diagnose(s);
+  r.notes = {"GPU telemetry unavailable: disabled"};
+  r.slowest = nlohmann::json::parse(
+      R"({"capacity": 1000, "recorded": 2, "requests": [
+            {"id": "r-7", "e2e_ms": 41.5, "stages_ms": {"queue": 30.0, "preprocess": 9.0, "send": 0.1}},
+            {"id": 8, "e2e_ms": 12.0, "stages_ms": {"preprocess": 8.0}}]})");
+  return r;
+}
+
+TEST(DoctorRender, JsonCarriesVerdictsEvidenceAndNullsForUnknownSignals) {
+  nlohmann::json j = ReportJson(Sample());
+  EXPECT_EQ(j["schema"], "stoke.doctor.v1");
+  ASSERT_FALSE(j["verdicts"].empty());
+  const auto& v = j["verdicts"][0];
+  EXPECT_EQ(v["bottleneck"], "host_bound");
+  EXPECT_EQ(v["evidence"][0]["signal"], "ledger.host_share");
+  EXPECT_EQ(v["evidence"][0]["threshold"], 0.5);
+  EXPECT_TRUE(v["next_step"].get<std::string>().find("--instances 2") != std::string::npos);
+  EXPECT_TRUE(j["signals"]["sm_active"].is_null());
+  EXPECT_EQ(j["signals"]["load"][0]["concurrency"], 1);
+  EXPECT_EQ(j["slowest_requests"]["requests"][0]["id"], "r-7");
+  EXPECT_EQ(j["thresholds"]["host_share"], 0.5);
+}
+
+TEST(DoctorRender, TextLeadsWithTheVerdictAndListsTheSlowestRequests) {
+  const std::string t = ReportText(Sample());
+  EXPECT_NE(t.find("VERDICT host_bound"), std::string::npos) << t;
+  EXPECT_NE(t.find("next:  --instances 2"), std::string::npos) << t;
+  EXPECT_NE(t.find("r-7 41.5 ms: queue 30.0, preprocess 9.0, send 0.1"), std::string::npos) << t;
+  EXPECT_NE(t.find("8 12.0 ms: preprocess 8.0"), std::string::npos) << t;
+  EXPECT_NE(t.find("note: GPU telemetry unavailable"), std::string::npos);
+}
+
+TEST(DoctorRender, HtmlIsSelfContainedAndEscaped) {
+  const std::string h = ReportHtml(Sample());
+  EXPECT_EQ(h.find("<script"), std::string::npos);
+  EXPECT_EQ(h.find(" src="), std::string::npos);
+  EXPECT_NE(h.find("m&lt;1&gt;"), std::string::npos);
+  EXPECT_EQ(h.find("m<1>"), std::string::npos);
+  EXPECT_NE(h.find("host_bound"), std::string::npos);
+  EXPECT_NE(h.find("Slowest requests"), std::string::npos);
+}
+
+TEST(DoctorRender, GarbageLedgerBodyIsIgnored) {
+  DoctorReport r = Sample();
+  r.slowest = nlohmann::json::parse(R"({"requests": [1, "x", {"stages_ms": 3}]})");
+  EXPECT_NO_THROW(ReportText(r));
+  r.slowest = nullptr;
+  EXPECT_EQ(ReportText(r).find("slowest requests"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace stoke::doctor

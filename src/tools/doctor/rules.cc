@@ -1,0 +1,410 @@
+#include "tools/doctor/rules.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <functional>
+#include <optional>
+
+namespace stoke::doctor {
+namespace {
+
+double Ratio(double a, double b) {
+  return Has(a) && Has(b) && b > 0 ? a / b : kNaN;
+}
+double Share(const std::map<std::string, double>& m, const std::string& key) {
+  auto it = m.find(key);
+  return it == m.end() ? 0.0 : it->second;
+}
+// true only when v is known and compares as asked (an unknown signal never fires a rule).
+bool Ge(double v, double t) {
+  return Has(v) && v >= t;
+}
+bool Lt(double v, double t) {
+  return Has(v) && v < t;
+}
+
+// 0.5 at the threshold, 1.0 at `full` (or beyond): how far the deciding number is past its threshold.
+double Margin(double value, double threshold, double full) {
+  if (!Has(value) || full == threshold) return 0.5;
+  return 0.5 + 0.5 * std::clamp((value - threshold) / (full - threshold), 0.0, 1.0);
+}
+
+Evidence Ev(std::string signal, double value, std::string op, double threshold, std::string unit,
+            std::string note) {
+  return {std::move(signal), value, std::move(op), threshold, std::move(unit), std::move(note)};
+}
+
+bool IsLlm(const Signals& s) {
+  return s.kind == "llm";
+}
+int Instances(const Signals& s) {
+  return std::max(1, s.instances);
+}
+std::string BatchingKnob(int max_batch, double delay_us) {
+  return fmt::format(
+      R"(model file: "max_batch_size": {}, "dynamic_batching": {{"max_queue_delay_microseconds": {}}})",
+      max_batch, static_cast<long>(delay_us));
+}
+// The stage group decides only if it matters: the instances are busy (more of them would help), or, where
+// busy time is not exported (LLM), it is a real share of the latency. An idle server is under-fed instead.
+bool Matters(const Signals& s, double group_s, const Thresholds& t) {
+  if (Has(s.instance_busy)) return s.instance_busy >= t.matters_busy;
+  return Ge(Ratio(group_s, s.latency_s), t.matters_latency);
+}
+// GPU rules apply when the device stages are most of the service time, or when there is no ledger.
+bool DeviceDominates(const Signals& s, const Thresholds& t) {
+  return s.requests == 0 || !Has(s.service_s) || Ge(Ratio(s.device_s, s.service_s), t.device_share);
+}
+double GpuBusy(const Signals& s) {
+  if (Has(s.gr_active) && Has(s.gpu_util)) return std::max(s.gr_active, s.gpu_util);
+  return Has(s.gr_active) ? s.gr_active : s.gpu_util;
+}
+
+// Throughput of the sweep's last point / its first (NaN without a sweep of growing concurrency).
+double SweepScaling(const Signals& s) {
+  if (s.load.size() < 2 || s.load.front().requests_per_s <= 0) return kNaN;
+  if (s.load.back().concurrency <= s.load.front().concurrency) return kNaN;
+  return s.load.back().requests_per_s / s.load.front().requests_per_s;
+}
+bool SweepStalls(const Signals& s, const Thresholds& t) {
+  return Lt(SweepScaling(s), t.min_scaling);
+}
+
+using Rule = std::function<std::optional<Verdict>(const Signals&, const Thresholds&)>;
+
+std::optional<Verdict> KvCapacity(const Signals& s, const Thresholds& t) {
+  const double no_blocks = Share(s.admission_share, "no_blocks");
+  const bool pressure = Ge(s.preemptions, 1) || no_blocks >= t.no_blocks_share;
+  if (!Ge(s.kv_usage_max, t.kv_full) || !pressure) return std::nullopt;
+  Verdict v{.bottleneck = "kv_capacity_bound"};
+  v.confidence = Ge(s.preemptions, 1) && no_blocks >= t.no_blocks_share ? 0.9 : 0.7;
+  v.summary = "The KV cache is full: requests wait for blocks or are preempted and recomputed.";
+  v.evidence.push_back(
+      Ev("llm.kv_usage_max", s.kv_usage_max, ">=", t.kv_full, "ratio", "peak KV-cache usage"));
+  v.evidence.push_back(Ev("llm.preemptions", Has(s.preemptions) ? s.preemptions : 0, ">=", 1, "count",
+                          "sequences preempted in the window"));
+  v.evidence.push_back(Ev("llm.admission_no_blocks_share", no_blocks, ">=", t.no_blocks_share, "ratio",
+                          "steps whose admission stopped for lack of KV blocks"));
+  if (Has(s.waiting_mean))
+    v.evidence.push_back(Ev("llm.waiting_mean", s.waiting_mean, "", kNaN, "requests", ""));
+  const long blocks = Has(s.kv_blocks_total) ? static_cast<long>(s.kv_blocks_total) : 0;
+  v.next_step = blocks > 0
+                    ? fmt::format("--kv-blocks {} (now {}), or a larger --kv-cache-bytes", 2 * blocks, blocks)
+                    : "a larger --kv-cache-bytes (or --kv-blocks)";
+  if (Has(s.running_mean) && s.running_mean >= 2) {
+    v.next_step +=
+        fmt::format("; if memory is fixed: --max-num-seqs {}", std::max(1, int(s.running_mean * 0.75)));
+  }
+  v.why =
+      "more KV blocks let the running batch grow without evicting; fewer sequences stop the preemption churn";
+  return v;
+}
+
+std::optional<Verdict> HostBound(const Signals& s, const Thresholds& t) {
+  const double host = Ratio(s.host_s, s.service_s);
+  const double io = Ratio(s.io_s, s.latency_s);
+  const bool host_fires = Ge(host, t.host_share) && Matters(s, s.host_s, t);
+  const bool io_fires = Ge(io, t.io_share) && (Ge(s.io_s, t.io_min_s) || SweepStalls(s, t));
+  if (!host_fires && !io_fires) return std::nullopt;
+  Verdict v{.bottleneck = "host_bound"};
+  if (host_fires) {
+    const double pre = s.stage_s.count("preprocess") ? s.stage_s.at("preprocess") : 0;
+    const double post = s.stage_s.count("postprocess") ? s.stage_s.at("postprocess") : 0;
+    const bool pre_dominates = pre >= post;
+    v.confidence = Margin(host, t.host_share, 0.9);
+    v.summary = fmt::format(
+        "CPU work per request ({} {:.2f} ms) dominates the service time; the GPU waits on the host.",
+        pre_dominates ? "preprocess" : "postprocess", 1e3 * std::max(pre, post));
+    v.evidence.push_back(Ev("ledger.host_share", host, ">=", t.host_share, "ratio",
+                            "preprocess + postprocess (+ schedule) / service time"));
+    if (Has(s.instance_busy))
+      v.evidence.push_back(
+          Ev("batcher.instance_busy", s.instance_busy, ">=", t.matters_busy, "ratio",
+             "fraction of the window each instance executed (or the host share of latency)"));
+    if (Has(s.gr_active))
+      v.evidence.push_back(Ev("gpu.gr_engine_active", s.gr_active, "", kNaN, "ratio", ""));
+    if (IsLlm(s)) {
+      v.next_step = pre_dominates ? "--http-threads 2x (tokenisation runs per request on the HTTP threads)"
+                                  : "--sampling device (sample on the GPU; only token ids reach the host)";
+    } else {
+      v.next_step = fmt::format(
+          "--instances {} (each instance has its own CPU thread; model file: \"instance_group\": "
+          "[{{\"count\": {}}}])",
+          2 * Instances(s), 2 * Instances(s));
+    }
+    v.why =
+        "the host stage runs once per request on one thread per instance: more instances overlap it with the "
+        "GPU; longer term, move the work to the GPU";
+  } else {
+    v.confidence = Margin(io, t.io_share, 0.9);
+    v.summary = "Reading requests and writing responses (recv + send) dominates the latency.";
+    v.evidence.push_back(Ev("ledger.io_share", io, ">=", t.io_share, "ratio", "recv + send / latency"));
+    if (Ge(s.io_s, t.io_min_s)) {
+      v.evidence.push_back(
+          Ev("ledger.io_ms", 1e3 * s.io_s, ">=", 1e3 * t.io_min_s, "ms", "recv + send per request"));
+    } else {
+      v.evidence.push_back(Ev("load.throughput_scaling", SweepScaling(s), "<", t.min_scaling, "ratio",
+                              "throughput at the last sweep point / the first: more clients, no more work"));
+    }
+    v.next_step = IsLlm(s) ? "--http-threads 2x"
+                           : "send tensors in binary (KServe binary extension) or over gRPC "
+                             "(--grpc-port), and --http-threads 2x";
+    v.why = "JSON tensors cost parsing and formatting per element on the HTTP threads";
+  }
+  return v;
+}
+
+std::optional<Verdict> CopyBound(const Signals& s, const Thresholds& t) {
+  const double copy = Ratio(s.copy_s, s.service_s);
+  if (!Ge(copy, t.copy_share) || !Matters(s, s.copy_s, t)) return std::nullopt;
+  Verdict v{.bottleneck = "copy_bound", .confidence = Margin(copy, t.copy_share, 0.8)};
+  v.summary =
+      fmt::format("Host<->device copies (h2d + d2h {:.2f} ms per request) are a large share of the work.",
+                  1e3 * s.copy_s);
+  v.evidence.push_back(
+      Ev("ledger.copy_share", copy, ">=", t.copy_share, "ratio", "h2d + d2h / service time"));
+  if (Has(s.pcie_bytes_per_s))
+    v.evidence.push_back(Ev("gpu.pcie_bytes_per_s", s.pcie_bytes_per_s, "", kNaN, "bytes/s", "PCIe tx + rx"));
+  v.next_step =
+      "pinned host buffers for the copies (model file: \"buffers\": \"pinned\"); keep data on the GPU "
+      "between stages";
+  if (s.max_batch_size > 0 && Has(s.mean_batch_size) && s.mean_batch_size < 0.5 * s.max_batch_size) {
+    v.next_step += "; batch the copies: " + BatchingKnob(s.max_batch_size, 2000);
+  }
+  v.why =
+      "pageable copies go through a bounce buffer and block the stream (H200: 55 GB/s pinned vs 15.6 "
+      "pageable)";
+  return v;
+}
+
+std::optional<Verdict> LaunchBound(const Signals& s, const Thresholds& t) {
+  const double busy = GpuBusy(s);
+  if (!Ge(busy, t.gpu_busy) || !Lt(s.sm_active, t.sm_low) || !DeviceDominates(s, t)) return std::nullopt;
+  if (Ge(s.dram_active, t.dram_high) || Ge(s.tensor_active, t.tensor_high)) return std::nullopt;
+  Verdict v{.bottleneck = "launch_bound"};
+  v.confidence = std::min(Margin(busy, t.gpu_busy, 1.0), Margin(-s.sm_active, -t.sm_low, -0.1));
+  v.summary = fmt::format(
+      "GPU-Util reads {:.0f}% but only {:.0f}% of the SMs are active: many small or serial "
+      "kernels keep the GPU 'busy' without filling it.",
+      100 * busy, 100 * s.sm_active);
+  v.evidence.push_back(Ev("gpu.util_or_gr_active", busy, ">=", t.gpu_busy, "ratio", "a kernel is running"));
+  v.evidence.push_back(Ev("gpu.sm_active", s.sm_active, "<", t.sm_low, "ratio", "SMs with a warp resident"));
+  if (Has(s.dram_active))
+    v.evidence.push_back(Ev("gpu.dram_active", s.dram_active, "<", t.dram_high, "ratio", ""));
+  if (IsLlm(s)) {
+    v.next_step = "--cuda-graphs on (replay decode steps as CUDA graphs)";
+  } else {
+    const int mb = std::max(16, 2 * s.max_batch_size);
+    v.next_step =
+        BatchingKnob(mb, 2000) + " so each launch does more rows; fuse kernels or capture a CUDA graph";
+  }
+  v.why =
+      "launch overhead and one-block grids leave SMs idle; graphs remove launch gaps, bigger batches widen "
+      "grids";
+  return v;
+}
+
+std::optional<Verdict> BandwidthBound(const Signals& s, const Thresholds& t) {
+  if (!Ge(s.dram_active, t.dram_high) || !DeviceDominates(s, t)) return std::nullopt;
+  Verdict v{.bottleneck = "bandwidth_bound", .confidence = Margin(s.dram_active, t.dram_high, 0.8)};
+  v.summary = fmt::format("DRAM bandwidth is saturated ({:.0f}% active; ~80% is the practical maximum).",
+                          100 * s.dram_active);
+  v.evidence.push_back(
+      Ev("gpu.dram_active", s.dram_active, ">=", t.dram_high, "ratio", "DRAM transfer cycles"));
+  if (Has(s.sm_active)) v.evidence.push_back(Ev("gpu.sm_active", s.sm_active, "", kNaN, "ratio", ""));
+  if (IsLlm(s)) {
+    v.next_step =
+        "more sequences per step to amortise weight reads (--max-num-seqs 2x), or lower-precision "
+        "weights/KV (fp8)";
+  } else if (Instances(s) > 1) {
+    v.next_step =
+        "--instances 1 (instances share the HBM bandwidth: more add latency, not throughput); then "
+        "fewer bytes per row (lower precision, fusion)";
+  } else {
+    v.next_step = "fewer bytes per request: lower-precision weights/activations, fused kernels";
+  }
+  v.why = "every extra byte costs time once DRAM is the limit; serving knobs cannot add bandwidth";
+  return v;
+}
+
+std::optional<Verdict> ComputeBound(const Signals& s, const Thresholds& t) {
+  const bool tensor = Ge(s.tensor_active, t.tensor_high);
+  const bool sm = Ge(s.sm_active, t.sm_high) && !Ge(s.dram_active, t.dram_high);
+  const bool blind = !Has(s.sm_active) && !Has(s.tensor_active) && Ge(s.instance_busy, t.saturated_busy) &&
+                     Ge(Ratio(s.device_s, s.service_s), t.device_share);
+  if ((!tensor && !sm && !blind) || !DeviceDominates(s, t)) return std::nullopt;
+  Verdict v{.bottleneck = "compute_bound"};
+  if (tensor || sm) {
+    v.confidence =
+        tensor ? Margin(s.tensor_active, t.tensor_high, 0.95) : Margin(s.sm_active, t.sm_high, 1.0);
+    v.summary = "The GPU's arithmetic is the limit: the chip is filled and busy.";
+    if (Has(s.tensor_active))
+      v.evidence.push_back(
+          Ev("gpu.tensor_active", s.tensor_active, ">=", t.tensor_high, "ratio", "tensor pipes"));
+    if (Has(s.sm_active))
+      v.evidence.push_back(Ev("gpu.sm_active", s.sm_active, ">=", t.sm_high, "ratio", ""));
+  } else {
+    v.confidence = 0.45;  // no GPU counters: the device stage is the limit, but what inside it is unknown
+    v.summary = "The model's compute stage is the limit (instances saturated); no GPU counters to say more.";
+    v.evidence.push_back(Ev("batcher.instance_busy", s.instance_busy, ">=", t.saturated_busy, "ratio", ""));
+    v.evidence.push_back(Ev("ledger.device_share", Ratio(s.device_s, s.service_s), ">=", t.device_share,
+                            "ratio", "compute / service time"));
+  }
+  v.next_step = "fewer FLOPs per request: fp8/int8 weights, a smaller model; or more GPUs";
+  v.why = "serving knobs only reorder work a saturated GPU must do anyway";
+  return v;
+}
+
+std::string QueueKnob(const Signals& s) {
+  if (IsLlm(s)) {
+    if (Share(s.admission_share, "token_budget") >= 0.5) return "--max-num-batched-tokens 2x";
+    const int cap = Has(s.running_max) ? static_cast<int>(s.running_max) : 0;
+    return cap > 0
+               ? fmt::format(
+                     "--max-num-seqs {} (now {}: admission stops at the running-set cap while KV has room)",
+                     2 * cap, cap)
+               : "--max-num-seqs 2x (admission stops at the running-set cap while KV has room)";
+  }
+  const double delay_share = Share(s.close_share, "delay");
+  if (s.max_batch_size == 0 || Share(s.close_share, "unbatched") >= 0.5) {
+    return BatchingKnob(16, 2000) + " (batching is off)";
+  }
+  if (delay_share >= 0.5 && Has(s.max_queue_delay_us)) {
+    const double svc_us = Has(s.service_s) ? 1e6 * s.service_s : 1000;
+    const double to = std::max(100.0, std::min(s.max_queue_delay_us / 10, svc_us));
+    return fmt::format(
+        "model file: \"max_queue_delay_microseconds\": {} (now {}: batches close on the delay with {:.0f} of "
+        "{} rows)",
+        static_cast<long>(to), static_cast<long>(s.max_queue_delay_us),
+        Has(s.mean_batch_size) ? s.mean_batch_size : 0, s.max_batch_size);
+  }
+  if (Share(s.close_share, "full") >= 0.5) return BatchingKnob(2 * s.max_batch_size, 2000);
+  return fmt::format("--instances {}", 2 * Instances(s));
+}
+
+std::optional<Verdict> QueueBound(const Signals& s, const Thresholds& t) {
+  const double q = Ratio(s.queue_s, s.latency_s);
+  if (!Ge(q, t.queue_share)) return std::nullopt;
+  const bool inst_idle = Lt(s.instance_busy, t.saturated_busy);
+  const bool gpu_idle = Lt(s.sm_active, t.sm_high) || Lt(GpuBusy(s), t.gpu_busy);
+  const bool llm_room = IsLlm(s) && !Has(s.instance_busy) && !Ge(s.kv_usage_max, t.kv_full);
+  if (!inst_idle && !(llm_room && (gpu_idle || !Has(s.sm_active)))) return std::nullopt;
+  Verdict v{.bottleneck = "queue_bound", .confidence = Margin(q, t.queue_share, 0.9)};
+  v.summary = fmt::format(
+      "Requests spend {:.0f}% of their latency queued while the workers have room: the "
+      "batching/admission policy holds them.",
+      100 * q);
+  v.evidence.push_back(Ev("ledger.queue_share", q, ">=", t.queue_share, "ratio", "queue / latency"));
+  if (Has(s.instance_busy))
+    v.evidence.push_back(Ev("batcher.instance_busy", s.instance_busy, "<", t.saturated_busy, "ratio",
+                            "fraction of the window the instances executed"));
+  if (Has(s.mean_batch_size))
+    v.evidence.push_back(Ev("batcher.mean_batch_size", s.mean_batch_size, "", kNaN, "rows",
+                            fmt::format("rows per batch, of max_batch_size {}", s.max_batch_size)));
+  for (const auto& [reason, share] : s.admission_share)
+    if (share > 0) v.evidence.push_back(Ev("llm.admission_share." + reason, share, "", kNaN, "ratio", ""));
+  for (const auto& [reason, share] : s.close_share)
+    if (share > 0) v.evidence.push_back(Ev("batcher.close_share." + reason, share, "", kNaN, "ratio", ""));
+  v.next_step = QueueKnob(s);
+  v.why = "the queue, not the model, sets the latency: close batches sooner or admit more at once";
+  return v;
+}
+
+std::optional<Verdict> UnderFed(const Signals& s, const Thresholds& t) {
+  const double busy = Has(s.instance_busy) ? s.instance_busy : GpuBusy(s);
+  const double q = Ratio(s.queue_s, s.latency_s);
+  const bool no_traffic = s.requests == 0;
+  if (!no_traffic && (!Lt(busy, t.idle_busy) || Ge(q, t.idle_queue_share))) return std::nullopt;
+  if (IsLlm(s) && Ge(s.waiting_mean, 1)) return std::nullopt;
+  // With the doctor's own sweep: more clients must have brought more throughput, else something saturated.
+  const double scaling = SweepScaling(s);
+  if (!no_traffic && SweepStalls(s, t)) return std::nullopt;
+  Verdict v{.bottleneck = "under_fed", .confidence = no_traffic ? 0.9 : Margin(-busy, -t.idle_busy, 0)};
+  v.summary = no_traffic ? "No request finished in the window: the server is idle."
+                         : fmt::format(
+                               "The server works {:.0f}% of the time and nothing queues: it waits for "
+                               "requests.",
+                               100 * busy);
+  v.evidence.push_back(Ev("server.busy", busy, "<", t.idle_busy, "ratio", "instances (or GPU engine) busy"));
+  v.evidence.push_back(Ev("ledger.queue_share", Has(q) ? q : 0, "<", t.idle_queue_share, "ratio", ""));
+  v.evidence.push_back(Ev("server.requests_per_s", s.requests_per_s, "", kNaN, "req/s", ""));
+  if (Has(scaling))
+    v.evidence.push_back(Ev("load.throughput_scaling", scaling, ">=", t.min_scaling, "ratio",
+                            "throughput at the last sweep point / the first"));
+  v.next_step = "send more concurrent requests (clients, or a larger client pool)";
+  if (!IsLlm(s) && s.max_batch_size == 0) v.next_step += "; then turn batching on: " + BatchingKnob(16, 2000);
+  if (Has(busy) && busy > 0.01)
+    v.next_step += fmt::format(" -- at this rate the server could take ~{:.0f}x the load", 0.8 / busy);
+  v.why = "nothing in the server limits throughput yet; the offered load does";
+  return v;
+}
+
+std::optional<Verdict> Throttled(const Signals& s, const Thresholds& t) {
+  const double viol = std::max(Has(s.power_violation_share) ? s.power_violation_share : 0.0,
+                               Has(s.thermal_violation_share) ? s.thermal_violation_share : 0.0);
+  double reasons = 0;
+  std::string active;
+  for (const auto& [r, share] : s.clock_reason_share) {
+    const bool power_or_thermal =
+        r.find("power") != std::string::npos || r.find("thermal") != std::string::npos || r == "hw_slowdown";
+    if (power_or_thermal && share > 0) {
+      reasons = std::max(reasons, share);
+      active += (active.empty() ? "" : ", ") + r;
+    }
+  }
+  const bool counters = Has(s.power_violation_share) || Has(s.thermal_violation_share);
+  if (!(viol >= t.throttle_share || (!counters && reasons >= t.reason_share))) return std::nullopt;
+  Verdict v{.bottleneck = "throttled"};
+  v.confidence = counters ? Margin(viol, t.throttle_share, 0.5) : 0.5;
+  v.summary = fmt::format(
+      "Clocks are held down by power/thermal limits ({}); every figure is measured below full "
+      "speed.",
+      active.empty() ? "violation counters" : active);
+  if (counters) {
+    v.evidence.push_back(Ev("gpu.power_violation_share", s.power_violation_share, ">=", t.throttle_share,
+                            "ratio", "of the window, DCGM_FI_DEV_POWER_VIOLATION"));
+    v.evidence.push_back(Ev("gpu.thermal_violation_share", s.thermal_violation_share, ">=", t.throttle_share,
+                            "ratio", "DCGM_FI_DEV_THERMAL_VIOLATION"));
+  }
+  v.evidence.push_back(Ev("gpu.clock_reason_share", reasons, ">=", t.reason_share, "ratio", active));
+  if (Has(s.sm_clock_mhz)) v.evidence.push_back(Ev("gpu.sm_clock_mhz", s.sm_clock_mhz, "", kNaN, "MHz", ""));
+  if (Has(s.power_w))
+    v.evidence.push_back(Ev("gpu.power_w", s.power_w, "", s.power_limit_w, "W", "threshold: limit"));
+  v.next_step =
+      "do not tune against it: check cooling and the power limit (nvidia-smi -q -d PERFORMANCE,POWER); "
+      "re-run doctor once clocks are steady";
+  v.why = "power-capped clocks change every other number; a fix elsewhere may just move the cap";
+  return v;
+}
+
+}  // namespace
+
+std::vector<Verdict> Diagnose(const Signals& s, const Thresholds& t) {
+  static const Rule kRules[] = {KvCapacity,     HostBound,    CopyBound, LaunchBound,
+                                BandwidthBound, ComputeBound, QueueBound};
+  std::vector<Verdict> out;
+  for (const Rule& rule : kRules) {
+    if (std::optional<Verdict> v = rule(s, t)) out.push_back(std::move(*v));
+  }
+  if (out.empty()) {  // "waits for work" only when nothing in the server is a limit
+    if (std::optional<Verdict> v = UnderFed(s, t)) out.push_back(std::move(*v));
+  }
+  if (std::optional<Verdict> v = Throttled(s, t)) out.push_back(std::move(*v));
+  if (out.empty()) {
+    Verdict v{.bottleneck = "none", .confidence = s.requests >= t.min_requests ? 0.6 : 0.4};
+    v.summary = "No rule fired: the server is busy without a dominant limit (or the window was too quiet).";
+    v.evidence.push_back(
+        Ev("ledger.queue_share", Ratio(s.queue_s, s.latency_s), "<", t.queue_share, "ratio", ""));
+    v.evidence.push_back(Ev("batcher.instance_busy", s.instance_busy, "", kNaN, "ratio", ""));
+    v.next_step = "nothing to change; to find the ceiling run `stoke bench --concurrency 1:256`";
+    v.why = "";
+    out.push_back(std::move(v));
+  }
+  if (s.requests > 0 && s.requests < t.min_requests) {
+    for (Verdict& v : out) v.confidence *= 0.7;
+  }
+  return out;
+}
+
+}  // namespace stoke::doctor

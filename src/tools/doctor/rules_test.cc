@@ -1,0 +1,246 @@
+// Diagnose() on hand-made Signals: one case per bottleneck name, the boundaries of the thresholds, and
+// signals that are missing (never fire a rule).
+#include "tools/doctor/rules.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace stoke::doctor {
+namespace {
+
+// A classic model under load with a healthy split: 100 requests, 10 ms latency, instances 60% busy.
+Signals Classic(double queue_ms, double pre_ms, double h2d_ms, double compute_ms, double busy) {
+  Signals s;
+  s.kind = "classic";
+  s.window_s = 5;
+  s.requests = 100;
+  s.requests_per_s = 20;
+  s.stage_s = {{"recv", 1e-4},         {"queue", queue_ms * 1e-3},     {"preprocess", pre_ms * 1e-3},
+               {"h2d", h2d_ms * 1e-3}, {"compute", compute_ms * 1e-3}, {"send", 1e-4}};
+  s.queue_s = queue_ms * 1e-3;
+  s.io_s = 2e-4;
+  s.host_s = pre_ms * 1e-3;
+  s.copy_s = h2d_ms * 1e-3;
+  s.device_s = compute_ms * 1e-3;
+  s.service_s = s.host_s + s.copy_s + s.device_s;
+  s.latency_s = s.queue_s + s.io_s + s.service_s;
+  s.instance_busy = busy;
+  s.instances = 1;
+  s.max_batch_size = 8;
+  s.max_queue_delay_us = 100;
+  s.mean_batch_size = 3;
+  return s;
+}
+
+std::string Top(const Signals& s) {
+  return Diagnose(s).front().bottleneck;
+}
+
+TEST(DoctorRules, HostBoundWhenPreprocessDominatesTheServiceTime) {
+  Signals s = Classic(/*queue*/ 20, /*pre*/ 8, /*h2d*/ 0.1, /*compute*/ 1, /*busy*/ 0.95);
+  std::vector<Verdict> v = Diagnose(s);
+  ASSERT_EQ(v.front().bottleneck, "host_bound");
+  EXPECT_EQ(v.front().evidence.front().signal, "ledger.host_share");
+  EXPECT_NEAR(v.front().evidence.front().value, 8 / 9.1, 1e-9);
+  EXPECT_EQ(v.front().evidence.front().threshold, 0.5);
+  EXPECT_NE(v.front().next_step.find("--instances 2"), std::string::npos) << v.front().next_step;
+  EXPECT_GE(v.front().confidence, 0.75);
+}
+
+TEST(DoctorRules, HostShareThatDoesNotMatterIsNotAVerdict) {
+  // Preprocess is most of a tiny service time, but the instance idles and it is 2% of the latency.
+  Signals s = Classic(/*queue*/ 50, /*pre*/ 0.8, 0, 0.2, /*busy*/ 0.02);
+  for (const Verdict& v : Diagnose(s)) EXPECT_NE(v.bottleneck, "host_bound");
+}
+
+TEST(DoctorRules, CopyBound) {
+  Signals s = Classic(2, 0.1, /*h2d*/ 3, /*compute*/ 1, 0.8);
+  EXPECT_EQ(Top(s), "copy_bound");
+  EXPECT_NE(Diagnose(s).front().next_step.find("pinned"), std::string::npos);
+}
+
+TEST(DoctorRules, QueueBoundOnTheDelayNamesALowerDelay) {
+  Signals s = Classic(/*queue*/ 40, 0, 0, /*compute*/ 1, /*busy*/ 0.05);
+  s.max_queue_delay_us = 50000;
+  s.close_share = {{"delay", 0.9}, {"full", 0.1}};
+  std::vector<Verdict> v = Diagnose(s);
+  ASSERT_EQ(v.front().bottleneck, "queue_bound");
+  EXPECT_NE(v.front().next_step.find("\"max_queue_delay_microseconds\": 1000"), std::string::npos)
+      << v.front().next_step;
+}
+
+TEST(DoctorRules, QueueWithSaturatedInstancesIsTheModelNotThePolicy) {
+  Signals s = Classic(/*queue*/ 40, 0, 0, /*compute*/ 5, /*busy*/ 0.98);
+  std::vector<Verdict> v = Diagnose(s);
+  EXPECT_EQ(v.front().bottleneck, "compute_bound");  // no GPU counters: blind, lower confidence
+  EXPECT_LT(v.front().confidence, 0.5);
+}
+
+TEST(DoctorRules, UnderFed) {
+  Signals s = Classic(/*queue*/ 0.05, 0, 0, 1, /*busy*/ 0.04);
+  EXPECT_EQ(Top(s), "under_fed");
+  Signals idle;  // no request at all
+  idle.kind = "classic";
+  EXPECT_EQ(Top(idle), "under_fed");
+}
+
+TEST(DoctorRules, LaunchBoundWhenGpuUtilLiesAboutSmActivity) {
+  Signals s = Classic(5, 0.1, 0.1, /*compute*/ 5, 0.9);
+  s.gpu_samples = 5;
+  s.gpu_util = 0.99;
+  s.gr_active = 0.98;
+  s.sm_active = 0.02;
+  s.dram_active = 0.01;
+  s.tensor_active = 0;
+  std::vector<Verdict> v = Diagnose(s);
+  ASSERT_EQ(v.front().bottleneck, "launch_bound");
+  EXPECT_EQ(v.front().evidence[1].signal, "gpu.sm_active");
+  EXPECT_EQ(v.front().evidence[1].op, "<");
+  s.kind = "llm";
+  s.instance_busy = kNaN;
+  EXPECT_NE(Diagnose(s).front().next_step.find("--cuda-graphs on"), std::string::npos);
+}
+
+TEST(DoctorRules, BandwidthAndComputeBound) {
+  Signals s = Classic(5, 0.1, 0.1, 5, 0.9);
+  s.gpu_samples = 5;
+  s.gpu_util = 1;
+  s.gr_active = 0.99;
+  s.sm_active = 0.6;
+  s.dram_active = 0.78;
+  s.instances = 2;
+  EXPECT_EQ(Top(s), "bandwidth_bound");
+  EXPECT_NE(Diagnose(s).front().next_step.find("--instances 1"), std::string::npos);
+  s.dram_active = 0.2;
+  s.sm_active = 0.95;
+  s.tensor_active = 0.85;
+  EXPECT_EQ(Top(s), "compute_bound");
+  EXPECT_GE(Diagnose(s).front().confidence, 0.75);
+}
+
+TEST(DoctorRules, GpuRulesWaitForTheDeviceToDominate) {
+  // Same counters, but preprocess dominates: the host is the bottleneck, whatever the GPU reads.
+  Signals s = Classic(5, /*pre*/ 8, 0.1, 1, 0.95);
+  s.gpu_samples = 5;
+  s.gpu_util = 0.99;
+  s.sm_active = 0.02;
+  EXPECT_EQ(Top(s), "host_bound");
+}
+
+TEST(DoctorRules, KvCapacityBound) {
+  Signals s;
+  s.kind = "llm";
+  s.requests = 40;
+  s.stage_s = {{"queue", 2.0}, {"compute", 1.0}};
+  s.queue_s = 2.0;
+  s.device_s = 1.0;
+  s.service_s = 1.0;
+  s.latency_s = 3.0;
+  s.io_s = s.host_s = s.copy_s = 0;
+  s.kv_usage_max = 0.97;
+  s.kv_blocks_total = 64;
+  s.preemptions = 12;
+  s.running_mean = 4;
+  s.admission_share = {{"no_blocks", 0.6}, {"queue_empty", 0.4}};
+  std::vector<Verdict> v = Diagnose(s);
+  ASSERT_EQ(v.front().bottleneck, "kv_capacity_bound");
+  EXPECT_NE(v.front().next_step.find("--kv-blocks 128"), std::string::npos) << v.front().next_step;
+  EXPECT_GE(v.front().confidence, 0.75);
+  s.preemptions = 0;  // full but nobody waits for blocks: not capacity-bound
+  s.admission_share = {{"queue_empty", 1.0}};
+  for (const Verdict& x : Diagnose(s)) EXPECT_NE(x.bottleneck, "kv_capacity_bound");
+}
+
+TEST(DoctorRules, ThrottledComesAlongsideTheMainVerdict) {
+  Signals s = Classic(5, 0.1, 0.1, 5, 0.9);
+  s.gpu_samples = 5;
+  s.gpu_util = 1;
+  s.sm_active = 0.95;
+  s.tensor_active = 0.9;
+  s.dram_active = 0.2;
+  s.power_violation_share = 0.6;
+  s.thermal_violation_share = 0;
+  s.clock_reason_share = {{"sw_power_cap", 1.0}};
+  std::vector<Verdict> v = Diagnose(s);
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_EQ(v[0].bottleneck, "compute_bound");
+  EXPECT_EQ(v[1].bottleneck, "throttled");
+  // The reason bit alone, with a counter that does not move, is not throttling.
+  s.power_violation_share = 0;
+  for (const Verdict& x : Diagnose(s)) EXPECT_NE(x.bottleneck, "throttled");
+  // Without the counters, the reason bits decide.
+  s.power_violation_share = kNaN;
+  s.thermal_violation_share = kNaN;
+  EXPECT_EQ(Diagnose(s).back().bottleneck, "throttled");
+}
+
+TEST(DoctorRules, TheIssuesH200ReadingIsComputeBoundAndThrottled) {
+  // Issue 12: the 8B shape at c=64 read GPU-Util 98 %, SM active 0.93, tensor 0.58, DRAM 0.21, 686 of 700 W
+  // with the power-violation counter rising.
+  Signals s;
+  s.kind = "llm";
+  s.requests = 500;
+  s.stage_s = {{"queue", 0.05}, {"compute", 2.0}, {"postprocess", 0.02}};
+  s.queue_s = 0.05;
+  s.device_s = 2.0;
+  s.host_s = 0.02;
+  s.io_s = s.copy_s = 0;
+  s.service_s = 2.02;
+  s.latency_s = 2.07;
+  s.kv_usage_max = 0.4;
+  s.gpu_samples = 10;
+  s.gpu_util = 0.98;
+  s.sm_active = 0.93;
+  s.tensor_active = 0.58;
+  s.dram_active = 0.21;
+  s.power_w = 686;
+  s.power_limit_w = 700;
+  s.power_violation_share = 0.8;
+  s.thermal_violation_share = 0;
+  s.clock_reason_share = {{"sw_power_cap", 1.0}};
+  std::vector<Verdict> v = Diagnose(s);
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_EQ(v[0].bottleneck, "compute_bound");
+  EXPECT_EQ(v[1].bottleneck, "throttled");
+}
+
+TEST(DoctorRules, SmallKernelsCaseIsLaunchBound) {
+  // examples/synthetic/small_kernels.json on the H200: GPU-Util ~100 % while one block runs on 1 of 132 SMs.
+  Signals s = Classic(1, 0.01, 0.01, 13.5, 0.95);
+  s.gpu_samples = 5;
+  s.gpu_util = 1.0;
+  s.gr_active = 1.0;
+  s.sm_active = 1.0 / 132;
+  s.dram_active = 0.0;
+  s.tensor_active = 0.0;
+  EXPECT_EQ(Top(s), "launch_bound");
+}
+
+TEST(DoctorRules, NoneWhenBusyAndBalanced) {
+  Signals s = Classic(/*queue*/ 1, 0.5, 0.2, 4, 0.6);
+  std::vector<Verdict> v = Diagnose(s);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].bottleneck, "none");
+}
+
+TEST(DoctorRules, UnknownSignalsNeverFireAndNamesStayInTheVocabulary) {
+  Signals s;  // everything NaN, no requests, kind unknown
+  s.requests = 5;
+  for (const Verdict& v : Diagnose(s)) {
+    bool known = false;
+    for (const char* b : kBottlenecks) known |= v.bottleneck == b;
+    EXPECT_TRUE(known) << v.bottleneck;
+    EXPECT_NE(v.bottleneck, "unknown");
+  }
+}
+
+TEST(DoctorRules, FewRequestsLowerTheConfidence) {
+  Signals s = Classic(20, 8, 0.1, 1, 0.95);
+  const double many = Diagnose(s).front().confidence;
+  s.requests = 5;
+  EXPECT_LT(Diagnose(s).front().confidence, many);
+}
+
+}  // namespace
+}  // namespace stoke::doctor

@@ -1,0 +1,123 @@
+// What `stoke doctor` measured over one window, as plain numbers (NaN = not available), and what it
+// concludes. Signals come from the server's public endpoints only (/metrics, /v1/gpu, the model config);
+// extract.h turns scrapes into Signals, rules.h turns Signals into Verdicts (a pure function).
+#pragma once
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace stoke::doctor {
+
+inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+inline bool Has(double v) {
+  return !std::isnan(v);
+}
+
+// One load point the doctor drove itself (--load auto).
+struct LoadPoint {
+  int concurrency = 0;
+  double requests_per_s = 0;
+  double p50_ms = 0, p99_ms = 0;
+  int64_t errors = 0;
+};
+
+struct Signals {
+  double window_s = 0;
+  std::string model;
+  std::string kind;  // "classic" (dynamic batcher) | "llm" (engine loop) | "" (unknown)
+
+  // The ledger, over the requests that finished in the window: mean seconds per request in each stage
+  // (stoke:request_stage_seconds{stage}), and the groups the rules read (see extract.cc StageGroup).
+  int64_t requests = 0;
+  double requests_per_s = kNaN;
+  std::map<std::string, double> stage_s;
+  double latency_s = kNaN;  // sum of the stage means
+  double queue_s = kNaN, io_s = kNaN, host_s = kNaN, copy_s = kNaN, device_s = kNaN;
+  double service_s = kNaN;  // host + copy + device: the time an instance / the engine works on a request
+
+  // Dynamic batcher (classic models) and the model's config (/v2/models/M/config).
+  double mean_batch_size = kNaN;
+  int max_batch_size = 0;                     // 0: batching off or unknown
+  double max_queue_delay_us = kNaN;           // NaN: no dynamic_batching section
+  int instances = 0;                          // instance_group count (or the busy-time series seen)
+  std::map<std::string, double> close_share;  // batch close reason -> fraction of the window's batches
+  double instance_busy = kNaN;                // mean fraction of the window each instance executed (0..1)
+  double pending_mean = kNaN;                 // stoke:inference_pending_request_count, mean of the scrapes
+
+  // LLM engine.
+  double kv_usage_max = kNaN, kv_usage_mean = kNaN;
+  double kv_blocks_total = kNaN;  // used + free at the last scrape
+  double preemptions = kNaN;      // increase of stoke:num_preemptions_total
+  double waiting_mean = kNaN, waiting_max = kNaN, running_mean = kNaN, running_max = kNaN;
+  std::map<std::string, double> admission_share;  // stop reason -> fraction of the window's steps
+
+  // GPU (/v1/gpu), the busiest device, means over the samples in the window. Ratios 0..1.
+  int gpu_samples = 0;
+  double gpu_util = kNaN;  // DCGM_FI_DEV_GPU_UTIL / 100: duty cycle, one tiny kernel reads 1.0
+  double gr_active = kNaN, sm_active = kNaN, sm_occupancy = kNaN, tensor_active = kNaN, dram_active = kNaN;
+  double pcie_bytes_per_s = kNaN;                                       // tx + rx
+  double fb_used_ratio = kNaN;                                          // FB_USED / FB_TOTAL
+  double power_violation_share = kNaN, thermal_violation_share = kNaN;  // of the window, from the ns counters
+  double sm_clock_mhz = kNaN, power_w = kNaN, power_limit_w = kNaN;
+  std::map<std::string, double> clock_reason_share;  // reason -> fraction of samples it was active
+
+  // Load the doctor drove (empty with --load none).
+  std::vector<LoadPoint> load;
+};
+
+// Every threshold a rule uses; defaults documented in docs/doctor.md.
+struct Thresholds {
+  int min_requests = 20;          // fewer requests in the window: every verdict's confidence is lowered
+  double host_share = 0.5;        // host stages / service time
+  double io_share = 0.5;          // recv + send / latency, and either
+  double io_min_s = 0.005;        // recv + send at least this long, or the sweep's throughput not scaling
+  double copy_share = 0.3;        // h2d + d2h / service time
+  double matters_busy = 0.5;      // the instances work at least this much of the window, or
+  double matters_latency = 0.3;   // the stage group is at least this share of the latency
+  double queue_share = 0.5;       // queue / latency
+  double saturated_busy = 0.7;    // instances busier than this are the limit (not the queue policy)
+  double idle_busy = 0.3;         // instances / GPU engine busy less than this: under-fed
+  double idle_queue_share = 0.2;  // ... and the queue below this share of the latency
+  double min_scaling = 1.3;       // ... and (--load auto) the sweep's throughput grew at least this much
+  double gpu_busy = 0.8;          // GPU-Util or GR engine active at or above this: kernels always running
+  double sm_low = 0.5;            // SM activity below this while busy: launch-bound (kernels too small)
+  double dram_high = 0.7;         // DRAM active at or above this: bandwidth-bound
+  double tensor_high = 0.7;       // tensor active at or above this: compute-bound
+  double sm_high = 0.8;           // SM active at or above this (DRAM below dram_high): compute-bound
+  double device_share = 0.5;      // GPU rules apply when device stages are this share of service time
+  double kv_full = 0.9;           // KV usage at or above this
+  double no_blocks_share = 0.1;   // steps whose admission stopped on no_blocks
+  double throttle_share = 0.1;    // power/thermal violation time / window
+  double reason_share = 0.5;  // without the counters: power/thermal reason active in this share of samples
+};
+
+inline constexpr const char* kBottlenecks[] = {
+    "under_fed",       "queue_bound",   "host_bound",        "copy_bound", "launch_bound",
+    "bandwidth_bound", "compute_bound", "kv_capacity_bound", "throttled",  "none"};
+
+struct Evidence {
+  std::string signal;  // e.g. "ledger.host_share"
+  double value = kNaN;
+  std::string op;  // ">=", "<", ... : how value compares with threshold for the rule to fire
+  double threshold = kNaN;
+  std::string unit;  // "ratio", "ms", "count", ...
+  std::string note;  // what the number is, in words
+};
+
+struct Verdict {
+  std::string bottleneck;  // one of kBottlenecks
+  double confidence = 0;   // 0..1
+  std::string summary;     // one sentence for a person
+  std::vector<Evidence> evidence;
+  std::string next_step;  // a concrete flag or config change
+  std::string why;        // why that knob
+};
+
+inline const char* ConfidenceWord(double c) {
+  return c >= 0.75 ? "high" : (c >= 0.5 ? "medium" : "low");
+}
+
+}  // namespace stoke::doctor
