@@ -110,7 +110,8 @@ for name, want in expected.items():
                  "next_step": [x.get("next_step") for x in d.get("verdicts", [])[:2]],
                  "signals": {k: d.get("signals", {}).get(k) for k in
                              ("gpu_util", "sm_active", "dram_active", "tensor_active", "instance_busy",
-                              "stage_s", "kv_usage_max", "preemptions", "requests")}})
+                              "stage_s", "kv_usage_max", "preemptions", "requests", "power_w", "power_violation_share",
+                              "clock_reason_share")}})
 traces = {}
 for t in work.glob("trace_*.txt"):
     traces[t.stem] = t.read_text()[-2000:]
