@@ -11,7 +11,7 @@
 namespace stoke {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;  // stages in the vocabulary's order
 
 // 3 decimals of a millisecond (the ledger's resolution everywhere).
 double Ms(Nanos ns) {
