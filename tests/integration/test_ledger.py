@@ -28,6 +28,7 @@ ROUNDING_MS = 0.0005 * 14
 # Generation requests this long take hundreds of ms on a CPU (more on a loaded one: the server slows with the
 # client), against a few ms of client overhead.
 LONG_TOKENS = 128
+CLIENT_LAG_MS = 50
 
 
 def check_ledger(ledger, stages):
@@ -148,8 +149,11 @@ def test_ledger_accounts_for_the_client_latency(client, model, stream):
     for client_ms, ledger in results:
         total = sum(ledger["stages_ms"].values())
         assert total <= client_ms + ROUNDING_MS, (client_ms, ledger)
+    # Within 2 % of what the client measured, plus CLIENT_LAG_MS: on CI's 2 shared cores the Python client can
+    # be descheduled and read (and parse) the last chunks tens of ms after the server wrote them, time no server
+    # ledger can see (seen once in ~5 runs at load 11-12 for SSE). On an idle machine all are within 2 %.
     close = [total for client_ms, ledger in results
-             if (total := sum(ledger["stages_ms"].values())) >= 0.98 * client_ms]
+             if (total := sum(ledger["stages_ms"].values())) >= 0.98 * client_ms - CLIENT_LAG_MS]
     # >= 99 % of the requests (all of them at this count).
     assert len(close) >= 0.99 * len(results), [(c, l["e2e_ms"]) for c, l in results]
     for _, ledger in results:
