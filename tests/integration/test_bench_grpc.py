@@ -4,6 +4,7 @@ by gRPC status code against the delay fixture. The perf_analyzer cross-check is 
 import pathlib
 import re
 import sys
+import time
 
 import pytest
 
@@ -39,13 +40,23 @@ def counter(server, name, model):
     return server.metric(name, model_name=model)
 
 
+def settled_counters(server, ok_at_least, timeout=30):
+    """(success count, duration us) once the server has counted `ok_at_least` successes: a request is counted
+    once its response is written, which can be just after the client has read it."""
+    deadline = time.time() + timeout
+    while True:
+        ok = counter(server, "stoke:inference_request_success_total", "minilm")
+        us = counter(server, "stoke:inference_request_duration_us_total", "minilm")
+        if ok >= ok_at_least or time.time() > deadline:
+            return ok, us
+        time.sleep(0.02)
+
+
 def test_closed_loop_text_over_grpc(server, tmp_path):
     ok0 = counter(server, "stoke:inference_request_success_total", "minilm")
     us0 = counter(server, "stoke:inference_request_duration_us_total", "minilm")
     run = run_bench(f"grpc://{server.grpc_url}", tmp_path, "--api", "kserve-grpc", "--model", "minilm",
                     "--concurrency", "1,4", "--metrics-url", server.base_url, *MEASURE_ALL)
-    ok1 = counter(server, "stoke:inference_request_success_total", "minilm")
-    us1 = counter(server, "stoke:inference_request_duration_us_total", "minilm")
     assert run.report["run"]["api"] == "kserve-grpc"
     total = 0
     for c in (1, 4):
@@ -57,6 +68,7 @@ def test_closed_loop_text_over_grpc(server, tmp_path):
         assert 0 < lat["min"] <= lat["p50"] <= lat["p99"] <= lat["max"], lat
         total += p["requests"]["succeeded"]
     # No warm-up: the model served exactly the requests bench counted.
+    ok1, us1 = settled_counters(server, ok0 + total)
     assert ok1 - ok0 == total
     # The client's mean latency and the server's own (first byte to outputs) over the same requests: the client
     # adds only loopback, gRPC framing and its own wake-ups, and can never see less than the server spent.

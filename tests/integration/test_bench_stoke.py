@@ -3,6 +3,7 @@ extensions stoke supports, streamed timings that agree with the server's own led
 import json
 import pathlib
 import sys
+import time
 
 import pytest
 
@@ -28,10 +29,20 @@ def hist_sum_count(server, name):
     return s, c
 
 
+def settled_sum_count(server, name, count_at_least, timeout=30):
+    """hist_sum_count once the count has reached `count_at_least`: a request is counted once its last byte is
+    written, which can be just after the client has read it."""
+    deadline = time.time() + timeout
+    while True:
+        s, c = hist_sum_count(server, name)
+        if c >= count_at_least or time.time() > deadline:
+            return s, c
+        time.sleep(0.02)
+
+
 def test_completions_sweep_against_stoke_serve(server, tmp_path):
     s0, c0 = hist_sum_count(server, "stoke:e2e_request_latency_seconds")
     run = run_bench(server.base_url, tmp_path, "--api", "openai-completions", "--concurrency", "1,2", *MEASURE_ALL)
-    s1, c1 = hist_sum_count(server, "stoke:e2e_request_latency_seconds")
     assert run.report["run"]["model"] == server.model_name()
     for c in (1, 2):
         p = run.point(c)
@@ -46,6 +57,7 @@ def test_completions_sweep_against_stoke_serve(server, tmp_path):
     # The client's view and the server's ledger of the same requests (no warm-up: the server saw exactly bench's
     # requests): the client's clock starts before the server's and stops after it, adding only its own side.
     n = sum(run.point(c)["requests"]["succeeded"] for c in (1, 2))
+    s1, c1 = settled_sum_count(server, "stoke:e2e_request_latency_seconds", c0 + n)
     assert c1 - c0 == n
     server_mean_ms = (s1 - s0) / n * 1e3
     bench_mean_ms = sum(run.point(c)["latency_ms"]["mean"] * run.point(c)["requests"]["succeeded"] for c in (1, 2)) / n
