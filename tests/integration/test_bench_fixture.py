@@ -7,7 +7,8 @@ fixture's own records of the same requests (how many it finished in the window, 
 
 No assertion here depends on how fast the machine is (CI runs this on 2 shared cores, also beside a CPU hog):
 the configured delays are lower bounds only (a loaded machine can only add time); upper bounds are taken from
-what the fixture itself measured, plus SLACK_MS for the client's side; throughput is checked as a count of
+what the fixture itself measured, plus LOADED times the delay for the client's side; the tight checks are counts
+and identities: throughput as a count of
 requests against the fixture's count and against Little's law, with tolerances derived from the point's own
 counts. Speed figures belong in bench/, not here.
 """
@@ -23,16 +24,20 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "fixture
 from bench_helpers import (DelayServer, cv, finished_in, fixture_window, pct, run_bench,  # noqa: E402
                            service_ms_of_arrivals_in, slope, stoke_bin_path)
 
-# The generator's own health limit (p99 send lag 10 ms) is meant for a dedicated machine: on 2 shared cores
-# beside a CPU hog a timer wake-up can be that late, and the point would be marked invalid for the machine's
-# sake. The tests that are not about that limit raise it; test_a_point_the_generator_cannot_drive_is_marked_invalid
-# keeps the default.
-FAST = ["--warmup", "0.5", "--window", "1", "--duration", "3", "--stability", "0", "--max-send-lag-ms", "50"]
-# What the client's side may add to a median latency over the fixture's own view of the same requests: loopback,
-# HTTP parsing, the generator's timer and late wake-ups of either process (a fraction of a millisecond when idle,
-# ~6 ms at the median on 2 busy cores beside a CPU hog). Under half the fixture's delays (40-50 ms), so a bench
-# that counts a request twice, in the wrong unit, or from the previous one's start is still caught.
-SLACK_MS = 20.0
+# The generator's own health limits (p99 send lag 10 ms, its thread 90 % busy) are meant for a dedicated
+# machine: on 2 shared cores a timer wake-up can be late by 60 ms, even by a second with a second test suite
+# running, and the point would be marked invalid for the machine's sake. The tests that are not about those
+# limits switch them off (the schedule is checked on the fixture's side, against due times);
+# test_a_point_the_generator_cannot_drive_is_marked_invalid keeps the defaults.
+FAST = ["--warmup", "0.5", "--window", "1", "--duration", "3", "--stability", "0", "--max-send-lag-ms", "1e6",
+        "--max-generator-cpu", "100"]
+# What the client's side may add to a latency over the fixture's own record of the same request, in multiples of
+# the fixture's delay: loopback, HTTP parsing, the generator's timer and late wake-ups of either process,
+# including the fixture's own before it reads a request (its clock starts only then). A fraction of a
+# millisecond when idle, ~6 ms at the median beside a CPU hog on 2 cores, ~45 ms with a second test suite
+# running on the same 2 cores. So the upper bounds leave several delays, and what pins the latency down is Little's
+# law against the fixture's count of finished requests, and e2e = TTFT + 5 TPOT.
+LOADED = 3
 # The fixture stamps a request done just after its last write, so a client on the other core can read the bytes a
 # hair before that stamp: the client may look this much faster than the fixture's own record.
 EARLY_MS = 1.0
@@ -63,7 +68,7 @@ def test_closed_loop_latency_and_throughput_match_a_fixed_delay(tmp_path):
         # client adds only loopback and wake-ups.
         start, end = fixture_window(st, p)
         server_ms = service_ms_of_arrivals_in(st, start, end)
-        assert pct(server_ms, 50) - EARLY_MS <= lat["p50"] <= pct(server_ms, 50) + SLACK_MS, (lat, pct(server_ms, 50))
+        assert pct(server_ms, 50) - EARLY_MS <= lat["p50"] <= pct(server_ms, 50) + LOADED * 50, (lat, pct(server_ms, 50))
         # Throughput is what the fixture finished in the window; a window edge can split one round of c.
         finished = p["throughput"]["requests_per_s"] * measured_s
         assert abs(finished - finished_in(st, start, end)) <= 2 * c, (finished, finished_in(st, start, end))
@@ -103,13 +108,15 @@ def test_streaming_ttft_and_inter_token_gaps_match_the_fixture(tmp_path, api):
     # Per request, e2e = TTFT + 5 TPOT (TPOT runs from the first token to the end of the response) ...
     assert lat["mean"] == pytest.approx(ttft["mean"] + 5 * tpot["mean"], rel=1e-9)
     # ... and the 5 gaps run from the first token to the last, which ends the response but for the usage chunk
-    # and [DONE] written right after it: mean TPOT >= mean ITL (ITLs are kept as floats), by little.
-    assert itl["mean"] - 1e-3 <= tpot["mean"] <= itl["mean"] + SLACK_MS / 5, (tpot, itl)
-    # Against the fixture's own view (its lists also hold the warm-up requests, which barely move a median):
-    # the client adds loopback and wake-ups to the TTFT; a gap is a difference of two such delays, either way.
-    assert pct(server_ttft, 50) - EARLY_MS <= ttft["p50"] <= pct(server_ttft, 50) + SLACK_MS, (ttft, pct(server_ttft, 50))
-    assert abs(itl["p50"] - pct(server_itl, 50)) <= 15 / 2, (itl, pct(server_itl, 50))
-    assert lat["p50"] <= pct(ms(st["service_s"]), 50) + SLACK_MS
+    # and [DONE] written right after it: mean TPOT >= mean ITL (ITLs are kept as floats), by one late read / 5.
+    assert itl["mean"] - 1e-3 <= tpot["mean"] <= itl["mean"] + LOADED * 15 / 5, (tpot, itl)
+    # Against the fixture's own view (its lists also hold the warm-up requests): the client adds loopback and
+    # wake-ups to the TTFT. A request's gaps sum to its last token's arrival minus its first's, and the
+    # fixture stamps each token as it writes it, so the mean gaps differ by (last read's lateness - first's) / 5.
+    # (Not the medians: a client woken late reads two tokens at once, a gap of ~0 and one of 30 ms.)
+    assert pct(server_ttft, 50) - EARLY_MS <= ttft["p50"] <= pct(server_ttft, 50) + LOADED * 40, (ttft, pct(server_ttft, 50))
+    assert abs(itl["mean"] - statistics.fmean(server_itl)) <= LOADED * 15 / 5, (itl, statistics.fmean(server_itl))
+    assert lat["p50"] <= pct(ms(st["service_s"]), 50) + LOADED * 40
 
 
 def test_closed_loop_against_one_worker_queues(tmp_path):
@@ -132,7 +139,7 @@ def test_closed_loop_against_one_worker_queues(tmp_path):
     server_ms = service_ms_of_arrivals_in(st, start, end)
     turn_ms = [(done - began) * 1e3 for t, began, done in st["spans"] if start <= t < end]
     assert pct(server_ms, 50) > 3 * min(turn_ms)  # it did queue
-    assert pct(server_ms, 50) - EARLY_MS <= lat["p50"] <= pct(server_ms, 50) + SLACK_MS, (lat, pct(server_ms, 50))
+    assert pct(server_ms, 50) - EARLY_MS <= lat["p50"] <= pct(server_ms, 50) + LOADED * 40, (lat, pct(server_ms, 50))
     # Little's law for the closed loop (see test_closed_loop_latency_and_throughput_match_a_fixed_delay).
     assert round(finished) == p["requests"]["succeeded"]
     assert finished / measured_s == pytest.approx(4 / (lat["mean"] / 1e3), rel=2 * lat["max"] / 1e3 / measured_s)
@@ -147,20 +154,23 @@ def test_open_loop_below_capacity_does_not_queue(tmp_path):
     assert p["valid"], p["invalid_reasons"]
     assert p["requests"]["sent"] == pytest.approx(30, abs=1)  # set by the schedule, not by the machine
     assert p["latency_ms"]["min"] >= 40.0
-    # Nothing queues: the fixture finds its one worker free for (nearly) every request ...
+    # Nothing queues for long: requests due 100 ms apart find the 40 ms worker free, unless a late wake-up of the
+    # generator (or of the fixture before it reads them) bunched two arrivals, and then the second waits less than
+    # one service. (On an idle machine the median wait is ~0; a generator that sent in bursts would make most
+    # requests wait for several services.)
     queue_ms = [(began - t) * 1e3 for t, began, _ in st["spans"]]
-    assert pct(queue_ms, 50) < 1.0, queue_ms
+    assert pct(queue_ms, 50) < 40.0, queue_ms
     # ... so bench's latency is the fixture's service time of the same requests, plus the client's side.
     start, end = fixture_window(st, p, gap_s=1 / 10)
     server_ms = service_ms_of_arrivals_in(st, start, end)
-    assert pct(server_ms, 50) - EARLY_MS <= p["latency_ms"]["p50"] <= pct(server_ms, 50) + SLACK_MS
+    assert pct(server_ms, 50) - EARLY_MS <= p["latency_ms"]["p50"] <= pct(server_ms, 50) + LOADED * 40
     # Evenly spaced 100 ms apart on the fixture's clock: the mean step (a least-squares slope, which a few late
     # arrivals barely move), and most single gaps near 100 ms. A late wake-up of either process shifts one
-    # arrival and so two gaps; Poisson arrivals at this rate would put only ~15 % of the gaps within 20 ms.
+    # arrival and so two gaps; Poisson arrivals at this rate would put only ~19 % of the gaps within 25 ms.
     arrivals = sorted(st["arrivals"])
     gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
     assert slope(arrivals) == pytest.approx(0.1, rel=0.03)
-    assert sum(abs(g - 0.1) < 0.020 for g in gaps) >= 0.8 * len(gaps), gaps
+    assert sum(abs(g - 0.1) < 0.025 for g in gaps) >= 0.75 * len(gaps), gaps
 
 
 def test_open_loop_poisson_arrivals(tmp_path):
@@ -174,8 +184,10 @@ def test_open_loop_poisson_arrivals(tmp_path):
     arrivals = sorted(st["arrivals"])
     gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
     assert len(gaps) > 100
-    assert sum(gaps) / len(gaps) == pytest.approx(1 / 40, rel=0.2)
-    assert 0.7 < cv(gaps) < 1.3  # exponential gaps have a coefficient of variation of 1
+    assert slope(arrivals) == pytest.approx(1 / 40, rel=0.2)  # the mean step, barely moved by a late arrival
+    # Exponential gaps have a coefficient of variation of 1; evenly spaced ones ~0. A loaded machine only adds
+    # to it (a late wake-up bunches arrivals: one gap of ~0, one long), so only the floor is a fixed bound.
+    assert cv(gaps) > 0.7
 
 
 def test_open_loop_overload_shows_growing_latency(tmp_path):
@@ -186,7 +198,7 @@ def test_open_loop_overload_shows_growing_latency(tmp_path):
                         "--drain-timeout", 30, *FAST)
         st = srv.stats()
     p = run.point(40)
-    assert p["valid"], p["invalid_reasons"]  # the generator kept its schedule; the server fell behind
+    assert p["valid"], p["invalid_reasons"]  # every request sent and answered; the server fell behind
     assert not p["stable"]
     w = [x["p50_ms"] for x in p["windows"]]
     assert w[0] < w[1] < w[2] and w[2] > 1.5 * w[0], w
@@ -204,7 +216,7 @@ def test_open_loop_overload_shows_growing_latency(tmp_path):
     t0 = start - p["warmup_s"]
     done = {k: d for k, (_, _, d) in enumerate(sorted(st["spans"]), start=1)}
     expected = sum((done[k] - (t0 + k / 40)) * 1e3 for k in range(20, 140)) / 120
-    assert expected - EARLY_MS <= p["latency_ms"]["mean"] <= expected + SLACK_MS, (p["latency_ms"], expected)
+    assert expected - EARLY_MS <= p["latency_ms"]["mean"] <= expected + LOADED * 40, (p["latency_ms"], expected)
     # The server's queue shows in its own metrics, scraped during the run.
     sm = run.report["server_metrics"]
     assert sm["available"]
@@ -253,7 +265,7 @@ def test_kserve_http_json_and_binary(tmp_path):
         assert p["requests"]["errors"] == {}
         assert p["latency_ms"]["min"] >= 20.0
         # The fixture's service times (both runs, warm-ups included) plus the client's side.
-        assert p["latency_ms"]["p50"] <= pct(ms(st["service_s"]), 50) + SLACK_MS
+        assert p["latency_ms"]["p50"] <= pct(ms(st["service_s"]), 50) + LOADED * 20
     # Every request bench counted as answered was an infer the fixture served.
     answered = sum(run.point(2)["requests"]["succeeded"] for run in (run_json, run_bin))
     assert st["paths"]["/v2/models/fixture/infer"] >= answered > 0
@@ -307,9 +319,10 @@ def window_spread(point, key):
 
 
 def test_compare_reports_ratios_with_spread(tmp_path):
-    # B's fixture is 4x slower than A's: the ratios come out near 1/4 and 4 (the machine adds to both sides, so
-    # the exact values depend on it), far from 1 against any window-to-window noise.
-    with DelayServer("--delay-ms", 20) as fast, DelayServer("--delay-ms", 80) as slow:
+    # B's fixture is 10x slower than A's: the ratios come out near 1/10 and 10 (the machine adds to both sides,
+    # so the exact values depend on it), far from 1 against the window-to-window noise even of a loaded machine
+    # (which can add tens of ms to A's 20 ms in one window and not the next).
+    with DelayServer("--delay-ms", 20) as fast, DelayServer("--delay-ms", 200) as slow:
         a = run_bench(fast.url, tmp_path / "a", "--api", "openai-embeddings", "--concurrency", "1,2", *FAST)
         b = run_bench(slow.url, tmp_path / "b", "--api", "openai-embeddings", "--concurrency", "1,2", *FAST)
     out = tmp_path / "cmp.json"
@@ -333,8 +346,7 @@ def test_compare_reports_ratios_with_spread(tmp_path):
         spread = row["ratio"] * (window_spread(pa, window_key) ** 2 + window_spread(pb, window_key) ** 2) ** 0.5
         assert row["spread"] == pytest.approx(spread, rel=1e-6, abs=1e-12), (metric, row)
         assert row["significant"] == (abs(row["ratio"] - 1) > 2 * row["spread"])
-    # The slower server: lower throughput, higher latency (A's 20 ms would need 60 ms of the machine's own to
-    # reach B's 80), and both far outside the noise.
+    # The slower server: lower throughput, higher latency, both far outside the noise.
     for load in (1, 2):
         assert rows[(load, "requests_per_s")]["ratio"] < 0.75
         assert rows[(load, "latency_p50_ms")]["ratio"] > 1 / 0.75

@@ -21,8 +21,9 @@ FAST = ["--warmup", 1, "--window", 2, "--duration", 4, "--stability", 0]
 # latency that a loaded machine moves between the warm-up and the measurement.
 MEASURE_ALL = ["--warmup", 0, "--window", 2, "--duration", 4, "--stability", 0]
 # What the client's side may add to a request over the server's own time: loopback, gRPC framing, the hop from
-# the completion-queue thread and late wake-ups (well under a millisecond when idle, ~5 ms on the mean on 2 busy
-# cores beside a CPU hog). A client that counted a request twice or waited between requests is off by more.
+# the completion-queue thread and late wake-ups, the server's own before it reads a request included (its clock
+# starts then). Well under a millisecond when idle, ~5 ms on the mean on 2 busy cores beside a CPU hog, tens of
+# ms with a second test suite running: bench may add SLACK_MS plus half the server's own time.
 SLACK_MS = 20.0
 
 
@@ -74,7 +75,7 @@ def test_closed_loop_text_over_grpc(server, tmp_path):
     # adds only loopback, gRPC framing and its own wake-ups, and can never see less than the server spent.
     server_ms = (us1 - us0) / 1e3 / total
     bench_ms = sum(run.point(c)["latency_ms"]["mean"] * run.point(c)["requests"]["succeeded"] for c in (1, 4)) / total
-    assert server_ms - 0.5 <= bench_ms <= server_ms + SLACK_MS, (bench_ms, server_ms)
+    assert server_ms - 0.5 <= bench_ms <= 1.5 * server_ms + SLACK_MS, (bench_ms, server_ms)
     sm = run.report["server_metrics"]
     assert sm["available"], sm["note"]
     assert "mean_batch_size" in sm["series"]

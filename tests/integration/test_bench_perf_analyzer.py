@@ -30,11 +30,13 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "fixture
 from bench_helpers import ROOT, DelayServer, finished_in, fixture_window, pct, run_bench  # noqa: E402
 
 # What one tool's client side may add to a median (or a mean) over the other's: up to ~5 ms seen on 2 busy cores
-# beside a CPU hog. A tool that timed TTFT to the second token (+20 ms), or counted a request twice, is off by
-# more; bench's throughput is also held to the fixture's own count (check_bench_throughput).
-SLACK_MS = 15.0
+# beside a CPU hog, and a single tool ~45 ms over the fixture's own record with a second test suite running on
+# the same 2 cores. The tools are held to the fixture's delays (floors) and to each other by this much: a tool
+# that lost the tail, counted a request twice or in the wrong unit is off by more, and bench's throughput is also
+# held to the fixture's own count (check_bench_throughput), which does not depend on the machine's speed.
+SLACK_MS = 40.0
 # The same for the tail (the top 5 % of the slow infers), where each tool's own late wake-ups land.
-TAIL_SLACK_MS = 50.0
+TAIL_SLACK_MS = 100.0
 
 
 def cuda_runtime_lib():
@@ -75,10 +77,10 @@ SLOW_TAIL = ("--slow-every", 5, "--slow-ms", 300)  # 20 % of infers at 300 ms: p
 def check_agreement(ours, pa):
     """Both tools saw the fixture's shape, and each other's numbers up to their own client-side noise."""
     for name, m in (("stoke bench", ours), ("perf_analyzer", pa)):
-        # The fixture's delays are floors; the ceilings leave a loaded machine half a delay (a third of the tail)
-        # and still tell the delay from the tail.
-        assert 100 <= m["p50"] < 150, f"{name} p50 {m['p50']:.1f} ms: not the 100 ms delay"
-        assert 300 <= m["p99"] < 400, f"{name} p99 {m['p99']:.1f} ms: not the 300 ms tail"
+        # The fixture's delays are floors; the ceilings leave a loaded machine room and still tell the delay from
+        # the tail (and the tail from two).
+        assert 100 <= m["p50"] < 200, f"{name} p50 {m['p50']:.1f} ms: not the 100 ms delay"
+        assert 300 <= m["p99"] < 500, f"{name} p99 {m['p99']:.1f} ms: not the 300 ms tail"
     assert abs(ours["p50"] - pa["p50"]) <= SLACK_MS, f"p50: stoke bench {ours['p50']:.1f} vs perf_analyzer {pa['p50']:.1f}"
     assert abs(ours["p99"] - pa["p99"]) <= TAIL_SLACK_MS, f"p99: stoke bench {ours['p99']:.1f} vs {pa['p99']:.1f}"
     # Throughput at concurrency 4 is 4 / mean latency (Little's law) for both: compare the mean latencies it
@@ -172,8 +174,9 @@ def test_openai_streaming_ttft_and_itl_agree_with_perf_analyzer(tmp_path):
           f"ITL p50 {p['itl_ms']['p50']:.2f} vs {pct(itl, 50):.2f} ms (stoke bench vs perf_analyzer)")
     # The fixture writes nothing before its schedule (TTFT 50 ms, then a token every 20 ms) ...
     assert min(ttft) >= 50 and p["ttft_ms"]["min"] >= 50
-    # ... and what each tool adds is its own client side: medians agree in milliseconds, not in percent (5 % of
-    # a 20 ms gap is 1 ms, less than one late wake-up on a loaded machine). A gap is the difference of two
-    # arrival times, so its noise goes either way; half a gap still tells one gap from two.
+    # ... and what each tool adds is its own client side: they agree in milliseconds, not in percent (5 % of a
+    # 20 ms gap is 1 ms, less than one late wake-up on a loaded machine). A request's gaps sum to its last token's
+    # arrival minus its first's, so the mean gaps of the two tools differ by their late reads / 5; half a gap
+    # still tells one gap from two. (Not the medians: a client woken late reads two tokens at once.)
     assert abs(p["ttft_ms"]["p50"] - pct(ttft, 50)) <= SLACK_MS, (p["ttft_ms"], pct(ttft, 50))
-    assert abs(p["itl_ms"]["p50"] - pct(itl, 50)) <= 20 / 2, (p["itl_ms"], pct(itl, 50))
+    assert abs(p["itl_ms"]["mean"] - sum(itl) / len(itl)) <= 20 / 2, (p["itl_ms"], sum(itl) / len(itl))
