@@ -6,7 +6,8 @@ stats, infer with binary tensors) and, for the gRPC check, KServe v2 gRPC (the s
 Every 5th infer takes 300 ms instead of 100 ms, so the latency's shape is set by the server: p50 at the 100 ms
 delay, p99 in the 300 ms tail, which both tools must see. What one tool sees on top of the fixture's times is its
 own client side (loopback, wake-ups of its threads), which on CI's 2 shared cores, also beside a CPU hog, is
-noise of a few milliseconds that differs between the tools: a relative tolerance put one tool's p99 6 % above the
+noise of a few milliseconds (tens with another test suite running) that differs between the tools: a relative
+tolerance put one tool's p99 6 % above the
 other's in a CI run (112 vs 106 ms at a uniform 100 ms). So the tools are compared in milliseconds against that
 noise (SLACK_MS), each is held to the fixture's known delays, and stoke bench's throughput is checked as a count
 against what the fixture itself finished in bench's window.
@@ -81,7 +82,7 @@ def check_agreement(ours, pa):
         # the tail (and the tail from two).
         assert 100 <= m["p50"] < 200, f"{name} p50 {m['p50']:.1f} ms: not the 100 ms delay"
         assert 300 <= m["p99"] < 500, f"{name} p99 {m['p99']:.1f} ms: not the 300 ms tail"
-    assert abs(ours["p50"] - pa["p50"]) <= SLACK_MS, f"p50: stoke bench {ours['p50']:.1f} vs perf_analyzer {pa['p50']:.1f}"
+    assert abs(ours["p50"] - pa["p50"]) <= SLACK_MS, f"p50: stoke bench {ours['p50']:.1f} vs {pa['p50']:.1f}"
     assert abs(ours["p99"] - pa["p99"]) <= TAIL_SLACK_MS, f"p99: stoke bench {ours['p99']:.1f} vs {pa['p99']:.1f}"
     # Throughput at concurrency 4 is 4 / mean latency (Little's law) for both: compare the mean latencies it
     # implies (~140 ms), in milliseconds.
