@@ -38,9 +38,11 @@ FAST = ["--warmup", "0.5", "--window", "1", "--duration", "3", "--stability", "0
 # running on the same 2 cores. So the upper bounds leave several delays, and what pins the latency down is Little's
 # law against the fixture's count of finished requests, and e2e = TTFT + 5 TPOT.
 LOADED = 3
-# The fixture stamps a request done just after its last write, so a client on the other core can read the bytes a
-# hair before that stamp: the client may look this much faster than the fixture's own record.
-EARLY_MS = 1.0
+# The fixture stamps a token or a response just after writing it, and the write wakes the client, which on a busy
+# machine often runs first (wake-up preemption) and reads the bytes before the fixture takes its stamp: so the
+# client may look this much faster than the fixture's own record (1.5 ms seen at a TTFT median, load ~9 on 2
+# cores). The floors that hold at any speed are the configured delays.
+EARLY_MS = 10.0
 
 
 @pytest.fixture(autouse=True)

@@ -75,7 +75,8 @@ def test_closed_loop_text_over_grpc(server, tmp_path):
     # adds only loopback, gRPC framing and its own wake-ups, and can never see less than the server spent.
     server_ms = (us1 - us0) / 1e3 / total
     bench_ms = sum(run.point(c)["latency_ms"]["mean"] * run.point(c)["requests"]["succeeded"] for c in (1, 4)) / total
-    assert server_ms - 0.5 <= bench_ms <= 1.5 * server_ms + SLACK_MS, (bench_ms, server_ms)
+    # (5 ms: the server's write wakes the client, which on a busy machine may read before the server stamps.)
+    assert server_ms - 5.0 <= bench_ms <= 1.5 * server_ms + SLACK_MS, (bench_ms, server_ms)
     sm = run.report["server_metrics"]
     assert sm["available"], sm["note"]
     assert "mean_batch_size" in sm["series"]

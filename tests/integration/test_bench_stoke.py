@@ -62,7 +62,8 @@ def test_completions_sweep_against_stoke_serve(server, tmp_path):
     assert c1 - c0 == n
     server_mean_ms = (s1 - s0) / n * 1e3
     bench_mean_ms = sum(run.point(c)["latency_ms"]["mean"] * run.point(c)["requests"]["succeeded"] for c in (1, 2)) / n
-    assert server_mean_ms - 1.0 <= bench_mean_ms <= 1.5 * server_mean_ms + SLACK_MS, (bench_mean_ms, server_mean_ms)
+    # (5 ms: the server's write wakes the client, which on a busy machine may read before the server stamps.)
+    assert server_mean_ms - 5.0 <= bench_mean_ms <= 1.5 * server_mean_ms + SLACK_MS, (bench_mean_ms, server_mean_ms)
     sm = run.report["server_metrics"]
     assert sm["available"], sm["note"]
     assert any(k.endswith("num_requests_running") for k in sm["series"])
