@@ -158,13 +158,10 @@ def test_open_loop_below_capacity_does_not_queue(tmp_path):
     assert p["valid"], p["invalid_reasons"]
     assert p["requests"]["sent"] == pytest.approx(30, abs=1)  # set by the schedule, not by the machine
     assert p["latency_ms"]["min"] >= 40.0
-    # Nothing queues for long: requests due 100 ms apart find the 40 ms worker free, unless a late wake-up of the
-    # generator (or of the fixture before it reads them) bunched two arrivals, and then the second waits less than
-    # one service. (On an idle machine the median wait is ~0; a generator that sent in bursts would make most
-    # requests wait for several services.)
-    queue_ms = [(began - t) * 1e3 for t, began, _ in st["spans"]]
-    assert pct(queue_ms, 50) < 40.0, queue_ms
-    # ... so bench's latency is the fixture's service time of the same requests, plus the client's side.
+    # Bench adds no queue of its own: its latency is the fixture's service time of the same requests (waits for
+    # the worker included), plus the client's side. (Whether the fixture's worker is free is not checked: it is
+    # ~always on an idle machine, but a fixture starved for a second by a loaded machine really does queue the
+    # requests that arrive meanwhile; load ~5 on 2 cores made the median wait 56 ms once.)
     start, end = fixture_window(st, p, gap_s=1 / 10)
     server_ms = service_ms_of_arrivals_in(st, start, end)
     assert pct(server_ms, 50) - EARLY_MS <= p["latency_ms"]["p50"] <= pct(server_ms, 50) + LOADED * 40
