@@ -2,25 +2,47 @@
 
 The fixture answers after a fixed delay (or streams with a fixed TTFT and inter-token gap) and records its
 own view of every request. stoke bench must (1) never measure less than the delay, (2) agree with the
-fixture's own per-request times within the timer resolution plus a little loopback overhead, (3) keep the
-arrival process it was asked for, and (4) show overload as latency that grows, not as a flat line.
+fixture's own records of the same requests (how many it finished in the window, how long each took there),
+(3) keep the arrival process it was asked for, and (4) show overload as latency that grows, not as a flat line.
 
-The fixture is Python on a shared 2-core machine, so it is sometimes late itself; comparisons are made
-against what the fixture measured, and the configured delay is only a lower bound.
+No assertion here depends on how fast the machine is (CI runs this on 2 shared cores, also beside a CPU hog):
+the configured delays are lower bounds only (a loaded machine can only add time); upper bounds are taken from
+what the fixture itself measured, plus LOADED times the delay for the client's side; the tight checks are counts
+and identities: throughput as a count of
+requests against the fixture's count and against Little's law, with tolerances derived from the point's own
+counts. Speed figures belong in bench/, not here.
 """
 import json
 import pathlib
+import statistics
 import subprocess
 import sys
 
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "fixtures"))
-from bench_helpers import DelayServer, cv, pct, run_bench, stoke_bin_path  # noqa: E402
+from bench_helpers import (DelayServer, cv, finished_in, fixture_window, pct, run_bench,  # noqa: E402
+                           service_ms_of_arrivals_in, slope, stoke_bin_path)
 
-FAST = ["--warmup", "0.5", "--window", "1", "--duration", "3", "--stability", "0"]
-# Loopback + HTTP parsing + one event-loop tick on each side. Generous for a loaded 2-core machine.
-OVERHEAD_MS = 3.0
+# The generator's own health limits (p99 send lag 10 ms, its thread 90 % busy) are meant for a dedicated
+# machine: on 2 shared cores a timer wake-up can be late by 60 ms, even by a second with a second test suite
+# running, and the point would be marked invalid for the machine's sake. The tests that are not about those
+# limits switch them off (the schedule is checked on the fixture's side, against due times);
+# test_a_point_the_generator_cannot_drive_is_marked_invalid keeps the defaults.
+FAST = ["--warmup", "0.5", "--window", "1", "--duration", "3", "--stability", "0", "--max-send-lag-ms", "1e6",
+        "--max-generator-cpu", "100"]
+# What the client's side may add to a latency over the fixture's own record of the same request, in multiples of
+# the fixture's delay: loopback, HTTP parsing, the generator's timer and late wake-ups of either process,
+# including the fixture's own before it reads a request (its clock starts only then). A fraction of a
+# millisecond when idle, ~6 ms at the median beside a CPU hog on 2 cores, ~45 ms with a second test suite
+# running on the same 2 cores. So the upper bounds leave several delays, and what pins the latency down is Little's
+# law against the fixture's count of finished requests, and e2e = TTFT + 5 TPOT.
+LOADED = 3
+# The fixture stamps a token or a response just after writing it, and the write wakes the client, which on a busy
+# machine often runs first (wake-up preemption) and reads the bytes before the fixture takes its stamp: so the
+# client may look this much faster than the fixture's own record (1.5 ms seen at a TTFT median, load ~9 on 2
+# cores). The floors that hold at any speed are the configured delays.
+EARLY_MS = 10.0
 
 
 @pytest.fixture(autouse=True)
@@ -38,24 +60,30 @@ def test_closed_loop_latency_and_throughput_match_a_fixed_delay(tmp_path):
         with DelayServer("--delay-ms", 50) as srv:
             run = run_bench(srv.url, tmp_path / str(c), "--api", "openai-embeddings", "--concurrency", c, *FAST)
             st = srv.stats()
-        server_ms = ms(st["service_s"])
-        assert min(server_ms) >= 50.0
+        assert min(st["service_s"]) >= 0.050
         p = run.point(c)
         assert p["valid"], p["invalid_reasons"]
         assert p["requests"]["errors"] == {}
-        lat = p["latency_ms"]
+        lat, measured_s = p["latency_ms"], p["measured_s"]
         assert lat["min"] >= 50.0, "measured faster than the server can answer"
-        # Same requests seen from both ends (the server's list also has the warm-up ones): the client adds
-        # only loopback overhead.
-        assert pct(server_ms, 50) - 0.5 <= lat["p50"] <= pct(server_ms, 50) + OVERHEAD_MS
-        assert lat["p99"] <= pct(server_ms, 99) + 2 * OVERHEAD_MS
-        assert lat["p50"] <= 50 + 10
-        # Little's law for a closed loop: throughput = clients / mean latency.
-        tp = p["throughput"]["requests_per_s"]
-        assert tp == pytest.approx(c / (lat["mean"] / 1e3), rel=0.05)
-        assert tp <= c / 0.050 * 1.001
-        assert p["generator"]["send_lag_ms"]["p99"] < 5
-        assert p["requests"]["sent"] > 40 * c
+        # The same requests seen from both ends (those that reached the fixture in the point's window): the
+        # client adds only loopback and wake-ups.
+        start, end = fixture_window(st, p)
+        server_ms = service_ms_of_arrivals_in(st, start, end)
+        server_p50 = pct(server_ms, 50)
+        assert server_p50 - EARLY_MS <= lat["p50"] <= server_p50 + LOADED * 50, (lat, server_p50)
+        # Throughput is what the fixture finished in the window; a window edge can split one round of c.
+        finished = p["throughput"]["requests_per_s"] * measured_s
+        assert abs(finished - finished_in(st, start, end)) <= 2 * c, (finished, finished_in(st, start, end))
+        assert finished <= c * (measured_s / 0.050 + 1)  # no client finishes more than one per 50 ms
+        # Closed loop over HTTP: a client's next request is due the instant its last one ends, so each client
+        # finishes in the window exactly as many requests as it starts there ...
+        assert round(finished) == p["requests"]["succeeded"]
+        # ... and Little's law holds (throughput = clients / mean latency) up to the request that straddles each
+        # edge of the window: one latency (about the max) over the window.
+        assert finished / measured_s == pytest.approx(c / (lat["mean"] / 1e3), rel=2 * lat["max"] / 1e3 / measured_s)
+        # The next request goes out as soon as the last one is read: no timer, no waiting.
+        assert p["generator"]["send_lag_ms"]["p50"] < 1.0
         # Keep-alive: one connection per client (plus set-up calls and one per metrics scrape), not per request.
         assert st["connections"] < c + 12 < p["requests"]["sent"]
 
@@ -72,27 +100,53 @@ def test_streaming_ttft_and_inter_token_gaps_match_the_fixture(tmp_path, api):
     assert p["throughput"]["mean_output_tokens"] == 6
     assert p["throughput"]["mean_input_tokens"] == 8  # the fixture's usage: one token per word / id
     server_ttft, server_itl = ms(st["ttft_s"]), ms(st["itl_s"])
-    ttft, itl, tpot = p["ttft_ms"], p["itl_ms"], p["tpot_ms"]
+    ttft, itl, tpot, lat = p["ttft_ms"], p["itl_ms"], p["tpot_ms"], p["latency_ms"]
+    n = p["requests"]["succeeded"]
+    # One TTFT and one TPOT per request, 5 gaps between 6 tokens (the chat role chunk carries no token).
+    assert ttft["count"] == tpot["count"] == lat["count"] == n > 0
+    assert itl["count"] == 5 * n
+    # The fixture writes nothing before its schedule.
     assert ttft["min"] >= 40.0
-    assert pct(server_ttft, 50) - 0.5 <= ttft["p50"] <= pct(server_ttft, 50) + OVERHEAD_MS
-    assert abs(itl["p50"] - pct(server_itl, 50)) <= OVERHEAD_MS
-    assert itl["p50"] >= 15.0 - OVERHEAD_MS
-    assert tpot["p50"] == pytest.approx(15.0, abs=OVERHEAD_MS)
-    assert p["latency_ms"]["p50"] == pytest.approx(40 + 5 * 15, abs=3 * OVERHEAD_MS)
-    assert itl["count"] == 5 * p["requests"]["succeeded"]
+    assert lat["min"] >= 40 + 5 * 15
+    # Per request, e2e = TTFT + 5 TPOT (TPOT runs from the first token to the end of the response) ...
+    assert lat["mean"] == pytest.approx(ttft["mean"] + 5 * tpot["mean"], rel=1e-9)
+    # ... and the 5 gaps run from the first token to the last, which ends the response but for the usage chunk
+    # and [DONE] written right after it: mean TPOT >= mean ITL (ITLs are kept as floats), by one late read / 5.
+    assert itl["mean"] - 1e-3 <= tpot["mean"] <= itl["mean"] + LOADED * 15 / 5, (tpot, itl)
+    # Against the fixture's own view (its lists also hold the warm-up requests): the client adds loopback and
+    # wake-ups to the TTFT. A request's gaps sum to its last token's arrival minus its first's, and the
+    # fixture stamps each token as it writes it, so the mean gaps differ by (last read's lateness - first's) / 5.
+    # (Not the medians: a client woken late reads two tokens at once, a gap of ~0 and one of 30 ms.)
+    server_ttft_p50 = pct(server_ttft, 50)
+    assert server_ttft_p50 - EARLY_MS <= ttft["p50"] <= server_ttft_p50 + LOADED * 40, (ttft, server_ttft_p50)
+    assert abs(itl["mean"] - statistics.fmean(server_itl)) <= LOADED * 15 / 5, (itl, statistics.fmean(server_itl))
+    assert lat["p50"] <= pct(ms(st["service_s"]), 50) + LOADED * 40
 
 
 def test_closed_loop_against_one_worker_queues(tmp_path):
-    # 4 clients, one worker, 40 ms each: every request waits for the other three -> 160 ms, 25 req/s.
+    # 4 clients, one worker, 40 ms each (more on a loaded machine): every request waits for the other three ->
+    # 4 turns of the worker each, one turn's worth of throughput.
     with DelayServer("--delay-ms", 40, "--workers", 1) as srv:
         run = run_bench(srv.url, tmp_path, "--api", "openai-embeddings", "--concurrency", "4", *FAST)
         st = srv.stats()
     p = run.point(4)
-    compute_ms = [s - q for s, q in zip(ms(st["service_s"]), ms(st["queue_s"]))]
-    mean_compute = sum(compute_ms) / len(compute_ms)
-    assert p["latency_ms"]["p50"] == pytest.approx(4 * mean_compute, rel=0.05)
-    assert p["throughput"]["requests_per_s"] == pytest.approx(1000 / mean_compute, rel=0.05)
-    assert st["peak_in_flight"] == 4
+    assert p["valid"], p["invalid_reasons"]
+    assert p["requests"]["errors"] == {}
+    assert st["peak_in_flight"] == 4  # the four clients keep four requests at the server, never more
+    lat, measured_s = p["latency_ms"], p["measured_s"]
+    start, end = fixture_window(st, p)
+    # The worker's pace is the throughput: bench counts what the fixture finished in the window (one at a time,
+    # so each window edge can misplace one).
+    finished = p["throughput"]["requests_per_s"] * measured_s
+    assert abs(finished - finished_in(st, start, end)) <= 2, (finished, finished_in(st, start, end))
+    # Each request's latency is its wait behind the other three plus its own turn, as the fixture saw it.
+    server_ms = service_ms_of_arrivals_in(st, start, end)
+    turn_ms = [(done - began) * 1e3 for t, began, done in st["spans"] if start <= t < end]
+    assert pct(server_ms, 50) > 3 * min(turn_ms)  # it did queue
+    assert pct(server_ms, 50) - EARLY_MS <= lat["p50"] <= pct(server_ms, 50) + LOADED * 40, (lat, pct(server_ms, 50))
+    # Little's law for the closed loop (see test_closed_loop_latency_and_throughput_match_a_fixed_delay).
+    assert round(finished) == p["requests"]["succeeded"]
+    assert finished / measured_s == pytest.approx(4 / (lat["mean"] / 1e3), rel=2 * lat["max"] / 1e3 / measured_s)
 
 
 def test_open_loop_below_capacity_does_not_queue(tmp_path):
@@ -102,12 +156,26 @@ def test_open_loop_below_capacity_does_not_queue(tmp_path):
         st = srv.stats()
     p = run.point(10)
     assert p["valid"], p["invalid_reasons"]
-    assert p["requests"]["sent"] == pytest.approx(30, abs=1)
+    assert p["requests"]["sent"] == pytest.approx(30, abs=1)  # set by the schedule, not by the machine
     assert p["latency_ms"]["min"] >= 40.0
-    assert p["latency_ms"]["p50"] <= pct(ms(st["service_s"]), 50) + OVERHEAD_MS
-    gaps = [b - a for a, b in zip(st["arrivals"], st["arrivals"][1:])]
-    assert sum(gaps) / len(gaps) == pytest.approx(0.1, rel=0.03)
-    assert cv(gaps) < 0.15  # evenly spaced
+    # Bench adds no queue of its own: its latency is the fixture's service time of the same requests (waits for
+    # the worker included), plus the client's side. (Whether the fixture's worker is free is not checked: it is
+    # ~always on an idle machine, but a fixture starved for a second by a loaded machine really does queue the
+    # requests that arrive meanwhile; load ~5 on 2 cores made the median wait 56 ms once.)
+    start, end = fixture_window(st, p, gap_s=1 / 10)
+    server_ms = service_ms_of_arrivals_in(st, start, end)
+    assert pct(server_ms, 50) - EARLY_MS <= p["latency_ms"]["p50"] <= pct(server_ms, 50) + LOADED * 40
+    # Evenly spaced 100 ms apart on the fixture's clock. No request arrives before it is due and a late wake-up
+    # of either process only delays one, so the most punctual arrival of each half of the run lies on the
+    # schedule: their offsets from a 100 ms grid agree unless the rate is off (1 % is 17 ms over a half) or the
+    # schedule drifts. And most single gaps are near 100 ms (a late arrival moves two gaps); Poisson arrivals at
+    # this rate would put only ~19 % of the gaps within 25 ms.
+    arrivals = sorted(st["arrivals"])
+    offsets = [a - k * 0.1 for k, a in enumerate(arrivals)]
+    half = len(offsets) // 2
+    assert abs(min(offsets[half:]) - min(offsets[:half])) < 0.010, offsets
+    gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
+    assert sum(abs(g - 0.1) < 0.025 for g in gaps) >= 0.75 * len(gaps), gaps
 
 
 def test_open_loop_poisson_arrivals(tmp_path):
@@ -117,10 +185,14 @@ def test_open_loop_poisson_arrivals(tmp_path):
         st = srv.stats()
     p = run.point(40)
     assert p["valid"], p["invalid_reasons"]
-    gaps = [b - a for a, b in zip(st["arrivals"], st["arrivals"][1:])]
+    # The seeded schedule sets the gaps; the machine only jitters each arrival by a wake-up or two.
+    arrivals = sorted(st["arrivals"])
+    gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
     assert len(gaps) > 100
-    assert sum(gaps) / len(gaps) == pytest.approx(1 / 40, rel=0.2)
-    assert 0.7 < cv(gaps) < 1.3  # exponential gaps have a coefficient of variation of 1
+    assert slope(arrivals) == pytest.approx(1 / 40, rel=0.2)  # the mean step, barely moved by a late arrival
+    # Exponential gaps have a coefficient of variation of 1; evenly spaced ones ~0. A loaded machine only adds
+    # to it (a late wake-up bunches arrivals: one gap of ~0, one long), so only the floor is a fixed bound.
+    assert cv(gaps) > 0.7
 
 
 def test_open_loop_overload_shows_growing_latency(tmp_path):
@@ -131,17 +203,25 @@ def test_open_loop_overload_shows_growing_latency(tmp_path):
                         "--drain-timeout", 30, *FAST)
         st = srv.stats()
     p = run.point(40)
-    assert p["valid"], p["invalid_reasons"]  # the generator kept its schedule; the server fell behind
+    assert p["valid"], p["invalid_reasons"]  # every request sent and answered; the server fell behind
     assert not p["stable"]
     w = [x["p50_ms"] for x in p["windows"]]
     assert w[0] < w[1] < w[2] and w[2] > 1.5 * w[0], w
     assert p["latency_ms"]["p99"] > 10 * 40
-    mean_compute = sum(s - q for s, q in zip(st["service_s"], st["queue_s"])) / len(st["service_s"]) * 1e3
-    assert p["throughput"]["requests_per_s"] == pytest.approx(1000 / mean_compute, rel=0.1)
-    # Latency of request k (k from the start of the point) ~ compute + k * (compute - 25 ms); the measured
-    # requests are k = 20 .. 139 (scheduled in [0.5 s, 3.5 s)).
-    expected_mean = mean_compute + (mean_compute - 25) * (20 + 139) / 2
-    assert p["latency_ms"]["mean"] == pytest.approx(expected_mean, rel=0.15)
+    # Request k = 1, 2, ... is due k x 25 ms after the point's start; the measured ones are k = 20 .. 139 (due
+    # in [0.5 s, 3.5 s)). Counts of the schedule, whatever the machine's speed.
+    assert p["requests"]["sent"] == 120
+    assert len(st["spans"]) == 139
+    # The worker's pace is the throughput: bench counts what the fixture finished in the window (one at a time).
+    start, end = fixture_window(st, p, gap_s=1 / 40)
+    finished = p["throughput"]["requests_per_s"] * p["measured_s"]
+    assert abs(finished - finished_in(st, start, end)) <= 2, (finished, finished_in(st, start, end))
+    # Latency counts from the scheduled send: request k is due at t0 + k / 40 s, and the fixture's one worker
+    # served the requests in arrival order, so its records say when request k was done. Mean latency ~1 s here.
+    t0 = start - p["warmup_s"]
+    done = {k: d for k, (_, _, d) in enumerate(sorted(st["spans"]), start=1)}
+    expected = sum((done[k] - (t0 + k / 40)) * 1e3 for k in range(20, 140)) / 120
+    assert expected - EARLY_MS <= p["latency_ms"]["mean"] <= expected + LOADED * 40, (p["latency_ms"], expected)
     # The server's queue shows in its own metrics, scraped during the run.
     sm = run.report["server_metrics"]
     assert sm["available"]
@@ -189,8 +269,11 @@ def test_kserve_http_json_and_binary(tmp_path):
         assert p["valid"], p["invalid_reasons"]
         assert p["requests"]["errors"] == {}
         assert p["latency_ms"]["min"] >= 20.0
-        assert p["latency_ms"]["p50"] <= 20 + 10
-    assert st["paths"]["/v2/models/fixture/infer"] > 100
+        # The fixture's service times (both runs, warm-ups included) plus the client's side.
+        assert p["latency_ms"]["p50"] <= pct(ms(st["service_s"]), 50) + LOADED * 20
+    # Every request bench counted as answered was an infer the fixture served.
+    answered = sum(run.point(2)["requests"]["succeeded"] for run in (run_json, run_bin))
+    assert st["paths"]["/v2/models/fixture/infer"] >= answered > 0
     assert st["paths"]["/v2/models/fixture"] == 2  # metadata, once per run
 
 
@@ -234,8 +317,17 @@ def test_usage_errors(tmp_path):
     assert r.returncode == 1 and "connect" in r.stderr
 
 
+def window_spread(point, key):
+    """compare's relative standard error of a point's value, from its windows (src/tools/bench/compare.cc)."""
+    v = [w[key] for w in point["windows"] if w["completed"] > 0]
+    return statistics.stdev(v) / statistics.fmean(v) / len(v) ** 0.5 if len(v) > 1 else 0.0
+
+
 def test_compare_reports_ratios_with_spread(tmp_path):
-    with DelayServer("--delay-ms", 20) as fast, DelayServer("--delay-ms", 40) as slow:
+    # B's fixture is 10x slower than A's: the ratios come out near 1/10 and 10 (the machine adds to both sides,
+    # so the exact values depend on it), far from 1 against the window-to-window noise even of a loaded machine
+    # (which can add tens of ms to A's 20 ms in one window and not the next).
+    with DelayServer("--delay-ms", 20) as fast, DelayServer("--delay-ms", 200) as slow:
         a = run_bench(fast.url, tmp_path / "a", "--api", "openai-embeddings", "--concurrency", "1,2", *FAST)
         b = run_bench(slow.url, tmp_path / "b", "--api", "openai-embeddings", "--concurrency", "1,2", *FAST)
     out = tmp_path / "cmp.json"
@@ -244,8 +336,24 @@ def test_compare_reports_ratios_with_spread(tmp_path):
                        timeout=60)
     assert r.returncode == 0, r.stderr
     rows = {(row["load"], row["metric"]): row for row in json.loads(out.read_text())["rows"]}
-    tp = rows[(1, "requests_per_s")]
-    assert tp["ratio"] == pytest.approx(0.5, rel=0.1)
-    assert tp["significant"] and tp["spread"] < 0.05
-    assert rows[(2, "latency_p50_ms")]["ratio"] == pytest.approx(2.0, rel=0.1)
+    assert {load for load, _ in rows} == {1, 2}
+    # Each row is B / A of the two reports' own numbers, with the spread from their windows.
+    for (load, metric), row in rows.items():
+        pa, pb = a.point(load), b.point(load)
+        getter = {"requests_per_s": (lambda q: q["throughput"]["requests_per_s"], "requests_per_s"),
+                  "latency_p50_ms": (lambda q: q["latency_ms"]["p50"], "p50_ms"),
+                  "latency_p99_ms": (lambda q: q["latency_ms"]["p99"], "p99_ms")}.get(metric)
+        if getter is None:
+            continue
+        value, window_key = getter
+        assert (row["a"], row["b"]) == pytest.approx((value(pa), value(pb)), rel=1e-12), (metric, row)
+        assert row["ratio"] == pytest.approx(value(pb) / value(pa), rel=1e-9)
+        spread = row["ratio"] * (window_spread(pa, window_key) ** 2 + window_spread(pb, window_key) ** 2) ** 0.5
+        assert row["spread"] == pytest.approx(spread, rel=1e-6, abs=1e-12), (metric, row)
+        assert row["significant"] == (abs(row["ratio"] - 1) > 2 * row["spread"])
+    # The slower server: lower throughput, higher latency, both far outside the noise.
+    for load in (1, 2):
+        assert rows[(load, "requests_per_s")]["ratio"] < 0.75
+        assert rows[(load, "latency_p50_ms")]["ratio"] > 1 / 0.75
+        assert rows[(load, "requests_per_s")]["significant"] and rows[(load, "latency_p50_ms")]["significant"]
     assert "worse" in r.stdout

@@ -4,6 +4,7 @@ by gRPC status code against the delay fixture. The perf_analyzer cross-check is 
 import pathlib
 import re
 import sys
+import time
 
 import pytest
 
@@ -15,6 +16,15 @@ from bench_helpers import DelayServer, run_bench  # noqa: E402
 pytest.importorskip("grpc")
 
 FAST = ["--warmup", 1, "--window", 2, "--duration", 4, "--stability", 0]
+# No warm-up: every request bench sends is one it measures, so the server's counters over the run hold exactly
+# bench's requests and the two views compare request for request (sums and counts), not as two samples of a
+# latency that a loaded machine moves between the warm-up and the measurement.
+MEASURE_ALL = ["--warmup", 0, "--window", 2, "--duration", 4, "--stability", 0]
+# What the client's side may add to a request over the server's own time: loopback, gRPC framing, the hop from
+# the completion-queue thread and late wake-ups, the server's own before it reads a request included (its clock
+# starts then). Well under a millisecond when idle, ~5 ms on the mean on 2 busy cores beside a CPU hog, tens of
+# ms with a second test suite running: bench may add SLACK_MS plus half the server's own time.
+SLACK_MS = 20.0
 
 
 @pytest.fixture(scope="module")
@@ -31,13 +41,23 @@ def counter(server, name, model):
     return server.metric(name, model_name=model)
 
 
+def settled_counters(server, ok_at_least, timeout=30):
+    """(success count, duration us) once the server has counted `ok_at_least` successes: a request is counted
+    once its response is written, which can be just after the client has read it."""
+    deadline = time.time() + timeout
+    while True:
+        ok = counter(server, "stoke:inference_request_success_total", "minilm")
+        us = counter(server, "stoke:inference_request_duration_us_total", "minilm")
+        if ok >= ok_at_least or time.time() > deadline:
+            return ok, us
+        time.sleep(0.02)
+
+
 def test_closed_loop_text_over_grpc(server, tmp_path):
     ok0 = counter(server, "stoke:inference_request_success_total", "minilm")
     us0 = counter(server, "stoke:inference_request_duration_us_total", "minilm")
     run = run_bench(f"grpc://{server.grpc_url}", tmp_path, "--api", "kserve-grpc", "--model", "minilm",
-                    "--concurrency", "1,4", "--metrics-url", server.base_url, *FAST)
-    ok1 = counter(server, "stoke:inference_request_success_total", "minilm")
-    us1 = counter(server, "stoke:inference_request_duration_us_total", "minilm")
+                    "--concurrency", "1,4", "--metrics-url", server.base_url, *MEASURE_ALL)
     assert run.report["run"]["api"] == "kserve-grpc"
     total = 0
     for c in (1, 4):
@@ -46,16 +66,17 @@ def test_closed_loop_text_over_grpc(server, tmp_path):
         assert p["requests"]["errors"] == {}, p["requests"]["error_examples"]
         assert p["requests"]["succeeded"] > 0
         lat = p["latency_ms"]
-        # MiniLM on a short text: milliseconds to a few hundred on a busy 2-core CPU, never zero or minutes.
-        assert 0.1 < lat["p50"] <= lat["p99"] < 5000, lat
+        assert 0 < lat["min"] <= lat["p50"] <= lat["p99"] <= lat["max"], lat
         total += p["requests"]["succeeded"]
-    # Every request bench counted reached the model (warm-up and drain add more on the server's side).
-    assert ok1 - ok0 >= total
-    # The client's mean latency and the server's own (first byte to outputs): the client adds only loopback and
-    # gRPC framing, and can never see less than the server spent.
-    server_ms = (us1 - us0) / 1e3 / (ok1 - ok0)
+    # No warm-up: the model served exactly the requests bench counted.
+    ok1, us1 = settled_counters(server, ok0 + total)
+    assert ok1 - ok0 == total
+    # The client's mean latency and the server's own (first byte to outputs) over the same requests: the client
+    # adds only loopback, gRPC framing and its own wake-ups, and can never see less than the server spent.
+    server_ms = (us1 - us0) / 1e3 / total
     bench_ms = sum(run.point(c)["latency_ms"]["mean"] * run.point(c)["requests"]["succeeded"] for c in (1, 4)) / total
-    assert 0.9 * server_ms <= bench_ms <= 1.5 * server_ms + 5, (bench_ms, server_ms)
+    # (5 ms: the server's write wakes the client, which on a busy machine may read before the server stamps.)
+    assert server_ms - 5.0 <= bench_ms <= 1.5 * server_ms + SLACK_MS, (bench_ms, server_ms)
     sm = run.report["server_metrics"]
     assert sm["available"], sm["note"]
     assert "mean_batch_size" in sm["series"]

@@ -21,8 +21,11 @@ SENTENCES = ["A man is eating food.", "The weather is lovely today.", "gRPC carr
 @pytest.fixture(scope="module")
 def server(stoke_bin, minilm_path, tmp_path_factory):
     d = tmp_path_factory.mktemp("kserve_grpc")
+    # A queue delay long enough that 8 concurrent clients batch whatever the machine's speed (1 ms could be a
+    # gap between two Python client threads on a loaded machine), short enough that a lone request's wait does
+    # not matter.
     model = write_model_file(d, type="bert", model=str(minilm_path), name="minilm", max_batch_size=4,
-                             dynamic_batching={"max_queue_delay_microseconds": 1000}, instance_group=[{"count": 1}])
+                             dynamic_batching={"max_queue_delay_microseconds": 20000}, instance_group=[{"count": 1}])
     s = ClassicServer(stoke_bin, model, "--threads", "2", log_dir=d)
     yield s
     assert s.stop() == 0, s.log()
@@ -66,7 +69,7 @@ def test_health_metadata_config(client):
     cfg = client.get_model_config("minilm", as_json=True)["config"]
     assert cfg["max_batch_size"] == 4
     assert cfg["input"][0]["data_type"] == "TYPE_STRING"
-    assert cfg["dynamic_batching"]["max_queue_delay_microseconds"] == "1000"
+    assert cfg["dynamic_batching"]["max_queue_delay_microseconds"] == "20000"
     assert cfg["instance_group"][0]["count"] == 1
     index = client.get_model_repository_index(as_json=True)
     assert {x["name"] for x in index["models"]} == {"minilm", "minilm-ids"}

@@ -21,9 +21,11 @@ SENTENCES = ["A man is eating food.", "The weather is lovely today.", "stoke ser
 @pytest.fixture(scope="module")
 def server(stoke_bin, minilm_path, tmp_path_factory):
     d = tmp_path_factory.mktemp("kserve_http")
-    # A short delay so concurrent requests batch; a bounded queue so the 503 path is reachable.
+    # A queue delay long enough that concurrent requests batch whatever the machine's speed (16 clients leave no
+    # 20 ms gap; 2 ms could be a gap between two Python client threads on a loaded machine), short enough that
+    # a lone request's wait does not matter; a bounded queue so the 503 path is reachable.
     model = write_model_file(d, type="bert", model=str(minilm_path), name="minilm", max_batch_size=8,
-                             dynamic_batching={"max_queue_delay_microseconds": 2000,
+                             dynamic_batching={"max_queue_delay_microseconds": 20000,
                                                "default_queue_policy": {"max_queue_size": 64,
                                                                         "allow_timeout_override": True}},
                              instance_group=[{"count": 2}])
@@ -70,7 +72,7 @@ def test_health_and_metadata(client, server):
     assert cfg["max_batch_size"] == 8
     assert cfg["input"][0]["data_type"] == "TYPE_STRING" and cfg["input"][0]["dims"] == [1]
     assert cfg["output"][0]["dims"] == [384]
-    assert cfg["dynamic_batching"]["max_queue_delay_microseconds"] == 2000
+    assert cfg["dynamic_batching"]["max_queue_delay_microseconds"] == 20000
     assert cfg["instance_group"][0]["count"] == 2
     # Triton's convention: health answers with the status code only.
     r = server.get("/v2/health/ready")
@@ -158,7 +160,7 @@ def test_concurrent_requests_batch_and_match_alone(client, server, reference):
     executions = after["execution_count"] - before["execution_count"]
     assert requests_done == 64
     assert after["inference_count"] - before["inference_count"] == 64
-    assert executions < 64, "16 concurrent clients with a 2 ms delay should share batches"
+    assert executions < 64, "16 concurrent clients with a 20 ms queue delay should share batches"
 
 
 def test_statistics_shape_for_perf_analyzer(server, client):

@@ -29,8 +29,12 @@ def servers(stoke_bin, tmp_path_factory):
     common = dict(type="synthetic", input_bytes=IN, output_bytes=OUT, preprocess_us_per_item=300,
                   kernels=[{"count": 3, "flops_per_item": 1e5, "bytes": 65536}], postprocess_us=100,
                   max_batch_size=8)
+    # Each batched execution holds its instance for at least 20 ms (a busy wait after the work), far longer than
+    # the 3 ms the batcher holds a request: with 8 clients, later requests queue behind a running batch and the
+    # next batch goes to the other instance, whatever the machine's speed (with executions of ~1 ms, that depended
+    # on whether the Python clients outpaced one instance).
     batched = write_model_file(d, name="synth", dynamic_batching={"max_queue_delay_microseconds": 3000},
-                               instance_group=[{"count": 2}], **common)
+                               instance_group=[{"count": 2}], **{**common, "postprocess_us": 20000})
     unbatched = write_model_file(d, name="synth_unbatched", **common)
     s = {"batched": ClassicServer(stoke_bin, batched, log_dir=d),
          "unbatched": ClassicServer(stoke_bin, unbatched, log_dir=tmp_path_factory.mktemp("synthetic_u"))}
