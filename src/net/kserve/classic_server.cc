@@ -24,6 +24,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "net/grpc/grpc_server.h"
 #include "net/http/http_server.h"
+#include "net/http/trace_endpoint.h"
 #include "net/kserve/embeddings_service.h"
 #include "net/kserve/kserve_codec.h"
 #include "net/kserve/kserve_service.h"
@@ -230,7 +231,9 @@ int RunClassicServe(const ClassicServeOptions& o) {
   ho.max_body_bytes = o.max_body_bytes;
   ho.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.idle_timeout_seconds * 1000));
   ho.error_body = [](int, std::string_view message) { return KserveErrorBody(message); };
+  TraceEndpoint trace;  // POST /v1/debug/trace; declared before the server, which calls into it
   HttpServer server(ho);
+  trace.Register(server);
   KserveService kserve({}, &repo);
   kserve.RegisterRoutes(server);
   EmbeddingsService openai(
@@ -303,6 +306,7 @@ int RunClassicServe(const ClassicServeOptions& o) {
   fmt::print(stderr, "stoke serve: {} received; draining (up to {} s)\n",
              signo == SIGTERM ? "SIGTERM" : "SIGINT", o.drain_seconds);
   const auto drain = std::chrono::milliseconds(static_cast<int64_t>(o.drain_seconds * 1000));
+  trace.Finish();  // a trace in progress answers now rather than holding the drain up
   if (grpc) grpc->Shutdown(drain);
   server.Shutdown(drain);
   repo.StopAll();
