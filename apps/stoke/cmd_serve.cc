@@ -37,6 +37,7 @@
 #include "net/http/http_server.h"
 #include "net/http/trace_endpoint.h"
 #include "net/kserve/classic_server.h"
+#include "net/openai/debug_requests.h"
 #include "net/openai/openai_service.h"
 #include "serve/llm_loop.h"
 #include "telemetry/gpu_telemetry.h"
@@ -71,8 +72,9 @@ struct ServeOptions {
   int gpu_telemetry_interval_ms = 1000;
   bool no_gpu_telemetry = false;
   DeviceFlags device;
-  int instances = 0;   // classic models: instances (0 = the model file's instance_group, else 1)
+  int instances = 0;  // classic models: instances (0 = the model file's instance_group, else 1)
   std::string metric_names = "vllm";  // vllm (stoke:...) | prometheus (stoke_...): telemetry/metrics.h
+  int debug_requests = 1000;          // finished requests GET /v1/debug/requests keeps (0: off)
 };
 
 // Applies --config: every key sets its flag unless the flag was given on the command line.
@@ -128,6 +130,7 @@ Status Validate(const ServeOptions& o) {
   if (o.kv_blocks < 0) return InvalidArgumentError("--kv-blocks must be >= 0");
   if (o.kv_cache_bytes <= 0) return InvalidArgumentError("--kv-cache-bytes must be positive");
   if (o.block_size < 1) return InvalidArgumentError("--block-size must be at least 1");
+  if (o.debug_requests < 0) return InvalidArgumentError("--debug-requests must be >= 0");
   if (o.gpu_telemetry_interval_ms < 100)
     return InvalidArgumentError("--gpu-telemetry-interval-ms must be at least 100 (GPM needs > 100 ms)");
   RETURN_IF_ERROR(ParseMetricNaming(o.metric_names).status().WithContext("--metric-names"));
@@ -216,7 +219,8 @@ int RunServe(CLI::App* cmd, ServeOptions* bound) {
                             // "" = the model file's "device" key (an explicit --device overrides it)
                             .device = cmd->get_option("--device")->count() > 0 ? o.device.device : "",
                             .instances = o.instances,
-                            .metric_naming = naming});
+                            .metric_naming = naming,
+                            .debug_requests = o.debug_requests});
   }
   if (o.threads > 0) ThreadPool::SetDefaultThreads(o.threads);
   const std::string served = o.served_model_name.empty() ? DefaultServedName(o.model) : o.served_model_name;
@@ -241,12 +245,17 @@ int RunServe(CLI::App* cmd, ServeOptions* bound) {
   ho.max_body_bytes = static_cast<size_t>(o.max_body_bytes);
   ho.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.idle_timeout_seconds * 1000));
   ho.error_body = OpenAiErrorBody;
+  // Before the server: its connections' completion callbacks write into it.
+  RequestLog request_log(static_cast<size_t>(o.debug_requests));
   TraceEndpoint trace;  // POST /v1/debug/trace; declared before the server, which calls into it
   HttpServer server(ho);
   trace.Register(server);
   auto service = std::make_unique<OpenAiService>(
-      OpenAiServiceOptions{.served_model_name = served, .model_aliases = {o.model}}, metrics.get());
+      OpenAiServiceOptions{
+          .served_model_name = served, .model_aliases = {o.model}, .request_log = &request_log},
+      metrics.get());
   service->RegisterRoutes(server);
+  RegisterDebugRequests(server, &request_log);
   server.Handle("GET", "/v1/gpu", [g = gpu.get()](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
     r->Send({.body = g->SnapshotJson()});
   });
@@ -347,10 +356,11 @@ CommandRegistrar kServe("serve", "Serve a model over an OpenAI-compatible HTTP A
   cmd->add_option("--max-waiting", o->max_waiting, "Waiting requests beyond which new ones get 503")
       ->capture_default_str();
   cmd->add_flag("--no-prefix-cache", o->no_prefix_cache, "Compute every prompt in full (no KV reuse)");
-  cmd->add_option("--sampling", o->sampling,
-                  "Where next tokens are drawn: device (on the GPU with --device cuda, only token ids reach "
-                  "the host; logprobs requests and stop tokens masked before min_tokens use the host) or host "
-                  "(every row of logits copied to the host)")
+  cmd->add_option(
+         "--sampling", o->sampling,
+         "Where next tokens are drawn: device (on the GPU with --device cuda, only token ids reach "
+         "the host; logprobs requests and stop tokens masked before min_tokens use the host) or host "
+         "(every row of logits copied to the host)")
       ->check(CLI::IsMember({"device", "host"}))
       ->capture_default_str();
   cmd->add_flag("--no-chunked-prefill", o->no_chunked_prefill,
@@ -373,6 +383,9 @@ CommandRegistrar kServe("serve", "Serve a model over an OpenAI-compatible HTTP A
   cmd->add_option("--metric-names", o->metric_names,
                   "/metrics family names: vllm (stoke:name; promtool lints the colon) or prometheus "
                   "(stoke_name; lint-clean)")
+      ->capture_default_str();
+  cmd->add_option("--debug-requests", o->debug_requests,
+                  "Finished requests (with their time ledgers) GET /v1/debug/requests keeps (0: off)")
       ->capture_default_str();
   return [cmd, o]() -> int { return RunServe(cmd, o.get()); };
 });

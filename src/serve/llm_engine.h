@@ -12,6 +12,7 @@
 #include "api/sampling.h"
 #include "base/clock.h"
 #include "base/status.h"
+#include "telemetry/ledger.h"
 
 namespace stoke {
 
@@ -24,14 +25,45 @@ struct RequestTimings {
   Nanos first_token = 0;           // its first token was sampled
   Nanos finish = 0;                // the last event was produced
   Nanos compute = 0;               // wall time of the model steps it took part in (shared with its batch)
-  Nanos postprocess = 0;           // its own sampling, detokenisation and stop checks
+  Nanos prefill = 0;               // the part of `compute` in steps that computed its prompt (or recompute)
+  Nanos decode = 0;                // the part of `compute` in steps that computed its next token
+  Nanos schedule = 0;              // host time of its steps: planning, step inputs, step bookkeeping
+  Nanos interleave = 0;            // sat while the loop did others' work: their sampling, steps without it
+  Nanos postprocess = 0;           // its own sampling, detokenisation, stop checks and event hand-off
   std::vector<Nanos> inter_token;  // gap before each sampled token after the first
   int num_preemptions = 0;         // times its KV was dropped and recomputed
 
+  // Between first_scheduled and finish the engine-side stages add up exactly:
+  //   finish - first_scheduled == prefill + decode + schedule + interleave + postprocess.
   Nanos queue() const { return first_scheduled ? first_scheduled - submit : 0; }
   Nanos ttft() const { return first_token ? first_token - (recv ? recv : submit) : 0; }
   Nanos engine_e2e() const { return finish ? finish - (recv ? recv : submit) : 0; }
 };
+
+// The ledger of a generation request: recv (first byte -> `parsed`), preprocess (`parsed` -> submit), queue,
+// the engine's stages, send (finish -> `end`, the last byte or the moment the ledger is written into the
+// response); `other` closes the sum to end - recv. Never-scheduled requests (cancelled while waiting) queue
+// until they finish.
+// (Inline: the net layer uses it without linking the engine.)
+inline Ledger GenerationLedger(const RequestTimings& t, Nanos parsed, Nanos end) {
+  using S = LedgerStage;
+  Ledger l;
+  l.kind = LedgerKind::kGeneration;
+  const Nanos recv = t.recv ? t.recv : t.submit;
+  if (parsed < recv || parsed > t.submit) parsed = recv;  // not measured: all of it is preprocess
+  l[S::kRecv] = parsed - recv;
+  l[S::kPreprocess] = t.submit - parsed;
+  const Nanos finish = t.finish ? t.finish : end;
+  l[S::kQueue] = (t.first_scheduled ? t.first_scheduled : finish) - t.submit;
+  l[S::kPrefill] = t.prefill;
+  l[S::kDecode] = t.decode;
+  l[S::kSchedule] = t.schedule;
+  l[S::kInterleave] = t.interleave;
+  l[S::kPostprocess] = t.postprocess;
+  l[S::kSend] = end - finish;
+  l.Close(end - recv);
+  return l;
+}
 
 // One callback's worth of progress for a request.
 struct GenerationEvent {

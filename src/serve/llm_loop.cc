@@ -37,6 +37,12 @@ struct LlmLoop::Active {
   size_t text_emitted = 0;  // bytes released in events
   RequestTimings t;
   Nanos last_token = 0;  // when the previous token was sampled
+  // Ledger bookkeeping: engine time charged up to `accounted`; the last step it was scheduled in, whether
+  // that step computed prompt tokens, and its own postprocess time within it.
+  Nanos accounted = 0;
+  uint64_t step = 0;
+  bool step_prefill = false;
+  Nanos step_post = 0;
   int cached_prompt_tokens = 0;
 };
 
@@ -266,10 +272,12 @@ void LlmLoop::Accept(GenerationRequest request, Nanos submit) {
 
 void LlmLoop::RunStep() {
   const Nanos t0 = Now();
+  step_ = StepTimes{.id = step_.id + 1, .t0 = t0, .in_step = true};
   StepPlan plan = scheduler_->Schedule();
   for (SeqId id : plan.cancelled) FinishRequest(id, FinishReason::kCancelled);
   for (SeqId id : plan.preempted) ++active_.at(id)->t.num_preemptions;
   if (plan.empty()) {
+    step_.in_step = false;
     PublishStats(nullptr);
     if (scheduler_->HasWork()) {
       // Work that cannot be scheduled would spin; Submit's size checks should make this unreachable.
@@ -314,17 +322,23 @@ void LlmLoop::RunStep() {
     input.token_ids.insert(input.token_ids.end(), toks.begin() + s.start_pos,
                            toks.begin() + s.start_pos + s.num_tokens);
     input.sequences.push_back(std::move(ss));
+    Active& a = *active_.at(s.id);
     if (s.first_schedule) {
-      Active& a = *active_.at(s.id);
       a.t.first_scheduled = t0;
+      a.accounted = t0;
       a.cached_prompt_tokens = scheduler_->Find(s.id)->num_cached_tokens;
     }
+    a.step = step_.id;
+    a.step_prefill = s.is_prefill;
+    a.step_post = 0;
   }
 
   const Nanos t1 = Now();
   StepOutput out;
   if (st.ok()) st = model_->Step(input, &out);
   const Nanos t2 = Now();
+  step_.t1 = t1;
+  step_.t2 = t2;
   if (st.ok() && (out.num_rows != rows || out.logits.size() < static_cast<size_t>(rows) * vocab_ ||
                   static_cast<int64_t>(out.tokens.size()) != device_rows)) {
     st = InternalError("model step returned {} logit rows and {} tokens, expected {} and {}", out.num_rows,
@@ -339,7 +353,6 @@ void LlmLoop::RunStep() {
     for (size_t i = 0; i < plan.seqs.size(); ++i) {
       const ScheduledSeq& s = plan.seqs[i];
       Active& a = *active_.at(s.id);
-      a.t.compute += t2 - t1;
       if (!s.sample) continue;
       if (input.sequences[i].logits == StepSequence::Logits::kToken) {
         const int32_t tok = out.tokens[token++];
@@ -356,9 +369,10 @@ void LlmLoop::RunStep() {
     }
   }
 
+  step_.t3 = Now();
   StepRecord rec;
   rec.start = t0;
-  rec.duration = Now() - t0;
+  rec.duration = step_.t3 - t0;
   rec.prefill_tokens = plan.num_prefill_tokens;
   rec.decode_tokens = plan.num_decode_tokens;
   rec.num_running = plan.num_running;
@@ -369,6 +383,25 @@ void LlmLoop::RunStep() {
   rec.admission_stop = AdmissionStopName(plan.admission_stop);
   PublishStats(&rec);
   if (options_.on_step) options_.on_step(rec);
+  const Nanos t4 = Now();
+  for (const ScheduledSeq& s : plan.seqs) {
+    auto it = active_.find(s.id);
+    if (it != active_.end() && it->second->step == step_.id) ChargeStep(*it->second, t4);
+  }
+  step_.in_step = false;
+}
+
+void LlmLoop::ChargeStep(Active& a, Nanos end) {
+  // [accounted, t0): between its steps; [t0, t1): planning; [t1, t2): the model; [t2, sampled): sampling,
+  // its own (postprocess, counted as it ran) and the others'; [sampled, end): the step's bookkeeping.
+  const StepTimes& st = step_;
+  const Nanos sampled = st.t3 ? std::min(st.t3, end) : end;
+  const Nanos model = st.t2 - st.t1;
+  a.t.compute += model;
+  (a.step_prefill ? a.t.prefill : a.t.decode) += model;
+  a.t.schedule += (st.t1 - st.t0) + (end - sampled);
+  a.t.interleave += (st.t0 - a.accounted) + (sampled - st.t2 - a.step_post);
+  a.accounted = end;
 }
 
 bool LlmLoop::SampleOnDevice(const Active& a) const {
@@ -452,12 +485,17 @@ void LlmLoop::AcceptToken(Active& a, int32_t tok, TokenLogprob lp, Nanos p0) {
     if (sp.logprobs >= 0) ev.logprobs.push_back(std::move(a.pending.front().logprob));
     a.pending.pop_front();
   }
-  a.t.postprocess += Now() - p0;
   if (finish != FinishReason::kNone) {
+    const Nanos post = Now() - p0;
+    a.t.postprocess += post;
+    a.step_post += post;
     FinishRequest(a.seq, finish, OkStatus(), std::move(ev));
     return;
   }
   if (!ev.token_ids.empty() || !ev.text.empty()) a.req.on_event(std::move(ev));
+  const Nanos post = Now() - p0;
+  a.t.postprocess += post;
+  a.step_post += post;
 }
 
 void LlmLoop::FinishRequest(SeqId seq, FinishReason reason, Status error, GenerationEvent ev) {
@@ -473,6 +511,13 @@ void LlmLoop::FinishRequest(SeqId seq, FinishReason reason, Status error, Genera
   ev.completion_tokens = a->generated;
   ev.cached_prompt_tokens = a->cached_prompt_tokens;
   a->t.finish = Now();
+  if (a->t.first_scheduled != 0) {
+    if (step_.in_step && a->step == step_.id && step_.t2 != 0) {
+      ChargeStep(*a, a->t.finish);  // it ends within this step
+    } else {
+      a->t.interleave += a->t.finish - a->accounted;  // cancelled or failed between its steps
+    }
+  }
   ev.timings = a->t;
   {
     std::lock_guard<std::mutex> lk(mu_);

@@ -122,6 +122,9 @@ class LlmLoop final : public LlmEngine {
   // Ends a request: `ev` (its last tokens/text, if any) gets the finish reason, usage and timings and is
   // delivered; the sequence's blocks are freed and its state dropped.
   void FinishRequest(SeqId seq, FinishReason reason, Status error = OkStatus(), GenerationEvent ev = {});
+  // Charges a's engine time from where its ledger stands to `end` (see RequestTimings): the current step's
+  // planning, model run, others' sampling and bookkeeping, and the gap since its previous step.
+  void ChargeStep(Active& a, Nanos end);
   void PublishStats(const StepRecord* step);
   void FailAll(const Status& error);
   Nanos Now() const { return clock_->Now(); }
@@ -144,6 +147,13 @@ class LlmLoop final : public LlmEngine {
   std::vector<float> scratch_logits_;  // [vocab], a masked copy of one row (min_tokens)
   bool stuck_warned_ = false;
   int64_t generated_total_ = 0;  // sampled tokens, published by PublishStats
+  // The step in progress, for the requests' ledgers: planning from t0, the model from t1 to t2, sampling
+  // until t3 (0 while it runs), then bookkeeping. in_step_: between t0 and the end of the step.
+  struct StepTimes {
+    uint64_t id = 0;
+    Nanos t0 = 0, t1 = 0, t2 = 0, t3 = 0;
+    bool in_step = false;
+  } step_;
 
   // Shared with net threads; guarded by mu_.
   mutable std::mutex mu_;

@@ -650,6 +650,89 @@ TEST(LlmLoopTest, TimingsAndStepRecords) {
   EXPECT_EQ(loop->stats().generation_tokens, 5);
 }
 
+// A clock that moves 1 us every time it is read, from any thread: every interval the loop measures is
+// non-zero and the run is free of wall-clock noise.
+class TickClock final : public Clock {
+ public:
+  Nanos Now() const override { return now_.fetch_add(1000) + 1000; }
+
+ private:
+  mutable std::atomic<Nanos> now_{1'000'000};
+};
+
+// The engine-side ledger adds up exactly, request by request: from the step that first computed it to its
+// finish, every nanosecond is prefill, decode, schedule, interleave or its own postprocess; compute is
+// prefill + decode; a request batched with others shows interleave (their sampling, steps without it).
+TEST(LlmLoopTest, LedgerStagesAddUpToTheEngineTime) {
+  TickClock clock;
+  LlmLoopOptions lo = SmallLoop(64, /*budget=*/12, /*max_seqs=*/4);
+  lo.clock = &clock;
+  std::promise<void> open;
+  FakeModelOptions mo;
+  mo.gate = open.get_future().share();  // hold the first step until every request is in
+  std::vector<std::unique_ptr<Collector>> cs;  // before the loop: outlives its last callback
+  auto loop = MakeLoop(lo, mo);
+  for (int i = 0; i < 6; ++i) {
+    cs.push_back(std::make_unique<Collector>());
+    GenerationRequest r = Req("r" + std::to_string(i), {Prompt(5 + 4 * i, i), Greedy(3 + 2 * i)}, *cs.back());
+    r.recv_time = clock.Now();
+    ASSERT_TRUE(loop->Submit(std::move(r)).ok());
+  }
+  open.set_value();
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(cs[i]->Wait());
+    const GenerationEvent& last = cs[i]->Last();
+    ASSERT_EQ(last.finish, FinishReason::kLength);
+    const RequestTimings& t = last.timings;
+    EXPECT_EQ(t.finish - t.first_scheduled, t.prefill + t.decode + t.schedule + t.interleave + t.postprocess)
+        << "request " << i;
+    EXPECT_EQ(t.compute, t.prefill + t.decode);
+    EXPECT_GT(t.prefill, 0);
+    EXPECT_GT(t.decode, 0);  // 3+ tokens: at least two decode steps
+    EXPECT_GT(t.schedule, 0);
+    EXPECT_GT(t.postprocess, 0);
+    EXPECT_GT(t.interleave, 0);  // six requests share the steps (and the budget of 12 splits prefills)
+
+    // The whole ledger: recv .. send sum exactly to e2e, and nothing is left for `other`.
+    const Nanos parsed = t.recv + 1000, end = t.finish + 5000;
+    const Ledger l = GenerationLedger(t, parsed, end);
+    EXPECT_EQ(l.e2e, end - t.recv);
+    EXPECT_EQ(l[LedgerStage::kOther], 0) << LedgerHeaderValue(l);
+    EXPECT_EQ(l[LedgerStage::kRecv], 1000);
+    EXPECT_EQ(l[LedgerStage::kSend], 5000);
+    EXPECT_EQ(l[LedgerStage::kQueue], t.queue());
+    Nanos sum = 0;
+    for (LedgerStage s : LedgerStages(LedgerKind::kGeneration)) sum += l[s];
+    EXPECT_EQ(sum, l.e2e);
+  }
+}
+
+// A request cancelled while it waits never ran: its whole engine time is queue.
+TEST(LlmLoopTest, LedgerOfARequestCancelledInTheQueue) {
+  TickClock clock;
+  LlmLoopOptions lo = SmallLoop(64, /*budget=*/8, /*max_seqs=*/1);
+  lo.clock = &clock;
+  std::promise<void> open;
+  FakeModelOptions mo;
+  mo.gate = open.get_future().share();
+  Collector a, b;  // before the loop: outlive its last callback
+  auto loop = MakeLoop(lo, mo);
+  ASSERT_TRUE(loop->Submit(Req("a", {Prompt(4, 1), Greedy(4)}, a)).ok());
+  ASSERT_TRUE(loop->Submit(Req("b", {Prompt(4, 2), Greedy(4)}, b)).ok());
+  loop->Cancel("b");
+  open.set_value();
+  ASSERT_TRUE(b.Wait());
+  ASSERT_TRUE(a.Wait());
+  const RequestTimings& t = b.Last().timings;
+  if (t.first_scheduled == 0) {  // cancelled before its first step (the usual case)
+    const Ledger l = GenerationLedger(t, t.submit, t.finish);
+    EXPECT_EQ(l[LedgerStage::kQueue], t.finish - t.submit);
+    EXPECT_EQ(l[LedgerStage::kDecode] + l[LedgerStage::kPrefill] + l[LedgerStage::kInterleave], 0);
+  } else {
+    EXPECT_EQ(t.finish - t.first_scheduled, t.prefill + t.decode + t.schedule + t.interleave + t.postprocess);
+  }
+}
+
 TEST(LlmLoopTest, ShutdownFailsRequestsInFlight) {
   Collector c;
   {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "base/clock.h"
+#include "telemetry/ledger.h"
 
 namespace stoke {
 
@@ -37,14 +38,5 @@ struct EngineSnapshot {
   int64_t prefix_cache_evictions = 0;  // blocks evicted from the cache (LRU) to make room
   int64_t num_preemptions = 0;
 };
-
-// Stages of the per-request time ledger (design.md §4). h2d/d2h join when the CUDA runner lands.
-enum class LedgerStage : uint8_t { kRecv, kQueue, kPreprocess, kCompute, kPostprocess, kSend };
-inline constexpr int kNumLedgerStages = 6;
-inline const char* LedgerStageName(LedgerStage s) {
-  static const char* const kNames[kNumLedgerStages] = {"recv",    "queue",       "preprocess",
-                                                       "compute", "postprocess", "send"};
-  return kNames[static_cast<int>(s)];
-}
 
 }  // namespace stoke

@@ -101,13 +101,17 @@ Status ServerMetrics::Init(const std::string& model_name, int max_model_len) {
       auto stages,
       r.AddHistogram("stoke:request_stage_seconds",
                      "Per-request time ledger: seconds spent in each stage (recv, queue, preprocess, "
-                     "compute, postprocess, send), summed over the request's steps.",
+                     "prefill, decode, schedule, interleave, postprocess, send, other: they sum to the "
+                     "request's latency; compute = prefill + decode), summed over the request's steps.",
                      ExponentialBuckets(0.00001, 2.5, 20)));
-  for (int i = 0; i < kNumLedgerStages; ++i) {
+  auto add_stage = [&](LedgerStage s) -> Status {
     MetricLabels l = labels_;
-    l["stage"] = LedgerStageName(static_cast<LedgerStage>(i));
-    ASSIGN_OR_RETURN(stage_[i], stages.TryWithLabels(l));
-  }
+    l["stage"] = LedgerStageName(s);
+    ASSIGN_OR_RETURN(stage_[static_cast<int>(s)], stages.TryWithLabels(l));
+    return OkStatus();
+  };
+  for (LedgerStage s : LedgerStages(LedgerKind::kGeneration)) RETURN_IF_ERROR(add_stage(s));
+  RETURN_IF_ERROR(add_stage(LedgerStage::kCompute));
 
   RETURN_IF_ERROR(
       gauge("stoke:num_requests_running", "Requests in the running set (scheduled each step).", &running_));
@@ -205,6 +209,14 @@ void ServerMetrics::RecordRequest(const RequestRecord& r) {
 
 void ServerMetrics::ObserveStage(LedgerStage stage, double seconds) {
   if (seconds >= 0) stage_[static_cast<int>(stage)].Observe(seconds);
+}
+
+void ServerMetrics::ObserveLedger(const Ledger& l) {
+  for (LedgerStage s : LedgerStages(l.kind)) ObserveStage(s, static_cast<double>(l[s]) * 1e-9);
+  if (l.kind == LedgerKind::kGeneration) {
+    ObserveStage(LedgerStage::kCompute,
+                 static_cast<double>(l[LedgerStage::kPrefill] + l[LedgerStage::kDecode]) * 1e-9);
+  }
 }
 
 void ServerMetrics::SetSnapshotSource(std::function<EngineSnapshot()> source) {

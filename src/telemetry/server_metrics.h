@@ -45,6 +45,9 @@ class ServerMetrics {
   void RecordStep(const StepRecord& step);
   void RecordRequest(const RequestRecord& r);
   void ObserveStage(LedgerStage stage, double seconds);
+  // Every stage of the ledger's kind (a negative `other` is not observed); for a generation request also
+  // compute = prefill + decode, the stage dashboards from before the split read.
+  void ObserveLedger(const Ledger& ledger);
   // Called on each scrape for the engine's cumulative counters and gauges (must not call ExposeText).
   void SetSnapshotSource(std::function<EngineSnapshot()> source);
   // Applies a snapshot now (counters advance by the difference to the last one; gauges are set).

@@ -21,32 +21,56 @@ grpc::Status ToGrpc(const Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(GrpcCodeFor(s)), s.message());
 }
 
+// The call's metadata asks for the ledger (x-stoke-ledger: 1).
+bool LedgerAsked(const grpc::CallbackServerContext& ctx) {
+  auto it = ctx.client_metadata().find(kLedgerHeader);
+  return it != ctx.client_metadata().end() &&
+         LedgerRequested(std::string_view(it->second.data(), it->second.size()));
+}
+
 // A ModelInfer call: finished from the instance thread; OnDone (all bytes sent or the call ended) closes the
-// request's ledger.
+// request's ledger. With the metadata key x-stoke-ledger: 1 the response carries the ledger as it stands at
+// Finish: trailing metadata x-stoke-ledger (the header form) and the response parameter "ledger" (JSON).
 class InferReactor final : public grpc::ServerUnaryReactor {
  public:
-  explicit InferReactor(Nanos arrival) : arrival_(arrival) {}
+  InferReactor(grpc::CallbackServerContext* ctx, inference::ModelInferResponse* resp, Nanos arrival,
+               RequestLog* log)
+      : ctx_(ctx), resp_(resp), arrival_(arrival), log_(log) {
+    want_ledger_ = LedgerAsked(*ctx);
+  }
   void Done(ServedModel* m, const RequestTimes& t, Nanos submit, const grpc::Status& s) {
     model_ = m;
     times_ = t;
     submit_ = submit;
     ok_ = s.ok();
+    id_ = resp_->id();
+    if (ok_ && want_ledger_) {
+      const Ledger l = RequestLedger(arrival_, submit_, times_, MonotonicNanos());
+      ctx_->AddTrailingMetadata(kLedgerHeader, LedgerHeaderValue(l));
+      (*resp_->mutable_parameters())["ledger"].set_string_param(LedgerJson(l));
+    }
     Finish(s);
   }
   void OnDone() override {
-    if (ok_ && model_ != nullptr && model_->metrics() != nullptr) {
-      model_->metrics()->ObserveLedger(RequestLedger(arrival_, submit_, times_, MonotonicNanos()));
+    if (ok_ && model_ != nullptr) {
+      RecordClassicRequest(model_->metrics(), log_, model_->name(), "kserve_grpc", id_,
+                           RequestLedger(arrival_, submit_, times_, MonotonicNanos()));
     }
     delete this;
   }
   void OnCancel() override {}
 
  private:
+  grpc::CallbackServerContext* ctx_;
+  inference::ModelInferResponse* resp_;
   Nanos arrival_;
+  RequestLog* log_;
+  bool want_ledger_ = false;
   ServedModel* model_ = nullptr;
   RequestTimes times_;
   Nanos submit_ = 0;
   bool ok_ = false;
+  std::string id_;
 };
 
 // How a request ends: `status` (OK: the outputs are in the response), its model (null when the request never
@@ -160,7 +184,7 @@ class GrpcInferenceServer::Service final : public inference::GRPCInferenceServic
                                        const inference::ModelInferRequest* req,
                                        inference::ModelInferResponse* resp) override {
     const Nanos arrival = MonotonicNanos();
-    auto* reactor = new InferReactor(arrival);
+    auto* reactor = new InferReactor(ctx, resp, arrival, options_.request_log);
     StartInfer(req, resp, arrival,
                [reactor](const Status& s, ServedModel* m, const RequestTimes& t, Nanos submit) {
                  reactor->Done(m, t, submit, ToGrpc(s));
@@ -211,6 +235,8 @@ class GrpcInferenceServer::Service final : public inference::GRPCInferenceServic
     }
   }
 
+  RequestLog* request_log() const { return options_.request_log; }
+
  private:
   StatusOr<ServedModel*> Ready(const std::string& name, const std::string& version) {
     ASSIGN_OR_RETURN(ServedModel * m, repo_->Find(name, version));
@@ -242,7 +268,10 @@ namespace {
 class StreamInferReactor final
     : public grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse> {
  public:
-  explicit StreamInferReactor(GrpcInferenceServer::Service* service) : service_(service) {
+  // With the call's metadata x-stoke-ledger: 1, each response carries its ledger (as it stands when the
+  // response is queued for writing) in the parameter "ledger" (JSON).
+  StreamInferReactor(GrpcInferenceServer::Service* service, bool want_ledger)
+      : service_(service), want_ledger_(want_ledger) {
     StartRead(&incoming_);
   }
 
@@ -264,20 +293,26 @@ class StreamInferReactor final
       std::lock_guard lock(mu_);
       ++in_flight_;
     }
-    service_->StartInfer(&p->req, p->resp.mutable_infer_response(), p->arrival,
-                         [this, p](const Status& s, ServedModel* m, const RequestTimes& t, Nanos submit) {
-                           p->model = m;
-                           p->times = t;
-                           p->submit = submit;
-                           p->ok = s.ok();
-                           if (!s.ok()) {
-                             p->resp.Clear();
-                             p->resp.set_error_message(s.message());
-                             p->resp.mutable_infer_response()->set_id(p->req.id());
-                             p->resp.mutable_infer_response()->set_model_name(p->req.model_name());
-                           }
-                           Answer(std::unique_ptr<Pending>(p));
-                         });
+    service_->StartInfer(
+        &p->req, p->resp.mutable_infer_response(), p->arrival,
+        [this, p](const Status& s, ServedModel* m, const RequestTimes& t, Nanos submit) {
+          p->model = m;
+          p->times = t;
+          p->submit = submit;
+          p->ok = s.ok();
+          if (s.ok() && want_ledger_) {
+            const Ledger l = RequestLedger(p->arrival, submit, t, MonotonicNanos());
+            (*p->resp.mutable_infer_response()->mutable_parameters())["ledger"].set_string_param(
+                LedgerJson(l));
+          }
+          if (!s.ok()) {
+            p->resp.Clear();
+            p->resp.set_error_message(s.message());
+            p->resp.mutable_infer_response()->set_id(p->req.id());
+            p->resp.mutable_infer_response()->set_model_name(p->req.model_name());
+          }
+          Answer(std::unique_ptr<Pending>(p));
+        });
     StartRead(&incoming_);
   }
 
@@ -299,8 +334,10 @@ class StreamInferReactor final
       }
       finish = ShouldFinishLocked();
     }
-    if (ok && written->ok && written->model != nullptr && written->model->metrics() != nullptr) {
-      written->model->metrics()->ObserveLedger(
+    if (ok && written->ok && written->model != nullptr) {
+      RecordClassicRequest(
+          written->model->metrics(), service_->request_log(), written->model->name(), "kserve_grpc",
+          written->req.id(),
           RequestLedger(written->arrival, written->submit, written->times, MonotonicNanos()));
     }
     if (next != nullptr) StartWrite(next);
@@ -351,6 +388,7 @@ class StreamInferReactor final
   }
 
   GrpcInferenceServer::Service* const service_;
+  const bool want_ledger_;
   inference::ModelInferRequest incoming_;  // the read in progress (one at a time)
   std::mutex mu_;
   std::deque<std::unique_ptr<Pending>> writes_;  // answered; the front one is being written when writing_
@@ -364,8 +402,8 @@ class StreamInferReactor final
 }  // namespace
 
 grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
-GrpcInferenceServer::Service::ModelStreamInfer(grpc::CallbackServerContext*) {
-  return new StreamInferReactor(this);
+GrpcInferenceServer::Service::ModelStreamInfer(grpc::CallbackServerContext* ctx) {
+  return new StreamInferReactor(this, LedgerAsked(*ctx));
 }
 
 GrpcInferenceServer::GrpcInferenceServer(GrpcServerOptions options, ModelRepository* repo)

@@ -19,6 +19,7 @@
 
 #include "base/status.h"
 #include "serve/batcher/model_repository.h"
+#include "telemetry/request_log.h"
 
 namespace grpc {
 class Server;
@@ -33,6 +34,8 @@ struct GrpcServerOptions {
   std::string server_name = "stoke";
   std::string server_version = "0.1.0";
   std::vector<std::string> extensions;  // ServerMetadata.extensions
+  // ModelInfer requests with their ledgers go here (GET /v1/debug/requests); null: not recorded.
+  RequestLog* request_log = nullptr;
 };
 
 class GrpcInferenceServer {

@@ -199,6 +199,17 @@ class HttpExchange final : public HttpResponder, public std::enable_shared_from_
     });
   }
 
+  void EndWithTrailers(HttpHeaders trailers) override {
+    Post([self = shared_from_this(), t = std::move(trailers)] {
+      if (self->phase_ != Phase::kStreaming) return;
+      self->phase_ = Phase::kDone;
+      std::string last = "0\r\n";
+      for (const auto& [name, value] : t) last += fmt::format("{}: {}\r\n", name, value);
+      last += "\r\n";
+      self->conn_->QueueWrite(self->id_, std::move(last), true);
+    });
+  }
+
   void Post(std::function<void()> fn) override { asio::dispatch(conn_->executor(), std::move(fn)); }
 
   void OnDisconnect(std::function<void()> fn) override {

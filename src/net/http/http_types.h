@@ -49,6 +49,12 @@ class HttpResponder {
   virtual void StartStream(int status, std::string content_type, HttpHeaders headers = {}) = 0;
   virtual void Write(std::string data) = 0;
   virtual void End() = 0;
+  // End() with HTTP trailers after the last chunk (announce them with a "Trailer" header in StartStream).
+  // Clients that ignore trailers see an ordinary end. The default drops them.
+  virtual void EndWithTrailers(HttpHeaders trailers) {
+    (void)trailers;
+    End();
+  }
   // Runs `fn` on the connection's strand (inline when already there). Engine callbacks use this to hand their
   // data over; fn runs after every earlier Post/Write/Send from the same thread.
   virtual void Post(std::function<void()> fn) = 0;

@@ -28,6 +28,7 @@
 #include "net/kserve/embeddings_service.h"
 #include "net/kserve/kserve_codec.h"
 #include "net/kserve/kserve_service.h"
+#include "net/openai/debug_requests.h"
 #include "serve/batcher/bert_classic_model.h"
 #include "serve/batcher/model_repository.h"
 #include "serve/batcher/synthetic_classic_model.h"
@@ -231,15 +232,20 @@ int RunClassicServe(const ClassicServeOptions& o) {
   ho.max_body_bytes = o.max_body_bytes;
   ho.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.idle_timeout_seconds * 1000));
   ho.error_body = [](int, std::string_view message) { return KserveErrorBody(message); };
+  // Before the server: its connections' completion callbacks write into it.
+  RequestLog request_log(static_cast<size_t>(std::max(0, o.debug_requests)));
   TraceEndpoint trace;  // POST /v1/debug/trace; declared before the server, which calls into it
   HttpServer server(ho);
   trace.Register(server);
-  KserveService kserve({}, &repo);
+  KserveService kserve({.request_log = &request_log}, &repo);
   kserve.RegisterRoutes(server);
-  EmbeddingsService openai(
-      {.served_model_name = spec->name, .model_aliases = {o.model}, .embeddings = spec->type == "bert"},
-      &repo, &registry);
+  EmbeddingsService openai({.served_model_name = spec->name,
+                            .model_aliases = {o.model},
+                            .embeddings = spec->type == "bert",
+                            .request_log = &request_log},
+                           &repo, &registry);
   openai.RegisterRoutes(server);
+  RegisterDebugRequests(server, &request_log);
   server.Handle("GET", "/v1/gpu", [g = gpu.get()](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
     r->Send({.body = g->SnapshotJson()});
   });
@@ -252,8 +258,11 @@ int RunClassicServe(const ClassicServeOptions& o) {
 
   std::unique_ptr<GrpcInferenceServer> grpc;
   if (o.grpc_port >= 0) {
-    grpc = std::make_unique<GrpcInferenceServer>(
-        GrpcServerOptions{.host = o.host, .port = o.grpc_port, .extensions = KserveExtensions()}, &repo);
+    grpc = std::make_unique<GrpcInferenceServer>(GrpcServerOptions{.host = o.host,
+                                                                   .port = o.grpc_port,
+                                                                   .extensions = KserveExtensions(),
+                                                                   .request_log = &request_log},
+                                                 &repo);
     if (Status s = grpc->Start(); !s.ok()) {
       fmt::print(stderr, "stoke serve: {}\n", s.message());
       server.Shutdown(std::chrono::milliseconds(0));

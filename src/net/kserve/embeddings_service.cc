@@ -140,10 +140,11 @@ struct EmbeddingsCall {
   int64_t prompt_tokens = 0;
   bool base64 = false;
   std::string model;
-  // The ledger: first byte, all chunks submitted, and the batch times of the chunk that finished last (its
-  // queue and execution are what the response waited for).
-  Nanos recv = 0, submit = 0;
+  // The ledger: first byte, request parsed (tokenising next), and the batch times of the chunk that
+  // finished last (its queue and execution are what the response waited for).
+  Nanos recv = 0, parsed = 0;
   RequestTimes last;
+  bool want_ledger = false;
 };
 
 std::string EmbeddingsResponseJson(const EmbeddingsCall& c) {
@@ -234,6 +235,7 @@ void EmbeddingsService::HandleEmbeddings(const HttpRequest& req, std::shared_ptr
   ServedModel* m = *served;
   std::string param;
   auto parsed = ParseEmbeddingsRequest(req.body, model->hidden_size(), &param);
+  const Nanos parsed_at = MonotonicNanos();
   if (!parsed.ok()) {
     SendError(*r, parsed.status(), param);
     return;
@@ -270,8 +272,9 @@ void EmbeddingsService::HandleEmbeddings(const HttpRequest& req, std::shared_ptr
   const size_t num_chunks = (all.size() + chunk - 1) / chunk;
   call->pending = static_cast<int>(num_chunks);
   call->recv = req.recv_time;
-  // Tokenised and about to queue: what follows is the batcher's (queue) and the instance's time.
-  call->submit = MonotonicNanos();
+  call->parsed = parsed_at;
+  call->want_ledger = LedgerRequested(req.Header(kLedgerHeader));
+  RequestLog* log = options_.request_log;
   const InferOptions opts{.arrival = req.recv_time};
   for (size_t c = 0; c < num_chunks; ++c) {
     const size_t begin = c * chunk, end = std::min(all.size(), begin + chunk);
@@ -283,7 +286,7 @@ void EmbeddingsService::HandleEmbeddings(const HttpRequest& req, std::shared_ptr
     }
     Status s = m->Submit(
         std::move(part), static_cast<int64_t>(end - begin), part_longest, opts,
-        [call, r, m, begin](InferResult res) {
+        [call, r, m, begin, log](InferResult res) {
           std::lock_guard lock(call->mu);
           if (res.status.ok()) {
             const InferTensor& t = res.outputs.at(0);
@@ -293,19 +296,28 @@ void EmbeddingsService::HandleEmbeddings(const HttpRequest& req, std::shared_ptr
             call->error = res.status;
           }
           if (--call->pending > 0) return;
-          r->Post([call, r, m] {
+          r->Post([call, r, m, log] {
             if (!call->error.ok()) {
               SendError(*r, call->error);
               return;
             }
             // As for KServe infer: the ledger closes when the last byte is written. The
             // callback holds the responder until Complete() drops it.
-            r->OnComplete([m, call, keep = r](bool ok, Nanos when) {
-              if (ok && m->metrics() != nullptr) {
-                m->metrics()->ObserveLedger(RequestLedger(call->recv, call->submit, call->last, when));
+            r->OnComplete([m, call, log, keep = r](bool ok, Nanos when) {
+              if (ok) {
+                RecordClassicRequest(m->metrics(), log, m->name(), "embeddings", "",
+                                     RequestLedger(call->recv, call->parsed, call->last, when),
+                                     call->prompt_tokens);
               }
             });
-            r->Send({.body = EmbeddingsResponseJson(*call)});
+            HttpResponse resp{.body = EmbeddingsResponseJson(*call)};
+            if (call->want_ledger) {
+              const Ledger l = RequestLedger(call->recv, call->parsed, call->last, MonotonicNanos());
+              resp.body.pop_back();  // the closing brace
+              resp.body += R"(,"ledger":)" + LedgerJson(l) + "}";
+              resp.headers.emplace_back(kLedgerResponseHeader, LedgerHeaderValue(l));
+            }
+            r->Send(std::move(resp));
           });
         });
     if (!s.ok()) {

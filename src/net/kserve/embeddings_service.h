@@ -10,7 +10,8 @@
 // sentences are split into requests of at most max_batch_size rows, submitted together, and the response is
 // sent when the last one is done. Errors use OpenAI's {"error": {...}} shape. Once its last byte is written,
 // a response's ledger (recv ... send; queue and execution stages from the chunk that finished last) goes to
-// the text model's stoke:request_stage_seconds, as a KServe infer's does.
+// the text model's stoke:request_stage_seconds, as a KServe infer's does, and to the request log. With the
+// request header `X-Stoke-Ledger: 1` the response carries it (X-Stoke-Ledger header, "ledger" in the body).
 #pragma once
 
 #include <memory>
@@ -22,6 +23,7 @@
 #include "serve/batcher/bert_classic_model.h"
 #include "serve/batcher/model_repository.h"
 #include "telemetry/metrics.h"
+#include "telemetry/request_log.h"
 
 namespace stoke {
 
@@ -29,6 +31,7 @@ struct EmbeddingsServiceOptions {
   std::string served_model_name;           // the text-form model in the repository
   std::vector<std::string> model_aliases;  // other names accepted in "model" (e.g. the --model argument)
   bool embeddings = true;                  // register /v1/embeddings (off for non-encoder models)
+  RequestLog* request_log = nullptr;       // answered requests with their ledgers; null: not recorded
 };
 
 class EmbeddingsService {

@@ -38,11 +38,19 @@ json TensorMetadata(const TensorSpec& s, int max_batch_size) {
 // The ledger of one infer request, all monotonic ns.
 struct CallTimes {
   Nanos recv = 0;    // first byte
-  Nanos submit = 0;  // parsed, validated, tokenised, queued
+  Nanos parsed = 0;  // parsed and validated; next: Prepare (tokenise) and queue
+  bool want_ledger = false;
 };
 
-void ObserveLedger(ClassicMetrics* metrics, const CallTimes& c, const RequestTimes& t, Nanos sent) {
-  if (metrics != nullptr) metrics->ObserveLedger(RequestLedger(c.recv, c.submit, t, sent));
+// Puts `"ledger":{...}` into a response body: the JSON itself, or the JSON header of a binary response.
+void AddLedger(HttpResponse* resp, std::optional<size_t>* header_length, const Ledger& l) {
+  const size_t json_end = header_length->value_or(resp->body.size());
+  const size_t brace = resp->body.rfind('}', json_end == 0 ? 0 : json_end - 1);
+  if (brace == std::string::npos) return;
+  const std::string insert = R"(,"ledger":)" + LedgerJson(l);
+  resp->body.insert(brace, insert);
+  if (*header_length) **header_length += insert.size();
+  resp->headers.emplace_back(kLedgerResponseHeader, LedgerHeaderValue(l));
 }
 
 }  // namespace
@@ -219,11 +227,14 @@ void KserveService::HandleInfer(ServedModel* m, const HttpRequest& req, std::sha
   InferOptions opts{.priority = parsed->priority, .timeout_us = parsed->timeout_us, .arrival = req.recv_time};
   std::vector<InferTensor> inputs = std::move(parsed->inputs);
   auto call = std::make_shared<RestInferRequest>(std::move(parsed).value());
-  auto times = std::make_shared<CallTimes>(CallTimes{.recv = req.recv_time});
-  times->submit = MonotonicNanos();
-  Status s = m->Infer(std::move(inputs), opts, [m, r, call, times](InferResult result) {
+  auto times =
+      std::make_shared<CallTimes>(CallTimes{.recv = req.recv_time,
+                                            .parsed = MonotonicNanos(),
+                                            .want_ledger = LedgerRequested(req.Header(kLedgerHeader))});
+  RequestLog* log = options_.request_log;
+  Status s = m->Infer(std::move(inputs), opts, [m, r, call, times, log](InferResult result) {
     auto res = std::make_shared<InferResult>(std::move(result));
-    r->Post([m, r, call, times, res] {
+    r->Post([m, r, call, times, res, log] {
       if (!res->status.ok()) {
         r->Send(ErrorReply(res->status));
         return;
@@ -235,15 +246,22 @@ void KserveService::HandleInfer(ServedModel* m, const HttpRequest& req, std::sha
       }
       HttpResponse resp;
       resp.body = std::move(encoded->body);
-      if (encoded->header_length) {
-        resp.content_type = "application/octet-stream";
-        resp.headers.emplace_back("Inference-Header-Content-Length", std::to_string(*encoded->header_length));
-      }
       const RequestTimes t = res->times;
+      std::optional<size_t> header_length = encoded->header_length;
+      if (times->want_ledger) {
+        AddLedger(&resp, &header_length, RequestLedger(times->recv, times->parsed, t, MonotonicNanos()));
+      }
+      if (header_length) {
+        resp.content_type = "application/octet-stream";
+        resp.headers.emplace_back("Inference-Header-Content-Length", std::to_string(*header_length));
+      }
       // The callback holds the responder: the exchange forgets it once nobody does, even mid-write.
       // Complete() runs it exactly once (written or abandoned) and drops it, which ends the cycle.
-      r->OnComplete([m, times, t, keep = r](bool ok, Nanos when) {
-        if (ok) ObserveLedger(m->metrics(), *times, t, when);
+      r->OnComplete([m, times, t, log, id = call->id.value_or(""), keep = r](bool ok, Nanos when) {
+        if (ok) {
+          RecordClassicRequest(m->metrics(), log, m->name(), "kserve_http", id,
+                               RequestLedger(times->recv, times->parsed, t, when));
+        }
       });
       r->Send(std::move(resp));
     });

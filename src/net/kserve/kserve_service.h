@@ -21,12 +21,15 @@
 
 #include "net/http/http_server.h"
 #include "serve/batcher/model_repository.h"
+#include "telemetry/request_log.h"
 
 namespace stoke {
 
 struct KserveServiceOptions {
   std::string server_name = "stoke";
   std::string server_version = "0.1.0";
+  // Answered infer requests with their ledgers go here (GET /v1/debug/requests); null: not recorded.
+  RequestLog* request_log = nullptr;
 };
 
 class KserveService {

@@ -27,12 +27,32 @@ void SendError(HttpResponder& r, const ApiError& e) {
   r.Send(JsonResponse(e.status, ErrorJson(e), std::move(headers)));
 }
 
+// `{...}` + `,"ledger":{...}` before its closing brace.
+std::string WithLedger(std::string json_object, const Ledger& l) {
+  if (json_object.empty() || json_object.back() != '}') return json_object;
+  json_object.pop_back();
+  json_object += R"(,"ledger":)";
+  json_object += LedgerJson(l);
+  json_object += '}';
+  return json_object;
+}
+
+// Where a request's ledger goes, besides the response.
+struct LedgerSinks {
+  ServerMetrics* metrics = nullptr;  // may be null
+  RequestLog* log = nullptr;         // may be null
+  std::atomic<int>* in_flight = nullptr;
+  std::string model;
+  bool want_ledger = false;  // X-Stoke-Ledger: 1
+  Nanos parsed = 0;          // request parsed and validated (end of recv, start of preprocess)
+};
+
 // One request's life after Submit, on its connection's strand.
 class Generation {
  public:
   Generation(ApiKind kind, const OpenAiRequest& req, ResponseHeader header, int prompt_tokens,
              std::shared_ptr<const Tokenizer> tokenizer, std::shared_ptr<HttpResponder> responder,
-             ServerMetrics* metrics, std::atomic<int>* in_flight)
+             LedgerSinks sinks)
       : kind_(kind),
         stream_(req.stream),
         include_usage_(req.include_usage),
@@ -41,8 +61,9 @@ class Generation {
         prompt_tokens_(prompt_tokens),
         tokenizer_(std::move(tokenizer)),
         responder_(std::move(responder)),
-        metrics_(metrics),
-        in_flight_(in_flight) {
+        sinks_(std::move(sinks)),
+        metrics_(sinks_.metrics),
+        in_flight_(sinks_.in_flight) {
     in_flight_->fetch_add(1);
   }
   ~Generation() {
@@ -51,7 +72,9 @@ class Generation {
 
   // Headers and the role chunk go out as soon as the request is accepted (time to first byte).
   void BeginStream() {
-    responder_->StartStream(200, "text/event-stream");
+    HttpHeaders headers;
+    if (sinks_.want_ledger) headers.emplace_back("Trailer", kLedgerResponseHeader);
+    responder_->StartStream(200, "text/event-stream", std::move(headers));
     if (kind_ == ApiKind::kChat) {
       responder_->Write(
           SseData(ChatChunkJson(header_, "assistant", "", nullptr, FinishReason::kNone, include_usage_)));
@@ -96,11 +119,15 @@ class Generation {
   }
 
  private:
-  // Once both the final event and the response's end are known: the request's totals go to the metrics.
+  // Once both the final event and the response's end are known: the request's totals go to the metrics
+  // and the request log.
   void MaybeRecord() {
-    if (metrics_ == nullptr || recorded_ || final_arrival_ == 0 || completed_at_ == 0) return;
+    if (recorded_ || final_arrival_ == 0 || completed_at_ == 0) return;
     recorded_ = true;
     const Nanos end = std::max(completed_at_, final_arrival_);
+    const Ledger ledger = GenerationLedger(timings_, sinks_.parsed, end);
+    if (sinks_.log != nullptr) Log(ledger);
+    if (metrics_ == nullptr) return;
     RequestRecord rec;
     rec.finish = responder_->disconnected() ? FinishReason::kCancelled : finish_;
     rec.prompt_tokens = usage_.prompt_tokens;
@@ -112,11 +139,31 @@ class Generation {
     rec.inter_token.reserve(timings_.inter_token.size());
     for (Nanos gap : timings_.inter_token) rec.inter_token.push_back(Seconds(gap));
     metrics_->RecordRequest(rec);
-    if (timings_.first_scheduled) metrics_->ObserveStage(LedgerStage::kQueue, Seconds(timings_.queue()));
-    metrics_->ObserveStage(LedgerStage::kCompute, Seconds(timings_.compute));
-    metrics_->ObserveStage(LedgerStage::kPostprocess, Seconds(timings_.postprocess));
-    metrics_->ObserveStage(LedgerStage::kSend, Seconds(end - final_arrival_));
+    metrics_->ObserveLedger(ledger);
   }
+
+  void Log(const Ledger& ledger) {
+    RequestLogEntry e;
+    e.id = header_.id;
+    e.model = sinks_.model;
+    e.api = kind_ == ApiKind::kChat ? "chat" : "completion";
+    e.status = status_;
+    e.finish = FinishedReasonLabel(responder_->disconnected() ? FinishReason::kCancelled : finish_);
+    e.start_unix_ms = UnixMillisAt(recv_time_);
+    e.ledger = ledger;
+    e.tokens_in = usage_.prompt_tokens;
+    e.tokens_out = usage_.completion_tokens;
+    if (timings_.first_token) e.ttft = timings_.ttft();
+    if (!timings_.inter_token.empty()) {
+      Nanos sum = 0;
+      for (Nanos gap : timings_.inter_token) sum += gap;
+      e.tpot = sum / static_cast<Nanos>(timings_.inter_token.size());
+    }
+    sinks_.log->Add(std::move(e));
+  }
+
+  // The ledger as it stands now, for the response (its send stage ends here, not at the last byte).
+  Ledger ResponseLedger() const { return GenerationLedger(timings_, sinks_.parsed, MonotonicNanos()); }
 
   std::vector<TokenLogprobText> LogprobTexts(const std::vector<TokenLogprob>& in) const {
     std::vector<TokenLogprobText> out;
@@ -155,14 +202,22 @@ class Generation {
       responder_->Write(SseData(ErrorJson(ApiErrorFromStatus(err))));
     } else {
       WriteDelta(ev.text, lps);
-      if (kind_ == ApiKind::kChat) {
-        responder_->Write(
-            SseData(ChatChunkJson(header_, std::nullopt, std::nullopt, nullptr, finish_, include_usage_)));
-      } else {
-        responder_->Write(
-            SseData(CompletionChunkJson(header_, "", nullptr, text_offset_, finish_, include_usage_)));
+      std::string last =
+          kind_ == ApiKind::kChat
+              ? ChatChunkJson(header_, std::nullopt, std::nullopt, nullptr, finish_, include_usage_)
+              : CompletionChunkJson(header_, "", nullptr, text_offset_, finish_, include_usage_);
+      if (include_usage_) {
+        responder_->Write(SseData(last));
+        last = UsageChunkJson(header_, kind_, usage_);
       }
-      if (include_usage_) responder_->Write(SseData(UsageChunkJson(header_, kind_, usage_)));
+      if (sinks_.want_ledger) {
+        const Ledger l = ResponseLedger();
+        responder_->Write(SseData(WithLedger(std::move(last), l)));
+        responder_->Write(std::string(kSseDone));
+        responder_->EndWithTrailers({{kLedgerResponseHeader, LedgerHeaderValue(l)}});
+        return;
+      }
+      responder_->Write(SseData(last));
     }
     responder_->Write(std::string(kSseDone));
     responder_->End();
@@ -174,13 +229,20 @@ class Generation {
       Status err = ev.error.ok() ? UnavailableError("request cancelled") : ev.error;
       ApiError e = ApiErrorFromStatus(err);
       if (e.status < 500) e.status = 500;  // the request was valid; the engine failed it
+      status_ = e.status;
       SendError(*responder_, e);
       return;
     }
     const auto* lp = want_logprobs_ ? &logprobs_ : nullptr;
     std::string body = kind_ == ApiKind::kChat ? ChatCompletionJson(header_, text_, finish_, lp, usage_)
                                                : CompletionJson(header_, text_, finish_, lp, usage_);
-    responder_->Send(JsonResponse(200, std::move(body)));
+    HttpHeaders headers;
+    if (sinks_.want_ledger) {
+      const Ledger l = ResponseLedger();
+      body = WithLedger(std::move(body), l);
+      headers.emplace_back(kLedgerResponseHeader, LedgerHeaderValue(l));
+    }
+    responder_->Send(JsonResponse(200, std::move(body), std::move(headers)));
   }
 
   const ApiKind kind_;
@@ -191,6 +253,7 @@ class Generation {
   const int prompt_tokens_;
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::shared_ptr<HttpResponder> responder_;
+  const LedgerSinks sinks_;
   ServerMetrics* metrics_;
   std::atomic<int>* in_flight_;
 
@@ -206,6 +269,7 @@ class Generation {
   Nanos completed_at_ = 0;
   Nanos recv_time_ = 0;
   bool recorded_ = false;
+  int status_ = 200;
 };
 
 }  // namespace
@@ -303,7 +367,7 @@ void OpenAiService::HandleGeneration(ApiKind kind, const HttpRequest& req, std::
   }
 
   // 2. Prompt -> token ids (preprocess).
-  const Nanos pre_start = MonotonicNanos();
+  const Nanos parsed_at = MonotonicNanos();
   std::vector<int32_t> ids;
   const char* prompt_param = kind == ApiKind::kChat ? "messages" : "prompt";
   if (kind == ApiKind::kChat) {
@@ -368,14 +432,19 @@ void OpenAiService::HandleGeneration(ApiKind kind, const HttpRequest& req, std::
     return;
   }
   oreq.sampling.max_tokens = max_tokens;
-  const Nanos pre_end = MonotonicNanos();
 
   // 4. Submit. Events come on the engine thread and are handed to this connection's strand.
   ResponseHeader header{.id = NewRequestId(kind),
                         .created = static_cast<int64_t>(std::time(nullptr)),
                         .model = options_.served_model_name};
   auto gen =
-      std::make_shared<Generation>(kind, oreq, header, prompt_tokens, l->tokenizer, r, metrics_, &in_flight_);
+      std::make_shared<Generation>(kind, oreq, header, prompt_tokens, l->tokenizer, r,
+                                   LedgerSinks{.metrics = metrics_,
+                                               .log = options_.request_log,
+                                               .in_flight = &in_flight_,
+                                               .model = options_.served_model_name,
+                                               .want_ledger = LedgerRequested(req.Header(kLedgerHeader)),
+                                               .parsed = parsed_at});
   GenerationRequest greq;
   greq.id = header.id;
   greq.prompt_ids = std::move(ids);
@@ -396,10 +465,6 @@ void OpenAiService::HandleGeneration(ApiKind kind, const HttpRequest& req, std::
     if (submitted.code() == StatusCode::kResourceExhausted) e.code = "queue_full";
     SendError(*r, e);
     return;
-  }
-  if (metrics_ != nullptr) {
-    metrics_->ObserveStage(LedgerStage::kRecv, Seconds(req.parsed_time - req.recv_time));
-    metrics_->ObserveStage(LedgerStage::kPreprocess, Seconds(pre_end - pre_start));
   }
   // The client going away cancels the generation (its blocks are freed within a step).
   std::weak_ptr<LlmEngine> weak_engine = l->engine;

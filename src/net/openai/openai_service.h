@@ -11,7 +11,11 @@
 //   parse + validate (400) -> model name (404) -> ready? (503) -> template + tokenize -> context check (400)
 //   -> LlmEngine::Submit (queue full: 503 + Retry-After) -> engine thread calls on_event -> posted to the
 //   strand
-//   -> JSON at the end, or one SSE chunk per event -> last byte written: metrics (e2e, ledger stages).
+//   -> JSON at the end, or one SSE chunk per event -> last byte written: metrics (e2e, ledger stages) and
+//   the request log (GET /v1/debug/requests).
+// With the request header `X-Stoke-Ledger: 1` the response carries the request's ledger (closed as the
+// response is serialised): an X-Stoke-Ledger header and a "ledger" object in the JSON body; when streaming,
+// a "ledger" object in the last data chunk and an X-Stoke-Ledger HTTP trailer. Without it, nothing changes.
 // A client that goes away (socket closed while waiting, or a failed write while streaming) cancels its
 // request in the engine so its KV blocks are freed within a step.
 #pragma once
@@ -28,6 +32,7 @@
 #include "net/http/http_server.h"
 #include "net/openai/openai_codec.h"
 #include "serve/llm_engine.h"
+#include "telemetry/request_log.h"
 #include "telemetry/server_metrics.h"
 
 namespace stoke {
@@ -37,6 +42,8 @@ struct OpenAiServiceOptions {
   std::string served_model_name;
   // Other names accepted in "model" (e.g. the --model path or alias given on the command line).
   std::vector<std::string> model_aliases;
+  // Finished requests with their ledgers go here (GET /v1/debug/requests); null: not recorded.
+  RequestLog* request_log = nullptr;
 };
 
 class OpenAiService {

@@ -2,12 +2,6 @@
 
 namespace stoke {
 
-const char* ClassicStageName(ClassicStage s) {
-  static const char* const kNames[kNumClassicStages] = {"recv",    "queue", "preprocess",  "h2d",
-                                                        "compute", "d2h",   "postprocess", "send"};
-  return kNames[static_cast<int>(s)];
-}
-
 StatusOr<std::unique_ptr<ClassicMetrics>> ClassicMetrics::Create(MetricsRegistry* registry,
                                                                  const std::string& model,
                                                                  int num_instances) {
@@ -88,12 +82,13 @@ Status ClassicMetrics::Init(MetricsRegistry* r, const std::string& model, int nu
   ASSIGN_OR_RETURN(auto stages,
                    r->AddHistogram("stoke:request_stage_seconds",
                                    "Per-request time ledger: seconds spent in each stage (recv, queue, "
-                                   "preprocess, h2d, compute, d2h, postprocess, send).",
+                                   "preprocess, h2d, compute, d2h, postprocess, send, other); they sum to "
+                                   "the request's latency.",
                                    ExponentialBuckets(0.00001, 2.5, 20)));
-  for (int i = 0; i < kNumClassicStages; ++i) {
+  for (LedgerStage s : LedgerStages(LedgerKind::kClassic)) {
     MetricLabels l = labels_;
-    l["stage"] = ClassicStageName(static_cast<ClassicStage>(i));
-    ASSIGN_OR_RETURN(stage_[i], stages.TryWithLabels(l));
+    l["stage"] = LedgerStageName(s);
+    ASSIGN_OR_RETURN(stage_[static_cast<int>(s)], stages.TryWithLabels(l));
   }
   return OkStatus();
 }
@@ -128,22 +123,42 @@ void ClassicMetrics::OnFailure(const char* reason) {
   failure_.WithLabels(l).Inc();
 }
 
-ClassicLedger RequestLedger(Nanos recv, Nanos submit, const RequestTimes& t, Nanos sent) {
-  ClassicLedger l;
-  l[static_cast<int>(ClassicStage::kRecv)] = submit - recv;
-  l[static_cast<int>(ClassicStage::kQueue)] = t.dispatch - t.enqueue;
-  l[static_cast<int>(ClassicStage::kPreprocess)] = t.exec.preprocess;
-  l[static_cast<int>(ClassicStage::kH2d)] = t.exec.h2d;
-  l[static_cast<int>(ClassicStage::kCompute)] = t.exec.compute;
-  l[static_cast<int>(ClassicStage::kD2h)] = t.exec.d2h;
-  l[static_cast<int>(ClassicStage::kPostprocess)] = t.exec.postprocess;
-  l[static_cast<int>(ClassicStage::kSend)] = sent - t.done;
+Ledger RequestLedger(Nanos recv, Nanos parsed, const RequestTimes& t, Nanos sent) {
+  using S = LedgerStage;
+  Ledger l;
+  l.kind = LedgerKind::kClassic;
+  if (parsed < recv || parsed > t.enqueue) parsed = recv;
+  const Nanos start = t.start ? t.start : t.dispatch;  // its batch began executing
+  l[S::kRecv] = parsed - recv;
+  l[S::kPreprocess] = (t.enqueue - parsed) + t.exec.preprocess;
+  l[S::kQueue] = start - t.enqueue;
+  l[S::kH2d] = t.exec.h2d;
+  l[S::kCompute] = t.exec.compute;
+  l[S::kD2h] = t.exec.d2h;
+  l[S::kPostprocess] = t.exec.postprocess;
+  l[S::kSend] = sent - t.done;
+  l.Close(sent - recv);
   return l;
 }
 
-void ClassicMetrics::ObserveLedger(const ClassicLedger& ledger) {
-  for (int i = 0; i < kNumClassicStages; ++i) {
-    if (ledger[i] >= 0) stage_[i].Observe(static_cast<double>(ledger[i]) * 1e-9);
+void RecordClassicRequest(ClassicMetrics* metrics, RequestLog* log, const std::string& model, const char* api,
+                          std::string id, const Ledger& ledger, int64_t tokens_in) {
+  if (metrics != nullptr) metrics->ObserveLedger(ledger);
+  if (log == nullptr || !log->enabled()) return;
+  RequestLogEntry e;
+  e.id = std::move(id);
+  e.model = model;
+  e.api = api;
+  e.status = 200;
+  e.start_unix_ms = UnixMillisAt(MonotonicNanos() - ledger.e2e);
+  e.ledger = ledger;
+  e.tokens_in = tokens_in;
+  log->Add(std::move(e));
+}
+
+void ClassicMetrics::ObserveLedger(const Ledger& ledger) {
+  for (LedgerStage s : LedgerStages(LedgerKind::kClassic)) {
+    if (ledger[s] >= 0) stage_[static_cast<int>(s)].Observe(static_cast<double>(ledger[s]) * 1e-9);
   }
 }
 

@@ -14,7 +14,7 @@
 //   stoke:instance_busy_seconds_total{model_name,instance}    time each instance spent executing
 //   stoke:instance_executions_total{model_name,instance}
 //   stoke:request_stage_seconds{model_name,stage}             ledger: recv queue preprocess h2d compute d2h
-//                                                              postprocess send
+//                                                              postprocess send other (telemetry/ledger.h)
 #pragma once
 
 #include <array>
@@ -26,21 +26,23 @@
 #include "base/status.h"
 #include "serve/batcher/classic_model.h"
 #include "serve/batcher/launch_rule.h"
+#include "telemetry/ledger.h"
 #include "telemetry/metrics.h"
+#include "telemetry/request_log.h"
 
 namespace stoke {
 
-enum class ClassicStage : uint8_t { kRecv, kQueue, kPreprocess, kH2d, kCompute, kD2h, kPostprocess, kSend };
-inline constexpr int kNumClassicStages = 8;
-const char* ClassicStageName(ClassicStage s);
-
-// Nanoseconds per stage for one request; they add up to its end-to-end time (first byte -> last byte).
-using ClassicLedger = std::array<Nanos, kNumClassicStages>;
-
 // The ledger of a request the network layer answered (every front end builds it the same way): recv = first
-// byte -> submitted (parsed, validated, tokenised, queued), queue and the execution stages from its batch,
-// send = outputs ready -> last byte written.
-ClassicLedger RequestLedger(Nanos recv, Nanos submit, const RequestTimes& t, Nanos sent);
+// byte -> `parsed` (read, parsed, validated), preprocess = `parsed` -> queued (tokenising, decoding: Prepare)
+// plus its batch's input assembly, queue = queued -> its batch starts executing, h2d/compute/d2h/postprocess
+// from its batch, send = outputs ready -> `sent` (serialised, last byte written), other = the rest.
+Ledger RequestLedger(Nanos recv, Nanos parsed, const RequestTimes& t, Nanos sent);
+
+class ClassicMetrics;
+// After a successful request's last byte: its ledger to the metrics and to the request log (each may be
+// null). api: "kserve_http" | "kserve_grpc" | "embeddings".
+void RecordClassicRequest(ClassicMetrics* metrics, RequestLog* log, const std::string& model, const char* api,
+                          std::string id, const Ledger& ledger, int64_t tokens_in = 0);
 
 class ClassicMetrics {
  public:
@@ -56,7 +58,7 @@ class ClassicMetrics {
   // reason: "REJECTED" | "BACKEND" | "OTHER"
   void OnFailure(const char* reason);
   // After the last byte was written.
-  void ObserveLedger(const ClassicLedger& ledger);
+  void ObserveLedger(const Ledger& ledger);
 
  private:
   ClassicMetrics() = default;
@@ -70,7 +72,7 @@ class ClassicMetrics {
   Histogram batch_size_, queue_depth_;
   std::array<Counter, kNumCloseReasons> close_;
   std::vector<Counter> busy_seconds_, executions_;
-  std::array<Histogram, kNumClassicStages> stage_;
+  std::array<Histogram, kNumLedgerStages> stage_;
 };
 
 }  // namespace stoke

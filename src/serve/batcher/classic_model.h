@@ -86,7 +86,8 @@ StatusOr<int64_t> ValidateInputs(const ModelSignature& sig, int max_batch_size,
 // Where a request's time went (monotonic ns), filled by the batcher for the done callback.
 struct RequestTimes {
   Nanos enqueue = 0;   // Submit
-  Nanos dispatch = 0;  // its batch closed and went to an instance (end of `queue`)
+  Nanos dispatch = 0;  // its batch closed and went to an instance
+  Nanos start = 0;     // the instance began executing its batch (end of the ledger's `queue`)
   Nanos done = 0;      // outputs ready (before the net layer serialises)
   ExecTimes exec;      // its batch's execution stages
   int64_t batch_rows = 0;

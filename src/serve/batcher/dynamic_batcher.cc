@@ -165,6 +165,7 @@ void DynamicBatcher::InstanceLoop(int index) {
       if (st.ok()) r.outputs = std::move(outputs[i]);
       r.times.enqueue = batch[i].enqueue;
       r.times.dispatch = dispatch;
+      r.times.start = start;
       r.times.done = end;
       r.times.exec = exec;
       r.times.batch_rows = total_rows;
