@@ -80,6 +80,12 @@ void TraceEndpoint::Register(HttpServer& server) {
   server.Handle("POST", "/v1/debug/trace", [this](const HttpRequest& req, std::shared_ptr<HttpResponder> r) {
     Handle(req, std::move(r));
   });
+  server.Handle("GET", "/v1/debug/trace", [this](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
+    std::lock_guard lock(mu_);
+    r->Send({.body = recording_ ? "{\"recording\":true}" : "{\"recording\":false}"});
+  });
+  server.Handle("DELETE", "/v1/debug/trace",
+                [this](const HttpRequest&, std::shared_ptr<HttpResponder> r) { HandleDelete(std::move(r)); });
 }
 
 void TraceEndpoint::Handle(const HttpRequest& request, std::shared_ptr<HttpResponder> responder) {
@@ -91,20 +97,36 @@ void TraceEndpoint::Handle(const HttpRequest& request, std::shared_ptr<HttpRespo
     const int code = s.code() == StatusCode::kFailedPrecondition ? 409 : 400;
     return responder->Send(Error(code, s.message()));
   }
+  recording_ = true;
+  end_now_ = false;
   // The previous trace's thread has answered (the recorder was free), so joining it does not wait long.
   if (worker_.joinable()) worker_.join();
   worker_ = std::thread(
       [this, seconds = p->seconds, r = std::move(responder)]() mutable { Record(seconds, std::move(r)); });
 }
 
+void TraceEndpoint::HandleDelete(std::shared_ptr<HttpResponder> responder) {
+  {
+    std::lock_guard lock(mu_);
+    if (!recording_) return responder->Send(Error(404, "no trace is being recorded"));
+    end_now_ = true;
+  }
+  cv_.notify_all();
+  responder->Send({.body = "{\"stopped\":true}"});
+}
+
 void TraceEndpoint::Record(double seconds, std::shared_ptr<HttpResponder> responder) {
   if (options_.on_start) options_.on_start(*recorder_);
   {
     std::unique_lock lock(mu_);
-    cv_.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return stop_; });
+    cv_.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return stop_ || end_now_; });
   }
   if (options_.on_stop) options_.on_stop(*recorder_);
   TraceResult r = recorder_->Stop();
+  {
+    std::lock_guard lock(mu_);
+    recording_ = false;
+  }
   responder->Send({.status = 200,
                    .body = std::move(r.json),
                    .headers = {{"X-Stoke-Trace-Events", std::to_string(r.events)},

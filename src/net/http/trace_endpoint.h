@@ -1,6 +1,8 @@
 // POST /v1/debug/trace?seconds=N[&max_events=K]: records the timeline (telemetry/trace.h) for N seconds and
 // answers with the trace-event JSON (Perfetto / chrome://tracing). One trace at a time: 409 while one is
 // being recorded; 400 for a bad N or K. The wait happens on the endpoint's own thread, never on an io thread.
+// DELETE /v1/debug/trace ends the trace in progress early (its POST answers with what was recorded): 200,
+// or 404 when none is on. GET /v1/debug/trace says whether one is: {"recording": true|false}.
 //
 //   TraceEndpoint trace({.max_seconds = 60});
 //   trace.Register(server);   // before server.Start(); `trace` must outlive the server's handlers
@@ -52,6 +54,7 @@ class TraceEndpoint {
   // before draining the server so a long trace does not hold the drain up.
   void Finish();
   void Handle(const HttpRequest& request, std::shared_ptr<HttpResponder> responder);
+  void HandleDelete(std::shared_ptr<HttpResponder> responder);
 
  private:
   void Record(double seconds, std::shared_ptr<HttpResponder> responder);
@@ -60,8 +63,10 @@ class TraceEndpoint {
   TraceRecorder* const recorder_;
   std::mutex mu_;
   std::condition_variable cv_;
-  bool stop_ = false;   // guarded by mu_: end the trace in progress now
-  std::thread worker_;  // guarded by mu_: the last trace's thread
+  bool stop_ = false;       // guarded by mu_: end the trace in progress now and refuse new ones
+  bool end_now_ = false;    // guarded by mu_: end the trace in progress now (DELETE)
+  bool recording_ = false;  // guarded by mu_: a trace of this endpoint is in progress
+  std::thread worker_;      // guarded by mu_: the last trace's thread
 };
 
 }  // namespace stoke
