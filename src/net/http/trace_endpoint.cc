@@ -6,6 +6,8 @@
 #include <chrono>
 #include <string_view>
 
+#include "telemetry/cupti_tracer.h"
+
 namespace stoke {
 namespace {
 
@@ -116,12 +118,14 @@ void TraceEndpoint::HandleDelete(std::shared_ptr<HttpResponder> responder) {
 }
 
 void TraceEndpoint::Record(double seconds, std::shared_ptr<HttpResponder> responder) {
+  if (options_.gpu_activity) CuptiTracer::Get().Start(*recorder_);  // else says why in the file
   if (options_.on_start) options_.on_start(*recorder_);
   {
     std::unique_lock lock(mu_);
     cv_.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return stop_ || end_now_; });
   }
   if (options_.on_stop) options_.on_stop(*recorder_);
+  if (options_.gpu_activity) CuptiTracer::Get().Stop(*recorder_);  // flushes its records into the trace
   TraceResult r = recorder_->Stop();
   {
     std::lock_guard lock(mu_);

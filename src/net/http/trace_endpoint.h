@@ -29,6 +29,7 @@ struct TraceEndpointOptions {
   double default_seconds = 5;  // when `seconds` is absent
   size_t default_max_events = size_t{1} << 20;
   size_t max_max_events = size_t{1} << 23;  // K above it is refused (400): bounds the memory a trace takes
+  bool gpu_activity = true;  // GPU kernels and copies from CUPTI where it loads (telemetry/cupti_tracer.h)
   // Called when a trace starts and just before it stops (on the endpoint's thread), e.g. to open and flush a
   // GPU activity source. May be empty.
   std::function<void(TraceRecorder&)> on_start, on_stop;
