@@ -6,6 +6,7 @@ requests. No wall-clock bounds: a trace is ended with DELETE once the load is do
 import collections
 import concurrent.futures
 import json
+import pathlib
 import subprocess
 import threading
 import time
@@ -332,3 +333,17 @@ def test_llm_trace_steps_and_requests_reconcile(start_server):
     assert sum(s["args"]["decode_tokens"] for s in steps) == completion - n
     counters = {e["name"] for e in trace["traceEvents"] if e["ph"] == "C"}
     assert {"sequences", "kv_blocks", "step_tokens"} <= counters
+
+
+def test_summary_of_a_cupti_trace_reads_gpu_idle_gaps(stoke_bin):
+    """A timeline recorded on the H200 through CuptiTracer (10 kernels, pinned and pageable HtoD, a memset, DtoH)."""
+    path = pathlib.Path(__file__).resolve().parent.parent / "fixtures" / "trace_cupti_h200.json"
+    trace = json.loads(path.read_text())
+    check_schema(trace)
+    check_nesting(trace)
+    assert trace["otherData"]["kernel_track"].startswith("cupti")
+    copies = {e["args"]["src"] for e in trace["traceEvents"] if e["name"] == "memcpy HtoD"}
+    assert copies == {"pinned", "pageable"}
+    s = subprocess.run([str(stoke_bin), "trace", "--summarize", str(path)], capture_output=True, text=True, timeout=60)
+    assert s.returncode == 0, s.stderr
+    assert "GPU 0: 14 kernel/copy records" in s.stdout and "13 idle gaps" in s.stdout
