@@ -5,18 +5,13 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
-#include <cmath>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 namespace stoke {
 namespace {
 
-using json = nlohmann::ordered_json;  // stages in the vocabulary's order
-
-// 3 decimals of a millisecond (the ledger's resolution everywhere).
-double Ms(Nanos ns) {
-  return std::round(static_cast<double>(ns) * 1e-3) * 1e-3;
-}
+using nlohmann::json;
 
 int HexValue(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -122,23 +117,27 @@ StatusOr<RequestLog::Query> RequestLog::ParseQuery(std::string_view query) {
 }
 
 std::string RequestLogEntryJson(const RequestLogEntry& e) {
-  json stages = json::object();
-  for (LedgerStage s : LedgerStages(e.ledger.kind)) stages[LedgerStageName(s)] = Ms(e.ledger[s]);
-  json j = {{"id", e.id},
-            {"model", e.model},
-            {"api", e.api},
-            {"status", e.status},
-            {"start_unix_ms", e.start_unix_ms},
-            {"e2e_ms", Ms(e.ledger.e2e)},
-            {"stages_ms", stages},
-            {"tokens_in", e.tokens_in},
-            {"tokens_out", e.tokens_out}};
-  if (!e.finish.empty()) j["finish_reason"] = e.finish;
-  if (e.ledger.kind == LedgerKind::kGeneration) {
-    j["ttft_ms"] = e.ttft >= 0 ? json(Ms(e.ttft)) : json(nullptr);
-    j["tpot_ms"] = e.tpot >= 0 ? json(Ms(e.tpot)) : json(nullptr);
+  // By hand: milliseconds with 3 decimals (a JSON library prints 0.41500000000000004); strings escaped.
+  auto str = [](const std::string& v) { return json(v).dump(); };
+  auto ms = [](Nanos ns) { return fmt::format("{:.3f}", static_cast<double>(ns) * 1e-6); };
+  std::string out = fmt::format(R"({{"id":{},"model":{},"api":{},"status":{},)", str(e.id), str(e.model),
+                                str(e.api), e.status);
+  if (!e.finish.empty()) fmt::format_to(std::back_inserter(out), R"("finish_reason":{},)", str(e.finish));
+  fmt::format_to(std::back_inserter(out), R"("start_unix_ms":{},"e2e_ms":{},"stages_ms":{{)", e.start_unix_ms,
+                 ms(e.ledger.e2e));
+  bool first = true;
+  for (LedgerStage s : LedgerStages(e.ledger.kind)) {
+    fmt::format_to(std::back_inserter(out), R"({}"{}":{})", first ? "" : ",", LedgerStageName(s),
+                   ms(e.ledger[s]));
+    first = false;
   }
-  return j.dump();
+  fmt::format_to(std::back_inserter(out), R"(}},"tokens_in":{},"tokens_out":{})", e.tokens_in, e.tokens_out);
+  if (e.ledger.kind == LedgerKind::kGeneration) {
+    fmt::format_to(std::back_inserter(out), R"(,"ttft_ms":{},"tpot_ms":{})",
+                   e.ttft >= 0 ? ms(e.ttft) : "null", e.tpot >= 0 ? ms(e.tpot) : "null");
+  }
+  out += '}';
+  return out;
 }
 
 std::string RequestLog::Json(const Query& q) const {

@@ -73,7 +73,7 @@ TEST(RequestLogTest, ParsesQueries) {
 
 TEST(RequestLogTest, JsonHasTheLedgerAndGenerationFields) {
   RequestLog log(10);
-  RequestLogEntry e = Entry(1, "m", 2'000'000);
+  RequestLogEntry e = Entry(1, "m\"odd\\name", 2'000'000);
   e.tokens_in = 12;
   e.tokens_out = 64;
   e.ttft = 1'000'000;
@@ -86,6 +86,7 @@ TEST(RequestLogTest, JsonHasTheLedgerAndGenerationFields) {
   ASSERT_EQ(j["requests"].size(), 1u);
   const auto& r = j["requests"][0];
   EXPECT_EQ(r["id"], "r1");
+  EXPECT_EQ(r["model"], "m\"odd\\name");  // escaped
   EXPECT_EQ(r["api"], "chat");
   EXPECT_EQ(r["finish_reason"], "length");
   EXPECT_DOUBLE_EQ(r["e2e_ms"].get<double>(), 2.0);

@@ -284,6 +284,16 @@ def test_kserve_grpc_ledger(classic):
     assert abs(sum(stages.values()) - e2e) <= ROUNDING_MS
     _, call = stub.ModelInfer.with_call(req)
     assert "x-stoke-ledger" not in dict(call.trailing_metadata())
+
+    # ModelStreamInfer: each response carries its own ledger when the call asked for it.
+    for metadata, expect in [([("x-stoke-ledger", "1")], True), ([], False)]:
+        responses = list(stub.ModelStreamInfer(iter([req, req]), metadata=metadata))
+        assert len(responses) == 2
+        for r in responses:
+            assert not r.error_message
+            assert ("ledger" in r.infer_response.parameters) == expect
+            if expect:
+                check_ledger(json.loads(r.infer_response.parameters["ledger"].string_param), CLASSIC_STAGES)
     channel.close()
 
 

@@ -200,6 +200,28 @@ TEST(HttpServerTest, StreamsChunksFromAnotherThread) {
   producer.join();
 }
 
+// EndWithTrailers: the trailer rides after the last chunk; the framing (and the keep-alive connection) is
+// intact, so clients that ignore trailers see an ordinary end.
+TEST(HttpServerTest, StreamEndsWithTrailers) {
+  HttpServer server(TestOptions());
+  server.Handle("GET", "/stream", [&](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
+    r->StartStream(200, "text/event-stream", {{"Trailer", "X-Stoke-Ledger"}});
+    r->Write("data: 1\n\n");
+    r->EndWithTrailers({{"X-Stoke-Ledger", "recv=0.001;e2e=0.002"}});
+  });
+  ASSERT_TRUE(server.Start().ok());
+  Client c(server.port());
+  for (int i = 0; i < 2; ++i) {
+    c.Send("GET", "/stream");
+    auto res = c.Read();
+    ASSERT_FALSE(c.last_error_) << c.last_error_.message();
+    EXPECT_EQ(res.result_int(), 200);
+    EXPECT_EQ(res["Trailer"], "X-Stoke-Ledger");
+    EXPECT_EQ(res.body(), "data: 1\n\n");
+    EXPECT_EQ(res["X-Stoke-Ledger"], "recv=0.001;e2e=0.002");  // Beast merges trailer fields
+  }
+}
+
 TEST(HttpServerTest, DisconnectWhileWaitingIsReported) {
   HttpServer server(TestOptions());
   std::promise<void> gone;

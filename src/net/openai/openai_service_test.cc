@@ -172,7 +172,8 @@ class OpenAiServiceTest : public ::testing::Test {
   void SetUp() override {
     metrics_ = std::move(ServerMetrics::Create("smol", 64).value());
     service_ = std::make_unique<OpenAiService>(
-        OpenAiServiceOptions{.served_model_name = "smol", .model_aliases = {"/models/smol.gguf"}},
+        OpenAiServiceOptions{
+            .served_model_name = "smol", .model_aliases = {"/models/smol.gguf"}, .request_log = &log_},
         metrics_.get());
     engine_ = std::make_shared<FakeEngine>();
     auto tmpl =
@@ -181,9 +182,11 @@ class OpenAiServiceTest : public ::testing::Test {
     service_->SetReady(engine_, std::make_shared<ByteTokenizer>(), *tmpl);
   }
 
-  HttpResponse Call(ApiKind kind, const std::string& body, std::shared_ptr<FakeResponder> r = nullptr) {
+  HttpResponse Call(ApiKind kind, const std::string& body, std::shared_ptr<FakeResponder> r = nullptr,
+                    std::map<std::string, std::string> headers = {}) {
     if (r == nullptr) r = std::make_shared<FakeResponder>();
     HttpRequest req;
+    req.headers = std::move(headers);
     req.method = "POST";
     req.body = body;
     req.recv_time = MonotonicNanos();
@@ -199,6 +202,7 @@ class OpenAiServiceTest : public ::testing::Test {
     return r->Wait();
   }
 
+  RequestLog log_{16};
   std::unique_ptr<ServerMetrics> metrics_;
   std::unique_ptr<OpenAiService> service_;
   std::shared_ptr<FakeEngine> engine_;
@@ -281,6 +285,49 @@ TEST_F(OpenAiServiceTest, ChatStreamingStartsWithRole) {
   EXPECT_THAT(res.body, HasSubstr(R"("delta":{"content":"H"})"));
   EXPECT_THAT(res.body, HasSubstr(R"("delta":{},"logprobs":null,"finish_reason":"stop")"));
   EXPECT_THAT(res.body, ::testing::EndsWith("data: [DONE]\n\n"));
+}
+
+// X-Stoke-Ledger: 1 adds the ledger (header + body, or the last SSE chunk); without it nothing changes. Every
+// finished request lands in the request log.
+TEST_F(OpenAiServiceTest, LedgerOnlyWhenAsked) {
+  const std::string chat = R"({"messages": [{"role": "user", "content": "x"}]})";
+  HttpResponse plain = Call(ApiKind::kChat, chat);
+  EXPECT_TRUE(plain.headers.empty());
+  EXPECT_FALSE(json::parse(plain.body).contains("ledger"));
+
+  HttpResponse with = Call(ApiKind::kChat, chat, nullptr, {{"x-stoke-ledger", "1"}});
+  json body = json::parse(with.body);
+  ASSERT_TRUE(body.contains("ledger"));
+  double sum = 0;
+  std::vector<std::string> names;
+  for (const auto& [stage, ms] : body["ledger"]["stages_ms"].items()) {
+    sum += ms.get<double>();
+    names.push_back(stage);
+  }
+  EXPECT_NEAR(sum, body["ledger"]["e2e_ms"].get<double>(), 0.01);
+  EXPECT_TRUE(std::find(names.begin(), names.end(), "interleave") != names.end());
+  ASSERT_EQ(with.headers.size(), 1u);
+  EXPECT_EQ(with.headers[0].first, "X-Stoke-Ledger");
+  EXPECT_THAT(with.headers[0].second, HasSubstr("decode="));
+  body.erase("ledger");
+  json expected = json::parse(plain.body);
+  EXPECT_EQ(body.size(), expected.size());
+
+  HttpResponse stream =
+      Call(ApiKind::kCompletion, R"({"prompt": "x", "stream": true})", nullptr, {{"x-stoke-ledger", "1"}});
+  const size_t done = stream.body.rfind("data: [DONE]");
+  const size_t last = stream.body.rfind("data: ", done - 1);
+  json last_chunk = json::parse(stream.body.substr(last + 6, done - last - 8));
+  EXPECT_TRUE(last_chunk.contains("ledger"));
+  EXPECT_EQ(stream.body.find("\"ledger\""), stream.body.rfind("\"ledger\""));  // once, in the last chunk
+
+  const auto logged = log_.Find({});
+  ASSERT_EQ(logged.size(), 3u);
+  EXPECT_EQ(logged[0].api, "completion");
+  EXPECT_EQ(logged[1].api, "chat");
+  EXPECT_EQ(logged[1].model, "smol");
+  EXPECT_EQ(logged[1].ledger.kind, LedgerKind::kGeneration);
+  EXPECT_EQ(logged[1].ledger.Attributed() + logged[1].ledger[LedgerStage::kOther], logged[1].ledger.e2e);
 }
 
 TEST_F(OpenAiServiceTest, Errors) {
