@@ -176,7 +176,7 @@ StatusOr<Engine> LoadEngine(const ServeOptions& o, ServerMetrics* metrics) {
   lo.device_sampling = o.sampling != "host";
   lo.max_waiting = o.max_waiting;
   lo.on_step = [metrics, model = o.served_model_name.empty() ? DefaultServedName(o.model)
-                                                              : o.served_model_name](const StepRecord& step) {
+                                                             : o.served_model_name](const StepRecord& step) {
     metrics->RecordStep(step);
     TraceStep(model, step);  // the timeline, while a trace is on (telemetry/step_trace.h)
   };
