@@ -35,12 +35,14 @@
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "net/http/http_server.h"
+#include "net/http/trace_endpoint.h"
 #include "net/kserve/classic_server.h"
 #include "net/openai/debug_requests.h"
 #include "net/openai/openai_service.h"
 #include "serve/llm_loop.h"
 #include "telemetry/gpu_telemetry.h"
 #include "telemetry/server_metrics.h"
+#include "telemetry/step_trace.h"
 
 namespace stoke {
 namespace {
@@ -173,7 +175,11 @@ StatusOr<Engine> LoadEngine(const ServeOptions& o, ServerMetrics* metrics) {
   lo.enable_prefix_caching = !o.no_prefix_cache;
   lo.device_sampling = o.sampling != "host";
   lo.max_waiting = o.max_waiting;
-  lo.on_step = [metrics](const StepRecord& step) { metrics->RecordStep(step); };
+  lo.on_step = [metrics, model = o.served_model_name.empty() ? DefaultServedName(o.model)
+                                                             : o.served_model_name](const StepRecord& step) {
+    metrics->RecordStep(step);
+    TraceStep(model, step);  // the timeline, while a trace is on (telemetry/step_trace.h)
+  };
   ASSIGN_OR_RETURN(std::unique_ptr<LlmLoop> loop, LlmLoop::Create(lo, std::move(model), e.tokenizer));
   e.loop = std::move(loop);
   return e;
@@ -241,7 +247,9 @@ int RunServe(CLI::App* cmd, ServeOptions* bound) {
   ho.error_body = OpenAiErrorBody;
   // Before the server: its connections' completion callbacks write into it.
   RequestLog request_log(static_cast<size_t>(o.debug_requests));
+  TraceEndpoint trace;  // POST /v1/debug/trace; declared before the server, which calls into it
   HttpServer server(ho);
+  trace.Register(server);
   auto service = std::make_unique<OpenAiService>(
       OpenAiServiceOptions{
           .served_model_name = served, .model_aliases = {o.model}, .request_log = &request_log},
@@ -303,6 +311,7 @@ int RunServe(CLI::App* cmd, ServeOptions* bound) {
   const int signo = server.WaitForSignal();
   fmt::print(stderr, "stoke serve: {} received; draining (up to {} s)\n",
              signo == SIGTERM ? "SIGTERM" : "SIGINT", o.drain_seconds);
+  trace.Finish();  // a trace in progress answers now rather than holding the drain up
   server.Shutdown(std::chrono::milliseconds(static_cast<int64_t>(o.drain_seconds * 1000)));
   // Teardown order: nothing calls into the engine any more; then the engine (its thread joins; leftover
   // callbacks only queue onto the stopped server); metrics last (the engine's step hook uses them).

@@ -9,11 +9,12 @@
 
 #include "base/logging.h"
 #include "telemetry/nvml_library.h"
+#include "telemetry/trace.h"
 
 namespace stoke {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 constexpr double kMiB = 1024.0 * 1024.0;
 constexpr const char* kAvailableName = "stoke_gpu_telemetry_available";
 constexpr const char* kReasonName = "stoke_gpu_clocks_event_reason";
@@ -201,7 +202,7 @@ struct GpuTelemetry::Device {
   std::string gpm_note;
   std::array<nvml::GpmSample, 2> samples{};  // GPM ring
   int newest = -1;                           // index of the last sample taken; -1: none valid
-  Clock::time_point newest_at;
+  SteadyClock::time_point newest_at;
   std::map<std::string, double> last_gpm;  // the last interval's values (kept when a tick comes too soon)
   double last_gpm_interval_s = 0;
 };
@@ -362,7 +363,7 @@ GpuTelemetry::~GpuTelemetry() {
 
 void GpuTelemetry::SampleGpm(Device& d, GpuDeviceSample* out) {
   NvmlLibrary& L = *lib_;
-  const Clock::time_point now = Clock::now();
+  const SteadyClock::time_point now = SteadyClock::now();
   // Two samples must be > 100 ms apart; a tick that comes sooner keeps the previous interval's values.
   if (d.newest >= 0 && now - d.newest_at <= std::chrono::milliseconds(100)) {
     out->values.insert(d.last_gpm.begin(), d.last_gpm.end());
@@ -379,7 +380,7 @@ void GpuTelemetry::SampleGpm(Device& d, GpuDeviceSample* out) {
     return;
   }
   const int older = d.newest;
-  const Clock::time_point older_at = d.newest_at;
+  const SteadyClock::time_point older_at = d.newest_at;
   d.newest = slot;
   d.newest_at = now;
   if (older < 0) return;  // the first sample: no interval yet
@@ -516,12 +517,45 @@ void GpuTelemetry::SampleDevice(Device& d, GpuDeviceSample* out) {
   for (auto it = v.begin(); it != v.end();) it = std::isfinite(it->second) ? std::next(it) : v.erase(it);
 }
 
+// The tick's values as counter tracks of process "GPU <i>" (telemetry/trace.h). GPM values average the
+// interval that ended now, so they are placed at its start; the device values at now.
+static void TraceGpuSamples(const std::vector<GpuDeviceSample>& devices, Nanos now) {
+  static const struct {
+    const char* name;    // the counter track
+    const char* metric;  // dcgm-exporter name
+    double scale;
+    bool gpm;
+  } kCounters[] = {
+      {"GPU util %", "DCGM_FI_DEV_GPU_UTIL", 1, false},
+      {"SM clock MHz", "DCGM_FI_DEV_SM_CLOCK", 1, false},
+      {"power W", "DCGM_FI_DEV_POWER_USAGE", 1, false},
+      {"GR engine active", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", 1, true},
+      {"SM active", "DCGM_FI_PROF_SM_ACTIVE", 1, true},
+      {"SM occupancy", "DCGM_FI_PROF_SM_OCCUPANCY", 1, true},
+      {"tensor active", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", 1, true},
+      {"DRAM active", "DCGM_FI_PROF_DRAM_ACTIVE", 1, true},
+      {"PCIe TX MB/s", "DCGM_FI_PROF_PCIE_TX_BYTES", 1e-6, true},
+      {"PCIe RX MB/s", "DCGM_FI_PROF_PCIE_RX_BYTES", 1e-6, true},
+  };
+  TraceRecorder& tr = TraceRecorder::Global();
+  for (const GpuDeviceSample& d : devices) {
+    const TraceTrack t = tr.Track(fmt::format("GPU {}", d.index), "counters");
+    const Nanos gpm_at = now - static_cast<Nanos>(d.gpm_interval_s * 1e9);
+    for (const auto& c : kCounters) {
+      auto it = d.values.find(c.metric);
+      if (it == d.values.end() || (c.gpm && d.gpm_interval_s <= 0)) continue;
+      tr.Counter(t, c.name, c.gpm ? gpm_at : now, {{"value", it->second * c.scale}});
+    }
+  }
+}
+
 void GpuTelemetry::SampleOnce() {
   if (!available_) return;
   std::lock_guard tick(tick_mu_);
   std::vector<GpuDeviceSample> samples(devices_.size());
   for (size_t i = 0; i < devices_.size(); ++i) SampleDevice(*devices_[i], &samples[i]);
   Export(samples);
+  if (TraceRecorder::Global().on()) TraceGpuSamples(samples, MonotonicNanos());
   std::lock_guard lock(snap_mu_);
   snapshot_.devices = std::move(samples);
   snapshot_.samples++;

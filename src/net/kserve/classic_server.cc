@@ -24,6 +24,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "net/grpc/grpc_server.h"
 #include "net/http/http_server.h"
+#include "net/http/trace_endpoint.h"
 #include "net/kserve/embeddings_service.h"
 #include "net/kserve/kserve_codec.h"
 #include "net/kserve/kserve_service.h"
@@ -233,7 +234,9 @@ int RunClassicServe(const ClassicServeOptions& o) {
   ho.error_body = [](int, std::string_view message) { return KserveErrorBody(message); };
   // Before the server: its connections' completion callbacks write into it.
   RequestLog request_log(static_cast<size_t>(std::max(0, o.debug_requests)));
+  TraceEndpoint trace;  // POST /v1/debug/trace; declared before the server, which calls into it
   HttpServer server(ho);
+  trace.Register(server);
   KserveService kserve({.request_log = &request_log}, &repo);
   kserve.RegisterRoutes(server);
   EmbeddingsService openai({.served_model_name = spec->name,
@@ -312,6 +315,7 @@ int RunClassicServe(const ClassicServeOptions& o) {
   fmt::print(stderr, "stoke serve: {} received; draining (up to {} s)\n",
              signo == SIGTERM ? "SIGTERM" : "SIGINT", o.drain_seconds);
   const auto drain = std::chrono::milliseconds(static_cast<int64_t>(o.drain_seconds * 1000));
+  trace.Finish();  // a trace in progress answers now rather than holding the drain up
   if (grpc) grpc->Shutdown(drain);
   server.Shutdown(drain);
   repo.StopAll();

@@ -4,6 +4,7 @@
 #include <random>
 
 #include "base/logging.h"
+#include "telemetry/ledger_trace.h"
 
 namespace stoke {
 namespace {
@@ -126,6 +127,11 @@ class Generation {
     recorded_ = true;
     const Nanos end = std::max(completed_at_, final_arrival_);
     const Ledger ledger = GenerationLedger(timings_, sinks_.parsed, end);
+    TraceLedger({.model = sinks_.model,
+                 .api = kind_ == ApiKind::kChat ? "chat" : "completion",
+                 .id = header_.id,
+                 .end = end},
+                ledger);  // the timeline, while a trace is on
     if (sinks_.log != nullptr) Log(ledger);
     if (metrics_ == nullptr) return;
     RequestRecord rec;

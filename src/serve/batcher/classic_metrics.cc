@@ -1,5 +1,7 @@
 #include "serve/batcher/classic_metrics.h"
 
+#include "telemetry/ledger_trace.h"
+
 namespace stoke {
 
 StatusOr<std::unique_ptr<ClassicMetrics>> ClassicMetrics::Create(MetricsRegistry* registry,
@@ -143,6 +145,8 @@ Ledger RequestLedger(Nanos recv, Nanos parsed, const RequestTimes& t, Nanos sent
 
 void RecordClassicRequest(ClassicMetrics* metrics, RequestLog* log, const std::string& model, const char* api,
                           std::string id, const Ledger& ledger, int64_t tokens_in) {
+  // The timeline first: once /metrics counts a request, a trace on has it too.
+  TraceLedger({.model = model, .api = api, .id = id, .end = MonotonicNanos()}, ledger);
   if (metrics != nullptr) metrics->ObserveLedger(ledger);
   if (log == nullptr || !log->enabled()) return;
   RequestLogEntry e;

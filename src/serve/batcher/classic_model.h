@@ -72,6 +72,9 @@ class ClassicModel {
                                                            int64_t* tokens) const = 0;
   // Called once per instance before serving; index in [0, count).
   virtual StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(int index, int count) = 0;
+  // How the host side of its copies is allocated, for the timeline: "pinned" | "pageable" | "" (no copies,
+  // or not known).
+  virtual const char* copy_memory() const { return ""; }
 };
 
 // Checks `inputs` against the signature: every input present once, no unknown ones, datatype, rank and

@@ -5,6 +5,8 @@
 #include <chrono>
 
 #include "base/logging.h"
+#include "serve/batcher/batch_trace.h"
+#include "telemetry/trace.h"
 
 namespace stoke {
 namespace {
@@ -171,6 +173,19 @@ void DynamicBatcher::InstanceLoop(int index) {
       r.times.instance = index;
     }
     RecordStats(batch, results, total_rows, reason, index, end - start);
+    if (TraceRecorder::Global().on()) {
+      TraceBatch({.model = options_.model_name,
+                  .instance = index,
+                  .dispatch = dispatch,
+                  .start = start,
+                  .end = end,
+                  .rows = total_rows,
+                  .requests = static_cast<int64_t>(batch.size()),
+                  .reason = reason,
+                  .exec = exec,
+                  .copy_memory = model_->copy_memory(),
+                  .ok = st.ok()});
+    }
     for (size_t i = 0; i < batch.size(); ++i) {
       if (batch[i].request->done) batch[i].request->done(std::move(results[i]));
     }

@@ -22,6 +22,7 @@ class SyntheticClassicModel final : public ClassicModel {
   StatusOr<std::unique_ptr<PreparedInput>> Prepare(std::vector<InferTensor> inputs, int64_t rows,
                                                    int64_t* tokens) const override;
   StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(int index, int count) override;
+  const char* copy_memory() const override { return model_->config().pinned ? "pinned" : "pageable"; }
 
  private:
   std::shared_ptr<const SyntheticModel> model_;

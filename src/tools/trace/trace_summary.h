@@ -1,0 +1,40 @@
+// What `stoke trace` prints about a timeline: counts per process, drops, and, where the file has GPU kernel
+// or copy records (tracks of a "GPU <i>" process other than its counters), how long the GPU sat idle
+// between them.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "base/status.h"
+
+namespace stoke {
+
+struct GpuIdle {
+  int64_t records = 0;  // kernel and copy spans
+  double span_us = 0;   // first record's start -> last record's end
+  double busy_us = 0;   // union of the records
+  int64_t gaps = 0;     // idle intervals between records
+  int64_t gaps_over_1ms = 0;
+  double largest_gap_us = 0;
+};
+
+struct TraceSummary {
+  int64_t events = 0;
+  int64_t dropped = 0;
+  int64_t tracks = 0;
+  std::map<std::string, int64_t> spans_per_process;  // "X" events by process name
+  int64_t counters = 0;                              // "C" events
+  int64_t requests = 0;                              // request spans (process "requests", with an id)
+  std::map<std::string, GpuIdle> gpu;                // by process ("GPU 0")
+  std::map<std::string, std::string> info;           // otherData strings (kernel_track, note, ...)
+};
+
+// InvalidArgument when `json` is not a trace-event file.
+StatusOr<TraceSummary> SummarizeTrace(std::string_view json);
+// A few lines for a terminal.
+std::string FormatTraceSummary(const TraceSummary& s);
+
+}  // namespace stoke
