@@ -9,6 +9,8 @@
 #include <thread>
 #include <vector>
 
+#include "telemetry/cupti_tracer.h"
+
 namespace stoke {
 namespace {
 
@@ -177,6 +179,17 @@ TEST(TraceRecorderTest, EscapesNamesAndNonFiniteValues) {
     }
   }
   EXPECT_TRUE(found);
+}
+
+// Without CUPTI (a CPU build, no libcupti, no GPU) there is no kernel track, and the file says why.
+TEST(TraceRecorderTest, KernelTrackSaysWhyInTheFile) {
+  TraceRecorder r;
+  ASSERT_TRUE(r.Start({}).ok());
+  const bool cupti = CuptiTracer::Get().Start(r);
+  CuptiTracer::Get().Stop(r);
+  json j = Parse(r.Stop());
+  const std::string why = j["otherData"]["kernel_track"];
+  EXPECT_EQ(why.rfind(cupti ? "cupti" : "off: ", 0), 0u) << why;
 }
 
 }  // namespace
