@@ -22,7 +22,7 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "fixtures"))
 from bench_helpers import (DelayServer, cv, finished_in, fixture_window, pct, run_bench,  # noqa: E402
-                           service_ms_of_arrivals_in, slope, stoke_bin_path)
+                           service_ms_of_arrivals_in, stoke_bin_path)
 
 # The generator's own health limits (p99 send lag 10 ms, its thread 90 % busy) are meant for a dedicated
 # machine: on 2 shared cores a timer wake-up can be late by 60 ms, even by a second with a second test suite
@@ -168,14 +168,12 @@ def test_open_loop_below_capacity_does_not_queue(tmp_path):
     # Evenly spaced 100 ms apart on the fixture's clock. No request arrives before it is due and a late wake-up
     # of either process only delays one, so the most punctual arrival of each half of the run lies on the
     # schedule: their offsets from a 100 ms grid agree unless the rate is off (1 % is 17 ms over a half) or the
-    # schedule drifts. And most single gaps are near 100 ms (a late arrival moves two gaps); Poisson arrivals at
-    # this rate would put only ~19 % of the gaps within 25 ms.
+    # schedule drifts, or the gaps vary (Poisson gaps wander off the grid by ~sqrt(k) gaps). (Not the share of
+    # single gaps near 100 ms: a generator or fixture stalled for 0.6 s bunches a third of them.)
     arrivals = sorted(st["arrivals"])
     offsets = [a - k * 0.1 for k, a in enumerate(arrivals)]
     half = len(offsets) // 2
     assert abs(min(offsets[half:]) - min(offsets[:half])) < 0.010, offsets
-    gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
-    assert sum(abs(g - 0.1) < 0.025 for g in gaps) >= 0.75 * len(gaps), gaps
 
 
 def test_open_loop_poisson_arrivals(tmp_path):
@@ -185,11 +183,11 @@ def test_open_loop_poisson_arrivals(tmp_path):
         st = srv.stats()
     p = run.point(40)
     assert p["valid"], p["invalid_reasons"]
-    # The seeded schedule sets the gaps; the machine only jitters each arrival by a wake-up or two.
+    # The seeded schedule sets the arrivals: how many fall in the 3.5 s of warm-up and window is ~40/s x 3.5 s
+    # (the count, unlike the arrival times, does not move when the machine is late).
     arrivals = sorted(st["arrivals"])
     gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
-    assert len(gaps) > 100
-    assert slope(arrivals) == pytest.approx(1 / 40, rel=0.2)  # the mean step, barely moved by a late arrival
+    assert len(arrivals) == pytest.approx(40 * 3.5, rel=0.2)
     # Exponential gaps have a coefficient of variation of 1; evenly spaced ones ~0. A loaded machine only adds
     # to it (a late wake-up bunches arrivals: one gap of ~0, one long), so only the floor is a fixed bound.
     assert cv(gaps) > 0.7
@@ -250,8 +248,10 @@ def test_a_point_the_generator_cannot_drive_is_marked_invalid(tmp_path):
         strict = run_bench(srv.url, tmp_path / "b", *args, "--fail-on-invalid", check=False)
     p = run.point(200)
     assert not p["valid"]
-    assert any("send lag" in r for r in p["invalid_reasons"]), p["invalid_reasons"]
-    assert p["generator"]["send_lag_ms"]["p99"] > 100
+    # Sends that went out late, or (on a machine slow enough that none of the window's went out) never.
+    g = p["generator"]
+    assert g["send_lag_ms"]["p99"] > 100 or g["dropped_sends"] > 0, (g, p["invalid_reasons"])
+    assert any("send lag" in r or "never sent" in r for r in p["invalid_reasons"]), p["invalid_reasons"]
     assert "INVALID" in run.stdout
     assert "INVALID" in (tmp_path / "a" / "report.html").read_text()
     assert strict.returncode == 3
