@@ -63,33 +63,7 @@ trace_under_load() {  # NAME BENCH-ARGS...: a 3 s trace while stoke bench drives
   wait "$bench"
 }
 
-main() {
-  nvidia-smi --query-gpu=name,power.limit,clocks.max.sm --format=csv
-  for s in small_kernels cpu_preprocess bandwidth; do
-    stamp "scenario $s"
-    start_server "$s" --model "examples/synthetic/$s.json" --device cuda || continue
-    doctor "$s" --concurrency 1,8,32 --duration 12
-    [[ $s == small_kernels ]] && trace_under_load "$s" --api kserve-http --model "$s" --concurrency 8 \
-      --duration 8 --warmup 1
-    stop_server
-  done
-
-  stamp "synth llama-3.1-8b -> $MODEL_8B"
-  [[ -f "$MODEL_8B/config.json" ]] || timeout 300 "$STOKE" model synth --shape llama-3.1-8b --seed 1 \
-    --out "$MODEL_8B" > "$WORK/synth.log" 2>&1 || echo "synth failed"
-  if start_server llm_8b --model "$MODEL_8B" --device cuda; then
-    doctor llm_8b_c1 --concurrency 1 --duration 15 --input-len 128 --output-len 128
-    doctor llm_8b_c64 --concurrency 64 --duration 25 --input-len 512 --output-len 256
-    trace_under_load llm_8b --api openai-completions --concurrency 16 --input-len 256 --output-len 128 \
-      --duration 8 --warmup 2
-    stop_server
-  fi
-  if start_server llm_8b_kv --model "$MODEL_8B" --device cuda --kv-blocks 64 --block-size 16; then
-    doctor llm_8b_kv_full --concurrency 16 --duration 20 --input-len 256 --output-len 256
-    stop_server
-  fi
-
-  stamp "summary"
+pack() {  # the summary and the tarball so far (called after each scenario: a cut-off run still returns them)
   python3 - "$WORK" "$OUT/doctor_gpu_summary.json" <<'EOF'
 import json, pathlib, sys
 work, out = pathlib.Path(sys.argv[1]), sys.argv[2]
@@ -124,6 +98,37 @@ EOF
     tar -C "$OUT" -czf "$OUT/doctor_gpu.tar.gz" --exclude='trace_*.json' --exclude='bench_*' doctor_gpu
     for t in "$WORK"/trace_*.json; do xz -T4 -c "$t" > "$OUT/$(basename "$t").xz"; done
   fi
+}
+
+main() {
+  nvidia-smi --query-gpu=name,power.limit,clocks.max.sm --format=csv
+  for s in small_kernels cpu_preprocess bandwidth; do
+    stamp "scenario $s"
+    start_server "$s" --model "examples/synthetic/$s.json" --device cuda || continue
+    doctor "$s" --concurrency 1,8,32 --duration 12
+    [[ $s == small_kernels ]] && trace_under_load "$s" --api kserve-http --model "$s" --concurrency 8 \
+      --duration 8 --warmup 1
+    stop_server
+    pack
+  done
+
+  stamp "synth llama-3.1-8b -> $MODEL_8B"
+  [[ -f "$MODEL_8B/config.json" ]] || timeout 300 "$STOKE" model synth --shape llama-3.1-8b --seed 1 \
+    --out "$MODEL_8B" > "$WORK/synth.log" 2>&1 || echo "synth failed"
+  if start_server llm_8b --model "$MODEL_8B" --device cuda; then
+    doctor llm_8b_c1 --concurrency 1 --duration 15 --input-len 128 --output-len 128
+    doctor llm_8b_c64 --concurrency 64 --duration 25 --input-len 512 --output-len 256
+    trace_under_load llm_8b --api openai-completions --concurrency 16 --input-len 256 --output-len 128 \
+      --duration 8 --warmup 2
+    stop_server
+    pack
+  fi
+  if start_server llm_8b_kv --model "$MODEL_8B" --device cuda --kv-blocks 64 --block-size 16; then
+    doctor llm_8b_kv_full --concurrency 16 --duration 20 --input-len 256 --output-len 256
+    stop_server
+  fi
+  pack
+
   stamp "done"
 }
 main 2>&1 | tee "$OUT/log.txt"
