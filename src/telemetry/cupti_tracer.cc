@@ -128,6 +128,12 @@ const char* CopyKind(uint8_t k) {
   }
 }
 
+// A record flushed before its work finished carries start = end = 0 (seen on the H200 at the end of a trace
+// of a busy server): it has no place on the timeline.
+bool Incomplete(uint64_t start, uint64_t end) {
+  return start == 0 || end < start;
+}
+
 void Emit(TraceRecorder& tr, const CUpti_Activity* rec) {
   const int64_t off = g_clock_offset.load(std::memory_order_relaxed);
   auto track = [&](uint32_t device, uint32_t stream) {
@@ -136,6 +142,7 @@ void Emit(TraceRecorder& tr, const CUpti_Activity* rec) {
   if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || rec->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
     // Fields read here sit at the same offsets in every later record version (CUPTI appends fields).
     const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
+    if (Incomplete(k->start, k->end)) return;
     tr.Span(track(k->deviceId, k->streamId), k->name != nullptr ? k->name : "kernel",
             static_cast<Nanos>(k->start) + off, static_cast<Nanos>(k->end - k->start),
             {{"grid", fmt::format("{}x{}x{}", k->gridX, k->gridY, k->gridZ)},
@@ -145,6 +152,7 @@ void Emit(TraceRecorder& tr, const CUpti_Activity* rec) {
              {"graph", static_cast<int64_t>(k->graphId)}});
   } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
     const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(rec);
+    if (Incomplete(m->start, m->end)) return;
     tr.Span(track(m->deviceId, m->streamId), CopyKind(m->copyKind), static_cast<Nanos>(m->start) + off,
             static_cast<Nanos>(m->end - m->start),
             {{"bytes", static_cast<int64_t>(m->bytes)},
@@ -153,6 +161,7 @@ void Emit(TraceRecorder& tr, const CUpti_Activity* rec) {
              {"correlation", static_cast<int64_t>(m->correlationId)}});
   } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
     const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(rec);
+    if (Incomplete(m->start, m->end)) return;
     tr.Span(track(m->deviceId, m->streamId), "memset", static_cast<Nanos>(m->start) + off,
             static_cast<Nanos>(m->end - m->start), {{"bytes", static_cast<int64_t>(m->bytes)}});
   }

@@ -65,6 +65,11 @@ StatusOr<TraceSummary> SummarizeTrace(std::string_view text) {
     if (p == "requests" && e.contains("args") && e["args"].contains("id")) ++s.requests;
     if (p.starts_with("GPU ") && thread[{pid, e.value("tid", 0)}] != "counters") {
       const double ts = e.value("ts", 0.0);
+      // A kernel record CUPTI flushed unfinished (start = end = 0; older traces kept them): not on the clock.
+      if (ts <= 0) {
+        ++s.gpu_incomplete;
+        continue;
+      }
       gpu_spans[p].emplace_back(ts, ts + e.value("dur", 0.0));
     }
   }
@@ -97,6 +102,8 @@ std::string FormatTraceSummary(const TraceSummary& s) {
     out += fmt::format("  GPU kernels: none recorded{}\n",
                        it != s.info.end() ? " (" + it->second + ")" : std::string());
   }
+  if (s.gpu_incomplete > 0)
+    out += fmt::format("  ({} GPU records without timestamps skipped)\n", s.gpu_incomplete);
   return out;
 }
 

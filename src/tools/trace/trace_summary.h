@@ -29,6 +29,7 @@ struct TraceSummary {
   int64_t counters = 0;                              // "C" events
   int64_t requests = 0;                              // request spans (process "requests", with an id)
   std::map<std::string, GpuIdle> gpu;                // by process ("GPU 0")
+  int64_t gpu_incomplete = 0;                        // GPU records with no timestamps (skipped)
   std::map<std::string, std::string> info;           // otherData strings (kernel_track, note, ...)
 };
 
