@@ -206,13 +206,35 @@ std::optional<Verdict> LaunchBound(const Signals& s, const Thresholds& t) {
 }
 
 std::optional<Verdict> BandwidthBound(const Signals& s, const Thresholds& t) {
-  if (!Ge(s.dram_active, t.dram_high) || !DeviceDominates(s, t)) return std::nullopt;
-  Verdict v{.bottleneck = "bandwidth_bound", .confidence = Margin(s.dram_active, t.dram_high, 0.8)};
-  v.summary = fmt::format("DRAM bandwidth is saturated ({:.0f}% active; ~80% is the practical maximum).",
-                          100 * s.dram_active);
-  v.evidence.push_back(
-      Ev("gpu.dram_active", s.dram_active, ">=", t.dram_high, "ratio", "DRAM transfer cycles"));
-  if (Has(s.sm_active)) v.evidence.push_back(Ev("gpu.sm_active", s.sm_active, "", kNaN, "ratio", ""));
+  if (!DeviceDominates(s, t)) return std::nullopt;
+  const bool saturated = Ge(s.dram_active, t.dram_high);
+  // Matrix-vector work (decode at small batch): memory traffic with the tensor cores idle and the SMs busy
+  // waiting on it. DRAM active reads lower than for a pure copy, yet memory is what limits it.
+  const bool streaming = !saturated && Ge(s.dram_active, t.dram_streaming) && Has(s.tensor_active) &&
+                         s.tensor_active < t.tensor_idle && Ge(s.sm_active, t.sm_busy_streaming);
+  if (!saturated && !streaming) return std::nullopt;
+  Verdict v{.bottleneck = "bandwidth_bound",
+            .confidence = saturated ? Margin(s.dram_active, t.dram_high, 0.8)
+                                    : 0.9 * Margin(s.dram_active, t.dram_streaming, 0.7)};
+  if (saturated) {
+    v.summary = fmt::format("DRAM bandwidth is saturated ({:.0f}% active; ~80% is the practical maximum).",
+                            100 * s.dram_active);
+    v.evidence.push_back(
+        Ev("gpu.dram_active", s.dram_active, ">=", t.dram_high, "ratio", "DRAM transfer cycles"));
+  } else {
+    v.summary = fmt::format(
+        "The kernels stream memory ({:.0f}% DRAM active) with the tensor cores idle ({:.0f}%): matrix-vector "
+        "work, limited by bytes read per step, not by arithmetic.",
+        100 * s.dram_active, 100 * s.tensor_active);
+    v.evidence.push_back(
+        Ev("gpu.dram_active", s.dram_active, ">=", t.dram_streaming, "ratio", "DRAM transfer cycles"));
+    v.evidence.push_back(
+        Ev("gpu.tensor_active", s.tensor_active, "<", t.tensor_idle, "ratio", "no matrix-multiply work"));
+    v.evidence.push_back(Ev("gpu.sm_active", s.sm_active, ">=", t.sm_busy_streaming, "ratio",
+                            "SMs resident, waiting on memory"));
+  }
+  if (saturated && Has(s.sm_active))
+    v.evidence.push_back(Ev("gpu.sm_active", s.sm_active, "", kNaN, "ratio", ""));
   if (IsLlm(s)) {
     v.next_step =
         "more sequences per step to amortise weight reads (--max-num-seqs 2x), or lower-precision "

@@ -217,6 +217,35 @@ TEST(DoctorRules, SmallKernelsCaseIsLaunchBound) {
   EXPECT_EQ(Top(s), "launch_bound");
 }
 
+TEST(DoctorRules, BatchOneDecodeStreamsMemory) {
+  // The 8B shape at c=1 on the H200 (bench/results/gpu_doctor_scenarios_h200_2026-12-03.json): decode 609 of
+  // 620 ms per request, GPU-Util 0.95, SM active 0.73, tensor 0.00, DRAM 0.60 (77 % of the HBM roofline by
+  // `stoke bench step`). Below dram_high, yet memory-bound: the streaming rule names it.
+  Signals s;
+  s.kind = "llm";
+  s.requests = 26;
+  s.stage_s = {{"prefill", 0.0115}, {"decode", 0.609}, {"postprocess", 0.0012}};
+  s.device_s = 0.6205;
+  s.host_s = 0.0017;
+  s.queue_s = s.io_s = s.copy_s = 0;
+  s.service_s = 0.6222;
+  s.latency_s = 0.6225;
+  s.kv_usage_max = 0.0;
+  s.gpu_samples = 30;
+  s.gpu_util = 0.95;
+  s.gr_active = 0.91;
+  s.sm_active = 0.73;
+  s.tensor_active = 0.0;
+  s.dram_active = 0.60;
+  std::vector<Verdict> v = Diagnose(s);
+  ASSERT_FALSE(v.empty());
+  EXPECT_EQ(v[0].bottleneck, "bandwidth_bound");
+  EXPECT_NE(v[0].next_step.find("--max-num-seqs"), std::string::npos) << v[0].next_step;
+  // The same reading with the tensor cores busy is not streaming work.
+  s.tensor_active = 0.3;
+  EXPECT_NE(Diagnose(s).front().bottleneck, "bandwidth_bound");
+}
+
 TEST(DoctorRules, NoneWhenBusyAndBalanced) {
   Signals s = Classic(/*queue*/ 1, 0.5, 0.2, 4, 0.6);
   std::vector<Verdict> v = Diagnose(s);
