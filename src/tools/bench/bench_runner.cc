@@ -41,15 +41,6 @@ StatusOr<double> Number(std::string_view s, std::string_view what) {
   return v;
 }
 
-std::string NowIso8601() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 StatusOr<std::string> DiscoverModel(const HttpEndpoint& ep) {
   ASSIGN_OR_RETURN(SimpleResponse r, HttpFetch(ep, "GET", ep.base_path + "/v1/models", "", 10));
   if (r.status != 200) return UnavailableError("GET /v1/models: HTTP {}; pass --model", r.status);
@@ -71,6 +62,15 @@ StatusOr<std::vector<KserveInput>> FetchKserveInputs(const HttpEndpoint& ep, con
 }
 
 }  // namespace
+
+std::string NowIso8601() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
 
 StatusOr<std::vector<double>> ParseLoadList(std::string_view spec, bool powers_of_two_ranges) {
   if (spec == "sweep" && powers_of_two_ranges) spec = "1:256";

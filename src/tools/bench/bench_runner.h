@@ -48,6 +48,8 @@ StatusOr<BenchReport> RunBench(const BenchOptions& opts, ProgressPrinter* progre
 
 // "host: 2 CPUs (model name), Linux 6.1"; "" parts are skipped.
 std::string DescribeHost();
+// Now, UTC, as 2026-12-03T17:00:00Z (reports' started_at).
+std::string NowIso8601();
 // The short commit of the git checkout in the working directory, or "".
 std::string GitCommit();
 

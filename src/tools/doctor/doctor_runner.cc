@@ -35,15 +35,6 @@ void Say(const DoctorOptions& o, const std::string& line) {
   std::fflush(o.progress);
 }
 
-std::string NowIso8601() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 // The first model of GET /v1/models (OpenAI, and stoke's classic server), else of POST /v2/repository/index
 // (KServe / Triton).
 StatusOr<std::string> FirstModel(const bench::HttpEndpoint& ep) {
@@ -189,7 +180,7 @@ StatusOr<DoctorReport> RunDoctor(const DoctorOptions& o) {
   DoctorReport rep;
   rep.url = o.url;
   rep.load = o.drive_load ? "auto" : "none";
-  rep.started_at = NowIso8601();
+  rep.started_at = bench::NowIso8601();
   rep.thresholds = o.thresholds;
   ModelConfigInfo cfg;
   RETURN_IF_ERROR(Discover(ep, o, &rep, &cfg));

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "tools/bench/svg_chart.h"
+
 namespace stoke::doctor {
 namespace {
 
@@ -24,26 +26,7 @@ std::string Fmt(double v, const std::string& unit = "") {
 }
 
 std::string Escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '&':
-        out += "&amp;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
+  return bench::XmlEscape(s);
 }
 
 json VerdictJson(const Verdict& v) {
