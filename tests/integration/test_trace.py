@@ -147,13 +147,13 @@ def stage_sums(metrics, model):
     return out
 
 
-def wait_until(fn, what, timeout=120):
+def wait_until(fn, what, timeout=120, show=None):
     deadline = time.time() + timeout
     while time.time() < deadline:
         if fn():
             return
         time.sleep(0.05)
-    raise AssertionError(what)
+    raise AssertionError(what + (f" (last: {show()})" if show else ""))
 
 
 def reconcile(trace, before, after, model, log, n):
@@ -211,7 +211,7 @@ def test_classic_trace_nests_and_reconciles_with_the_ledger(synth):
     assert sorted(ids) == sorted(f"req-{i}" for i in range(n))
     count = lambda: stage_sums(parse_metrics(synth.get("/metrics").text), "synth").get("recv", [0])[0]
     base = stage_sums(before, "synth").get("recv", [0])[0]
-    wait_until(lambda: count() - base == n, "the requests never reached /metrics")
+    wait_until(lambda: count() - base == n, "the requests never reached /metrics", show=lambda: (count(), base))
     time.sleep(0.3)  # not a bound: lets the 100 ms GPU sampler put a few ticks into the window
     trace = tr.stop()
     after = parse_metrics(synth.get("/metrics").text)
