@@ -462,6 +462,10 @@ void HttpConnection::OnWatch(error_code ec, uint64_t gen) {
     }
     // n == 0: the peer shut down its side; n < 0 otherwise: reset or another socket error.
   }
+  // The response's last bytes are already being written: the client may have read them all and closed before
+  // this thread ran the write's completion (both events ready at once on a busy machine). The write's outcome
+  // decides, not the close: OnWrite completes the exchange, or closes on an error.
+  if (writing_ && !writes_.empty() && writes_.front().ends_response) return;
   LOG_DEBUG("http: client closed the connection while its response was pending");
   Close();
 }
