@@ -25,28 +25,28 @@ int64_t ThreadAllocations() {
 }
 }  // namespace testing_alloc
 
-// Replaceable global allocation functions: count, then forward to malloc/free (new and delete replaced as a
-// pair, so sanitizer builds see matching calls).
+// Replaceable global allocation functions: count, then forward to malloc/free. Every unaligned form is
+// replaced, nothrow ones too (std::stable_sort's temporary buffer uses them), so sanitizer builds see matching
+// calls.
+// clang-format off
 void* operator new(std::size_t n) {
   ++testing_alloc::allocations;
   if (void* p = std::malloc(n ? n : 1)) return p;
   throw std::bad_alloc();
 }
-void* operator new[](std::size_t n) {
-  return ::operator new(n);
+void* operator new[](std::size_t n) { return ::operator new(n); }
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  ++testing_alloc::allocations;
+  return std::malloc(n ? n : 1);
 }
-void operator delete(void* p) noexcept {
-  std::free(p);
-}
-void operator delete[](void* p) noexcept {
-  std::free(p);
-}
-void operator delete(void* p, std::size_t) noexcept {
-  std::free(p);
-}
-void operator delete[](void* p, std::size_t) noexcept {
-  std::free(p);
-}
+void* operator new[](std::size_t n, const std::nothrow_t& t) noexcept { return ::operator new(n, t); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
+// clang-format on
 
 namespace stoke {
 namespace {
