@@ -126,7 +126,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   void FailRequest(int status, std::string_view message);  // reading-state errors: respond, then close
   void DoWrite();
   void OnWrite(error_code ec);
-  void ResponseDone();
+  void ResponseDone(Nanos written_at);
   void StartWatch();
   void OnWatch(error_code ec, uint64_t gen);
   void ClientGone();
@@ -145,6 +145,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     std::string data;
     bool ends_response = false;
   };
+  Nanos written_at_ = 0;  // when the front write's last byte went to the socket, if it went at once
   std::deque<PendingWrite> writes_;
   bool writing_ = false;
   bool close_after_write_ = false;
@@ -457,7 +458,24 @@ void HttpConnection::QueueWrite(uint64_t exchange_id, std::string data, bool end
 
 void HttpConnection::DoWrite() {
   writing_ = true;
-  asio::async_write(stream_.socket(), asio::buffer(writes_.front().data),
+  // Try the write now, without blocking: a response that fits the socket's send buffer (nearly every one) is
+  // on the wire here and its "last byte written" stamped at the syscall, not when the event loop gets round to
+  // the completion. The completion itself is still posted, never run inside the caller's Send/Write (which may
+  // hold a lock its on_complete callback takes). Anything not written at once, and every error, takes the
+  // asynchronous path as before.
+  const std::string& data = writes_.front().data;
+  error_code ec;
+  size_t n = 0;
+  auto& socket = stream_.socket();
+  if (!socket.non_blocking()) socket.non_blocking(true, ec);
+  if (!ec) n = socket.write_some(asio::buffer(data), ec);
+  if (!ec && n == data.size()) {
+    written_at_ = MonotonicNanos();
+    asio::post(executor(), [self = shared_from_this()] { self->OnWrite({}); });
+    return;
+  }
+  if (ec) n = 0;
+  asio::async_write(socket, asio::buffer(data.data() + n, data.size() - n),
                     [self = shared_from_this()](error_code ec, size_t) { self->OnWrite(ec); });
 }
 
@@ -470,7 +488,8 @@ void HttpConnection::OnWrite(error_code ec) {
   }
   const bool ends = writes_.front().ends_response;
   writes_.pop_front();
-  if (ends) ResponseDone();
+  const Nanos written_at = std::exchange(written_at_, 0);
+  if (ends) ResponseDone(written_at != 0 ? written_at : MonotonicNanos());
   if (state_ == State::kClosed) return;
   if (!writes_.empty()) {
     DoWrite();
@@ -479,12 +498,12 @@ void HttpConnection::OnWrite(error_code ec) {
   }
 }
 
-void HttpConnection::ResponseDone() {
+void HttpConnection::ResponseDone(Nanos written_at) {
   if (!active_) return;
   active_ = false;
   impl_->active_requests.fetch_sub(1);
   ++watch_gen_;  // the readability wait, if still pending, is now stale
-  if (auto ex = exchange_.lock()) ex->Complete(true, MonotonicNanos());
+  if (auto ex = exchange_.lock()) ex->Complete(true, written_at);
   if (!keep_alive_ || impl_->draining.load()) {
     close_after_write_ = true;
   } else if (writes_.empty()) {
