@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The serving path's own cost: a zero-cost synthetic model (no kernels, no pre/postprocessing, batch size 1)
 served by `stoke serve`, driven by `stoke bench` over KServe HTTP (binary tensor extension) and gRPC at c=1 and
-c=64, plus one KServe HTTP point with a 1 MiB binary input at c=1. Reports the client's p50/p99 and the
+c=64, plus KServe HTTP with a 1 MiB binary input at c=1, twice: from `stoke bench` and from a raw-socket client
+here that sends one pre-built request at a time (`stoke bench` builds each 1 MiB input element by element, which
+costs it tens of ms a request: that point measures the generator as much as the server). Reports the client's p50/p99 and the
 server's own ledger (GET /v1/debug/requests): p50 of recv, queue, send and of recv+queue+send per request.
 
 Self-contained: python3's standard library and the stoke binary. With --before, two binaries are measured
@@ -35,7 +37,44 @@ POINTS = [
     ("grpc_c1", "zero", "kserve-grpc", 1),
     ("grpc_c64", "zero", "kserve-grpc", 64),
     ("http_1MiB_c1", "big", "kserve-http", 1),
+    ("http_1MiB_c1_raw", "big", "raw-http", 1),
 ]
+
+
+def raw_http_point(server, model, size, seconds):
+    """c=1 over one keep-alive connection: a pre-built KServe binary request, sent whole, response read whole."""
+    import socket
+    hdr = json.dumps({"inputs": [{"name": "INPUT0", "datatype": "UINT8", "shape": [size],
+                                  "parameters": {"binary_data_size": size}}],
+                      "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}]}).encode()
+    body = hdr + bytes(size)
+    req = (f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
+           f"Inference-Header-Content-Length: {len(hdr)}\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
+    s = socket.create_connection(("127.0.0.1", server.http))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    lat, errors = [], 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds or len(lat) < 20:
+        t = time.perf_counter()
+        s.sendall(req)
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            chunk = s.recv(65536)
+            if not chunk:
+                sys.exit("raw client: the server closed the connection")
+            buf += chunk
+        head, _, rest = buf.partition(b"\r\n\r\n")
+        lines = head.decode().split("\r\n")
+        length = int(next(l for l in lines if l.lower().startswith("content-length")).split(":")[1])
+        while len(rest) < length:
+            rest += s.recv(65536)
+        lat.append((time.perf_counter() - t) * 1e3)
+        errors += lines[0].split()[1] != "200"
+    s.close()
+    lat.sort()
+    return {"latency_ms": {"count": len(lat), "p50": statistics.median(lat), "p99": lat[int(0.99 * (len(lat) - 1))]},
+            "throughput": {"requests_per_s": len(lat) / (time.perf_counter() - start)},
+            "generator": {"cpu_percent": None}, "valid": errors == 0}
 
 
 class Server:
@@ -75,15 +114,19 @@ class Server:
 
 
 def run_point(stoke, server, model, api, c, duration, workdir):
-    url = f"http://127.0.0.1:{server.http}" if api == "kserve-http" else f"127.0.0.1:{server.grpc}"
-    out = os.path.join(workdir, "bench")
-    cmd = [stoke, "bench", "--url", url, "--api", api, "--model", model, "--concurrency", str(c),
-           "--warmup", "1", "--window", "1", "--duration", str(duration), "--stability", "0",
-           "--kserve-binary", "--output-dir", out]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    if r.returncode not in (0, 3):
-        sys.exit(f"stoke bench failed ({r.returncode}):\n{r.stderr[-3000:]}")
-    p = json.load(open(os.path.join(out, "bench.json")))["points"][0]
+    if api == "raw-http":
+        raw_http_point(server, model, BIG["input_bytes"], 1)  # warm-up
+        p = raw_http_point(server, model, BIG["input_bytes"], duration)
+    else:
+        url = f"http://127.0.0.1:{server.http}" if api == "kserve-http" else f"127.0.0.1:{server.grpc}"
+        out = os.path.join(workdir, "bench")
+        cmd = [stoke, "bench", "--url", url, "--api", api, "--model", model, "--concurrency", str(c),
+               "--warmup", "1", "--window", "1", "--duration", str(duration), "--stability", "0",
+               "--kserve-binary", "--output-dir", out]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        if r.returncode not in (0, 3):
+            sys.exit(f"stoke bench failed ({r.returncode}):\n{r.stderr[-3000:]}")
+        p = json.load(open(os.path.join(out, "bench.json")))["points"][0]
     n = max(1, min(4000, int(p["latency_ms"]["count"])))
     led = [x["stages_ms"] for x in server.ledgers(model, n)]
     med = lambda k: statistics.median([x[k] for x in led]) * 1e3 if led else None
@@ -151,7 +194,7 @@ def main():
                             continue
                         r = run_point(binary, servers[model], model, api, c, args.duration, tmp)
                         runs[label][name].append(r)
-                        print(f"rep {rep + 1} {label:6} {name:13} client p50 {r['client_p50_ms']:.3f} ms "
+                        print(f"rep {rep + 1} {label:6} {name:16} client p50 {r['client_p50_ms']:.3f} ms "
                               f"p99 {r['client_p99_ms']:.3f} ms | server p50 recv {r['recv_p50_us']:.1f} "
                               f"queue {r['queue_p50_us']:.1f} send {r['send_p50_us']:.1f} "
                               f"sum {r['recv_queue_send_p50_us']:.1f} us", file=sys.stderr, flush=True)
@@ -162,6 +205,7 @@ def main():
     def medians(rs):
         keys = [k for k in rs[0] if isinstance(rs[0][k], (int, float)) and not isinstance(rs[0][k], bool)]
         out = {k: round(statistics.median([r[k] for r in rs if r[k] is not None]), 4) for k in keys}
+        out["generator_cpu_percent"] = out.get("generator_cpu_percent")
         out["valid_reps"] = sum(1 for r in rs if r["valid"])
         return out
 
@@ -182,13 +226,13 @@ def main():
     if args.output:
         open(args.output, "w").write(text + "\n")
     # The summary: one line per point and binary.
-    print(f"{'point':14} {'binary':7} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>9} {'recv us':>8} {'queue us':>8} "
+    print(f"{'point':17} {'binary':7} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>9} {'recv us':>8} {'queue us':>8} "
           f"{'send us':>8} {'r+q+s us':>8}")
     for name, *_ in POINTS:
         for label, _ in binaries:
             f = result["figures"][label].get(name)
             if f:
-                print(f"{name:14} {label:7} {f['client_p50_ms']:8.3f} {f['client_p99_ms']:8.3f} "
+                print(f"{name:17} {label:7} {f['client_p50_ms']:8.3f} {f['client_p99_ms']:8.3f} "
                       f"{f['requests_per_s']:9.1f} {f['recv_p50_us']:8.1f} {f['queue_p50_us']:8.1f} "
                       f"{f['send_p50_us']:8.1f} {f['recv_queue_send_p50_us']:8.1f}")
 
