@@ -172,6 +172,8 @@ def main():
     ap.add_argument("--duration", type=float, default=4, help="measured seconds per point")
     ap.add_argument("--http-threads", type=int, default=2)
     ap.add_argument("--points", default=",".join(p[0] for p in POINTS))
+    ap.add_argument("--commit", help="the commit --stoke was built from (default: git at the binary's folder)")
+    ap.add_argument("--before-commit", help="the commit --before was built from")
     ap.add_argument("-o", "--output", help="write the JSON here (also printed)")
     args = ap.parse_args()
     wanted = set(args.points.split(","))
@@ -214,7 +216,8 @@ def main():
         "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": {"nproc": os.cpu_count(), "cpu": cpu_model(), "kernel": platform.release()},
-        "binaries": {label: {"path": b, "commit": git_commit(b)} for label, b in binaries},
+        "binaries": {label: {"path": b, "commit": (args.before_commit if label == "before" else args.commit)
+                             or git_commit(b)} for label, b in binaries},
         "model": ZERO,
         "big_model": BIG,
         "reps": args.reps,
@@ -222,6 +225,7 @@ def main():
         "figures": {label: {name: medians(rs) for name, rs in pts.items()} for label, pts in runs.items()},
         "runs": runs,
     }
+    result["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     text = json.dumps(result, indent=1)
     if args.output:
         open(args.output, "w").write(text + "\n")
