@@ -2,8 +2,8 @@
 """The serving path's own cost: a zero-cost synthetic model (no kernels, no pre/postprocessing, batch size 1)
 served by `stoke serve`, driven by `stoke bench` over KServe HTTP (binary tensor extension) and gRPC at c=1 and
 c=64, plus KServe HTTP with a 1 MiB binary input at c=1, twice: from `stoke bench` and from a raw-socket client
-here that sends one pre-built request at a time (`stoke bench` builds each 1 MiB input element by element, which
-costs it tens of ms a request: that point measures the generator as much as the server). Reports the client's p50/p99 and the
+here that sends one pre-built request at a time (`stoke bench` draws each 1 MiB input element by element, which
+costs it ~20 ms a request: that point measures the generator as much as the server). Reports the client's p50/p99 and the
 server's own ledger (GET /v1/debug/requests): p50 of recv, queue, send and of recv+queue+send per request.
 
 Self-contained: python3's standard library and the stoke binary. With --before, two binaries are measured
