@@ -170,7 +170,8 @@ def main():
     ap.add_argument("--before", help="a second binary (the baseline), measured alternately with --stoke")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--duration", type=float, default=4, help="measured seconds per point")
-    ap.add_argument("--http-threads", type=int, default=2)
+    ap.add_argument("--http-threads", type=int, default=2, help="stoke serve --http-threads for --stoke")
+    ap.add_argument("--before-http-threads", type=int, help="the same for --before (default: --http-threads)")
     ap.add_argument("--points", default=",".join(p[0] for p in POINTS))
     ap.add_argument("--commit", help="the commit --stoke was built from (default: git at the binary's folder)")
     ap.add_argument("--before-commit", help="the commit --before was built from")
@@ -189,8 +190,11 @@ def main():
                 servers = {}
                 try:
                     for model in sorted({m for name, m, *_ in POINTS if name in wanted}):
+                        threads = args.http_threads
+                        if label == "before" and args.before_http_threads:
+                            threads = args.before_http_threads
                         servers[model] = Server(binary, files[model], os.path.join(tmp, f"{label}_{model}.log"),
-                                                args.http_threads)
+                                                threads)
                     for name, model, api, c in POINTS:
                         if name not in wanted:
                             continue
@@ -221,6 +225,8 @@ def main():
         "model": ZERO,
         "big_model": BIG,
         "reps": args.reps,
+        "http_threads": {"before": args.before_http_threads or args.http_threads, "after": args.http_threads}
+        if args.before else args.http_threads,
         "duration_s": args.duration,
         "figures": {label: {name: medians(rs) for name, rs in pts.items()} for label, pts in runs.items()},
         "runs": runs,
