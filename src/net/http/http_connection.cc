@@ -345,8 +345,8 @@ void HttpConnection::ReadBody() {
   const auto left = std::chrono::nanoseconds(
       recv_time_ + std::chrono::nanoseconds(impl_->options.request_timeout).count() - MonotonicNanos());
   stream_.expires_after(std::max(left, std::chrono::nanoseconds(1)));
-  // Each read asks for everything still missing (asio's transfer_all would cap a read at 64 KiB). The condition
-  // runs on this strand before each read (first with 0 done), so it also counts them.
+  // Each read asks for everything still missing (asio's transfer_all would cap a read at 64 KiB). The
+  // condition runs on this strand before each read (first with 0 done), so it also counts them.
   const size_t want = total - filled;
   auto until_done = [this, first = true, want](const error_code& ec, size_t done) mutable -> size_t {
     if (!first) ++read_calls_;
@@ -459,9 +459,9 @@ void HttpConnection::QueueWrite(uint64_t exchange_id, std::string data, bool end
 void HttpConnection::DoWrite() {
   writing_ = true;
   // Try the write now, without blocking: a response that fits the socket's send buffer (nearly every one) is
-  // on the wire here and its "last byte written" stamped at the syscall, not when the event loop gets round to
-  // the completion. The completion itself is still posted, never run inside the caller's Send/Write (which may
-  // hold a lock its on_complete callback takes). Anything not written at once, and every error, takes the
+  // on the wire here and its "last byte written" stamped at the syscall, not when the event loop gets round
+  // to the completion. The completion itself is still posted, never run inside the caller's Send/Write (which
+  // may hold a lock its on_complete callback takes). Anything not written at once, and every error, takes the
   // asynchronous path as before.
   const std::string& data = writes_.front().data;
   error_code ec;

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -10,7 +11,6 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <atomic>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -368,8 +368,8 @@ TEST(HttpServerTest, IdleTimeoutClosesConnection) {
 }
 
 // A body of known length goes from the socket straight into the request's string, in reads as large as the
-// socket has: 1 MiB sent in one write arrives in a few dozen reads at most (each is one trip through the event
-// loop). Before, Beast's unreserved buffer read it 512 bytes at a time: 2,049 reads.
+// socket has: 1 MiB sent in one write arrives in a few dozen reads at most (each is one trip through the
+// event loop). Before, Beast's unreserved buffer read it 512 bytes at a time: 2,049 reads.
 struct SeenBody {
   std::mutex mu;
   std::vector<std::pair<std::string, int>> bodies;  // body, read_calls
@@ -391,7 +391,8 @@ TEST(HttpServerTest, LargeBodyArrivesWholeInFewReads) {
   std::string big(1 << 20, '\0');
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 131 + (i >> 11));
   auto request = [](const std::string& body) {
-    return "POST /b HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    return "POST /b HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" +
+           body;
   };
   Client c(server.port());
   // One write: the 1 MiB request with a small one pipelined right behind it (its bytes must stay for it).

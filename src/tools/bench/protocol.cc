@@ -92,8 +92,8 @@ Status FillKserveInput(const KserveInput& in, const std::string& text, std::mt19
     return InvalidArgumentError("input '{}': unknown datatype '{}'", in.name, t);
   }
   if (binary) {
-    raw->reserve(raw->size() +
-                 static_cast<size_t>(n) * (kind == Kind::kBytes ? text.size() + 4 : static_cast<size_t>(width)));
+    raw->reserve(raw->size() + static_cast<size_t>(n) *
+                                   (kind == Kind::kBytes ? text.size() + 4 : static_cast<size_t>(width)));
   }
   for (int64_t i = 0; i < n; ++i) {
     switch (kind) {
