@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 namespace stoke {
 
@@ -158,6 +160,10 @@ StatusOr<SyntheticConfig> SyntheticConfig::FromJson(const json& j, std::string_v
       ASSIGN_OR_RETURN(c.postprocess_us, NonNegative(v, key, source));
     } else if (key == "postprocess_us_per_item") {
       ASSIGN_OR_RETURN(c.postprocess_us_per_item, NonNegative(v, key, source));
+    } else if (key == "sleep_us") {
+      ASSIGN_OR_RETURN(c.sleep_us, NonNegative(v, key, source));
+    } else if (key == "sleep_us_per_item") {
+      ASSIGN_OR_RETURN(c.sleep_us_per_item, NonNegative(v, key, source));
     } else if (key == "launch_us") {
       ASSIGN_OR_RETURN(c.launch_us, NonNegative(v, key, source));
     } else if (key == "cpu_scale") {
@@ -244,6 +250,9 @@ Status SyntheticModel::Run(const uint8_t* input, int64_t rows, std::vector<uint8
       sink += ReadBytes(weights_.data(), weights_.size(), k.bytes * c.cpu_scale);
       sink += ReadBytes(ws.activations.data(), ws.activations.size(), own);
     }
+  }
+  if (const double sleep_us = c.sleep_us + c.sleep_us_per_item * rows; sleep_us > 0) {
+    std::this_thread::sleep_for(std::chrono::nanoseconds(static_cast<Nanos>(sleep_us * 1000)));
   }
   ws.device_out.resize(std::max(ws.device_out.size(), out_bytes));
   for (int64_t r = 0; r < rows; ++r) {

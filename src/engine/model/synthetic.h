@@ -13,6 +13,8 @@
 //                 "bytes": 8e6, "bytes_per_item": 4096,     // each launch does this much work
 //                 "blocks": 0}],       // GPU only: at most this many thread blocks (0 = enough to fill it)
 //    "postprocess_us": 0, "postprocess_us_per_item": 50,
+//    "sleep_us": 0, "sleep_us_per_item": 0,   // CPU build: the compute stage also sleeps this long (a
+//                                              // device's time: it holds the instance, not a core)
 //    "cpu_scale": 1.0,                 // multiplies kernel FLOPs and bytes on the CPU build
 //    "device": "cpu"}                  // "cuda": real copies and kernels on the GPU; "auto": cuda if usable
 //
@@ -63,6 +65,9 @@ struct SyntheticConfig {
   double launch_us = 0;
   std::vector<SyntheticKernel> kernels;
   double postprocess_us = 0, postprocess_us_per_item = 0;
+  // Compute time that waits without using a core (sleeps), like a kernel running on a device: a batch's cost
+  // is known by construction and a loaded CPU barely changes it (stoke tune's tests use it).
+  double sleep_us = 0, sleep_us_per_item = 0;
   double cpu_scale = 1.0;
   std::string device = "cpu";  // "cpu" | "cuda" | "auto"
 
