@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 namespace stoke {
@@ -164,6 +166,9 @@ StatusOr<SyntheticConfig> SyntheticConfig::FromJson(const json& j, std::string_v
       ASSIGN_OR_RETURN(c.sleep_us, NonNegative(v, key, source));
     } else if (key == "sleep_us_per_item") {
       ASSIGN_OR_RETURN(c.sleep_us_per_item, NonNegative(v, key, source));
+    } else if (key == "sleep_exclusive") {
+      if (!v.is_boolean()) return InvalidArgumentError("{}: 'sleep_exclusive' must be true or false", source);
+      c.sleep_exclusive = v.get<bool>();
     } else if (key == "launch_us") {
       ASSIGN_OR_RETURN(c.launch_us, NonNegative(v, key, source));
     } else if (key == "cpu_scale") {
@@ -252,7 +257,19 @@ Status SyntheticModel::Run(const uint8_t* input, int64_t rows, std::vector<uint8
     }
   }
   if (const double sleep_us = c.sleep_us + c.sleep_us_per_item * rows; sleep_us > 0) {
-    std::this_thread::sleep_for(std::chrono::nanoseconds(static_cast<Nanos>(sleep_us * 1000)));
+    const auto sleep = std::chrono::nanoseconds(static_cast<Nanos>(sleep_us * 1000));
+    if (c.sleep_exclusive) {  // first come, first served, like a device's queue of work
+      std::unique_lock<std::mutex> lock(sleep_mu_);
+      const uint64_t ticket = sleep_next_ticket_++;
+      sleep_cv_.wait(lock, [&] { return sleep_serving_ == ticket; });
+      lock.unlock();
+      std::this_thread::sleep_for(sleep);
+      lock.lock();
+      ++sleep_serving_;
+      sleep_cv_.notify_all();
+    } else {
+      std::this_thread::sleep_for(sleep);
+    }
   }
   ws.device_out.resize(std::max(ws.device_out.size(), out_bytes));
   for (int64_t r = 0; r < rows; ++r) {

@@ -207,9 +207,19 @@ class Tuner {
         return;
       }
       r_.doctor = nlohmann::json::array();
-      for (const doctor::Verdict& v : rep->verdicts)
+      for (const doctor::Verdict& v : rep->verdicts) {
+        // Only GPU counters make "bandwidth/compute bound" a reason to skip instances: the doctor's blind
+        // compute_bound (instances saturated, no counters) says nothing about what another instance adds.
+        bool gpu_evidence = false;
+        nlohmann::json ev = nlohmann::json::array();
+        for (const doctor::Evidence& e : v.evidence) {
+          gpu_evidence = gpu_evidence || e.signal.starts_with("gpu.");
+          ev.push_back({{"signal", e.signal}, {"value", std::isfinite(e.value) ? nlohmann::json(e.value) : nlohmann::json()},
+                        {"op", e.op}, {"threshold", e.threshold}});
+        }
         r_.doctor.push_back({{"bottleneck", v.bottleneck}, {"confidence", v.confidence}, {"summary", v.summary},
-                             {"next_step", v.next_step}});
+                             {"next_step", v.next_step}, {"gpu_evidence", gpu_evidence}, {"evidence", ev}});
+      }
     });
     r_.measuring_s += doctor_s;
     if (o_.progress && r_.doctor.is_array() && !r_.doctor.empty())
@@ -229,7 +239,7 @@ class Tuner {
         Knobs k = own;
         k.max_batch_size = bs;
         k.max_queue_delay_us = o_.queue_delays_us[0];
-        if (k == own) continue;  // the baseline measured it
+        if (k == own || bs == own.max_batch_size) continue;  // the baseline measured this batch size
         if (o_.mode == bench::LoadMode::kConcurrency && bs > 1 && bs / 2 >= o_.load) continue;
         c.push_back(k);
         names.push_back(fmt::format("batch {}", bs));
@@ -256,7 +266,7 @@ class Tuner {
     if (r_.doctor.is_array()) {
       for (const auto& v : r_.doctor) {
         const std::string b = v.value("bottleneck", "");
-        if (b == "bandwidth_bound" || b == "compute_bound")
+        if ((b == "bandwidth_bound" || b == "compute_bound") && v.value("gpu_evidence", false))
           why_not = fmt::format("the doctor names the baseline {} ({}): more instances share the same saturated "
                                 "GPU and will not help",
                                 b, v.value("summary", ""));
