@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "apps/stoke/cli_util.h"
-#include "apps/stoke/config_file.h"
 #include "apps/stoke/command.h"
+#include "apps/stoke/config_file.h"
 #include "base/file_util.h"
 #include "base/logging.h"
 #include "base/status.h"
@@ -74,8 +74,8 @@ struct ServeOptions {
   int gpu_telemetry_interval_ms = 1000;
   bool no_gpu_telemetry = false;
   DeviceFlags device;
-  int instances = 0;  // classic models: instances (0 = the model file's instance_group, else 1)
-  int max_batch_size = 0;          // classic models: 0 = the model file's max_batch_size
+  int instances = 0;                // classic models: instances (0 = the model file's instance_group, else 1)
+  int max_batch_size = 0;           // classic models: 0 = the model file's max_batch_size
   int64_t max_queue_delay_us = -1;  // classic models: -1 = the model file's max_queue_delay_microseconds
   std::string metric_names = "vllm";  // vllm (stoke:...) | prometheus (stoke_...): telemetry/metrics.h
   int debug_requests = 1000;          // finished requests GET /v1/debug/requests keeps (0: off)
@@ -121,7 +121,8 @@ std::string DefaultServedName(const std::string& model) {
 }
 
 Status Validate(const ServeOptions& o) {
-  if (o.model.empty()) return InvalidArgumentError("--model is required (on the command line or in --config)");
+  if (o.model.empty())
+    return InvalidArgumentError("--model is required (on the command line or in --config)");
   if (o.port < 0 || o.port > 65535) return InvalidArgumentError("--port {} is out of range", o.port);
   if (o.max_body_bytes < 1024) return InvalidArgumentError("--max-body-bytes must be at least 1024");
   if (o.http_threads < 1 || o.http_threads > 256)
@@ -135,7 +136,8 @@ Status Validate(const ServeOptions& o) {
   if (o.block_size < 1) return InvalidArgumentError("--block-size must be at least 1");
   if (o.debug_requests < 0) return InvalidArgumentError("--debug-requests must be >= 0");
   if (o.max_batch_size < 0 || o.max_batch_size > 4096)
-    return InvalidArgumentError("--max-batch-size {} must be in [0, 4096] (0: the model's own)", o.max_batch_size);
+    return InvalidArgumentError("--max-batch-size {} must be in [0, 4096] (0: the model's own)",
+                                o.max_batch_size);
   if (o.max_queue_delay_us < -1 || o.max_queue_delay_us > 60'000'000)
     return InvalidArgumentError("--max-queue-delay-us {} must be in [0, 60000000] (-1: the model's own)",
                                 o.max_queue_delay_us);
@@ -346,7 +348,8 @@ CommandRegistrar kServe("serve", "Serve a model over an OpenAI-compatible HTTP A
          "KServe v2 gRPC port (inference.GRPCInferenceService, incl. ModelStreamInfer) for encoders and "
          "model files (0: any free port, -1: off); an LLM is served over HTTP only and ignores it")
       ->capture_default_str();
-  cmd->add_option("--config", o->config, "JSON (or *.toml) file with the same keys as these flags (flags win)");
+  cmd->add_option("--config", o->config,
+                  "JSON (or *.toml) file with the same keys as these flags (flags win)");
   cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body; larger gets 413 (e.g. 8MiB)")
       ->transform(CLI::AsSizeValue(false))
       ->capture_default_str();

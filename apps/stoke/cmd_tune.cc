@@ -1,6 +1,6 @@
-// stoke tune: walk a batched (classic) model's serving knobs one at a time under a p99 target, with stoke serve
-// started per point and stoke bench measuring it; writes DIR/stoke.toml, DIR/tune.json, DIR/report.html.
-// docs/tune.md.
+// stoke tune: walk a batched (classic) model's serving knobs one at a time under a p99 target, with stoke
+// serve started per point and stoke bench measuring it; writes DIR/stoke.toml, DIR/tune.json,
+// DIR/report.html. docs/tune.md.
 //
 //   stoke tune --model synth.json --slo-p99-ms 100 --concurrency 16 --budget-min 10 --out tune/
 //   stoke serve --config tune/stoke.toml
@@ -58,14 +58,16 @@ StatusOr<std::vector<T>> IntList(const std::string& flag, const std::string& spe
 
 int RunTuneCommand(const TuneCli& c) {
   if (!c.url.empty())
-    return Usage("--url is not supported yet: stoke tune starts `stoke serve` itself (it must restart it with "
-                 "new flags for every point)");
+    return Usage(
+        "--url is not supported yet: stoke tune starts `stoke serve` itself (it must restart it with "
+        "new flags for every point)");
   if (c.model.empty()) return Usage("--model is required");
   if (c.out.empty()) return Usage("--out DIR is required");
   if (c.slo <= 0) return Usage("--slo-p99-ms must be > 0");
   if (c.concurrency > 0 && c.rate > 0) return Usage("give --concurrency or --rate, not both");
   if (c.concurrency < 0 || c.rate < 0) return Usage("--concurrency and --rate must be > 0");
-  if (c.window <= 0 || c.warmup < 0 || c.windows < 1) return Usage("--window > 0, --warmup >= 0, --windows >= 1");
+  if (c.window <= 0 || c.warmup < 0 || c.windows < 1)
+    return Usage("--window > 0, --warmup >= 0, --windows >= 1");
   if (c.budget_min <= 0) return Usage("--budget-min must be > 0");
   if (c.confirm_rounds < 1) return Usage("--confirm-rounds must be >= 1");
   if (c.min_gain <= 0) return Usage("--min-gain must be > 0 (percent)");
@@ -108,10 +110,9 @@ int RunTuneCommand(const TuneCli& c) {
     fmt::print(stderr, "stoke tune: {}\n", r.status().message());
     return r.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
-  for (const auto& [name, text] :
-       {std::pair<std::string, std::string>{"stoke.toml", tune::TuneToml(o, *r)},
-        {"tune.json", tune::TuneJson(o, *r).dump(1) + "\n"},
-        {"report.html", tune::TuneHtml(o, *r)}}) {
+  for (const auto& [name, text] : {std::pair<std::string, std::string>{"stoke.toml", tune::TuneToml(o, *r)},
+                                   {"tune.json", tune::TuneJson(o, *r).dump(1) + "\n"},
+                                   {"report.html", tune::TuneHtml(o, *r)}}) {
     if (Status s = WriteStringToFile(c.out + "/" + name, text); !s.ok()) {
       fmt::print(stderr, "stoke tune: {}\n", s.message());
       return 1;
@@ -133,15 +134,19 @@ CommandRun SetupTune(CLI::App* cmd) {
       "  -> precision (skipped on the CPU: no lower precision for this backend; not yet on CUDA)\n"
       "  -> confirmation: baseline and best alternated --confirm-rounds times; a gain within the spread is "
       "\"no gain\".\n"
-      "Each point is a fresh `stoke serve` child (this binary) on a free port, measured by stoke bench's load "
-      "generator for --warmup + --windows x --window seconds. goodput = requests/s finished at or under the SLO; "
+      "Each point is a fresh `stoke serve` child (this binary) on a free port, measured by stoke bench's "
+      "load "
+      "generator for --warmup + --windows x --window seconds. goodput = requests/s finished at or under the "
+      "SLO; "
       "a point whose p99 exceeds --slo-p99-ms is rejected. A step stops when the next value gains less than "
       "--min-gain % goodput.\n"
       "Decoders (max-num-seqs, max-num-batched-tokens, chunked prefill): not yet.\n"
       "Output in --out: stoke.toml (stoke serve --config DIR/stoke.toml), tune.json, report.html, logs/.\n"
       "Example: stoke tune --model synth.json --slo-p99-ms 100 --concurrency 16 --budget-min 5 --out tune/");
-  cmd->add_option("--model", c->model, "Model to tune (as stoke serve --model: encoder alias/folder or model file)");
-  cmd->add_option("--device", c->device, "cpu | cuda | auto, passed to stoke serve (default: the model's own)");
+  cmd->add_option("--model", c->model,
+                  "Model to tune (as stoke serve --model: encoder alias/folder or model file)");
+  cmd->add_option("--device", c->device,
+                  "cpu | cuda | auto, passed to stoke serve (default: the model's own)");
   cmd->add_option("--slo-p99-ms", c->slo, "p99 end-to-end latency target; points above it are rejected");
   cmd->add_option("--workload", c->workload, "short | standard | long | FILE.jsonl (bench's workloads)")
       ->capture_default_str();
@@ -160,7 +165,8 @@ CommandRun SetupTune(CLI::App* cmd) {
   cmd->add_option("--instance-counts", c->instances, "instance counts")->capture_default_str();
   cmd->add_option("--confirm-rounds", c->confirm_rounds, "Baseline/best rounds of the confirmation run")
       ->capture_default_str();
-  cmd->add_flag("--grid", c->grid, "Measure every combination of the knob values instead of walking (comparison)");
+  cmd->add_flag("--grid", c->grid,
+                "Measure every combination of the knob values instead of walking (comparison)");
   cmd->add_flag("--no-doctor", c->no_doctor, "Do not ask the doctor about the baseline");
   cmd->add_option("--out", c->out, "Output directory");
   cmd->add_option("--url", c->url, "Not yet: tuning a server started elsewhere");
@@ -168,7 +174,8 @@ CommandRun SetupTune(CLI::App* cmd) {
   return [c]() -> int { return RunTuneCommand(*c); };
 }
 
-CommandRegistrar kTune("tune", "Tune a batched model's serving knobs under a p99 target (docs/tune.md)", SetupTune);
+CommandRegistrar kTune("tune", "Tune a batched model's serving knobs under a p99 target (docs/tune.md)",
+                       SetupTune);
 
 }  // namespace
 }  // namespace stoke

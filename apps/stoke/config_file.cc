@@ -32,9 +32,10 @@ StatusOr<nlohmann::json> FromToml(const std::string& path, const std::string& te
     } else if (node.is_floating_point()) {
       j[key] = *node.value<double>();
     } else {
-      return InvalidArgumentError("{}: '{}' must be a string, number or boolean (tables and arrays are not "
-                                  "flags)",
-                                  path, key);
+      return InvalidArgumentError(
+          "{}: '{}' must be a string, number or boolean (tables and arrays are not "
+          "flags)",
+          path, key);
     }
   }
   return j;

@@ -39,9 +39,9 @@
 // device).
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <condition_variable>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>

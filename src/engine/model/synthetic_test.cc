@@ -41,7 +41,8 @@ TEST(SyntheticModelTest, ParsesEveryKey) {
 }
 
 TEST(SyntheticModelTest, ExclusiveSleepsTakeTurns) {
-  SyntheticConfig c = Parse(R"({"input_bytes": 4, "output_bytes": 4, "sleep_us": 20000, "sleep_us_per_item": 5000,
+  SyntheticConfig c =
+      Parse(R"({"input_bytes": 4, "output_bytes": 4, "sleep_us": 20000, "sleep_us_per_item": 5000,
                                 "sleep_exclusive": true})");
   EXPECT_EQ(c.sleep_us, 20000);
   EXPECT_EQ(c.sleep_us_per_item, 5000);

@@ -32,7 +32,9 @@ std::string SelfExe() {
   return ec ? std::string("/proc/self/exe") : p.string();
 }
 
-ServerProcess::~ServerProcess() { Stop(); }
+ServerProcess::~ServerProcess() {
+  Stop();
+}
 
 Status ServerProcess::Start(const std::string& exe, const std::vector<std::string>& args,
                             const std::string& log_path, double ready_timeout_s) {

@@ -41,8 +41,8 @@ std::string TuneToml(const TuneOptions& o, const TuneResult& r) {
   std::string t = fmt::format(
       "# Written by stoke tune ({}) on {}: SLO p99 {} ms, {} {}, workload {}.\n"
       "# Serve it with: stoke serve --config stoke.toml   (flags on the command line win)\n",
-      r.mode, r.started_at, o.slo_p99_ms, o.mode == bench::LoadMode::kConcurrency ? "concurrency" : "rate", o.load,
-      o.workload.name);
+      r.mode, r.started_at, o.slo_p99_ms, o.mode == bench::LoadMode::kConcurrency ? "concurrency" : "rate",
+      o.load, o.workload.name);
   if (r.chosen_index >= 0) {
     const Measurement& m = r.measurements[static_cast<size_t>(r.chosen_index)];
     t += fmt::format("# Chosen: {} -> goodput {:.1f} req/s, p99 {:.1f} ms (baseline goodput {:.1f} req/s).\n",
@@ -53,7 +53,8 @@ std::string TuneToml(const TuneOptions& o, const TuneResult& r) {
   t += "model = " + TomlString(o.model) + "\n";
   if (!o.device.empty()) t += "device = " + TomlString(o.device) + "\n";
   if (r.chosen.max_batch_size > 0) t += fmt::format("max-batch-size = {}\n", r.chosen.max_batch_size);
-  if (r.chosen.max_queue_delay_us >= 0) t += fmt::format("max-queue-delay-us = {}\n", r.chosen.max_queue_delay_us);
+  if (r.chosen.max_queue_delay_us >= 0)
+    t += fmt::format("max-queue-delay-us = {}\n", r.chosen.max_queue_delay_us);
   if (r.chosen.instances > 0) t += fmt::format("instances = {}\n", r.chosen.instances);
   return t;
 }
@@ -76,26 +77,44 @@ nlohmann::json TuneJson(const TuneOptions& o, const TuneResult& r) {
   j["baseline_knobs"] = KnobsJson(r.baseline_knobs);
   j["measurements"] = nlohmann::json::array();
   for (const Measurement& m : r.measurements) {
-    j["measurements"].push_back({{"index", m.index}, {"step", m.step}, {"knobs", KnobsJson(m.knobs)},
-                                 {"ok", m.ok}, {"error", m.error}, {"requests_per_s", m.requests_per_s},
-                                 {"goodput_rps", m.goodput_rps}, {"p50_ms", m.p50_ms}, {"p99_ms", m.p99_ms},
-                                 {"succeeded", m.succeeded}, {"errors", m.errors}, {"valid", m.valid},
-                                 {"accepted", m.accepted}, {"why", m.why}, {"warmup_s", m.warmup_s},
-                                 {"measured_s", m.measured_s}, {"elapsed_s", m.elapsed_s}});
+    j["measurements"].push_back({{"index", m.index},
+                                 {"step", m.step},
+                                 {"knobs", KnobsJson(m.knobs)},
+                                 {"ok", m.ok},
+                                 {"error", m.error},
+                                 {"requests_per_s", m.requests_per_s},
+                                 {"goodput_rps", m.goodput_rps},
+                                 {"p50_ms", m.p50_ms},
+                                 {"p99_ms", m.p99_ms},
+                                 {"succeeded", m.succeeded},
+                                 {"errors", m.errors},
+                                 {"valid", m.valid},
+                                 {"accepted", m.accepted},
+                                 {"why", m.why},
+                                 {"warmup_s", m.warmup_s},
+                                 {"measured_s", m.measured_s},
+                                 {"elapsed_s", m.elapsed_s}});
   }
   j["steps"] = nlohmann::json::array();
   for (const StepReport& s : r.steps) {
-    j["steps"].push_back({{"knob", s.knob}, {"points", s.points}, {"skipped", s.skipped},
-                          {"stopped", s.stopped}, {"best", KnobsJson(s.best)}});
+    j["steps"].push_back({{"knob", s.knob},
+                          {"points", s.points},
+                          {"skipped", s.skipped},
+                          {"stopped", s.stopped},
+                          {"best", KnobsJson(s.best)}});
   }
   j["doctor"] = r.doctor;
   j["chosen"] = KnobsJson(r.chosen);
   j["chosen_index"] = r.chosen_index;
-  if (r.chosen_index >= 0) j["chosen_goodput_rps"] = r.measurements[static_cast<size_t>(r.chosen_index)].goodput_rps;
+  if (r.chosen_index >= 0)
+    j["chosen_goodput_rps"] = r.measurements[static_cast<size_t>(r.chosen_index)].goodput_rps;
   const Confirmation& c = r.confirmation;
-  j["confirmation"] = {{"ran", c.ran}, {"baseline_goodput", c.baseline}, {"best_goodput", c.best},
+  j["confirmation"] = {{"ran", c.ran},
+                       {"baseline_goodput", c.baseline},
+                       {"best_goodput", c.best},
                        {"gain", std::isfinite(c.gain) ? nlohmann::json(c.gain) : nlohmann::json(nullptr)},
-                       {"spread", c.spread}, {"verdict", c.verdict}};
+                       {"spread", c.spread},
+                       {"verdict", c.verdict}};
   j["measurement_count"] = r.measurements.size();
   j["measuring_s"] = r.measuring_s;
   return j;
@@ -119,19 +138,22 @@ std::string TuneHtml(const TuneOptions& o, const TuneResult& r) {
   std::string h =
       "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>stoke tune</title><style>"
       "body{font-family:sans-serif;max-width:1000px;margin:1em auto;color:#222}"
-      "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}"
+      "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:2px "
+      "6px;text-align:right}"
       "td.l,th.l{text-align:left}tr.rej td{color:#b00}tr.chosen td{font-weight:bold;background:#efe}"
       ".chart{margin:0.5em 0}</style></head><body>";
-  h += fmt::format("<h1>stoke tune: {}</h1><p>{} mode, started {}; SLO p99 {} ms; {} {}; {} measurements, {:.1f} s "
-                   "of measuring time.</p>",
-                   XmlEscape(r.model), r.mode, XmlEscape(r.started_at), o.slo_p99_ms,
-                   o.mode == bench::LoadMode::kConcurrency ? "concurrency" : "rate", o.load, r.measurements.size(),
-                   r.measuring_s);
+  h += fmt::format(
+      "<h1>stoke tune: {}</h1><p>{} mode, started {}; SLO p99 {} ms; {} {}; {} measurements, {:.1f} s "
+      "of measuring time.</p>",
+      XmlEscape(r.model), r.mode, XmlEscape(r.started_at), o.slo_p99_ms,
+      o.mode == bench::LoadMode::kConcurrency ? "concurrency" : "rate", o.load, r.measurements.size(),
+      r.measuring_s);
   if (r.chosen_index >= 0) {
     const Measurement& m = r.measurements[static_cast<size_t>(r.chosen_index)];
-    h += fmt::format("<p id=\"chosen\"><b>Chosen:</b> {} &mdash; goodput {:.1f} req/s, p99 {:.1f} ms (baseline {:.1f} "
-                     "req/s).</p>",
-                     XmlEscape(r.chosen.Describe()), m.goodput_rps, m.p99_ms, r.measurements[0].goodput_rps);
+    h += fmt::format(
+        "<p id=\"chosen\"><b>Chosen:</b> {} &mdash; goodput {:.1f} req/s, p99 {:.1f} ms (baseline {:.1f} "
+        "req/s).</p>",
+        XmlEscape(r.chosen.Describe()), m.goodput_rps, m.p99_ms, r.measurements[0].goodput_rps);
   }
   if (!r.confirmation.verdict.empty())
     h += "<p id=\"confirmation\"><b>Confirmation:</b> " + XmlEscape(r.confirmation.verdict) + "</p>";
@@ -144,8 +166,8 @@ std::string TuneHtml(const TuneOptions& o, const TuneResult& r) {
     h += fmt::format("<h3 class=\"step\">{}</h3><p class=\"why\">{}{}</p>", XmlEscape(s.knob),
                      s.skipped ? "Skipped: " : "Stopped: ", XmlEscape(s.stopped));
     if (s.points.empty()) continue;
-    bench::ChartSeries good{.name = "goodput"}, p99{.name = "p99"}, slo{.name = "SLO", .markers = false,
-                                                                           .dashed = true};
+    bench::ChartSeries good{.name = "goodput"}, p99{.name = "p99"},
+        slo{.name = "SLO", .markers = false, .dashed = true};
     bench::ChartSeries chosen{.name = "chosen"};
     std::vector<double> ticks;
     for (int i : s.points) {
@@ -167,12 +189,18 @@ std::string TuneHtml(const TuneOptions& o, const TuneResult& r) {
     }
     const bool log_x = s.knob != "max_queue_delay_us";
     h += "<div class=\"chart\">" +
-         bench::LineChartSvg({.title = "goodput vs " + s.knob + " (crossed: rejected)", .x_label = s.knob,
-                              .y_label = "goodput (req/s)", .log_x = log_x, .x_ticks = ticks},
+         bench::LineChartSvg({.title = "goodput vs " + s.knob + " (crossed: rejected)",
+                              .x_label = s.knob,
+                              .y_label = "goodput (req/s)",
+                              .log_x = log_x,
+                              .x_ticks = ticks},
                              {good, chosen}) +
          "</div><div class=\"chart\">" +
-         bench::LineChartSvg({.title = "p99 vs " + s.knob, .x_label = s.knob, .y_label = "p99 (ms)",
-                              .log_x = log_x, .x_ticks = ticks},
+         bench::LineChartSvg({.title = "p99 vs " + s.knob,
+                              .x_label = s.knob,
+                              .y_label = "p99 (ms)",
+                              .log_x = log_x,
+                              .x_ticks = ticks},
                              {p99, slo}) +
          "</div>";
   }
@@ -189,19 +217,24 @@ std::string TuneHtml(const TuneOptions& o, const TuneResult& r) {
     std::vector<bench::ChartSeries> v;
     for (auto& [k, l] : lines) v.push_back(std::move(l));
     h += "<h2>Grid</h2><div class=\"chart\">" +
-         bench::LineChartSvg({.title = "goodput vs max_batch_size (every combination)", .x_label = "max_batch_size",
-                              .y_label = "goodput (req/s)", .log_x = true, .width = 900, .height = 400},
+         bench::LineChartSvg({.title = "goodput vs max_batch_size (every combination)",
+                              .x_label = "max_batch_size",
+                              .y_label = "goodput (req/s)",
+                              .log_x = true,
+                              .width = 900,
+                              .height = 400},
                              v) +
          "</div>";
   }
   h += "<h2>Every measurement</h2><table><tr><th>#</th><th class=\"l\">step</th><th class=\"l\">knobs</th>"
        "<th>req/s</th><th>p50 ms</th><th>p99 ms</th><th>goodput/s</th><th class=\"l\">verdict</th></tr>";
   for (const Measurement& m : r.measurements) {
-    h += fmt::format("<tr class=\"{}\"><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{:.1f}</td>"
-                     "<td>{:.1f}</td><td>{:.1f}</td><td>{:.1f}</td><td class=\"l\">{}</td></tr>",
-                     m.index == r.chosen_index ? "chosen" : (m.accepted ? "" : "rej"), m.index, XmlEscape(m.step),
-                     XmlEscape(m.knobs.Describe()), m.requests_per_s, m.p50_ms, m.p99_ms, m.goodput_rps,
-                     m.accepted ? "accepted" : XmlEscape("rejected: " + m.why));
+    h += fmt::format(
+        "<tr class=\"{}\"><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{:.1f}</td>"
+        "<td>{:.1f}</td><td>{:.1f}</td><td>{:.1f}</td><td class=\"l\">{}</td></tr>",
+        m.index == r.chosen_index ? "chosen" : (m.accepted ? "" : "rej"), m.index, XmlEscape(m.step),
+        XmlEscape(m.knobs.Describe()), m.requests_per_s, m.p50_ms, m.p99_ms, m.goodput_rps,
+        m.accepted ? "accepted" : XmlEscape("rejected: " + m.why));
   }
   h += "</table></body></html>\n";
   return h;

@@ -1,6 +1,7 @@
 #include "tools/tune/tuner.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 #include <cmath>
@@ -19,7 +20,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 std::vector<std::string> ServeArgs(const TuneOptions& o, const Knobs& k) {
-  std::vector<std::string> a = {"--model", o.model, "--port", "0", "--grpc-port", "-1", "--drain-seconds", "1"};
+  std::vector<std::string> a = {"--model",     o.model, "--port",          "0",
+                                "--grpc-port", "-1",    "--drain-seconds", "1"};
   if (!o.device.empty()) a.insert(a.end(), {"--device", o.device});
   if (k.max_batch_size > 0) a.insert(a.end(), {"--max-batch-size", std::to_string(k.max_batch_size)});
   if (k.max_queue_delay_us >= 0)
@@ -61,8 +63,9 @@ class Tuner {
   bool BudgetLeft() const { return Elapsed() + PointCost() <= o_.budget_s; }
 
   // Starts a server with `k`, measures one point, stops it. `after` runs while the server is still up.
-  Measurement Measure(const std::string& step, const Knobs& k,
-                      const std::function<void(const std::string& url, const std::string& model)>& after = {}) {
+  Measurement Measure(
+      const std::string& step, const Knobs& k,
+      const std::function<void(const std::string& url, const std::string& model)>& after = {}) {
     Measurement m;
     m.index = static_cast<int>(r_.measurements.size());
     m.step = step;
@@ -138,8 +141,9 @@ class Tuner {
     if (o_.progress == nullptr) return;
     fmt::print(o_.progress, "tune #{:<3} {:<18} {:<40} ", m.index, m.step, m.knobs.Describe());
     if (m.ok) {
-      fmt::print(o_.progress, "{:8.1f} req/s  p50 {:7.1f} ms  p99 {:7.1f} ms  goodput {:8.1f}/s  {}", m.requests_per_s,
-                 m.p50_ms, m.p99_ms, m.goodput_rps, m.accepted ? "accepted" : "rejected: " + m.why);
+      fmt::print(o_.progress, "{:8.1f} req/s  p50 {:7.1f} ms  p99 {:7.1f} ms  goodput {:8.1f}/s  {}",
+                 m.requests_per_s, m.p50_ms, m.p99_ms, m.goodput_rps,
+                 m.accepted ? "accepted" : "rejected: " + m.why);
     } else {
       fmt::print(o_.progress, "{}", m.why);
     }
@@ -148,7 +152,8 @@ class Tuner {
   }
 
   // One step of the walk: `values` of one knob applied to `base`; updates best_/best_score_.
-  void Step(const std::string& knob, const std::vector<Knobs>& candidates, const std::vector<std::string>& names) {
+  void Step(const std::string& knob, const std::vector<Knobs>& candidates,
+            const std::vector<std::string>& names) {
     StepReport st;
     st.knob = knob;
     std::vector<int> idx;
@@ -182,7 +187,8 @@ class Tuner {
   // Resolved knobs: the model's own values made explicit (for the next step's candidates).
   Knobs Explicit(Knobs k) const {
     if (k.max_batch_size <= 0) k.max_batch_size = std::max(1, r_.baseline_knobs.max_batch_size);
-    if (k.max_queue_delay_us < 0) k.max_queue_delay_us = std::max<int64_t>(0, r_.baseline_knobs.max_queue_delay_us);
+    if (k.max_queue_delay_us < 0)
+      k.max_queue_delay_us = std::max<int64_t>(0, r_.baseline_knobs.max_queue_delay_us);
     if (k.instances <= 0) k.instances = std::max(1, r_.baseline_knobs.instances);
     return k;
   }
@@ -214,17 +220,23 @@ class Tuner {
         nlohmann::json ev = nlohmann::json::array();
         for (const doctor::Evidence& e : v.evidence) {
           gpu_evidence = gpu_evidence || e.signal.starts_with("gpu.");
-          ev.push_back({{"signal", e.signal}, {"value", std::isfinite(e.value) ? nlohmann::json(e.value) : nlohmann::json()},
-                        {"op", e.op}, {"threshold", e.threshold}});
+          ev.push_back({{"signal", e.signal},
+                        {"value", std::isfinite(e.value) ? nlohmann::json(e.value) : nlohmann::json()},
+                        {"op", e.op},
+                        {"threshold", e.threshold}});
         }
-        r_.doctor.push_back({{"bottleneck", v.bottleneck}, {"confidence", v.confidence}, {"summary", v.summary},
-                             {"next_step", v.next_step}, {"gpu_evidence", gpu_evidence}, {"evidence", ev}});
+        r_.doctor.push_back({{"bottleneck", v.bottleneck},
+                             {"confidence", v.confidence},
+                             {"summary", v.summary},
+                             {"next_step", v.next_step},
+                             {"gpu_evidence", gpu_evidence},
+                             {"evidence", ev}});
       }
     });
     r_.measuring_s += doctor_s;
     if (o_.progress && r_.doctor.is_array() && !r_.doctor.empty())
-      fmt::print(o_.progress, "tune doctor on the baseline: {} ({})\n", r_.doctor[0]["bottleneck"].get<std::string>(),
-                 r_.doctor[0]["summary"].get<std::string>());
+      fmt::print(o_.progress, "tune doctor on the baseline: {} ({})\n",
+                 r_.doctor[0]["bottleneck"].get<std::string>(), r_.doctor[0]["summary"].get<std::string>());
     r_.chosen_index = base.index;
     best_score_ = base.score();
     best_ = Knobs{};
@@ -233,18 +245,26 @@ class Tuner {
     // 2. max batch size, with the first queue delay.
     {
       std::vector<Knobs> c;
-      std::vector<std::string> names;
+      std::vector<std::string> names, skipped;
       const Knobs own = Explicit(Knobs{});
       for (int bs : o_.batch_sizes) {
         Knobs k = own;
         k.max_batch_size = bs;
         k.max_queue_delay_us = o_.queue_delays_us[0];
-        if (k == own || bs == own.max_batch_size) continue;  // the baseline measured this batch size
-        if (o_.mode == bench::LoadMode::kConcurrency && bs > 1 && bs / 2 >= o_.load) continue;
+        if (k == own || bs == own.max_batch_size) {  // the baseline measured this batch size
+          skipped.push_back(fmt::format("{} (the baseline's)", bs));
+          continue;
+        }
+        if (o_.mode == bench::LoadMode::kConcurrency && bs > 1 && bs / 2 >= o_.load) {
+          skipped.push_back(fmt::format("{} (>= 2x the {} requests in flight)", bs, o_.load));
+          continue;
+        }
         c.push_back(k);
         names.push_back(fmt::format("batch {}", bs));
       }
       Step("max_batch_size", c, names);
+      if (!skipped.empty())
+        r_.steps.back().stopped += fmt::format("; not measured: {}", fmt::join(skipped, ", "));
     }
     // 3. the other queue delays with the best batch.
     if (o_.queue_delays_us.size() > 1 && Explicit(best_).max_batch_size > 1) {
@@ -267,9 +287,10 @@ class Tuner {
       for (const auto& v : r_.doctor) {
         const std::string b = v.value("bottleneck", "");
         if ((b == "bandwidth_bound" || b == "compute_bound") && v.value("gpu_evidence", false))
-          why_not = fmt::format("the doctor names the baseline {} ({}): more instances share the same saturated "
-                                "GPU and will not help",
-                                b, v.value("summary", ""));
+          why_not = fmt::format(
+              "the doctor names the baseline {} ({}): more instances share the same saturated "
+              "GPU and will not help",
+              b, v.value("summary", ""));
       }
     }
     if (!why_not.empty()) {
@@ -288,9 +309,10 @@ class Tuner {
       Step("instances", c, names);
     }
     // 5. precision.
-    Skip("precision", o_.device == "cuda" ? "not yet: the precision step (with its output-consistency gate) is "
-                                            "not built for classic models"
-                                          : "no lower precision for this backend (CPU)");
+    Skip("precision", o_.device == "cuda"
+                          ? "not yet: the precision step (with its output-consistency gate) is "
+                            "not built for classic models"
+                          : "no lower precision for this backend (CPU)");
     r_.chosen = best_;
     Confirm();
   }
@@ -310,7 +332,9 @@ class Tuner {
       c.best.push_back(Measure("confirm:best", best_).score());
     }
     c.ran = true;
-    auto mean = [](const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / v.size(); };
+    auto mean = [](const std::vector<double>& v) {
+      return std::accumulate(v.begin(), v.end(), 0.0) / v.size();
+    };
     auto sem = [&](const std::vector<double>& v) {  // standard error of the mean, relative
       if (v.size() < 2) return 0.0;
       const double m = mean(v);
@@ -322,17 +346,19 @@ class Tuner {
     c.spread = std::sqrt(sem(c.baseline) * sem(c.baseline) + sem(c.best) * sem(c.best));
     if (mb <= 0) {
       c.gain = mw > 0 ? INFINITY : 0;
-      c.verdict = mw > 0 ? fmt::format("the baseline meets the SLO in no round; the best gives {:.1f} req/s of goodput",
-                                       mw)
-                         : "no gain: neither meets the SLO in the confirmation rounds";
+      c.verdict =
+          mw > 0 ? fmt::format(
+                       "the baseline meets the SLO in no round; the best gives {:.1f} req/s of goodput", mw)
+                 : "no gain: neither meets the SLO in the confirmation rounds";
       return;
     }
     c.gain = mw / mb - 1;
     const bool noise = c.gain < 2 * c.spread;
-    c.verdict = noise ? fmt::format("no gain: {:+.1f} % is within the run-to-run spread (± {:.1f} %, 2x = {:.1f} %)",
-                                    100 * c.gain, 100 * c.spread, 200 * c.spread)
-                      : fmt::format("gain {:+.1f} % ± {:.1f} % ({:.1f} -> {:.1f} req/s of goodput, {} rounds)",
-                                    100 * c.gain, 100 * c.spread, mb, mw, c.baseline.size());
+    c.verdict =
+        noise ? fmt::format("no gain: {:+.1f} % is within the run-to-run spread (± {:.1f} %, 2x = {:.1f} %)",
+                            100 * c.gain, 100 * c.spread, 200 * c.spread)
+              : fmt::format("gain {:+.1f} % ± {:.1f} % ({:.1f} -> {:.1f} req/s of goodput, {} rounds)",
+                            100 * c.gain, 100 * c.spread, mb, mw, c.baseline.size());
   }
 
   void Grid() {
@@ -379,7 +405,8 @@ class Tuner {
 }  // namespace
 
 std::string Knobs::Describe() const {
-  return fmt::format("batch {}, delay {}, instances {}", max_batch_size > 0 ? std::to_string(max_batch_size) : "own",
+  return fmt::format("batch {}, delay {}, instances {}",
+                     max_batch_size > 0 ? std::to_string(max_batch_size) : "own",
                      max_queue_delay_us >= 0 ? std::to_string(max_queue_delay_us) + " us" : "own",
                      instances > 0 ? std::to_string(instances) : "own");
 }
@@ -403,10 +430,9 @@ int WalkValues(size_t count, double reference, double min_gain,
       best_name = name(i);
       continue;
     }
-    *stopped = best_score > 0
-                   ? fmt::format("{} gains {:+.1f} % goodput over {} (< {:.0f} %)", name(i),
-                                 100 * (*s / best_score - 1), best_name, 100 * min_gain)
-                   : fmt::format("{} meets the SLO in no point", name(i));
+    *stopped = best_score > 0 ? fmt::format("{} gains {:+.1f} % goodput over {} (< {:.0f} %)", name(i),
+                                            100 * (*s / best_score - 1), best_name, 100 * min_gain)
+                              : fmt::format("{} meets the SLO in no point", name(i));
     return best;
   }
   *stopped = count == 0 ? "no value to try" : "every value measured";

@@ -86,15 +86,15 @@ struct TuneOptions {
   int confirm_rounds = 3;
   bool grid = false;
   bool doctor = true;
-  std::string out_dir;                // serve logs go to out_dir/logs
+  std::string out_dir;                  // serve logs go to out_dir/logs
   std::vector<std::string> serve_args;  // extra flags for every `stoke serve`
-  std::FILE* progress = stderr;       // one line per measurement; nullptr = silent
+  std::FILE* progress = stderr;         // one line per measurement; nullptr = silent
 };
 
 struct TuneResult {
   std::string mode;  // "walk" | "grid"
   std::string model, served_name, device, started_at;
-  Knobs baseline_knobs;   // the model's own, as its /v2/models/M/config reported them
+  Knobs baseline_knobs;  // the model's own, as its /v2/models/M/config reported them
   std::vector<Measurement> measurements;
   std::vector<StepReport> steps;
   nlohmann::json doctor;  // the verdicts on the baseline (null when not asked)

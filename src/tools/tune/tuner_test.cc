@@ -18,7 +18,9 @@ struct Curve {
   }
 };
 
-std::string Name(size_t i) { return "v" + std::to_string(i); }
+std::string Name(size_t i) {
+  return "v" + std::to_string(i);
+}
 
 TEST(TuneWalkTest, StopsAtTheFirstValueThatGainsLessThanFivePercent) {
   Curve c{{100, 200, 205, 400}};  // v2 gains 2.5 %: stop there, never measure v3
