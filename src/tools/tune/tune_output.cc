@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <map>
 
 #include "tools/bench/svg_chart.h"
@@ -50,7 +52,11 @@ std::string TuneToml(const TuneOptions& o, const TuneResult& r) {
   }
   if (r.confirmation.ran || !r.confirmation.verdict.empty())
     t += "# Confirmation: " + r.confirmation.verdict + "\n";
-  t += "model = " + TomlString(o.model) + "\n";
+  // A model file's path made absolute, so the file serves from any working directory.
+  std::error_code ec;
+  std::string model = o.model;
+  if (std::filesystem::exists(model, ec)) model = std::filesystem::absolute(model, ec).string();
+  t += "model = " + TomlString(model) + "\n";
   if (!o.device.empty()) t += "device = " + TomlString(o.device) + "\n";
   if (r.chosen.max_batch_size > 0) t += fmt::format("max-batch-size = {}\n", r.chosen.max_batch_size);
   if (r.chosen.max_queue_delay_us >= 0)
@@ -168,11 +174,17 @@ std::string TuneHtml(const TuneOptions& o, const TuneResult& r) {
     if (s.points.empty()) continue;
     bench::ChartSeries good{.name = "goodput"}, p99{.name = "p99"},
         slo{.name = "SLO", .markers = false, .dashed = true};
-    bench::ChartSeries chosen{.name = "chosen"};
+    bench::ChartSeries kept{.name = "kept"};
+    std::vector<int> pts = s.points;  // with the point the step started from, in knob order
+    if (s.from_point >= 0) pts.push_back(s.from_point);
+    auto knob_x = [&](int i) {  // the baseline's "own" values as its server reported them
+      return KnobValue(s.knob, i == 0 ? r.baseline_knobs : r.measurements[static_cast<size_t>(i)].knobs);
+    };
+    std::sort(pts.begin(), pts.end(), [&](int a, int b) { return knob_x(a) < knob_x(b); });
     std::vector<double> ticks;
-    for (int i : s.points) {
+    for (int i : pts) {
       const Measurement& m = r.measurements[static_cast<size_t>(i)];
-      const double x = KnobValue(s.knob, m.knobs);
+      const double x = knob_x(i);
       ticks.push_back(x);
       good.x.push_back(x);
       good.y.push_back(m.goodput_rps);
@@ -182,19 +194,19 @@ std::string TuneHtml(const TuneOptions& o, const TuneResult& r) {
       p99.invalid.push_back(!m.accepted);
       slo.x.push_back(x);
       slo.y.push_back(o.slo_p99_ms);
-      if (i == r.chosen_index) {
-        chosen.x.push_back(x);
-        chosen.y.push_back(m.goodput_rps);
+      if (i == s.best_point) {
+        kept.x.push_back(x);
+        kept.y.push_back(m.goodput_rps);
       }
     }
     const bool log_x = s.knob != "max_queue_delay_us";
     h += "<div class=\"chart\">" +
-         bench::LineChartSvg({.title = "goodput vs " + s.knob + " (crossed: rejected)",
+         bench::LineChartSvg({.title = "goodput vs " + s.knob + " (crossed: rejected; kept: carried on)",
                               .x_label = s.knob,
                               .y_label = "goodput (req/s)",
                               .log_x = log_x,
                               .x_ticks = ticks},
-                             {good, chosen}) +
+                             {good, kept}) +
          "</div><div class=\"chart\">" +
          bench::LineChartSvg({.title = "p99 vs " + s.knob,
                               .x_label = s.knob,

@@ -153,9 +153,10 @@ class Tuner {
 
   // One step of the walk: `values` of one knob applied to `base`; updates best_/best_score_.
   void Step(const std::string& knob, const std::vector<Knobs>& candidates,
-            const std::vector<std::string>& names) {
+            const std::vector<std::string>& names, bool ordered = true) {
     StepReport st;
     st.knob = knob;
+    st.from_point = r_.chosen_index;
     std::vector<int> idx;
     const int b = WalkValues(
         candidates.size(), best_score_, o_.min_gain,
@@ -169,13 +170,14 @@ class Tuner {
           idx.push_back(m.index);
           return m.score();
         },
-        [&](size_t i) { return names[i]; }, &st.stopped);
+        [&](size_t i) { return names[i]; }, &st.stopped, ordered);
     if (b >= 0) {
       best_ = candidates[static_cast<size_t>(b)];
       best_score_ = r_.measurements[static_cast<size_t>(idx[static_cast<size_t>(b)])].score();
       r_.chosen_index = idx[static_cast<size_t>(b)];
     }
     st.best = best_;
+    st.best_point = r_.chosen_index;
     r_.steps.push_back(st);
   }
 
@@ -277,7 +279,7 @@ class Tuner {
         c.push_back(k);
         names.push_back(fmt::format("delay {} us", d));
       }
-      Step("max_queue_delay_us", c, names);
+      Step("max_queue_delay_us", c, names, /*ordered=*/false);  // delays: no monotone axis
     } else if (o_.queue_delays_us.size() > 1) {
       Skip("max_queue_delay_us", "the best max_batch_size is 1: no batch to wait for");
     }
@@ -413,7 +415,7 @@ std::string Knobs::Describe() const {
 
 int WalkValues(size_t count, double reference, double min_gain,
                const std::function<std::optional<double>(size_t)>& measure,
-               const std::function<std::string(size_t)>& name, std::string* stopped) {
+               const std::function<std::string(size_t)>& name, std::string* stopped, bool ordered) {
   int best = -1;
   double best_score = reference;
   std::string best_name = "the previous step's best";
@@ -430,6 +432,7 @@ int WalkValues(size_t count, double reference, double min_gain,
       best_name = name(i);
       continue;
     }
+    if (!ordered) continue;
     *stopped = best_score > 0 ? fmt::format("{} gains {:+.1f} % goodput over {} (< {:.0f} %)", name(i),
                                             100 * (*s / best_score - 1), best_name, 100 * min_gain)
                               : fmt::format("{} meets the SLO in no point", name(i));

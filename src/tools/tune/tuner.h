@@ -59,6 +59,8 @@ struct StepReport {
   bool skipped = false;
   std::string stopped;  // why the step stopped (or why it was skipped)
   Knobs best;           // the configuration carried to the next step
+  int from_point = -1;  // the measurement the step started from (the previous best)
+  int best_point = -1;  // the measurement of `best` after the step
 };
 
 struct Confirmation {
@@ -108,9 +110,11 @@ struct TuneResult {
 // The walk's decision rule, separated for unit tests: measures `values` in order through `measure` (which
 // returns a score, 0 = rejected; nullopt = out of budget) starting from `reference` (the score to beat);
 // returns the index of the best value (-1 when none beat the reference) and sets *stopped to why it stopped.
+// `ordered` = false (values not on a monotone axis, e.g. queue delays): every value is measured and the best
+// kept, still only when it beats the reference by min_gain.
 int WalkValues(size_t count, double reference, double min_gain,
                const std::function<std::optional<double>(size_t)>& measure,
-               const std::function<std::string(size_t)>& name, std::string* stopped);
+               const std::function<std::string(size_t)>& name, std::string* stopped, bool ordered = true);
 
 StatusOr<TuneResult> RunTune(const TuneOptions& opts);
 

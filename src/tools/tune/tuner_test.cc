@@ -45,6 +45,14 @@ TEST(TuneWalkTest, KeepsThePreviousBestWhenTheFirstValueIsWorse) {
   EXPECT_EQ(c.measured, 1);
 }
 
+TEST(TuneWalkTest, UnorderedValuesAreAllMeasured) {
+  Curve c{{90, 300, 310}};  // queue delays: a worse first value does not stop the step
+  std::string why;
+  EXPECT_EQ(WalkValues(3, 100, 0.05, std::ref(c), Name, &why, /*ordered=*/false), 1);
+  EXPECT_EQ(c.measured, 3);
+  EXPECT_EQ(why, "every value measured");
+}
+
 TEST(TuneWalkTest, StopsWhenTheBudgetIsSpent) {
   int calls = 0;
   std::string why;
