@@ -91,6 +91,16 @@ class Tuner {
     ASSIGN_OR_RETURN(bench::HttpEndpoint ep, bench::ParseHttpUrl(url));
     if (r_.served_name.empty()) {
       ASSIGN_OR_RETURN(r_.served_name, FirstModel(ep));
+      StatusOr<bench::SimpleResponse> cfg =
+          bench::HttpFetch(ep, "GET", "/v2/models/" + r_.served_name + "/config", "", 10);
+      if (!cfg.ok() || cfg->status != 200) {
+        const std::string name = r_.served_name;
+        r_.served_name.clear();
+        return InvalidArgumentError(
+            "{} ('{}') is not a batched model (no /v2/models/{}/config): stoke tune walks encoders and model "
+            "files; decoders: not yet",
+            o_.model, name, name);
+      }
       r_.baseline_knobs = ReadConfigKnobs(ep, r_.served_name);
     }
     bench::BenchOptions b;
