@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -219,7 +220,8 @@ class Tuner {
       d.concurrency = {o_.mode == bench::LoadMode::kConcurrency ? o_.load : 8};
       d.progress = nullptr;
       StatusOr<doctor::DoctorReport> rep = doctor::RunDoctor(d);
-      doctor_s = d.duration_s;
+      // Its one load point: a warm-up of min(1 s, 0.2 x duration) then the window (doctor_runner.cc).
+      doctor_s = d.duration_s + std::min(1.0, 0.2 * d.duration_s);
       if (!rep.ok()) {
         r_.doctor = {{"error", rep.status().message()}};
         return;
