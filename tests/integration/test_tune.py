@@ -6,7 +6,7 @@ split the batch and queue for the same device).
 
 What is asserted uses what the tool controls, never this machine's speed: the chosen config's goodput against
 the grid's best (both measured here, same windows), and tune's measuring time (warm-up + windows of every point
-+ the doctor's window, as tune.json records it) against the grid's. Also: stoke.toml round-trips through
++ the doctor's warm-up and window, as tune.json records it) against the grid's. Also: stoke.toml round-trips through
 `stoke serve --config`, report.html has its charts and renders in headless Chromium, bad flags exit 2.
 """
 import json
