@@ -85,6 +85,7 @@ class Server:
 
 
 def run_bench(stoke, server, case, seconds, warmup, out_dir):
+    seconds = seconds or case["seconds"]
     cmd = [stoke, "bench", "--url", server.url, "--concurrency", str(case["concurrency"]),
            "--duration", str(seconds), "--window", str(seconds), "--stability", "0", "--warmup", str(warmup),
            "--no-scrape", "--quiet", "--output-dir", out_dir] + case["bench_args"]
@@ -109,30 +110,37 @@ def run_case(args, case, work):
         for s in servers.values():
             s.wait_ready()
         for name, s in servers.items():  # warm-up: caches, the first requests' allocations
-            run_bench(args.stoke, s, case, max(2.0, args.warmup), 0, os.path.join(work, f"warm_{case['name']}_{name}"))
+            run_bench(args.stoke, s, case, max(2.0, args.warmup, case["seconds"] / 2), 0,
+                      os.path.join(work, f"warm_{case['name']}_{name}"))
         rounds = []
         for r in range(args.rounds):
             order = ["ledger_on", "ledger_off"] if r % 2 == 0 else ["ledger_off", "ledger_on"]
             row = {"round": r + 1, "order": order}
             for name in order:
                 d = os.path.join(work, f"{case['name']}_{name}_{r + 1}")
-                row[name] = run_bench(args.stoke, servers[name], case, args.seconds, args.warmup, d)
-            row["ratio_off_over_on"] = row["ledger_off"]["value"] / row["ledger_on"]["value"]
+                row[name] = run_bench(args.stoke, servers[name], case, None, args.warmup, d)
+            on_v, off_v = row["ledger_on"]["value"], row["ledger_off"]["value"]
+            # A point where no request finished in the window has no throughput: the round is left out.
+            row["ratio_off_over_on"] = off_v / on_v if on_v > 0 and off_v > 0 else None
             rounds.append(row)
-            print(f"  {case['name']} round {r + 1}: on {row['ledger_on']['value']:.1f}  off "
-                  f"{row['ledger_off']['value']:.1f}  off/on {row['ratio_off_over_on']:.4f}", file=sys.stderr)
+            print(f"  {case['name']} round {r + 1}: on {on_v:.1f}  off {off_v:.1f}  off/on "
+                  f"{row['ratio_off_over_on']}", file=sys.stderr)
         # The switch really switched: the ledger histogram counted requests only where it was on.
         counted = {name: s.stage_count() for name, s in servers.items()}
     finally:
         for s in servers.values():
             s.stop()
-    on = [r["ledger_on"]["value"] for r in rounds]
-    off = [r["ledger_off"]["value"] for r in rounds]
-    ratios = [r["ratio_off_over_on"] for r in rounds]
+    ok = [r for r in rounds if r["ratio_off_over_on"] is not None]
+    if not ok:
+        raise RuntimeError(f"{case['name']}: no round finished a request in its window (raise --seconds)")
+    on = [r["ledger_on"]["value"] for r in ok]
+    off = [r["ledger_off"]["value"] for r in ok]
+    ratios = [r["ratio_off_over_on"] for r in ok]
     med_on, med_off = statistics.median(on), statistics.median(off)
     return {
         "case": case["name"], "what": case["what"], "metric": case["metric"], "concurrency": case["concurrency"],
-        "serve": case["serve_args"], "bench": case["bench_args"], "rounds": rounds,
+        "seconds_per_point": case["seconds"], "serve": case["serve_args"], "bench": case["bench_args"],
+        "rounds": rounds, "rounds_used": len(ok),
         "ledger_on": spread(on), "ledger_off": spread(off),
         "ratio_off_over_on_of_medians": med_off / med_on,
         "overhead_pct_of_medians": (med_off / med_on - 1) * 100,
@@ -170,7 +178,10 @@ def main():
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--cases", default="synthetic,llm")
     ap.add_argument("--rounds", type=int, default=6)
-    ap.add_argument("--seconds", type=float, default=10, help="measured seconds per point")
+    ap.add_argument("--seconds", type=float, default=10, help="measured seconds per synthetic point")
+    ap.add_argument("--llm-seconds", type=float, default=20, help="measured seconds per LLM point")
+    ap.add_argument("--llm-output-len", type=int, default=64,
+                    help="generated tokens per LLM request (a slow CPU needs fewer to finish requests in a window)")
     ap.add_argument("--warmup", type=float, default=2, help="warm-up seconds before each point")
     ap.add_argument("--llm-model", default="smollm2-135m-instruct")
     ap.add_argument("--llm-concurrency", type=int, default=16)
@@ -190,15 +201,16 @@ def main():
     device = ["--device", args.device]
     cases = {
         "synthetic": {"name": "synthetic", "model": model_file, "serve_args": device + ["--grpc-port", "-1"],
-                      "concurrency": args.synthetic_concurrency, "metric": "requests_per_s",
+                      "concurrency": args.synthetic_concurrency, "metric": "requests_per_s", "seconds": args.seconds,
                       "bench_args": ["--api", "kserve-http", "--model", "zero"],
                       "what": "zero-cost synthetic model (64 B in/out, no kernels), KServe v2 HTTP JSON, "
                               "max_batch_size 8, delay 0"},
         "llm": {"name": "llm", "model": args.llm_model, "serve_args": device,
-                "concurrency": args.llm_concurrency, "metric": "output_tokens_per_s",
-                "bench_args": ["--api", "openai-completions", "--input-len", "32", "--output-len", "64"],
+                "concurrency": args.llm_concurrency, "metric": "output_tokens_per_s", "seconds": args.llm_seconds,
+                "bench_args": ["--api", "openai-completions", "--input-len", "32", "--output-len",
+                               str(args.llm_output_len)],
                 "what": f"{args.llm_model} decode, OpenAI completions (streaming), 32 prompt tokens, "
-                        "64 generated (ignore_eos)"},
+                        f"{args.llm_output_len} generated (ignore_eos)"},
     }
     started = datetime.datetime.now(datetime.timezone.utc)
     load_before = os.getloadavg()
@@ -218,7 +230,7 @@ def main():
         "started_utc": started.isoformat(timespec="seconds"),
         "loadavg_before": load_before,
         "loadavg_after": os.getloadavg(),
-        "rounds": args.rounds, "seconds_per_point": args.seconds, "warmup_s": args.warmup,
+        "rounds": args.rounds, "warmup_s": args.warmup,
         "cases": results,
     }
     with open(args.out, "w") as f:
