@@ -10,7 +10,8 @@
 #   llm_8b_c64         the same, 64 clients                                           (reported as found)
 #   llm_8b_kv_full     the same with --kv-blocks 64 (1,024 tokens of KV), 16 clients kv_capacity_bound
 # The doctor takes its own short trace inside each window (--trace auto): signals.trace in each row (kernels per
-# request, mean kernel us, gaps between GPU records). DOCTOR_SCENARIOS picks a subset (default: "small_kernels cpu_preprocess bandwidth llm_8b llm_8b_kv").
+# request, mean kernel us, gaps between GPU records).
+# DOCTOR_SCENARIOS picks a subset (default: "small_kernels cpu_preprocess bandwidth llm_8b llm_8b_kv").
 # Outputs in $OUT: doctor_gpu_summary.json (scenario -> verdicts -> evidence), doctor_gpu.tar.gz (every doctor
 # JSON/text, server log and trace), log.txt. Budget: about 10 minutes on an H200.
 set -uo pipefail
