@@ -252,13 +252,11 @@ int RunServe(CLI::App* cmd, ServeOptions* bound) {
   TraceEndpoint trace;  // POST /v1/debug/trace; declared before the server, which calls into it
   HttpServer server(ho);
   trace.Register(server);
-  auto service = std::make_unique<OpenAiService>(
-      OpenAiServiceOptions{
-          .served_model_name = served,
-          .model_aliases = {o.model},
-          .request_log = &request_log,
-          .record_ledger = !o.no_ledger},
-      metrics.get());
+  auto service = std::make_unique<OpenAiService>(OpenAiServiceOptions{.served_model_name = served,
+                                                                      .model_aliases = {o.model},
+                                                                      .request_log = &request_log,
+                                                                      .record_ledger = !o.no_ledger},
+                                                 metrics.get());
   service->RegisterRoutes(server);
   RegisterDebugRequests(server, &request_log);
   server.Handle("GET", "/v1/gpu", [g = gpu.get()](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
@@ -392,9 +390,10 @@ CommandRegistrar kServe("serve", "Serve a model over an OpenAI-compatible HTTP A
   cmd->add_option("--debug-requests", o->debug_requests,
                   "Finished requests (with their time ledgers) GET /v1/debug/requests keeps (0: off)")
       ->capture_default_str();
-  cmd->add_flag("--no-ledger", o->no_ledger,
-                "Do not record finished requests' time ledgers (no request_stage_seconds, /v1/debug/requests "
-                "entries or trace request spans; X-Stoke-Ledger: 1 is still answered): to measure their cost");
+  cmd->add_flag(
+      "--no-ledger", o->no_ledger,
+      "Do not record finished requests' time ledgers (no request_stage_seconds, /v1/debug/requests "
+      "entries or trace request spans; X-Stoke-Ledger: 1 is still answered): to measure their cost");
   return [cmd, o]() -> int { return RunServe(cmd, o.get()); };
 });
 
