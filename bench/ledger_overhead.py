@@ -15,7 +15,12 @@ Cases (closed loop, `stoke bench --stability 0`, fixed window per point):
 Self-contained: Python 3 standard library and the stoke binary (no pip packages; runs on the GPU machine).
 
   python3 bench/ledger_overhead.py --stoke build/release/apps/stoke/stoke --out bench/results/x.json
-  python3 bench/ledger_overhead.py --stoke .bundle/bin/stoke --device cuda --out $OUT/ledger_gpu.json
+  python3 bench/ledger_overhead.py --stoke .bundle/bin/stoke --device cuda --llm-model /path/SmolLM2-135M-Instruct.Q4_1.gguf \
+      --out $OUT/ledger_gpu.json      # the GPU machine has no internet: give the GGUF (scripts/split_for_device.sh)
+
+On a slow CPU pass --llm-output-len 16 --llm-seconds 30 so that every window completes requests. The result
+JSON holds per round both figures and their ratio, the medians, the spread of the per-round ratios, and how many
+requests the ledger histogram counted on each server (the --no-ledger one must show 0).
 """
 import argparse
 import datetime
