@@ -79,6 +79,12 @@ class Server:
                 total += float(line.rsplit(" ", 1)[1])
         return total
 
+    def cpu_seconds(self):
+        """The server process's user + system CPU time so far (/proc/PID/stat)."""
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def stop(self):
         self.proc.terminate()
         try:
@@ -94,12 +100,18 @@ def run_bench(stoke, server, case, seconds, warmup, out_dir):
     cmd = [stoke, "bench", "--url", server.url, "--concurrency", str(case["concurrency"]),
            "--duration", str(seconds), "--window", str(seconds), "--stability", "0", "--warmup", str(warmup),
            "--no-scrape", "--quiet", "--output-dir", out_dir] + case["bench_args"]
+    cpu0 = server.cpu_seconds()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=seconds * 4 + 300)
+    cpu = server.cpu_seconds() - cpu0
     with open(os.path.join(out_dir, "bench.json")) as f:
         point = json.load(f)["points"][0]
-    return {"value": point["throughput"][case["metric"]], "requests": point["requests"] if isinstance(
-        point["requests"], (int, float)) else point["requests"].get("completed"), "valid": point["valid"],
-        "p50_ms": point["latency_ms"].get("p50"), "p99_ms": point["latency_ms"].get("p99")}
+    done = point["requests"].get("succeeded", 0)
+    # Server CPU time per request: less sensitive to other load on the machine than throughput. Exact with
+    # --warmup 0 (the default: each server is warmed once before the rounds); with a warm-up the warm-up's
+    # requests are in the CPU time but not in the count.
+    return {"value": point["throughput"][case["metric"]], "requests": done, "valid": point["valid"],
+            "server_cpu_s": cpu, "server_cpu_ms_per_request": 1e3 * cpu / done if done else None,
+            "p50_ms": point["latency_ms"].get("p50"), "p99_ms": point["latency_ms"].get("p99")}
 
 
 def spread(xs):
@@ -115,7 +127,7 @@ def run_case(args, case, work):
         for s in servers.values():
             s.wait_ready()
         for name, s in servers.items():  # warm-up: caches, the first requests' allocations
-            run_bench(args.stoke, s, case, max(2.0, args.warmup, case["seconds"] / 2), 0,
+            run_bench(args.stoke, s, case, max(2.0, case["seconds"] / 2), 0,
                       os.path.join(work, f"warm_{case['name']}_{name}"))
         rounds = []
         for r in range(args.rounds):
@@ -141,6 +153,9 @@ def run_case(args, case, work):
     on = [r["ledger_on"]["value"] for r in ok]
     off = [r["ledger_off"]["value"] for r in ok]
     ratios = [r["ratio_off_over_on"] for r in ok]
+    cpu_on = [r["ledger_on"]["server_cpu_ms_per_request"] for r in ok]
+    cpu_off = [r["ledger_off"]["server_cpu_ms_per_request"] for r in ok]
+    cpu_ratios = [a / b for a, b in zip(cpu_on, cpu_off)]
     med_on, med_off = statistics.median(on), statistics.median(off)
     return {
         "case": case["name"], "what": case["what"], "metric": case["metric"], "concurrency": case["concurrency"],
@@ -150,6 +165,9 @@ def run_case(args, case, work):
         "ratio_off_over_on_of_medians": med_off / med_on,
         "overhead_pct_of_medians": (med_off / med_on - 1) * 100,
         "per_round_ratio": spread(ratios),
+        "server_cpu_ms_per_request_on": spread(cpu_on), "server_cpu_ms_per_request_off": spread(cpu_off),
+        "cpu_per_request_on_over_off_of_medians": statistics.median(cpu_on) / statistics.median(cpu_off),
+        "per_round_cpu_ratio_on_over_off": spread(cpu_ratios),
         "ledger_requests_counted_on_metrics": counted,
     }
 
@@ -187,7 +205,8 @@ def main():
     ap.add_argument("--llm-seconds", type=float, default=20, help="measured seconds per LLM point")
     ap.add_argument("--llm-output-len", type=int, default=64,
                     help="generated tokens per LLM request (a slow CPU needs fewer to finish requests in a window)")
-    ap.add_argument("--warmup", type=float, default=2, help="warm-up seconds before each point")
+    ap.add_argument("--warmup", type=float, default=0,
+                    help="warm-up seconds before each point (each server is also warmed once before the rounds)")
     ap.add_argument("--llm-model", default="smollm2-135m-instruct")
     ap.add_argument("--llm-concurrency", type=int, default=16)
     ap.add_argument("--synthetic-concurrency", type=int, default=64)
@@ -244,7 +263,9 @@ def main():
     for c in results:
         print(f"{c['case']}: {c['metric']} median on {c['ledger_on']['median']:.1f} off "
               f"{c['ledger_off']['median']:.1f}: off/on {c['ratio_off_over_on_of_medians']:.4f} "
-              f"(per round {c['per_round_ratio']['min']:.4f}-{c['per_round_ratio']['max']:.4f})")
+              f"(per round {c['per_round_ratio']['min']:.4f}-{c['per_round_ratio']['max']:.4f}); server CPU "
+              f"ms/request on/off {c['cpu_per_request_on_over_off_of_medians']:.4f} (per round "
+              f"{c['per_round_cpu_ratio_on_over_off']['min']:.4f}-{c['per_round_cpu_ratio_on_over_off']['max']:.4f})")
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
 
