@@ -124,11 +124,13 @@ std::string GpuLine(const Signals& s) {
 std::string TraceLine(const TraceSignals& t) {
   if (!t.taken) return "";
   if (!t.gpu_timeline) return t.note;
-  return fmt::format(
+  std::string line = fmt::format(
       "{:.1f} s trace: {} kernels, {} copies; {} per request ({} requests), {} per batch/step; mean kernel "
       "{:.1f} us; GPU busy {:.0f}% of the span, {} gaps between records, mean {:.1f} us, largest {:.2f} ms",
       t.seconds, t.kernels, t.copies, Fmt(t.kernels_per_request), t.requests, Fmt(t.kernels_per_batch),
       t.mean_kernel_us, 100 * t.busy_share, t.gaps, t.gap_mean_us, t.largest_gap_us / 1000);
+  if (t.dropped > 0) line += fmt::format(" ({} events dropped: the counts are lower bounds)", t.dropped);
+  return line;
 }
 
 json TraceJson(const TraceSignals& t) {
@@ -136,6 +138,7 @@ json TraceJson(const TraceSignals& t) {
   return {{"gpu_timeline", t.gpu_timeline},
           {"note", t.note},
           {"seconds", Num(t.seconds)},
+          {"dropped_events", t.dropped},
           {"kernels", t.kernels},
           {"copies", t.copies},
           {"requests", t.requests},

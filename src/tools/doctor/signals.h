@@ -32,6 +32,7 @@ struct TraceSignals {
   bool gpu_timeline = false;        // it holds kernel records
   std::string note;                 // no GPU timeline: why (the trace's otherData.kernel_track), or a failure
   double seconds = kNaN;            // the trace's window
+  int64_t dropped = 0;              // events past the trace's budget (the counts below are then lower bounds)
   int64_t kernels = 0, copies = 0;  // kernel records; memcpy/memset records
   int64_t requests = 0;             // request spans (requests that finished inside the trace)
   int64_t batches = 0;              // dynamic batcher "batch" spans and engine "step" spans

@@ -94,6 +94,8 @@ StatusOr<TraceSignals> ExtractTraceSignals(std::string_view text) {
     const json& o = j["otherData"];
     if (o.contains("window_us") && o["window_us"].is_number())
       t.seconds = o["window_us"].get<double>() * 1e-6;
+    if (o.contains("dropped_events") && o["dropped_events"].is_number_integer())
+      t.dropped = o["dropped_events"].get<int64_t>();
     if (o.contains("kernel_track") && o["kernel_track"].is_string())
       t.note = o["kernel_track"].get<std::string>();
   }

@@ -36,6 +36,7 @@ TEST(DoctorTraceSignals, RecordedCuptiTraceCountsKernelsCopiesAndGaps) {
   EXPECT_NEAR(t->largest_gap_us, 2741.283, 1e-2);
   EXPECT_NEAR(t->gap_mean_us, 223.798, 1e-2);
   EXPECT_NEAR(t->seconds, 0.019327805, 1e-9);
+  EXPECT_EQ(t->dropped, 0);
 }
 
 // A trace of `stoke serve` with a synthetic model on the CPU (recorded with stoke trace while stoke bench
