@@ -23,8 +23,8 @@ namespace {
 
 struct DoctorCliOptions {
   std::string url, model, api, load = "auto", concurrency = "1,8", json_path, html_path;
-  std::string input_len, output_len;
-  double duration = 10, interval = 0.5;
+  std::string input_len, output_len, trace = "auto";
+  double duration = 10, interval = 0.5, trace_seconds = 2;
   bool kserve_binary = false, quiet = false;
 };
 
@@ -60,6 +60,11 @@ StatusOr<doctor::DoctorOptions> ToOptions(const DoctorCliOptions& c) {
   }
   o.kserve_binary = c.kserve_binary;
   o.scrape_interval_s = c.interval;
+  if (c.trace != "auto" && c.trace != "on" && c.trace != "off")
+    return InvalidArgumentError("--trace '{}': expected auto, on or off", c.trace);
+  if (c.trace_seconds <= 0) return InvalidArgumentError("--trace-seconds must be > 0");
+  o.trace = c.trace;
+  o.trace_seconds = c.trace_seconds;
   o.progress = c.quiet ? nullptr : stderr;
   return o;
 }
@@ -87,7 +92,8 @@ CommandRun SetupDoctor(CLI::App* cmd) {
   cmd->footer(
       "Reads only the server's public endpoints: /metrics (ledger stage histograms, batcher and engine "
       "stats), "
-      "/v1/gpu (NVML/GPM), /v2/models/M/config, /v1/debug/requests.\n"
+      "/v1/gpu (NVML/GPM), /v2/models/M/config, /v1/debug/requests, and a short trace (/v1/debug/trace: "
+      "kernels per request, kernel durations, gaps).\n"
       "Verdicts: under_fed, queue_bound, host_bound, copy_bound, launch_bound, bandwidth_bound, "
       "compute_bound, "
       "kv_capacity_bound, throttled, none. Each comes with its evidence (value beside the rule's threshold), "
@@ -115,6 +121,13 @@ CommandRun SetupDoctor(CLI::App* cmd) {
   cmd->add_option("--output-len", c->output_len, "LLM generated tokens for the driven load (default 128)");
   cmd->add_flag("--kserve-binary", c->kserve_binary, "Send KServe inputs with the binary tensor extension");
   cmd->add_option("--scrape-interval", c->interval, "Seconds between /metrics and /v1/gpu scrapes")
+      ->capture_default_str();
+  cmd->add_option("--trace", c->trace,
+                  "GPU timeline: auto (take a short trace inside the window when the server has "
+                  "/v1/debug/trace), on (the same, and say why when it cannot), off")
+      ->capture_default_str();
+  cmd->add_option("--trace-seconds", c->trace_seconds,
+                  "Length of that trace (at most half the diagnosed window)")
       ->capture_default_str();
   cmd->add_option("--json", c->json_path, "Write the verdicts, evidence and every signal as JSON here");
   cmd->add_option("--html", c->html_path, "Write a self-contained HTML page here");

@@ -79,6 +79,7 @@ struct ServeOptions {
   int64_t max_queue_delay_us = -1;  // classic models: -1 = the model file's max_queue_delay_microseconds
   std::string metric_names = "vllm";  // vllm (stoke:...) | prometheus (stoke_...): telemetry/metrics.h
   int debug_requests = 1000;          // finished requests GET /v1/debug/requests keeps (0: off)
+  bool no_ledger = false;             // per-request ledgers not recorded (the ledger-overhead benchmark)
 };
 
 // Applies --config: every key sets its flag unless the flag was given on the command line.
@@ -232,7 +233,8 @@ int RunServe(CLI::App* cmd, ServeOptions* bound) {
                             .max_batch_size = o.max_batch_size,
                             .max_queue_delay_us = o.max_queue_delay_us,
                             .metric_naming = naming,
-                            .debug_requests = o.debug_requests});
+                            .debug_requests = o.debug_requests,
+                            .record_ledger = !o.no_ledger});
   }
   if (o.threads > 0) ThreadPool::SetDefaultThreads(o.threads);
   const std::string served = o.served_model_name.empty() ? DefaultServedName(o.model) : o.served_model_name;
@@ -262,10 +264,11 @@ int RunServe(CLI::App* cmd, ServeOptions* bound) {
   TraceEndpoint trace;  // POST /v1/debug/trace; declared before the server, which calls into it
   HttpServer server(ho);
   trace.Register(server);
-  auto service = std::make_unique<OpenAiService>(
-      OpenAiServiceOptions{
-          .served_model_name = served, .model_aliases = {o.model}, .request_log = &request_log},
-      metrics.get());
+  auto service = std::make_unique<OpenAiService>(OpenAiServiceOptions{.served_model_name = served,
+                                                                      .model_aliases = {o.model},
+                                                                      .request_log = &request_log,
+                                                                      .record_ledger = !o.no_ledger},
+                                                 metrics.get());
   service->RegisterRoutes(server);
   RegisterDebugRequests(server, &request_log);
   server.Handle("GET", "/v1/gpu", [g = gpu.get()](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
@@ -410,6 +413,10 @@ CommandRegistrar kServe("serve", "Serve a model over an OpenAI-compatible HTTP A
   cmd->add_option("--debug-requests", o->debug_requests,
                   "Finished requests (with their time ledgers) GET /v1/debug/requests keeps (0: off)")
       ->capture_default_str();
+  cmd->add_flag(
+      "--no-ledger", o->no_ledger,
+      "Do not record finished requests' time ledgers (no request_stage_seconds, /v1/debug/requests "
+      "entries or trace request spans; X-Stoke-Ledger: 1 is still answered): to measure their cost");
   return [cmd, o]() -> int { return RunServe(cmd, o.get()); };
 });
 

@@ -9,6 +9,8 @@
 #   llm_8b_c1          Llama-3.1-8B shape (stoke model synth), 1 client              bandwidth_bound
 #   llm_8b_c64         the same, 64 clients                                           (reported as found)
 #   llm_8b_kv_full     the same with --kv-blocks 64 (1,024 tokens of KV), 16 clients kv_capacity_bound
+# The doctor takes its own short trace inside each window (--trace auto): signals.trace in each row (kernels per
+# request, mean kernel us, gaps between GPU records).
 # DOCTOR_SCENARIOS picks a subset (default: "small_kernels cpu_preprocess bandwidth llm_8b llm_8b_kv").
 # Outputs in $OUT: doctor_gpu_summary.json (scenario -> verdicts -> evidence), doctor_gpu.tar.gz (every doctor
 # JSON/text, server log and trace), log.txt. Budget: about 10 minutes on an H200.
@@ -88,7 +90,7 @@ for name, want in expected.items():
                  "signals": {k: d.get("signals", {}).get(k) for k in
                              ("gpu_util", "sm_active", "dram_active", "tensor_active", "instance_busy",
                               "stage_s", "kv_usage_max", "preemptions", "requests", "power_w", "power_violation_share",
-                              "clock_reason_share")}})
+                              "clock_reason_share", "trace")}})
 traces = {}
 for t in work.glob("trace_*.txt"):
     traces[t.stem] = t.read_text()[-2000:]

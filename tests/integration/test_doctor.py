@@ -90,6 +90,14 @@ def test_host_bound_cpu_preprocess(serve, tmp_path):
     assert rep["signals"]["stage_s"]["preprocess"] > 10 * rep["signals"]["stage_s"]["compute"]
     assert [p["concurrency"] for p in rep["signals"]["load"]] == [1, 4]
     assert "VERDICT host_bound" in out
+    # The doctor took a trace inside the window (--trace auto): requests and batches, and on a CPU build no
+    # kernel records, which it says instead of guessing.
+    tr = rep["signals"]["trace"]
+    assert tr is not None and tr["gpu_timeline"] is False, tr
+    assert tr["requests"] > 0 and tr["batches"] > 0 and tr["kernels"] == 0
+    assert tr["kernels_per_request"] is None and tr["mean_kernel_us"] is None
+    assert "no GPU timeline (CPU model or no CUPTI)" in out
+    assert all(e["signal"].startswith("trace.") is False for e in top["evidence"])
 
 
 def test_host_bound_json_tensors(serve, tmp_path):
@@ -98,9 +106,10 @@ def test_host_bound_json_tensors(serve, tmp_path):
     (The synthetic model's copies cannot dominate on a CPU: every byte they move also crosses HTTP, at a far
     higher cost per byte. copy_bound is covered by rules_test.cc and needs the GPU machine end to end.)"""
     srv = serve(synthetic(tmp_path, "json", output_bytes=262144), "--no-gpu-telemetry")
-    rep, out = run_doctor(srv.base_url, tmp_path, "--duration", 4, "--concurrency", "1,4")
+    rep, out = run_doctor(srv.base_url, tmp_path, "--duration", 4, "--concurrency", "1,4", "--trace", "off")
     top = rep["verdicts"][0]
     assert top["bottleneck"] == "host_bound", out
+    assert rep["signals"]["trace"] is None and "GPU timeline" not in out  # --trace off: none taken
     e = evidence(top, "ledger.io_share")
     assert e["value"] >= e["threshold"] == 0.5
     assert "binary" in top["next_step"]

@@ -205,6 +205,35 @@ def test_debug_requests_off(start_server):
     assert s.get("/v1/debug/requests").status_code == 404
 
 
+def test_no_ledger_records_nothing_but_answers_when_asked(start_server):
+    """--no-ledger (what bench/ledger_overhead.py compares against): finished requests' ledgers go nowhere."""
+    s = start_server("--no-ledger")
+    c = openai.OpenAI(base_url=s.base_url + "/v1", api_key="unused", max_retries=0, timeout=300)
+    model = s.model_name()
+    chat(c, model, "Hi", max_tokens=3, temperature=0)
+    raw = chat(c, model, "Hi", max_tokens=3, temperature=0, extra_headers=LEDGER)
+    check_ledger(json.loads(raw.text)["ledger"], GENERATION_STAGES)  # asked for: still answered
+    assert s.metric("stoke:e2e_request_latency_seconds_count") == 2  # the request metrics stay
+    assert s.metric("stoke:request_stage_seconds_count") == 0
+    assert s.get("/v1/debug/requests").json()["requests"] == []
+
+
+def test_no_ledger_classic(stoke_bin, tmp_path):
+    model = write_model_file(tmp_path, type="synthetic", name="syn", input_bytes=16, output_bytes=16,
+                             max_batch_size=4, instance_group=[{"count": 1}])
+    s = ClassicServer(stoke_bin, model, "--no-ledger", "--no-gpu-telemetry", log_dir=tmp_path)
+    try:
+        body = {"inputs": [{"name": "INPUT0", "datatype": "UINT8", "shape": [1, 16], "data": [0] * 16}]}
+        for _ in range(3):
+            r = s.post("/v2/models/syn/infer", json=body)
+            assert r.status_code == 200, r.text
+        assert s.metric("stoke:inference_count_total") == 3
+        assert s.metric("stoke:request_stage_seconds_count") == 0
+        assert s.get("/v1/debug/requests").json()["requests"] == []
+    finally:
+        assert s.stop() == 0, s.log()
+
+
 # --- the classic path: /v1/embeddings, KServe REST and gRPC -------------------------------------------------
 
 

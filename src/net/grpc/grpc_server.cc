@@ -236,6 +236,7 @@ class GrpcInferenceServer::Service final : public inference::GRPCInferenceServic
   }
 
   RequestLog* request_log() const { return options_.request_log; }
+  bool record_ledger() const { return options_.record_ledger; }
 
  private:
   StatusOr<ServedModel*> Ready(const std::string& name, const std::string& version) {
@@ -334,7 +335,7 @@ class StreamInferReactor final
       }
       finish = ShouldFinishLocked();
     }
-    if (ok && written->ok && written->model != nullptr) {
+    if (ok && written->ok && written->model != nullptr && service_->record_ledger()) {
       RecordClassicRequest(
           written->model->metrics(), service_->request_log(), written->model->name(), "kserve_grpc",
           written->req.id(),

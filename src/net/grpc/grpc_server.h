@@ -36,6 +36,7 @@ struct GrpcServerOptions {
   std::vector<std::string> extensions;  // ServerMetadata.extensions
   // ModelInfer requests with their ledgers go here (GET /v1/debug/requests); null: not recorded.
   RequestLog* request_log = nullptr;
+  bool record_ledger = true;  // false: answered requests' ledgers are not recorded (`--no-ledger`)
 };
 
 class GrpcInferenceServer {

@@ -252,12 +252,13 @@ int RunClassicServe(const ClassicServeOptions& o) {
   TraceEndpoint trace;  // POST /v1/debug/trace; declared before the server, which calls into it
   HttpServer server(ho);
   trace.Register(server);
-  KserveService kserve({.request_log = &request_log}, &repo);
+  KserveService kserve({.request_log = &request_log, .record_ledger = o.record_ledger}, &repo);
   kserve.RegisterRoutes(server);
   EmbeddingsService openai({.served_model_name = spec->name,
                             .model_aliases = {o.model},
                             .embeddings = spec->type == "bert",
-                            .request_log = &request_log},
+                            .request_log = &request_log,
+                            .record_ledger = o.record_ledger},
                            &repo, &registry);
   openai.RegisterRoutes(server);
   RegisterDebugRequests(server, &request_log);
@@ -276,7 +277,8 @@ int RunClassicServe(const ClassicServeOptions& o) {
     grpc = std::make_unique<GrpcInferenceServer>(GrpcServerOptions{.host = o.host,
                                                                    .port = o.grpc_port,
                                                                    .extensions = KserveExtensions(),
-                                                                   .request_log = &request_log},
+                                                                   .request_log = &request_log,
+                                                                   .record_ledger = o.record_ledger},
                                                  &repo);
     if (Status s = grpc->Start(); !s.ok()) {
       fmt::print(stderr, "stoke serve: {}\n", s.message());

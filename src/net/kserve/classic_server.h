@@ -50,6 +50,7 @@ struct ClassicServeOptions {
   int64_t max_queue_delay_us = -1;
   MetricNaming metric_naming = MetricNaming::kVllm;  // /metrics names: stoke:... or stoke_...
   int debug_requests = 1000;  // finished requests GET /v1/debug/requests keeps (0: off)
+  bool record_ledger = true;  // false (`--no-ledger`): no per-request ledger to /metrics, the log, traces
 };
 
 // True for a .json model file or a BERT-family HF folder / known encoder alias (decided without fetching).

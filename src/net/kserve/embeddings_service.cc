@@ -275,6 +275,7 @@ void EmbeddingsService::HandleEmbeddings(const HttpRequest& req, std::shared_ptr
   call->parsed = parsed_at;
   call->want_ledger = LedgerRequested(req.Header(kLedgerHeader));
   RequestLog* log = options_.request_log;
+  const bool record = options_.record_ledger;
   const InferOptions opts{.arrival = req.recv_time};
   for (size_t c = 0; c < num_chunks; ++c) {
     const size_t begin = c * chunk, end = std::min(all.size(), begin + chunk);
@@ -286,7 +287,7 @@ void EmbeddingsService::HandleEmbeddings(const HttpRequest& req, std::shared_ptr
     }
     Status s = m->Submit(
         std::move(part), static_cast<int64_t>(end - begin), part_longest, opts,
-        [call, r, m, begin, log](InferResult res) {
+        [call, r, m, begin, log, record](InferResult res) {
           std::lock_guard lock(call->mu);
           if (res.status.ok()) {
             const InferTensor& t = res.outputs.at(0);
@@ -296,20 +297,22 @@ void EmbeddingsService::HandleEmbeddings(const HttpRequest& req, std::shared_ptr
             call->error = res.status;
           }
           if (--call->pending > 0) return;
-          r->Post([call, r, m, log] {
+          r->Post([call, r, m, log, record] {
             if (!call->error.ok()) {
               SendError(*r, call->error);
               return;
             }
             // As for KServe infer: the ledger closes when the last byte is written. The
             // callback holds the responder until Complete() drops it.
-            r->OnComplete([m, call, log, keep = r](bool ok, Nanos when) {
-              if (ok) {
-                RecordClassicRequest(m->metrics(), log, m->name(), "embeddings", "",
-                                     RequestLedger(call->recv, call->parsed, call->last, when),
-                                     call->prompt_tokens);
-              }
-            });
+            if (record) {
+              r->OnComplete([m, call, log, keep = r](bool ok, Nanos when) {
+                if (ok) {
+                  RecordClassicRequest(m->metrics(), log, m->name(), "embeddings", "",
+                                       RequestLedger(call->recv, call->parsed, call->last, when),
+                                       call->prompt_tokens);
+                }
+              });
+            }
             HttpResponse resp{.body = EmbeddingsResponseJson(*call)};
             if (call->want_ledger) {
               const Ledger l = RequestLedger(call->recv, call->parsed, call->last, MonotonicNanos());

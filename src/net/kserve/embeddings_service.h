@@ -32,6 +32,7 @@ struct EmbeddingsServiceOptions {
   std::vector<std::string> model_aliases;  // other names accepted in "model" (e.g. the --model argument)
   bool embeddings = true;                  // register /v1/embeddings (off for non-encoder models)
   RequestLog* request_log = nullptr;       // answered requests with their ledgers; null: not recorded
+  bool record_ledger = true;               // false: ledgers are not recorded (`--no-ledger`)
 };
 
 class EmbeddingsService {

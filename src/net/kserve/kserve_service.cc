@@ -232,9 +232,10 @@ void KserveService::HandleInfer(ServedModel* m, const HttpRequest& req, std::sha
                                             .parsed = MonotonicNanos(),
                                             .want_ledger = LedgerRequested(req.Header(kLedgerHeader))});
   RequestLog* log = options_.request_log;
-  Status s = m->Infer(std::move(inputs), opts, [m, r, call, times, log](InferResult result) {
+  const bool record = options_.record_ledger;
+  Status s = m->Infer(std::move(inputs), opts, [m, r, call, times, log, record](InferResult result) {
     auto res = std::make_shared<InferResult>(std::move(result));
-    r->Post([m, r, call, times, res, log] {
+    r->Post([m, r, call, times, res, log, record] {
       if (!res->status.ok()) {
         r->Send(ErrorReply(res->status));
         return;
@@ -257,12 +258,14 @@ void KserveService::HandleInfer(ServedModel* m, const HttpRequest& req, std::sha
       }
       // The callback holds the responder: the exchange forgets it once nobody does, even mid-write.
       // Complete() runs it exactly once (written or abandoned) and drops it, which ends the cycle.
-      r->OnComplete([m, times, t, log, id = call->id.value_or(""), keep = r](bool ok, Nanos when) {
-        if (ok) {
-          RecordClassicRequest(m->metrics(), log, m->name(), "kserve_http", id,
-                               RequestLedger(times->recv, times->parsed, t, when));
-        }
-      });
+      if (record) {
+        r->OnComplete([m, times, t, log, id = call->id.value_or(""), keep = r](bool ok, Nanos when) {
+          if (ok) {
+            RecordClassicRequest(m->metrics(), log, m->name(), "kserve_http", id,
+                                 RequestLedger(times->recv, times->parsed, t, when));
+          }
+        });
+      }
       r->Send(std::move(resp));
     });
   });

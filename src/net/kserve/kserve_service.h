@@ -30,6 +30,7 @@ struct KserveServiceOptions {
   std::string server_version = "0.1.0";
   // Answered infer requests with their ledgers go here (GET /v1/debug/requests); null: not recorded.
   RequestLog* request_log = nullptr;
+  bool record_ledger = true;  // false: answered requests' ledgers are not recorded (`--no-ledger`)
 };
 
 class KserveService {

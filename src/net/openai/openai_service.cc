@@ -45,6 +45,7 @@ struct LedgerSinks {
   std::atomic<int>* in_flight = nullptr;
   std::string model;
   bool want_ledger = false;  // X-Stoke-Ledger: 1
+  bool record = true;        // the ledger to the trace, the log and request_stage_seconds (--no-ledger: off)
   Nanos parsed = 0;          // request parsed and validated (end of recv, start of preprocess)
 };
 
@@ -126,13 +127,16 @@ class Generation {
     if (recorded_ || final_arrival_ == 0 || completed_at_ == 0) return;
     recorded_ = true;
     const Nanos end = std::max(completed_at_, final_arrival_);
-    const Ledger ledger = GenerationLedger(timings_, sinks_.parsed, end);
-    TraceLedger({.model = sinks_.model,
-                 .api = kind_ == ApiKind::kChat ? "chat" : "completion",
-                 .id = header_.id,
-                 .end = end},
-                ledger);  // the timeline, while a trace is on
-    if (sinks_.log != nullptr) Log(ledger);
+    Ledger ledger;
+    if (sinks_.record) {
+      ledger = GenerationLedger(timings_, sinks_.parsed, end);
+      TraceLedger({.model = sinks_.model,
+                   .api = kind_ == ApiKind::kChat ? "chat" : "completion",
+                   .id = header_.id,
+                   .end = end},
+                  ledger);  // the timeline, while a trace is on
+      if (sinks_.log != nullptr) Log(ledger);
+    }
     if (metrics_ == nullptr) return;
     RequestRecord rec;
     rec.finish = responder_->disconnected() ? FinishReason::kCancelled : finish_;
@@ -145,7 +149,7 @@ class Generation {
     rec.inter_token.reserve(timings_.inter_token.size());
     for (Nanos gap : timings_.inter_token) rec.inter_token.push_back(Seconds(gap));
     metrics_->RecordRequest(rec);
-    metrics_->ObserveLedger(ledger);
+    if (sinks_.record) metrics_->ObserveLedger(ledger);
   }
 
   void Log(const Ledger& ledger) {
@@ -450,6 +454,7 @@ void OpenAiService::HandleGeneration(ApiKind kind, const HttpRequest& req, std::
                                                .in_flight = &in_flight_,
                                                .model = options_.served_model_name,
                                                .want_ledger = LedgerRequested(req.Header(kLedgerHeader)),
+                                               .record = options_.record_ledger,
                                                .parsed = parsed_at});
   GenerationRequest greq;
   greq.id = header.id;

@@ -44,6 +44,9 @@ struct OpenAiServiceOptions {
   std::vector<std::string> model_aliases;
   // Finished requests with their ledgers go here (GET /v1/debug/requests); null: not recorded.
   RequestLog* request_log = nullptr;
+  // false (`stoke serve --no-ledger`): finished requests' ledgers are not recorded (no
+  // request_stage_seconds, no request log entry, no trace span); X-Stoke-Ledger: 1 is still answered.
+  bool record_ledger = true;
 };
 
 class OpenAiService {

@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <ctime>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "base/clock.h"
@@ -14,6 +15,7 @@
 #include "tools/bench/metrics_scraper.h"
 #include "tools/doctor/extract.h"
 #include "tools/doctor/rules.h"
+#include "tools/doctor/trace_signals.h"
 
 namespace stoke::doctor {
 namespace {
@@ -173,6 +175,57 @@ StatusOr<LoadPoint> DrivePoint(const DoctorOptions& o, const DoctorReport& rep, 
   return p;
 }
 
+// POST /v1/debug/trace?seconds=N on a thread, after `delay_s`; Join() gives what it read.
+class TraceTaker {
+ public:
+  TraceTaker(bench::HttpEndpoint ep, double delay_s, double seconds) {
+    thread_ = std::thread([this, ep = std::move(ep), delay_s, seconds] {
+      std::this_thread::sleep_for(std::chrono::duration<double>(delay_s));
+      result_ = Take(ep, seconds);
+    });
+  }
+  StatusOr<TraceSignals> Join() {
+    thread_.join();
+    return std::move(result_);
+  }
+
+ private:
+  static StatusOr<TraceSignals> Take(const bench::HttpEndpoint& ep, double seconds) {
+    const std::string target = fmt::format("{}/v1/debug/trace?seconds={:.3f}", ep.base_path, seconds);
+    ASSIGN_OR_RETURN(bench::SimpleResponse r, bench::HttpFetch(ep, "POST", target, "", seconds + 60));
+    if (r.status == 409) return UnavailableError("a trace was already being recorded (409)");
+    if (r.status != 200) return UnavailableError("POST /v1/debug/trace: HTTP {}", r.status);
+    return ExtractTraceSignals(r.body);
+  }
+  std::thread thread_;
+  StatusOr<TraceSignals> result_ = InternalError("not taken");
+};
+
+// Whether to trace: auto = the server has the endpoint and no trace is running.
+bool WantTrace(const bench::HttpEndpoint& ep, const DoctorOptions& o, DoctorReport* rep) {
+  if (o.trace == "off") return false;
+  int http = 0;
+  StatusOr<json> st = GetJson(ep, "/v1/debug/trace", &http);
+  if (!st.ok()) {
+    if (o.trace == "on") rep->notes.push_back("GPU timeline: GET /v1/debug/trace: " + st.status().message());
+    return false;
+  }
+  if ((*st).value("recording", false)) {
+    rep->notes.push_back("GPU timeline: a trace is already being recorded on the server; none taken");
+    return false;
+  }
+  return true;
+}
+
+void AddTrace(StatusOr<TraceSignals> t, DoctorReport* rep) {
+  if (!t.ok()) {
+    rep->notes.push_back("GPU timeline: " + t.status().message());
+    return;
+  }
+  rep->signals.trace = std::move(t).value();
+  if (!rep->signals.trace.gpu_timeline) rep->notes.push_back(rep->signals.trace.note);
+}
+
 }  // namespace
 
 StatusOr<DoctorReport> RunDoctor(const DoctorOptions& o) {
@@ -197,6 +250,9 @@ StatusOr<DoctorReport> RunDoctor(const DoctorOptions& o) {
   }
 
   std::vector<LoadPoint> load;
+  const bool trace = WantTrace(ep, o, &rep);
+  std::optional<TraceTaker> taker;
+  StatusOr<TraceSignals> traced = UnavailableError("not taken");
   Poller poller(ep, o.scrape_interval_s, have_gpu);
   if (o.drive_load && !o.concurrency.empty()) {
     const size_t n = o.concurrency.size();
@@ -209,7 +265,10 @@ StatusOr<DoctorReport> RunDoctor(const DoctorOptions& o) {
     const double main_s = n > 1 ? 0.7 * o.duration_s : o.duration_s;
     Say(o, fmt::format("load c={} for {:.1f} s (the diagnosed window)", o.concurrency.back(), main_s));
     poller.Start();
+    // The trace starts once the point's warm-up is over (DrivePoint: min(1, 0.2 x) s).
+    if (trace) taker.emplace(ep, std::min(1.0, 0.2 * main_s), std::min(o.trace_seconds, 0.5 * main_s));
     StatusOr<LoadPoint> p = DrivePoint(o, rep, o.concurrency.back(), main_s);
+    if (taker) traced = taker->Join();
     std::vector<Scrape> scrapes = poller.Stop();
     if (!p.ok()) return p.status();
     load.push_back(*p);
@@ -217,12 +276,15 @@ StatusOr<DoctorReport> RunDoctor(const DoctorOptions& o) {
   } else {
     Say(o, fmt::format("observing existing traffic for {:.1f} s", o.duration_s));
     poller.Start();
+    if (trace) taker.emplace(ep, 0.0, std::min(o.trace_seconds, 0.5 * o.duration_s));
     std::this_thread::sleep_for(std::chrono::duration<double>(o.duration_s));
+    if (taker) traced = taker->Join();
     const std::vector<Scrape> scrapes = poller.Stop();
     ASSIGN_OR_RETURN(rep.signals, Extract(scrapes, poller, cfg, rep.model));
   }
   if (!poller.note().empty()) rep.notes.push_back(poller.note());
   rep.signals.load = std::move(load);
+  if (taker) AddTrace(std::move(traced), &rep);
   StatusOr<json> slowest = GetJson(ep, "/v1/debug/requests?slowest=5&model=" + rep.model, &http);
   if (slowest.ok()) {
     rep.slowest = std::move(slowest).value();

@@ -8,7 +8,9 @@
 //   3. over the window (the last load point, or --duration): scrape /metrics and GET /v1/gpu every
 //      `scrape_interval_s`; after it, GET /v1/debug/requests (the slowest requests' ledgers) if the server
 //      has it
-//   4. ExtractSignals -> Diagnose
+//   4. meanwhile (--trace, on by default where the server has GET /v1/debug/trace): a short trace inside the
+//      window, read for kernels per request, kernel durations and the gaps between them (trace_signals.h)
+//   5. ExtractSignals -> Diagnose
 #pragma once
 
 #include <cstdio>
@@ -32,6 +34,11 @@ struct DoctorOptions {
   bench::WorkloadSpec workload;              // LLM prompts/outputs (bench's "short" by default)
   bool kserve_binary = false;
   double scrape_interval_s = 0.5;
+  // The GPU timeline: "auto" takes a trace when the server answers GET /v1/debug/trace, "on" also notes
+  // when it cannot, "off" never. The trace lasts trace_seconds (at most half the diagnosed window) and
+  // starts after the window's warm-up.
+  std::string trace = "auto";
+  double trace_seconds = 2;
   Thresholds thresholds;
   std::FILE* progress = nullptr;  // one line per phase; nullptr = silent
 };

@@ -73,7 +73,9 @@ json ThresholdsJson(const Thresholds& t) {
           {"kv_full", t.kv_full},
           {"no_blocks_share", t.no_blocks_share},
           {"throttle_share", t.throttle_share},
-          {"reason_share", t.reason_share}};
+          {"reason_share", t.reason_share},
+          {"tiny_kernel_us", t.tiny_kernel_us},
+          {"many_kernels_per_request", t.many_kernels_per_request}};
 }
 
 // The ledger's stages in pipeline order (stages the doctor does not know come last, by name).
@@ -116,6 +118,38 @@ std::string GpuLine(const Signals& s) {
       "GPU-Util {} | GR active {} | SM active {} | tensor {} | DRAM {} | SM clock {} MHz | power {} W",
       Fmt(s.gpu_util), Fmt(s.gr_active), Fmt(s.sm_active), Fmt(s.tensor_active), Fmt(s.dram_active),
       Fmt(s.sm_clock_mhz, "MHz"), Fmt(s.power_w, "W"));
+}
+
+// The GPU timeline's figures from the trace, or why there are none; "" when no trace was taken.
+std::string TraceLine(const TraceSignals& t) {
+  if (!t.taken) return "";
+  if (!t.gpu_timeline) return t.note;
+  std::string line = fmt::format(
+      "{:.1f} s trace: {} kernels, {} copies; {} per request ({} requests), {} per batch/step; mean kernel "
+      "{:.1f} us; GPU busy {:.0f}% of the span, {} gaps between records, mean {:.1f} us, largest {:.2f} ms",
+      t.seconds, t.kernels, t.copies, Fmt(t.kernels_per_request), t.requests, Fmt(t.kernels_per_batch),
+      t.mean_kernel_us, 100 * t.busy_share, t.gaps, t.gap_mean_us, t.largest_gap_us / 1000);
+  if (t.dropped > 0) line += fmt::format(" ({} events dropped: the counts are lower bounds)", t.dropped);
+  return line;
+}
+
+json TraceJson(const TraceSignals& t) {
+  if (!t.taken) return nullptr;
+  return {{"gpu_timeline", t.gpu_timeline},
+          {"note", t.note},
+          {"seconds", Num(t.seconds)},
+          {"dropped_events", t.dropped},
+          {"kernels", t.kernels},
+          {"copies", t.copies},
+          {"requests", t.requests},
+          {"batches", t.batches},
+          {"kernels_per_request", Num(t.kernels_per_request)},
+          {"kernels_per_batch", Num(t.kernels_per_batch)},
+          {"mean_kernel_us", Num(t.mean_kernel_us)},
+          {"busy_share", Num(t.busy_share)},
+          {"gaps", t.gaps},
+          {"gap_mean_us", Num(t.gap_mean_us)},
+          {"largest_gap_us", Num(t.largest_gap_us)}};
 }
 
 // GET /v1/debug/requests ({"requests": [{"id", "e2e_ms", "stages_ms": {...}}, ...]}): one line per request,
@@ -207,6 +241,7 @@ json SignalsJson(const Signals& s) {
           {"power_w", Num(s.power_w)},
           {"power_limit_w", Num(s.power_limit_w)},
           {"clock_reason_share", s.clock_reason_share},
+          {"trace", TraceJson(s.trace)},
           {"load", load}};
 }
 
@@ -254,6 +289,7 @@ std::string ReportText(const DoctorReport& r) {
                        Fmt(s.waiting_mean), Fmt(s.preemptions, "count"));
   }
   if (std::string g = GpuLine(s); !g.empty()) out += g + "\n";
+  if (s.trace.gpu_timeline) out += "timeline: " + TraceLine(s.trace) + "\n";
   const std::vector<std::string> slow = SlowestLines(r.slowest, 3);
   if (!slow.empty()) out += "slowest requests (id, e2e, largest stages in ms):\n";
   for (const std::string& l : slow) out += "  " + l + "\n";
@@ -311,6 +347,8 @@ std::string ReportHtml(const DoctorReport& r) {
   }
   if (!s.load.empty()) h += "<h2>Load driven</h2><p>" + Escape(LoadLine(s)) + "</p>\n";
   if (std::string g = GpuLine(s); !g.empty()) h += "<h2>GPU</h2><p>" + Escape(g) + "</p>\n";
+  if (std::string tl = TraceLine(s.trace); !tl.empty())
+    h += "<h2>GPU timeline</h2><p>" + Escape(tl) + "</p>\n";
   const std::vector<std::string> slow = SlowestLines(r.slowest, 5);
   if (!slow.empty()) {
     h += "<h2>Slowest requests</h2><p class=\"muted\">id, end-to-end, largest stages (ms)</p><ul>";
@@ -320,7 +358,7 @@ std::string ReportHtml(const DoctorReport& r) {
   h += "<h2>All signals</h2><table>";
   const json all = SignalsJson(s);  // a named value: items() of a temporary would dangle
   for (const auto& [k, v] : all.items()) {
-    if (k == "load" || k == "stage_s") continue;
+    if (k == "load" || k == "stage_s" || k == "trace") continue;
     h += fmt::format("<tr><td>{}</td><td class=\"n\">{}</td></tr>", Escape(k), Escape(v.dump()));
   }
   h += "</table>\n";

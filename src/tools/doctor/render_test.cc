@@ -79,5 +79,38 @@ TEST(DoctorRender, GarbageLedgerBodyIsIgnored) {
   EXPECT_EQ(ReportText(r).find("slowest requests"), std::string::npos);
 }
 
+TEST(DoctorRender, TheTraceShowsAsTheGpuTimelineOrSaysThereIsNone) {
+  DoctorReport r = Sample();
+  EXPECT_TRUE(ReportJson(r)["signals"]["trace"].is_null());  // no trace taken
+  TraceSignals& t = r.signals.trace;
+  t.taken = true;
+  t.gpu_timeline = true;
+  t.seconds = 2;
+  t.kernels = 4000;
+  t.copies = 40;
+  t.requests = 20;
+  t.batches = 20;
+  t.kernels_per_request = 200;
+  t.kernels_per_batch = 200;
+  t.mean_kernel_us = 3.5;
+  t.busy_share = 0.9;
+  t.gaps = 3999;
+  t.gap_mean_us = 2.1;
+  t.largest_gap_us = 1500;
+  const std::string text = ReportText(r);
+  EXPECT_NE(text.find("timeline: 2.0 s trace: 4000 kernels"), std::string::npos) << text;
+  EXPECT_NE(text.find("mean kernel 3.5 us"), std::string::npos) << text;
+  EXPECT_NE(ReportHtml(r).find("<h2>GPU timeline</h2>"), std::string::npos);
+  nlohmann::json j = ReportJson(r);
+  EXPECT_EQ(j["signals"]["trace"]["kernels"], 4000);
+  EXPECT_EQ(j["signals"]["trace"]["gpu_timeline"], true);
+
+  t = TraceSignals{.taken = true, .note = "no GPU timeline (CPU model or no CUPTI): off: no CUDA"};
+  j = ReportJson(r);
+  EXPECT_EQ(j["signals"]["trace"]["gpu_timeline"], false);
+  EXPECT_TRUE(j["signals"]["trace"]["kernels_per_request"].is_null());
+  EXPECT_NE(ReportHtml(r).find("no GPU timeline (CPU model or no CUPTI)"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace stoke::doctor

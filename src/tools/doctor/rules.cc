@@ -178,20 +178,60 @@ std::optional<Verdict> CopyBound(const Signals& s, const Thresholds& t) {
   return v;
 }
 
+// The trace's kernel figures as evidence (they decide only where the GPM counters are missing).
+void TraceEvidence(const TraceSignals& tr, const Thresholds& t, std::vector<Evidence>* ev) {
+  if (!tr.gpu_timeline) return;
+  ev->push_back(Ev("trace.mean_kernel_us", tr.mean_kernel_us, "<", t.tiny_kernel_us, "us",
+                   fmt::format("mean duration of {} kernels in a {:.1f} s trace", tr.kernels, tr.seconds)));
+  if (Has(tr.kernels_per_request))
+    ev->push_back(Ev("trace.kernels_per_request", tr.kernels_per_request, ">=", t.many_kernels_per_request,
+                     "count", fmt::format("{} requests finished in the trace", tr.requests)));
+  if (Has(tr.gap_mean_us))
+    ev->push_back(Ev("trace.gap_mean_us", tr.gap_mean_us, "", kNaN, "us",
+                     fmt::format("mean idle gap between GPU records ({} gaps, largest {:.0f} us); GPU busy "
+                                 "{:.0f}% of the trace",
+                                 tr.gaps, tr.largest_gap_us, 100 * tr.busy_share)));
+}
+
+// Launch-bound from the trace alone (no SM-activity counter to judge by): many kernels per request, each
+// launch-sized.
+bool TraceSaysLaunchBound(const Signals& s, const Thresholds& t) {
+  const TraceSignals& tr = s.trace;
+  return !Has(s.sm_active) && tr.gpu_timeline && Lt(tr.mean_kernel_us, t.tiny_kernel_us) &&
+         Ge(tr.kernels_per_request, t.many_kernels_per_request) && DeviceDominates(s, t);
+}
+
 std::optional<Verdict> LaunchBound(const Signals& s, const Thresholds& t) {
   const double busy = GpuBusy(s);
-  if (!Ge(busy, t.gpu_busy) || !Lt(s.sm_active, t.sm_low) || !DeviceDominates(s, t)) return std::nullopt;
+  const bool counters = Ge(busy, t.gpu_busy) && Lt(s.sm_active, t.sm_low) && DeviceDominates(s, t);
+  const bool from_trace = !counters && TraceSaysLaunchBound(s, t);
+  if (!counters && !from_trace) return std::nullopt;
   if (Ge(s.dram_active, t.dram_high) || Ge(s.tensor_active, t.tensor_high)) return std::nullopt;
   Verdict v{.bottleneck = "launch_bound"};
-  v.confidence = std::min(Margin(busy, t.gpu_busy, 1.0), Margin(-s.sm_active, -t.sm_low, -0.1));
-  v.summary = fmt::format(
-      "GPU-Util reads {:.0f}% but only {:.0f}% of the SMs are active: many small or serial "
-      "kernels keep the GPU 'busy' without filling it.",
-      100 * busy, 100 * s.sm_active);
-  v.evidence.push_back(Ev("gpu.util_or_gr_active", busy, ">=", t.gpu_busy, "ratio", "a kernel is running"));
-  v.evidence.push_back(Ev("gpu.sm_active", s.sm_active, "<", t.sm_low, "ratio", "SMs with a warp resident"));
-  if (Has(s.dram_active))
-    v.evidence.push_back(Ev("gpu.dram_active", s.dram_active, "<", t.dram_high, "ratio", ""));
+  if (counters) {
+    v.confidence = std::min(Margin(busy, t.gpu_busy, 1.0), Margin(-s.sm_active, -t.sm_low, -0.1));
+    v.summary = fmt::format(
+        "GPU-Util reads {:.0f}% but only {:.0f}% of the SMs are active: many small or serial "
+        "kernels keep the GPU 'busy' without filling it.",
+        100 * busy, 100 * s.sm_active);
+    if (s.trace.gpu_timeline) {
+      v.summary += fmt::format(" The trace: {:.0f} kernels per request, {:.1f} us each on average.",
+                               s.trace.kernels_per_request, s.trace.mean_kernel_us);
+    }
+    v.evidence.push_back(Ev("gpu.util_or_gr_active", busy, ">=", t.gpu_busy, "ratio", "a kernel is running"));
+    v.evidence.push_back(
+        Ev("gpu.sm_active", s.sm_active, "<", t.sm_low, "ratio", "SMs with a warp resident"));
+    if (Has(s.dram_active))
+      v.evidence.push_back(Ev("gpu.dram_active", s.dram_active, "<", t.dram_high, "ratio", ""));
+  } else {
+    // Without the SM counter the kernel sizes are inferred, not seen: medium confidence at most.
+    v.confidence = 0.6 * Margin(-s.trace.mean_kernel_us, -t.tiny_kernel_us, -1.0);
+    v.summary = fmt::format(
+        "The trace shows {:.0f} kernels per request lasting {:.1f} us on average: launch-sized kernels, "
+        "so launches and the gaps between them set the pace (no SM-activity counter to confirm).",
+        s.trace.kernels_per_request, s.trace.mean_kernel_us);
+  }
+  TraceEvidence(s.trace, t, &v.evidence);
   if (IsLlm(s)) {
     v.next_step = "--cuda-graphs on (replay decode steps as CUDA graphs)";
   } else {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <map>
 #include <string>
@@ -22,6 +23,24 @@ struct LoadPoint {
   double requests_per_s = 0;
   double p50_ms = 0, p99_ms = 0;
   int64_t errors = 0;
+};
+
+// What a short trace taken inside the window says about the GPU's work (CUPTI kernel and copy records on the
+// "GPU <i>" tracks) and the requests, batches and steps it served.
+struct TraceSignals {
+  bool taken = false;               // a trace was recorded in the window
+  bool gpu_timeline = false;        // it holds kernel records
+  std::string note;                 // no GPU timeline: why (the trace's otherData.kernel_track), or a failure
+  double seconds = kNaN;            // the trace's window
+  int64_t dropped = 0;              // events past the trace's budget (the counts below are then lower bounds)
+  int64_t kernels = 0, copies = 0;  // kernel records; memcpy/memset records
+  int64_t requests = 0;             // request spans (requests that finished inside the trace)
+  int64_t batches = 0;              // dynamic batcher "batch" spans and engine "step" spans
+  double kernels_per_request = kNaN, kernels_per_batch = kNaN;
+  double mean_kernel_us = kNaN;  // mean kernel duration
+  double busy_share = kNaN;      // union of kernel + copy records / first start -> last end (busiest GPU)
+  int64_t gaps = 0;              // idle intervals between records on that GPU
+  double gap_mean_us = kNaN, largest_gap_us = kNaN;
 };
 
 struct Signals {
@@ -64,6 +83,9 @@ struct Signals {
   double sm_clock_mhz = kNaN, power_w = kNaN, power_limit_w = kNaN;
   std::map<std::string, double> clock_reason_share;  // reason -> fraction of samples it was active
 
+  // The GPU timeline: a short trace (POST /v1/debug/trace) inside the window, read by trace_signals.h.
+  TraceSignals trace;
+
   // Load the doctor drove (empty with --load none).
   std::vector<LoadPoint> load;
 };
@@ -91,9 +113,14 @@ struct Thresholds {
   double dram_streaming = 0.5;
   double tensor_idle = 0.1;
   double sm_busy_streaming = 0.5;
-  double tensor_high = 0.7;      // tensor active at or above this: compute-bound
-  double sm_high = 0.8;          // SM active at or above this (DRAM below dram_high): compute-bound
-  double device_share = 0.5;     // GPU rules apply when device stages are this share of service time
+  double tensor_high = 0.7;   // tensor active at or above this: compute-bound
+  double sm_high = 0.8;       // SM active at or above this (DRAM below dram_high): compute-bound
+  double device_share = 0.5;  // GPU rules apply when device stages are this share of service time
+  // The trace (when it has kernel records): kernels shorter than this on average are launch-sized (a launch
+  // costs ~2-5 us of CPU and a few us of GPU front end); with many per request and no GPM counters to judge
+  // by, the trace alone says launch_bound.
+  double tiny_kernel_us = 20;
+  double many_kernels_per_request = 50;
   double kv_full = 0.9;          // KV usage at or above this
   double no_blocks_share = 0.1;  // steps whose admission stopped on no_blocks
   double throttle_share = 0.1;   // power/thermal violation time / window
