@@ -1,4 +1,5 @@
-// stoke: one binary, subcommands serve | generate | embed | tokenize | model | bench | doctor | tune.
+// stoke: one binary, subcommands serve | generate | score | embed | tokenize | model | bench | doctor | trace |
+// tune | gpu.
 // Each subcommand lives in its own cmd_<name>.cc and registers itself (command.h).
 #include <CLI/CLI.hpp>
 
