@@ -71,7 +71,8 @@ struct ServeOptions {
   double idle_timeout_seconds = 120;
   int gpu_telemetry_interval_ms = 1000;
   bool no_gpu_telemetry = false;
-  DeviceFlags device;
+  DeviceFlags device;  // also the engine tuning flags (--gemv-max-rows, --decode-pipeline, ...: cli_util.h)
+  std::string encoder_attention = "auto";  // encoders on CUDA: BertDeviceOptions::attention
   int instances = 0;  // classic models: instances (0 = the model file's instance_group, else 1)
   std::string metric_names = "vllm";  // vllm (stoke:...) | prometheus (stoke_...): telemetry/metrics.h
   int debug_requests = 1000;          // finished requests GET /v1/debug/requests keeps (0: off)
@@ -218,6 +219,7 @@ int RunServe(CLI::App* cmd, ServeOptions* bound) {
                             .gpu_telemetry_interval_ms = o.gpu_telemetry_interval_ms,
                             // "" = the model file's "device" key (an explicit --device overrides it)
                             .device = cmd->get_option("--device")->count() > 0 ? o.device.device : "",
+                            .encoder_attention = o.encoder_attention,
                             .instances = o.instances,
                             .metric_naming = naming,
                             .debug_requests = o.debug_requests});
@@ -376,6 +378,7 @@ CommandRegistrar kServe("serve", "Serve a model over an OpenAI-compatible HTTP A
       ->capture_default_str();
   cmd->add_flag("--no-gpu-telemetry", o->no_gpu_telemetry, "Do not load NVML or sample the GPUs");
   AddDeviceFlags(cmd, &o->device);
+  AddEncoderAttentionFlag(cmd, &o->encoder_attention);
   cmd->add_option("--instances", o->instances,
                   "Encoder models: instances, each with its own thread pool or CUDA stream (0: the model "
                   "file's instance_group, else 1)")

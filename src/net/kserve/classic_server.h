@@ -41,6 +41,8 @@ struct ClassicServeOptions {
   // bert: "cpu", "cuda" or "auto"; "" = the model file's "device" key, else cpu. Each instance gets its own
   // device runner (CUDA: its own stream and scratch over weights uploaded once).
   std::string device;
+  // bert on CUDA: the attention kernel (BertDeviceOptions::attention; flag --encoder-attention).
+  std::string encoder_attention = "auto";
   int instances = 0;  // > 0: overrides the instance count (the model file's instance_group, default 1)
   MetricNaming metric_naming = MetricNaming::kVllm;  // /metrics names: stoke:... or stoke_...
   int debug_requests = 1000;  // finished requests GET /v1/debug/requests keeps (0: off)
