@@ -536,12 +536,20 @@ Status CudaLlama::EnqueueLayers(const StepArgs& a, cuda::BlasLtGemm& gemm) {
     RETURN_IF_ERROR(EnqueueLinear(l.qkv, h_, T, qkv_, gemm));
     RETURN_IF_ERROR(
         cuda::QkvRopeWriteKv(qkv_, l.qkv_bias, a.positions, a.slots, T, c.num_heads, inv_freq_, kv, q_, s));
+    const cuda::PagedKvBatch<__nv_bfloat16> batch{.kv = kv,
+                                                  .block_tables = a.bt,
+                                                  .max_blocks_per_seq = a.W,
+                                                  .num_seqs = a.S,
+                                                  .context_lens = a.ctx,
+                                                  .max_context_len = a.max_ctx,
+                                                  .cu_seqlens = a.cu,
+                                                  .start_pos = a.start,
+                                                  .total_tokens = T};
     if (a.decode) {
-      RETURN_IF_ERROR(cuda::PagedDecodeAttention(q_, a.bt, a.W, a.ctx, a.S, c.num_heads, a.max_ctx, scale, kv,
-                                                 decode_ws_, attn_, s, options_.attention));
+      RETURN_IF_ERROR(
+          cuda::PagedDecodeAttention(q_, batch, c.num_heads, scale, decode_ws_, attn_, s, options_.attention));
     } else {
-      RETURN_IF_ERROR(cuda::PrefillAttention(q_, a.cu, a.start, a.S, T, a.bt, a.W, c.num_heads, scale, kv,
-                                             attn_, s, options_.attention));
+      RETURN_IF_ERROR(cuda::PrefillAttention(q_, batch, c.num_heads, scale, attn_, s, options_.attention));
     }
     RETURN_IF_ERROR(EnqueueLinear(l.o, attn_, T, proj_, gemm));
     RETURN_IF_ERROR(cuda::AddRmsNorm(proj_, x_, l.ffn_norm, T, H, eps, h_, s));

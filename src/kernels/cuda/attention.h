@@ -100,6 +100,35 @@ Status PrefillAttention(const __nv_bfloat16* q, const int32_t* cu_seqlens, const
                         const DevicePagedKv<__nv_bfloat16>& kv, __nv_bfloat16* out, cudaStream_t stream,
                         const AttentionLaunchOptions& launch = {});
 
+// One attention call's batch over the paged cache as a single value (as FlashInfer's paged_kv_t): the layer's
+// cache plus the batch metadata that travels with it. Decode reads context_lens / max_context_len, prefill
+// cu_seqlens / start_pos / total_tokens (see the functions above for each array's shape).
+template <typename T>
+struct PagedKvBatch {
+  DevicePagedKv<T> kv;
+  const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
+  int max_blocks_per_seq = 0;
+  int num_seqs = 0;
+  const int32_t* context_lens = nullptr;  // decode: [num_seqs]
+  int max_context_len = 0;                // decode: bounds every context_lens[s]
+  const int32_t* cu_seqlens = nullptr;    // prefill: [num_seqs + 1]
+  const int32_t* start_pos = nullptr;     // prefill: [num_seqs]
+  int64_t total_tokens = 0;               // prefill: cu_seqlens[num_seqs]
+};
+// The same kernels as the positional forms above, with the batch as one value.
+template <typename T>
+Status PagedDecodeAttention(const T* q, const PagedKvBatch<T>& b, int heads, float scale, void* workspace, T* out,
+                            cudaStream_t stream, const AttentionLaunchOptions& launch = {}) {
+  return PagedDecodeAttention(q, b.block_tables, b.max_blocks_per_seq, b.context_lens, b.num_seqs, heads,
+                              b.max_context_len, scale, b.kv, workspace, out, stream, launch);
+}
+template <typename T>
+Status PrefillAttention(const T* q, const PagedKvBatch<T>& b, int heads, float scale, T* out, cudaStream_t stream,
+                        const AttentionLaunchOptions& launch = {}) {
+  return PrefillAttention(q, b.cu_seqlens, b.start_pos, b.num_seqs, b.total_tokens, b.block_tables,
+                          b.max_blocks_per_seq, heads, scale, b.kv, out, stream, launch);
+}
+
 // The two prefill kernels behind PrefillAttention, callable directly (tests, benchmarks); same contract.
 // Tiled: FlashAttention-2 style, bf16 only, head_dim 64 or 128, pointers 16-byte aligned, block_size any
 // positive value; one CTA per (query tile of tile_rows = 64 (4 warps) or 128 (8 warps) rows, head), 64-key
