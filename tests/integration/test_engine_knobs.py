@@ -44,3 +44,19 @@ def test_ggml_numerics_off_serves_greedy_text(start_server):
     r = requests.post(srv.base_url + "/v1/completions", json=body, timeout=120)
     assert r.status_code == 200, r.text
     assert r.json()["choices"][0]["text"]
+
+
+def test_bench_step_records_the_knobs(stoke_bin, tmp_path):
+    model = tmp_path / "smol"
+    r = subprocess.run([str(stoke_bin), "model", "synth", "--shape", "smollm2-135m", "--layers", "1", "--out",
+                        str(model), "--quiet"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([str(stoke_bin), "bench", "step", "--model", str(model), "--device", "cpu", "--decode-batch", "1",
+                        "--context", "8", "--prefill", "0", "--iters", "1", "--warmup", "0", "--threads", "2",
+                        "--gemv-max-rows", "0", "--decode-pipeline", "off", "--prefill-attention", "warp"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    e = json.loads(r.stdout)["engine"]
+    assert (e["gemv_max_rows"], e["decode_pipeline"], e["prefill_attention"]) == (0, False, "warp")
+    # the others at their defaults
+    assert (e["gemv_split"], e["pdl"], e["decode_min_partition"], e["ggml_numerics"]) == (0, False, 16, True)
