@@ -37,14 +37,16 @@ void AddDeviceFlags(CLI::App* cmd, DeviceFlags* flags) {
 }
 
 void AddEngineTuningFlags(CLI::App* cmd, EngineTuningFlags* flags) {
-  cmd->add_option("--ggml-numerics", flags->ggml_numerics,
-                  "cpu, GGUF: compute in ggml's order and precision, logits equal to llama.cpp's (on|off; off: "
-                  "stoke's own, slightly faster kernels)")
+  cmd->add_option(
+         "--ggml-numerics", flags->ggml_numerics,
+         "cpu, GGUF: compute in ggml's order and precision, logits equal to llama.cpp's (on|off; off: "
+         "stoke's own, slightly faster kernels)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
-  cmd->add_option("--gemm-cache", flags->gemm_cache,
-                  "cuda: cuBLASLt algorithm cache file, read at start and written as shapes are tuned (empty: "
-                  "in memory only)");
+  cmd->add_option(
+      "--gemm-cache", flags->gemm_cache,
+      "cuda: cuBLASLt algorithm cache file, read at start and written as shapes are tuned (empty: "
+      "in memory only)");
   cmd->add_option("--gemv-max-rows", flags->gemv_max_rows,
                   "cuda: steps of at most this many tokens use the bf16 GEMV instead of cuBLASLt (0..8; 0: "
                   "always cuBLASLt)")
@@ -62,18 +64,20 @@ void AddEngineTuningFlags(CLI::App* cmd, EngineTuningFlags* flags) {
                   "cuda: decode attention prefetches the next position's K/V (on|off)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
-  cmd->add_option("--prefill-attention", flags->prefill_attention,
-                  "cuda: prefill attention kernel: auto (tensor-core tiled where it applies) or warp (simple, "
-                  "slow)")
+  cmd->add_option(
+         "--prefill-attention", flags->prefill_attention,
+         "cuda: prefill attention kernel: auto (tensor-core tiled where it applies) or warp (simple, "
+         "slow)")
       ->check(CLI::IsMember({"auto", "warp"}))
       ->capture_default_str();
 }
 
 Status ApplyEngineTuningFlags(const EngineTuningFlags& flags, DecoderOptions* o) {
-  for (const auto& [name, value] : {std::pair{"--ggml-numerics", &flags.ggml_numerics},
-                                    std::pair{"--pdl", &flags.pdl},
-                                    std::pair{"--decode-pipeline", &flags.decode_pipeline}}) {
-    if (*value != "on" && *value != "off") return InvalidArgumentError("{} {}: expected on or off", name, *value);
+  for (const auto& [name, value] :
+       {std::pair{"--ggml-numerics", &flags.ggml_numerics}, std::pair{"--pdl", &flags.pdl},
+        std::pair{"--decode-pipeline", &flags.decode_pipeline}}) {
+    if (*value != "on" && *value != "off")
+      return InvalidArgumentError("{} {}: expected on or off", name, *value);
   }
   o->ggml_compatible_numerics = flags.ggml_numerics == "on";
   CudaDecoderTuning& t = o->cuda;

@@ -157,11 +157,12 @@ StatusOr<std::unique_ptr<CudaLlama>> CudaLlama::Create(LlamaWeights weights, con
     return InvalidArgumentError("--gemv-max-rows {} must be in [0, {}]", options.gemv_max_rows,
                                 cuda::kGemvMaxRows);
   }
-  if (options.gemv_split != 0 && options.gemv_split != 1 && options.gemv_split != 2 && options.gemv_split != 4 &&
-      options.gemv_split != 8) {
+  if (options.gemv_split != 0 && options.gemv_split != 1 && options.gemv_split != 2 &&
+      options.gemv_split != 4 && options.gemv_split != 8) {
     return InvalidArgumentError("--gemv-split {} must be 0 (auto), 1, 2, 4 or 8", options.gemv_split);
   }
-  if (options.attention.decode_min_partition < 1 || options.attention.decode_min_partition > cuda::kDecodePartition) {
+  if (options.attention.decode_min_partition < 1 ||
+      options.attention.decode_min_partition > cuda::kDecodePartition) {
     return InvalidArgumentError("--decode-min-partition {} must be in [1, {}]",
                                 options.attention.decode_min_partition, cuda::kDecodePartition);
   }
@@ -215,7 +216,8 @@ Status CudaLlama::Init(LlamaWeights weights) {
       options_.cuda_graphs ? "on" : "off", gemv_max_rows_ >= 1 ? "on" : "off",
       options_.gemv_split == 0 ? std::string("auto") : std::to_string(options_.gemv_split),
       options_.pdl ? "on" : "off", options_.attention.decode_min_partition,
-      options_.attention.decode_pipeline ? "on" : "off", options_.attention.prefill_force_warp ? "warp" : "auto");
+      options_.attention.decode_pipeline ? "on" : "off",
+      options_.attention.prefill_force_warp ? "warp" : "auto");
   return OkStatus();
 }
 
@@ -546,8 +548,8 @@ Status CudaLlama::EnqueueLayers(const StepArgs& a, cuda::BlasLtGemm& gemm) {
                                                   .start_pos = a.start,
                                                   .total_tokens = T};
     if (a.decode) {
-      RETURN_IF_ERROR(
-          cuda::PagedDecodeAttention(q_, batch, c.num_heads, scale, decode_ws_, attn_, s, options_.attention));
+      RETURN_IF_ERROR(cuda::PagedDecodeAttention(q_, batch, c.num_heads, scale, decode_ws_, attn_, s,
+                                                 options_.attention));
     } else {
       RETURN_IF_ERROR(cuda::PrefillAttention(q_, batch, c.num_heads, scale, attn_, s, options_.attention));
     }
@@ -691,7 +693,7 @@ Status CudaLlama::StepGeneral(const StepInput& in, StepOutput* out) {
 
   StepArgs a = ArgsFor(l, T, S, W);
   a.decode = decode && cuda::DecodeWorkspaceBytes(S, c.num_heads, c.head_dim, max_ctx, options_.attention) <=
-                                decode_ws_bytes_;
+                           decode_ws_bytes_;
   a.max_ctx = max_ctx;
   RETURN_IF_ERROR(EnqueueLayers(a, *gemm_heur_));
   if (R == 0) return stream_.Synchronize();

@@ -429,7 +429,8 @@ TEST(BertDeviceOptionsTest, UnknownEncoderAttentionIsInvalidArgument) {
   auto r = LoadBertOnDevice(nullptr, {.device = "cpu", .attention = "fast"});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(r.status().message().find("--encoder-attention 'fast'"), std::string::npos) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("--encoder-attention 'fast'"), std::string::npos)
+      << r.status().ToString();
 }
 
 }  // namespace

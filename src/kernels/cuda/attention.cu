@@ -375,13 +375,13 @@ Status Decode(const T* q, const int32_t* bt, int max_blocks, const int32_t* ctx,
   switch (kv.head_dim) {
     case 64:
       return LaunchDecode<T, 2>(q, bt, max_blocks, ctx, num_seqs, heads, max_ctx, scale, kv, ws, out, stream,
-                                  launch);
+                                launch);
     case 128:
       return LaunchDecode<T, 4>(q, bt, max_blocks, ctx, num_seqs, heads, max_ctx, scale, kv, ws, out, stream,
-                                  launch);
+                                launch);
     default:
       return LaunchDecode<T, 8>(q, bt, max_blocks, ctx, num_seqs, heads, max_ctx, scale, kv, ws, out, stream,
-                                  launch);
+                                launch);
   }
 }
 
@@ -491,8 +491,9 @@ Status PrefillAttention(const __nv_bfloat16* q, const int32_t* cu_seqlens, const
                         const DevicePagedKv<__nv_bfloat16>& kv, __nv_bfloat16* out, cudaStream_t stream,
                         const AttentionLaunchOptions& launch) {
   const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
-  if (!launch.prefill_force_warp && PrefillAttentionTiledSupports(kv.head_dim) && aligned(q) && aligned(kv.k) &&
-      aligned(kv.v) && aligned(out) && total_tokens / 64 + num_seqs <= 65535 && heads <= 65535) {
+  if (!launch.prefill_force_warp && PrefillAttentionTiledSupports(kv.head_dim) && aligned(q) &&
+      aligned(kv.k) && aligned(kv.v) && aligned(out) && total_tokens / 64 + num_seqs <= 65535 &&
+      heads <= 65535) {
     return PrefillAttentionTiled(q, cu_seqlens, start_pos, num_seqs, total_tokens, block_tables,
                                  max_blocks_per_seq, heads, scale, kv, out, stream);
   }

@@ -33,9 +33,10 @@ struct DevicePagedKv {
 // measured best on the H200. Owned by the caller (CudaLlama::Options::attention, from the --decode-* and
 // --prefill-attention flags); the kernels never read the environment.
 struct AttentionLaunchOptions {
-  // Decode: fewest context positions per split when the batch is split further to fill the GPU (>= 1). Smaller
-  // = more blocks and a larger merge for small batches. 16 (was 32): on the H200 (8B, batch 1, context 512)
-  // 4.62 ms per step against 4.64 at 32 and 4.65 at 8, within noise (gpu_llm_8b_decode_h200_2026-12-03.json).
+  // Decode: fewest context positions per split when the batch is split further to fill the GPU (>= 1).
+  // Smaller = more blocks and a larger merge for small batches. 16 (was 32): on the H200 (8B, batch 1,
+  // context 512) 4.62 ms per step against 4.64 at 32 and 4.65 at 8, within noise
+  // (gpu_llm_8b_decode_h200_2026-12-03.json).
   int decode_min_partition = 16;
   // Decode: prefetch the next position's K/V while the current one is reduced (WarpAttend). Off only for A/B.
   bool decode_pipeline = true;
@@ -69,9 +70,9 @@ Status QkvRopeWriteKv(const __nv_bfloat16* qkv, const float* bias, const int32_t
 // launch.decode_min_partition, when num_seqs x heads is too small to fill the GPU) processed by separate
 // blocks, then merged by a second kernel (log-sum-exp weights); that needs `workspace` of
 // DecodeWorkspaceBytes(...) bytes (may be nullptr when it returns 0). The split depends only on (num_seqs,
-// heads, max_context_len, launch), so a captured graph keeps it; DecodeWorkspaceBytes must get the same launch
-// options as the call. max_context_len bounds every context_lens[s]. A
-// sequence with context 0 gets zeros.
+// heads, max_context_len, launch), so a captured graph keeps it; DecodeWorkspaceBytes must get the same
+// launch options as the call. max_context_len bounds every context_lens[s]. A sequence with context 0 gets
+// zeros.
 inline constexpr int kDecodePartition = 512;
 size_t DecodeWorkspaceBytes(int num_seqs, int heads, int head_dim, int max_context_len,
                             const AttentionLaunchOptions& launch = {});
@@ -82,7 +83,8 @@ Status PagedDecodeAttention(const float* q, const int32_t* block_tables, int max
 Status PagedDecodeAttention(const __nv_bfloat16* q, const int32_t* block_tables, int max_blocks_per_seq,
                             const int32_t* context_lens, int num_seqs, int heads, int max_context_len,
                             float scale, const DevicePagedKv<__nv_bfloat16>& kv, void* workspace,
-                            __nv_bfloat16* out, cudaStream_t stream, const AttentionLaunchOptions& launch = {});
+                            __nv_bfloat16* out, cudaStream_t stream,
+                            const AttentionLaunchOptions& launch = {});
 
 // Prefill (chunked, variable length, causal): sequence s contributes tokens cu_seqlens[s] ..
 // cu_seqlens[s+1]-1 of q (total_tokens = cu_seqlens[num_seqs]), at positions start_pos[s] .. ; query i of s
@@ -117,14 +119,14 @@ struct PagedKvBatch {
 };
 // The same kernels as the positional forms above, with the batch as one value.
 template <typename T>
-Status PagedDecodeAttention(const T* q, const PagedKvBatch<T>& b, int heads, float scale, void* workspace, T* out,
-                            cudaStream_t stream, const AttentionLaunchOptions& launch = {}) {
+Status PagedDecodeAttention(const T* q, const PagedKvBatch<T>& b, int heads, float scale, void* workspace,
+                            T* out, cudaStream_t stream, const AttentionLaunchOptions& launch = {}) {
   return PagedDecodeAttention(q, b.block_tables, b.max_blocks_per_seq, b.context_lens, b.num_seqs, heads,
                               b.max_context_len, scale, b.kv, workspace, out, stream, launch);
 }
 template <typename T>
-Status PrefillAttention(const T* q, const PagedKvBatch<T>& b, int heads, float scale, T* out, cudaStream_t stream,
-                        const AttentionLaunchOptions& launch = {}) {
+Status PrefillAttention(const T* q, const PagedKvBatch<T>& b, int heads, float scale, T* out,
+                        cudaStream_t stream, const AttentionLaunchOptions& launch = {}) {
   return PrefillAttention(q, b.cu_seqlens, b.start_pos, b.num_seqs, b.total_tokens, b.block_tables,
                           b.max_blocks_per_seq, heads, scale, b.kv, out, stream, launch);
 }

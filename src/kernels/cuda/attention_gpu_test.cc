@@ -172,11 +172,12 @@ TEST(CudaDecode, LaunchOptionsKeepMatchingCpu) {
             DecodeWorkspaceBytes(num_seqs, heads, hd, max_ctx, min512));
   EXPECT_EQ(DecodeWorkspaceBytes(num_seqs, heads, hd, max_ctx),
             DecodeWorkspaceBytes(num_seqs, heads, hd, max_ctx, AttentionLaunchOptions{}));
-  for (const auto& [name, launch] : {std::pair{"default", AttentionLaunchOptions{}}, std::pair{"min 8", min8},
-                                     std::pair{"min 32", min32}, std::pair{"min 512", min512},
-                                     std::pair{"no pipeline", no_pipeline}}) {
+  for (const auto& [name, launch] :
+       {std::pair{"default", AttentionLaunchOptions{}}, std::pair{"min 8", min8}, std::pair{"min 32", min32},
+        std::pair{"min 512", min512}, std::pair{"no pipeline", no_pipeline}}) {
     DeviceBuffer<uint8_t> ws(std::max<size_t>(1, DecodeWorkspaceBytes(num_seqs, heads, hd, max_ctx, launch)));
-    STATUS_ASSERT(PagedDecodeAttention(dq.bf16(), batch, heads, scale, ws.get(), out.bf16(), nullptr, launch));
+    STATUS_ASSERT(
+        PagedDecodeAttention(dq.bf16(), batch, heads, scale, ws.get(), out.bf16(), nullptr, launch));
     EXPECT_CLOSE(FromBf16(out.Download()), want, kTolBf16, (std::string("decode launch ") + name).c_str());
   }
 }
