@@ -9,6 +9,8 @@ find_package(Boost 1.74 REQUIRED)   # header-only parts: Asio, Beast
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)
+# toml++ (Debian's libtomlplusplus-dev, a compiled library) for `stoke serve --config FILE.toml`.
+pkg_check_modules(TOMLPP REQUIRED IMPORTED_TARGET tomlplusplus)
 # OpenBLAS (pthreads flavour) for fp32 GEMM on the CPU backend.
 set(BLA_VENDOR OpenBLAS)
 find_package(BLAS REQUIRED)

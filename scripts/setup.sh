@@ -13,7 +13,7 @@ APT_PACKAGES=(
   libspdlog-dev libfmt-dev libgtest-dev libgmock-dev
   clang libclang-rt-14-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
-  prometheus chromium prometheus-cpp-dev
+  prometheus chromium prometheus-cpp-dev libtomlplusplus-dev
 )
 
 missing=()

@@ -8,7 +8,8 @@
 // SIGINT/SIGTERM: stop accepting, let in-flight responses finish (--drain-seconds), then exit 0.
 //
 // --config FILE: a JSON object whose keys are the long flag names ("port", "max-num-seqs"; "max_num_seqs"
-// also works), e.g. {"port": 8080, "kv-cache-bytes": "2GiB", "no-prefix-cache": true}.
+// also works), e.g. {"port": 8080, "kv-cache-bytes": "2GiB", "no-prefix-cache": true}; or the same keys as
+// a flat TOML file (FILE.toml: `max-batch-size = 8`), e.g. the stoke.toml `stoke tune` writes.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -26,6 +27,7 @@
 
 #include "apps/stoke/cli_util.h"
 #include "apps/stoke/command.h"
+#include "apps/stoke/config_file.h"
 #include "base/file_util.h"
 #include "base/logging.h"
 #include "base/status.h"
@@ -73,16 +75,16 @@ struct ServeOptions {
   bool no_gpu_telemetry = false;
   DeviceFlags device;  // also the engine tuning flags (--gemv-max-rows, --decode-pipeline, ...: cli_util.h)
   std::string encoder_attention = "auto";  // encoders on CUDA: BertDeviceOptions::attention
-  int instances = 0;  // classic models: instances (0 = the model file's instance_group, else 1)
+  int instances = 0;                // classic models: instances (0 = the model file's instance_group, else 1)
+  int max_batch_size = 0;           // classic models: 0 = the model file's max_batch_size
+  int64_t max_queue_delay_us = -1;  // classic models: -1 = the model file's max_queue_delay_microseconds
   std::string metric_names = "vllm";  // vllm (stoke:...) | prometheus (stoke_...): telemetry/metrics.h
   int debug_requests = 1000;          // finished requests GET /v1/debug/requests keeps (0: off)
 };
 
 // Applies --config: every key sets its flag unless the flag was given on the command line.
 Status ApplyConfigFile(CLI::App* cmd, const std::string& path) {
-  ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return InvalidArgumentError("--config {}: expected a JSON object of flag names", path);
+  ASSIGN_OR_RETURN(nlohmann::json j, ReadConfigFile(path));  // JSON, or TOML for *.toml
   for (const auto& [key, value] : j.items()) {
     std::string name = key;
     std::replace(name.begin(), name.end(), '_', '-');
@@ -120,6 +122,8 @@ std::string DefaultServedName(const std::string& model) {
 }
 
 Status Validate(const ServeOptions& o) {
+  if (o.model.empty())
+    return InvalidArgumentError("--model is required (on the command line or in --config)");
   if (o.port < 0 || o.port > 65535) return InvalidArgumentError("--port {} is out of range", o.port);
   if (o.max_body_bytes < 1024) return InvalidArgumentError("--max-body-bytes must be at least 1024");
   if (o.http_threads < 1 || o.http_threads > 256)
@@ -132,6 +136,12 @@ Status Validate(const ServeOptions& o) {
   if (o.kv_cache_bytes <= 0) return InvalidArgumentError("--kv-cache-bytes must be positive");
   if (o.block_size < 1) return InvalidArgumentError("--block-size must be at least 1");
   if (o.debug_requests < 0) return InvalidArgumentError("--debug-requests must be >= 0");
+  if (o.max_batch_size < 0 || o.max_batch_size > 4096)
+    return InvalidArgumentError("--max-batch-size {} must be in [0, 4096] (0: the model's own)",
+                                o.max_batch_size);
+  if (o.max_queue_delay_us < -1 || o.max_queue_delay_us > 60'000'000)
+    return InvalidArgumentError("--max-queue-delay-us {} must be in [0, 60000000] (-1: the model's own)",
+                                o.max_queue_delay_us);
   if (o.gpu_telemetry_interval_ms < 100)
     return InvalidArgumentError("--gpu-telemetry-interval-ms must be at least 100 (GPM needs > 100 ms)");
   RETURN_IF_ERROR(ParseMetricNaming(o.metric_names).status().WithContext("--metric-names"));
@@ -221,6 +231,8 @@ int RunServe(CLI::App* cmd, ServeOptions* bound) {
                             .device = cmd->get_option("--device")->count() > 0 ? o.device.device : "",
                             .encoder_attention = o.encoder_attention,
                             .instances = o.instances,
+                            .max_batch_size = o.max_batch_size,
+                            .max_queue_delay_us = o.max_queue_delay_us,
                             .metric_naming = naming,
                             .debug_requests = o.debug_requests});
   }
@@ -325,8 +337,10 @@ int RunServe(CLI::App* cmd, ServeOptions* bound) {
 
 CommandRegistrar kServe("serve", "Serve a model over an OpenAI-compatible HTTP API", [](CLI::App* cmd) {
   auto o = std::make_shared<ServeOptions>();
-  cmd->add_option("--model", o->model, "Model alias (smollm2-135m-instruct) or path (GGUF file or HF folder)")
-      ->required();
+  // Required, but checked after --config (which may name it).
+  cmd->add_option("--model", o->model,
+                  "Model alias (smollm2-135m-instruct) or path (GGUF file or HF folder); required, on the "
+                  "command line or in --config");
   cmd->add_option("--served-model-name", o->served_model_name,
                   "Name clients use in \"model\" (default: the alias, or the file name without .gguf)");
   cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();
@@ -336,7 +350,8 @@ CommandRegistrar kServe("serve", "Serve a model over an OpenAI-compatible HTTP A
          "KServe v2 gRPC port (inference.GRPCInferenceService, incl. ModelStreamInfer) for encoders and "
          "model files (0: any free port, -1: off); an LLM is served over HTTP only and ignores it")
       ->capture_default_str();
-  cmd->add_option("--config", o->config, "JSON file with the same keys as these flags (flags win)");
+  cmd->add_option("--config", o->config,
+                  "JSON (or *.toml) file with the same keys as these flags (flags win)");
   cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body; larger gets 413 (e.g. 8MiB)")
       ->transform(CLI::AsSizeValue(false))
       ->capture_default_str();
@@ -383,6 +398,14 @@ CommandRegistrar kServe("serve", "Serve a model over an OpenAI-compatible HTTP A
                   "Encoder models: instances, each with its own thread pool or CUDA stream (0: the model "
                   "file's instance_group, else 1)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-batch-size", o->max_batch_size,
+                  "Encoder models: largest batch the dynamic batcher forms (0: the model file's "
+                  "max_batch_size; > 0 turns dynamic batching on)")
+      ->capture_default_str();
+  cmd->add_option("--max-queue-delay-us", o->max_queue_delay_us,
+                  "Encoder models: longest the oldest queued request waits for its batch to grow (-1: the "
+                  "model file's max_queue_delay_microseconds; >= 0 turns dynamic batching on)")
+      ->capture_default_str();
   cmd->add_option("--metric-names", o->metric_names,
                   "/metrics family names: vllm (stoke:name; promtool lints the colon) or prometheus "
                   "(stoke_name; lint-clean)")

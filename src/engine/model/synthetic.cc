@@ -2,8 +2,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <thread>
 
 namespace stoke {
 
@@ -158,6 +162,13 @@ StatusOr<SyntheticConfig> SyntheticConfig::FromJson(const json& j, std::string_v
       ASSIGN_OR_RETURN(c.postprocess_us, NonNegative(v, key, source));
     } else if (key == "postprocess_us_per_item") {
       ASSIGN_OR_RETURN(c.postprocess_us_per_item, NonNegative(v, key, source));
+    } else if (key == "sleep_us") {
+      ASSIGN_OR_RETURN(c.sleep_us, NonNegative(v, key, source));
+    } else if (key == "sleep_us_per_item") {
+      ASSIGN_OR_RETURN(c.sleep_us_per_item, NonNegative(v, key, source));
+    } else if (key == "sleep_exclusive") {
+      if (!v.is_boolean()) return InvalidArgumentError("{}: 'sleep_exclusive' must be true or false", source);
+      c.sleep_exclusive = v.get<bool>();
     } else if (key == "launch_us") {
       ASSIGN_OR_RETURN(c.launch_us, NonNegative(v, key, source));
     } else if (key == "cpu_scale") {
@@ -243,6 +254,21 @@ Status SyntheticModel::Run(const uint8_t* input, int64_t rows, std::vector<uint8
       fsink += BurnFlops(flops);
       sink += ReadBytes(weights_.data(), weights_.size(), k.bytes * c.cpu_scale);
       sink += ReadBytes(ws.activations.data(), ws.activations.size(), own);
+    }
+  }
+  if (const double sleep_us = c.sleep_us + c.sleep_us_per_item * rows; sleep_us > 0) {
+    const auto sleep = std::chrono::nanoseconds(static_cast<Nanos>(sleep_us * 1000));
+    if (c.sleep_exclusive) {  // first come, first served, like a device's queue of work
+      std::unique_lock<std::mutex> lock(sleep_mu_);
+      const uint64_t ticket = sleep_next_ticket_++;
+      sleep_cv_.wait(lock, [&] { return sleep_serving_ == ticket; });
+      lock.unlock();
+      std::this_thread::sleep_for(sleep);
+      lock.lock();
+      ++sleep_serving_;
+      sleep_cv_.notify_all();
+    } else {
+      std::this_thread::sleep_for(sleep);
     }
   }
   ws.device_out.resize(std::max(ws.device_out.size(), out_bytes));

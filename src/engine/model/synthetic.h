@@ -13,6 +13,10 @@
 //                 "bytes": 8e6, "bytes_per_item": 4096,     // each launch does this much work
 //                 "blocks": 0}],       // GPU only: at most this many thread blocks (0 = enough to fill it)
 //    "postprocess_us": 0, "postprocess_us_per_item": 50,
+//    "sleep_us": 0, "sleep_us_per_item": 0,   // CPU build: the compute stage also sleeps this long (a
+//                                              // device's time: it holds the instance, not a core)
+//    "sleep_exclusive": false,                 // true: those sleeps take turns across instances (one device
+//                                              // that runs one batch at a time)
 //    "cpu_scale": 1.0,                 // multiplies kernel FLOPs and bytes on the CPU build
 //    "device": "cpu"}                  // "cuda": real copies and kernels on the GPU; "auto": cuda if usable
 //
@@ -35,8 +39,10 @@
 // device).
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -63,6 +69,10 @@ struct SyntheticConfig {
   double launch_us = 0;
   std::vector<SyntheticKernel> kernels;
   double postprocess_us = 0, postprocess_us_per_item = 0;
+  // Compute time that waits without using a core (sleeps), like a kernel running on a device: a batch's cost
+  // is known by construction and a loaded CPU barely changes it (stoke tune's tests use it).
+  double sleep_us = 0, sleep_us_per_item = 0;
+  bool sleep_exclusive = false;  // one batch sleeps at a time, whatever the instance count
   double cpu_scale = 1.0;
   std::string device = "cpu";  // "cpu" | "cuda" | "auto"
 
@@ -96,6 +106,10 @@ class SyntheticModel {
  private:
   SyntheticConfig config_;
   std::vector<uint64_t> weights_;  // shared by every instance: the largest kernel's `bytes`
+  // "sleep_exclusive": the one "device", taken in arrival order (a ticket lock).
+  mutable std::mutex sleep_mu_;
+  mutable std::condition_variable sleep_cv_;
+  mutable uint64_t sleep_next_ticket_ = 0, sleep_serving_ = 0;
 };
 
 // One instance's executor of a SyntheticModel: on the CPU (a Workspace) or on a CUDA stream. Not

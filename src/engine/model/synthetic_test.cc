@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <thread>
+#include <vector>
 
 namespace stoke {
 namespace {
@@ -36,6 +38,32 @@ TEST(SyntheticModelTest, ParsesEveryKey) {
   EXPECT_EQ(c.kernels[0].blocks, 16);
   EXPECT_EQ(c.device, "cuda");
   EXPECT_EQ(Parse("{}").device, "cpu");
+}
+
+TEST(SyntheticModelTest, ExclusiveSleepsTakeTurns) {
+  SyntheticConfig c =
+      Parse(R"({"input_bytes": 4, "output_bytes": 4, "sleep_us": 20000, "sleep_us_per_item": 5000,
+                                "sleep_exclusive": true})");
+  EXPECT_EQ(c.sleep_us, 20000);
+  EXPECT_EQ(c.sleep_us_per_item, 5000);
+  EXPECT_TRUE(c.sleep_exclusive);
+  const SyntheticModel model(c);
+  // Two instances run a 2-row batch each at once: one device, so the 30 ms sleeps add up. A floor only (the
+  // machine can add time, never remove it).
+  const Nanos start = MonotonicNanos();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&model] {
+      auto ws = model.NewWorkspace();
+      std::vector<uint8_t> in = Rows(2, 4, 1), out;
+      SyntheticTimes times;
+      ASSERT_TRUE(model.Run(in.data(), 2, &out, *ws, &times).ok());
+      EXPECT_GE(times.compute, 30'000'000);
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_GE(MonotonicNanos() - start, 60'000'000);
+  EXPECT_FALSE(SyntheticConfig::FromJson(nlohmann::json::parse(R"({"sleep_exclusive": 1})"), "s.json").ok());
 }
 
 TEST(SyntheticModelTest, BadConfigNamesFileAndKey) {

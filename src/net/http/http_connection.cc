@@ -6,6 +6,7 @@
 
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/read.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
@@ -42,6 +43,8 @@ HttpServer::Impl::~Impl() {
 }
 
 namespace {
+
+constexpr size_t kReadChunk = 64 * 1024;  // Beast's largest single read
 
 std::string SerializeHead(int status, std::string_view content_type, const HttpHeaders& headers,
                           bool keep_alive, std::optional<size_t> content_length) {
@@ -115,12 +118,15 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   void DoRead();
   void ReadSome();
   void OnRead(error_code ec, size_t bytes);
+  void ReadBody();
+  void OnBody(error_code ec, size_t bytes);
+  void OnReadError(error_code ec);
   void OnRequest();
   void Dispatch(const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex);
   void FailRequest(int status, std::string_view message);  // reading-state errors: respond, then close
   void DoWrite();
   void OnWrite(error_code ec);
-  void ResponseDone();
+  void ResponseDone(Nanos written_at);
   void StartWatch();
   void OnWatch(error_code ec, uint64_t gen);
   void ClientGone();
@@ -133,11 +139,13 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   State state_ = State::kReading;
   Nanos recv_time_ = 0;
   bool continue_sent_ = false;
+  int read_calls_ = 0;  // socket reads for the request being read (HttpRequest::read_calls)
 
   struct PendingWrite {
     std::string data;
     bool ends_response = false;
   };
+  Nanos written_at_ = 0;  // when the front write's last byte went to the socket, if it went at once
   std::deque<PendingWrite> writes_;
   bool writing_ = false;
   bool close_after_write_ = false;
@@ -273,6 +281,10 @@ void HttpConnection::DoRead() {
   parser_->body_limit(impl_->options.max_body_bytes);
   parser_->header_limit(static_cast<uint32_t>(impl_->options.max_header_bytes));
   continue_sent_ = false;
+  read_calls_ = 0;
+  // Beast reads at most what the buffer has room for (at least 512 bytes, at most 64 KiB): without room, a
+  // body came in 512-byte reads, each a trip through the event loop (a 1 MiB body: ~2,000 of them).
+  if (buffer_.capacity() < kReadChunk) buffer_.reserve(kReadChunk);
   recv_time_ = buffer_.size() > 0 ? MonotonicNanos() : 0;  // a pipelined request already arrived
   ReadSome();
 }
@@ -291,21 +303,10 @@ void HttpConnection::ReadSome() {
 
 void HttpConnection::OnRead(error_code ec, size_t bytes) {
   if (state_ != State::kReading) return;
+  if (bytes > 0) ++read_calls_;
   if (recv_time_ == 0 && (bytes > 0 || parser_->got_some())) recv_time_ = MonotonicNanos();
   if (ec) {
-    if (ec == http::error::body_limit) {
-      FailRequest(413, fmt::format("request body is larger than the limit of {} bytes (--max-body-bytes)",
-                                   impl_->options.max_body_bytes));
-    } else if (ec == http::error::header_limit) {
-      FailRequest(431, "request headers are too large");
-    } else if (ec == beast::error::timeout && recv_time_ != 0) {
-      FailRequest(408, "the request did not arrive in time");
-    } else if (ec.category() == http::make_error_code(http::error::end_of_stream).category() &&
-               ec != http::error::end_of_stream && ec != http::error::partial_message) {
-      FailRequest(400, fmt::format("malformed HTTP request: {}", ec.message()));
-    } else {
-      Close();  // EOF between requests, idle timeout, reset
-    }
+    OnReadError(ec);
     return;
   }
   if (!continue_sent_ && parser_->is_header_done() && !parser_->is_done()) {
@@ -315,11 +316,72 @@ void HttpConnection::OnRead(error_code ec, size_t bytes) {
       QueueWrite(0, "HTTP/1.1 100 Continue\r\n\r\n", false);
     }
   }
-  if (!parser_->is_done()) {
+  if (parser_->is_done()) {
+    OnRequest();
+  } else if (parser_->is_header_done() && !parser_->chunked() && parser_->content_length()) {
+    ReadBody();
+  } else {
     ReadSome();
+  }
+}
+
+// A body of known length: read straight into the request's body string (sized once, from Content-Length), in
+// reads as large as the socket has bytes, instead of through the parser's buffer.
+void HttpConnection::ReadBody() {
+  auto& body = parser_->get().body();
+  const size_t total = static_cast<size_t>(*parser_->content_length());
+  const size_t have = body.size();  // what the parser already moved into the body
+  body.resize(total);               // no reallocation: the parser reserved Content-Length
+  const size_t from_buffer = std::min(buffer_.size(), total - have);
+  if (from_buffer > 0) {
+    asio::buffer_copy(asio::buffer(body.data() + have, from_buffer), buffer_.data());
+    buffer_.consume(from_buffer);
+  }
+  const size_t filled = have + from_buffer;
+  if (filled == total) {
+    OnBody({}, 0);
+    return;
+  }
+  const auto left = std::chrono::nanoseconds(
+      recv_time_ + std::chrono::nanoseconds(impl_->options.request_timeout).count() - MonotonicNanos());
+  stream_.expires_after(std::max(left, std::chrono::nanoseconds(1)));
+  // Each read asks for everything still missing (asio's transfer_all would cap a read at 64 KiB). The
+  // condition runs on this strand before each read (first with 0 done), so it also counts them.
+  const size_t want = total - filled;
+  auto until_done = [this, first = true, want](const error_code& ec, size_t done) mutable -> size_t {
+    if (!first) ++read_calls_;
+    first = false;
+    return ec || done >= want ? 0 : want - done;
+  };
+  asio::async_read(stream_, asio::buffer(body.data() + filled, want), std::move(until_done),
+                   [self = shared_from_this()](error_code ec, size_t n) { self->OnBody(ec, n); });
+}
+
+void HttpConnection::OnBody(error_code ec, size_t bytes) {
+  (void)bytes;
+  if (state_ != State::kReading) return;
+  if (ec) {
+    // Mid-body, an end of stream is a truncated message, not a quiet close between requests.
+    OnReadError(ec == asio::error::eof ? http::error::partial_message : ec);
     return;
   }
   OnRequest();
+}
+
+void HttpConnection::OnReadError(error_code ec) {
+  if (ec == http::error::body_limit) {
+    FailRequest(413, fmt::format("request body is larger than the limit of {} bytes (--max-body-bytes)",
+                                 impl_->options.max_body_bytes));
+  } else if (ec == http::error::header_limit) {
+    FailRequest(431, "request headers are too large");
+  } else if (ec == beast::error::timeout && recv_time_ != 0) {
+    FailRequest(408, "the request did not arrive in time");
+  } else if (ec.category() == http::make_error_code(http::error::end_of_stream).category() &&
+             ec != http::error::end_of_stream && ec != http::error::partial_message) {
+    FailRequest(400, fmt::format("malformed HTTP request: {}", ec.message()));
+  } else {
+    Close();  // EOF between requests, idle timeout, reset
+  }
 }
 
 void HttpConnection::OnRequest() {
@@ -338,6 +400,7 @@ void HttpConnection::OnRequest() {
   req.body = std::move(msg.body());
   req.recv_time = recv_time_ != 0 ? recv_time_ : MonotonicNanos();
   req.parsed_time = MonotonicNanos();
+  req.read_calls = read_calls_;
   req.keep_alive = msg.keep_alive() && !impl_->draining.load();
 
   state_ = State::kHandling;
@@ -395,7 +458,24 @@ void HttpConnection::QueueWrite(uint64_t exchange_id, std::string data, bool end
 
 void HttpConnection::DoWrite() {
   writing_ = true;
-  asio::async_write(stream_.socket(), asio::buffer(writes_.front().data),
+  // Try the write now, without blocking: a response that fits the socket's send buffer (nearly every one) is
+  // on the wire here and its "last byte written" stamped at the syscall, not when the event loop gets round
+  // to the completion. The completion itself is still posted, never run inside the caller's Send/Write (which
+  // may hold a lock its on_complete callback takes). Anything not written at once, and every error, takes the
+  // asynchronous path as before.
+  const std::string& data = writes_.front().data;
+  error_code ec;
+  size_t n = 0;
+  auto& socket = stream_.socket();
+  if (!socket.non_blocking()) socket.non_blocking(true, ec);
+  if (!ec) n = socket.write_some(asio::buffer(data), ec);
+  if (!ec && n == data.size()) {
+    written_at_ = MonotonicNanos();
+    asio::post(executor(), [self = shared_from_this()] { self->OnWrite({}); });
+    return;
+  }
+  if (ec) n = 0;
+  asio::async_write(socket, asio::buffer(data.data() + n, data.size() - n),
                     [self = shared_from_this()](error_code ec, size_t) { self->OnWrite(ec); });
 }
 
@@ -408,7 +488,8 @@ void HttpConnection::OnWrite(error_code ec) {
   }
   const bool ends = writes_.front().ends_response;
   writes_.pop_front();
-  if (ends) ResponseDone();
+  const Nanos written_at = std::exchange(written_at_, 0);
+  if (ends) ResponseDone(written_at != 0 ? written_at : MonotonicNanos());
   if (state_ == State::kClosed) return;
   if (!writes_.empty()) {
     DoWrite();
@@ -417,12 +498,12 @@ void HttpConnection::OnWrite(error_code ec) {
   }
 }
 
-void HttpConnection::ResponseDone() {
+void HttpConnection::ResponseDone(Nanos written_at) {
   if (!active_) return;
   active_ = false;
   impl_->active_requests.fetch_sub(1);
   ++watch_gen_;  // the readability wait, if still pending, is now stale
-  if (auto ex = exchange_.lock()) ex->Complete(true, MonotonicNanos());
+  if (auto ex = exchange_.lock()) ex->Complete(true, written_at);
   if (!keep_alive_ || impl_->draining.load()) {
     close_after_write_ = true;
   } else if (writes_.empty()) {

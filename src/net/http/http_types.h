@@ -24,6 +24,7 @@ struct HttpRequest {
   Nanos recv_time = 0;    // monotonic: first byte of this request read
   Nanos parsed_time = 0;  // monotonic: whole request read and parsed
   bool keep_alive = true;
+  int read_calls = 0;  // socket reads that returned this request's bytes (a diagnostic; tests count them)
 
   // "" when absent. `name` is lower-case.
   std::string Header(std::string_view name) const;

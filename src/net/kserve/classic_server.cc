@@ -87,6 +87,18 @@ std::string BaseName(std::string path) {
   return name;
 }
 
+// --max-batch-size / --max-queue-delay-us win over the model file; either turns dynamic batching on.
+void ApplyBatchingFlags(const ClassicServeOptions& o, BatcherConfig* c) {
+  if (o.max_batch_size > 0) {
+    c->max_batch_size = o.max_batch_size;
+    if (!c->dynamic_batching) c->dynamic_batching = DynamicBatchingOptions{};
+  }
+  if (o.max_queue_delay_us >= 0) {
+    if (!c->dynamic_batching) c->dynamic_batching = DynamicBatchingOptions{};
+    c->dynamic_batching->max_queue_delay_us = o.max_queue_delay_us;
+  }
+}
+
 StatusOr<ServeSpec> ReadModelSpec(const ClassicServeOptions& o) {
   ServeSpec s;
   s.encoder_attention = o.encoder_attention;
@@ -98,6 +110,7 @@ StatusOr<ServeSpec> ReadModelSpec(const ClassicServeOptions& o) {
     s.threads = o.threads;
     if (!o.device.empty()) s.device = o.device;
     if (o.instances > 0) s.config.instance_count = o.instances;
+    ApplyBatchingFlags(o, &s.config);
     return s;
   }
   s.source = o.model;
@@ -134,6 +147,8 @@ StatusOr<ServeSpec> ReadModelSpec(const ClassicServeOptions& o) {
   }
   ASSIGN_OR_RETURN(s.config, BatcherConfig::FromJson(s.file, o.model));
   if (o.instances > 0) s.config.instance_count = o.instances;
+  ApplyBatchingFlags(o, &s.config);
+  RETURN_IF_ERROR(s.config.Validate().WithContext("--max-batch-size / --max-queue-delay-us"));
   if (s.type == "bert") {
     if (s.file.contains("device") && !s.file["device"].is_string())
       return InvalidArgumentError("{}: 'device' must be a string (cpu, cuda or auto)", o.model);

@@ -44,6 +44,12 @@ struct ClassicServeOptions {
   // bert on CUDA: the attention kernel (BertDeviceOptions::attention; flag --encoder-attention).
   std::string encoder_attention = "auto";
   int instances = 0;  // > 0: overrides the instance count (the model file's instance_group, default 1)
+  // > 0: overrides max_batch_size (and turns dynamic batching on if the model file has it off); 0 = the
+  // model's own. Larger: fewer executions per request, each batch waits for its slowest row.
+  int max_batch_size = 0;
+  // >= 0: overrides dynamic_batching.max_queue_delay_microseconds (turning dynamic batching on); -1 = the
+  // model's own. Larger: fuller batches under light load, + up to this much queueing per request.
+  int64_t max_queue_delay_us = -1;
   MetricNaming metric_naming = MetricNaming::kVllm;  // /metrics names: stoke:... or stoke_...
   int debug_requests = 1000;  // finished requests GET /v1/debug/requests keeps (0: off)
 };

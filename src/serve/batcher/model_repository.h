@@ -4,7 +4,7 @@
 //   ModelRepository repo;
 //   repo.Add({.name = "minilm", .model = bert, .config = cfg});   // before serving; not ready yet
 //   RETURN_IF_ERROR(repo.StartAll(&registry));                    // creates the batchers -> ready
-//   ServedModel* m = repo.Find("minilm", "");                      // "" or "1"
+//   ASSIGN_OR_RETURN(ServedModel* m, repo.Find("minilm", ""));    // "" or "1"; NotFound names the model
 //   RETURN_IF_ERROR(m->Infer(std::move(inputs), opts, done));      // validate, prepare, submit
 #pragma once
 

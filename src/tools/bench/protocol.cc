@@ -51,7 +51,10 @@ void AppendRaw(std::string* out, T v) {
   out->append(b, sizeof(T));
 }
 
-// One KServe input: JSON data, or raw little-endian bytes for the binary extension.
+// One KServe input: JSON data, or raw little-endian bytes for the binary extension. The datatype is resolved
+// once, not per element: a 1 MiB UINT8 input took ~90 ms to build element by element (string compares and a
+// growing append per byte), which the closed loop counted as the request's latency. Values and their order
+// of draws are unchanged.
 Status FillKserveInput(const KserveInput& in, const std::string& text, std::mt19937_64& rng, bool binary,
                        json* data, std::string* raw) {
   const int64_t n = ElementCount(in.shape);
@@ -60,51 +63,87 @@ Status FillKserveInput(const KserveInput& in, const std::string& text, std::mt19
   std::uniform_int_distribution<int> small(0, 99);
   const std::string& t = in.datatype;
   *data = json::array();
-  for (int64_t i = 0; i < n; ++i) {
-    if (t == "FP32" || t == "FP64" || t == "FP16" || t == "BF16") {
-      float v = unit(rng);
-      if (!binary) {
-        data->push_back(v);
-      } else if (t == "FP32") {
-        AppendRaw(raw, v);
-      } else if (t == "FP64") {
-        AppendRaw(raw, static_cast<double>(v));
-      } else if (t == "FP16") {
-        AppendRaw(raw, Fp32ToFp16(v));
-      } else {
-        AppendRaw(raw, Fp32ToBf16(v));
-      }
-    } else if (t == "BOOL") {
-      bool v = small(rng) < 50;
-      if (binary) {
-        AppendRaw(raw, static_cast<uint8_t>(v));
-      } else {
-        data->push_back(v);
-      }
-    } else if (t == "BYTES") {
-      if (binary) {
-        AppendRaw(raw, static_cast<uint32_t>(text.size()));
-        raw->append(text);
-      } else {
-        data->push_back(text);
-      }
-    } else if (t.starts_with("INT") || t.starts_with("UINT")) {
-      int v = small(rng);
-      if (!binary) {
-        data->push_back(v);
-      } else if (t == "INT8" || t == "UINT8") {
-        AppendRaw(raw, static_cast<uint8_t>(v));
-      } else if (t == "INT16" || t == "UINT16") {
-        AppendRaw(raw, static_cast<uint16_t>(v));
-      } else if (t == "INT32" || t == "UINT32") {
-        AppendRaw(raw, static_cast<uint32_t>(v));
-      } else if (t == "INT64" || t == "UINT64") {
-        AppendRaw(raw, static_cast<uint64_t>(v));
-      } else {
-        return InvalidArgumentError("input '{}': unknown datatype '{}'", in.name, t);
-      }
-    } else {
+  enum class Kind { kFloat, kBool, kBytes, kInt };
+  Kind kind;
+  int width = 0;  // bytes per element in the binary form (floats, bools, ints)
+  if (t == "FP32" || t == "FP64" || t == "FP16" || t == "BF16") {
+    kind = Kind::kFloat;
+    width = t == "FP64" ? 8 : t == "FP32" ? 4 : 2;
+  } else if (t == "BOOL") {
+    kind = Kind::kBool;
+    width = 1;
+  } else if (t == "BYTES") {
+    kind = Kind::kBytes;
+  } else if (t.starts_with("INT") || t.starts_with("UINT")) {
+    kind = Kind::kInt;
+    if (t == "INT8" || t == "UINT8") {
+      width = 1;
+    } else if (t == "INT16" || t == "UINT16") {
+      width = 2;
+    } else if (t == "INT32" || t == "UINT32") {
+      width = 4;
+    } else if (t == "INT64" || t == "UINT64") {
+      width = 8;
+    } else if (binary && n > 0) {
       return InvalidArgumentError("input '{}': unknown datatype '{}'", in.name, t);
+    }
+  } else {
+    if (n == 0) return OkStatus();
+    return InvalidArgumentError("input '{}': unknown datatype '{}'", in.name, t);
+  }
+  if (binary) {
+    raw->reserve(raw->size() + static_cast<size_t>(n) *
+                                   (kind == Kind::kBytes ? text.size() + 4 : static_cast<size_t>(width)));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    switch (kind) {
+      case Kind::kFloat: {
+        float v = unit(rng);
+        if (!binary) {
+          data->push_back(v);
+        } else if (width == 4) {
+          AppendRaw(raw, v);
+        } else if (width == 8) {
+          AppendRaw(raw, static_cast<double>(v));
+        } else if (t == "FP16") {
+          AppendRaw(raw, Fp32ToFp16(v));
+        } else {
+          AppendRaw(raw, Fp32ToBf16(v));
+        }
+        break;
+      }
+      case Kind::kBool: {
+        bool v = small(rng) < 50;
+        if (binary) {
+          raw->push_back(static_cast<char>(v));
+        } else {
+          data->push_back(v);
+        }
+        break;
+      }
+      case Kind::kBytes:
+        if (binary) {
+          AppendRaw(raw, static_cast<uint32_t>(text.size()));
+          raw->append(text);
+        } else {
+          data->push_back(text);
+        }
+        break;
+      case Kind::kInt: {
+        int v = small(rng);
+        if (!binary) {
+          data->push_back(v);
+        } else if (width == 1) {
+          raw->push_back(static_cast<char>(static_cast<uint8_t>(v)));
+        } else if (width == 2) {
+          AppendRaw(raw, static_cast<uint16_t>(v));
+        } else if (width == 4) {
+          AppendRaw(raw, static_cast<uint32_t>(v));
+        } else {
+          AppendRaw(raw, static_cast<uint64_t>(v));
+        }
+        break;
+      }
     }
   }
   return OkStatus();

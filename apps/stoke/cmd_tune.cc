@@ -1,0 +1,181 @@
+// stoke tune: walk a batched (classic) model's serving knobs one at a time under a p99 target, with stoke
+// serve started per point and stoke bench measuring it; writes DIR/stoke.toml, DIR/tune.json,
+// DIR/report.html. docs/tune.md.
+//
+//   stoke tune --model synth.json --slo-p99-ms 100 --concurrency 16 --budget-min 10 --out tune/
+//   stoke serve --config tune/stoke.toml
+//
+// Exit codes: 0 done, 1 error (the baseline could not be measured, the output not written), 2 usage.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "apps/stoke/command.h"
+#include "base/file_util.h"
+#include "tools/bench/bench_runner.h"
+#include "tools/bench/workload.h"
+#include "tools/tune/server_process.h"
+#include "tools/tune/tune_output.h"
+#include "tools/tune/tuner.h"
+
+namespace stoke {
+namespace {
+
+struct TuneCli {
+  std::string model, device, workload = "short", out, url;
+  std::string batch_sizes = "1,2,4,8,16,32", delays = "1000,0,5000", instances = "1,2,4,8";
+  double slo = 0, budget_min = 30, concurrency = 0, rate = 0, window = 5, warmup = 2, min_gain = 5;
+  int windows = 1, confirm_rounds = 3;
+  bool grid = false, no_doctor = false, quiet = false;
+};
+
+int Usage(const std::string& msg) {
+  fmt::print(stderr, "stoke tune: {}\n", msg);
+  return 2;
+}
+
+template <typename T>
+StatusOr<std::vector<T>> IntList(const std::string& flag, const std::string& spec, int64_t lo) {
+  std::vector<T> v;
+  size_t at = 0;
+  while (at <= spec.size()) {
+    const size_t comma = std::min(spec.find(',', at), spec.size());
+    const std::string item = spec.substr(at, comma - at);
+    try {
+      size_t used = 0;
+      const long long x = std::stoll(item, &used);
+      if (used != item.size() || x < lo) throw std::invalid_argument(item);
+      v.push_back(static_cast<T>(x));
+    } catch (const std::exception&) {
+      return InvalidArgumentError("{} '{}': expected integers >= {} separated by commas", flag, spec, lo);
+    }
+    at = comma + 1;
+  }
+  return v;
+}
+
+int RunTuneCommand(const TuneCli& c) {
+  if (!c.url.empty())
+    return Usage(
+        "--url is not supported yet: stoke tune starts `stoke serve` itself (it must restart it with "
+        "new flags for every point)");
+  if (c.model.empty()) return Usage("--model is required");
+  if (c.out.empty()) return Usage("--out DIR is required");
+  if (c.slo <= 0) return Usage("--slo-p99-ms must be > 0");
+  if (c.concurrency > 0 && c.rate > 0) return Usage("give --concurrency or --rate, not both");
+  if (c.concurrency < 0 || c.rate < 0) return Usage("--concurrency and --rate must be > 0");
+  if (c.window <= 0 || c.warmup < 0 || c.windows < 1)
+    return Usage("--window > 0, --warmup >= 0, --windows >= 1");
+  if (c.budget_min <= 0) return Usage("--budget-min must be > 0");
+  if (c.confirm_rounds < 1) return Usage("--confirm-rounds must be >= 1");
+  if (c.min_gain <= 0) return Usage("--min-gain must be > 0 (percent)");
+  if (!c.device.empty() && c.device != "cpu" && c.device != "cuda" && c.device != "auto")
+    return Usage(fmt::format("--device '{}': expected cpu, cuda or auto", c.device));
+  tune::TuneOptions o;
+  o.model = c.model;
+  o.device = c.device;
+  o.stoke_exe = tune::SelfExe();
+  o.slo_p99_ms = c.slo;
+  if (c.rate > 0) {
+    o.mode = bench::LoadMode::kRate;
+    o.load = c.rate;
+  } else {
+    o.load = c.concurrency > 0 ? c.concurrency : 16;
+  }
+  auto w = bench::ParseWorkload(c.workload);
+  if (!w.ok()) return Usage(fmt::format("--workload: {}", w.status().message()));
+  o.workload = *w;
+  o.warmup_s = c.warmup;
+  o.window_s = c.window;
+  o.windows = c.windows;
+  o.budget_s = c.budget_min * 60;
+  o.min_gain = c.min_gain / 100;
+  auto bs = IntList<int>("--batch-sizes", c.batch_sizes, 1);
+  auto ds = IntList<int64_t>("--queue-delays-us", c.delays, 0);
+  auto is = IntList<int>("--instance-counts", c.instances, 1);
+  for (const Status& s : {bs.status(), ds.status(), is.status()})
+    if (!s.ok()) return Usage(s.message());
+  o.batch_sizes = *bs;
+  o.queue_delays_us = *ds;
+  o.instance_counts = *is;
+  o.confirm_rounds = c.confirm_rounds;
+  o.grid = c.grid;
+  o.doctor = !c.no_doctor;
+  o.out_dir = c.out;
+  o.progress = c.quiet ? nullptr : stderr;
+  StatusOr<tune::TuneResult> r = tune::RunTune(o);
+  if (!r.ok()) {
+    fmt::print(stderr, "stoke tune: {}\n", r.status().message());
+    return r.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  for (const auto& [name, text] : {std::pair<std::string, std::string>{"stoke.toml", tune::TuneToml(o, *r)},
+                                   {"tune.json", tune::TuneJson(o, *r).dump(1) + "\n"},
+                                   {"report.html", tune::TuneHtml(o, *r)}}) {
+    if (Status s = WriteStringToFile(c.out + "/" + name, text); !s.ok()) {
+      fmt::print(stderr, "stoke tune: {}\n", s.message());
+      return 1;
+    }
+  }
+  std::fputs(tune::TuneText(o, *r).c_str(), stdout);
+  fmt::print(stdout, "  wrote {0}/stoke.toml, {0}/tune.json, {0}/report.html\n", c.out);
+  return 0;
+}
+
+CommandRun SetupTune(CLI::App* cmd) {
+  auto c = std::make_shared<TuneCli>();
+  cmd->footer(
+      "The walk (batched / classic models: bert encoders, synthetic model files), one knob at a time:\n"
+      "  baseline (the model's own config; the doctor diagnoses it)\n"
+      "  -> max batch size (--batch-sizes, with the first --queue-delays-us value)\n"
+      "  -> queue delay (the other --queue-delays-us values, with the best batch)\n"
+      "  -> instances (--instance-counts; skipped when the doctor names a bandwidth- or compute-bound GPU)\n"
+      "  -> precision (skipped on the CPU: no lower precision for this backend; not yet on CUDA)\n"
+      "  -> confirmation: baseline and best alternated --confirm-rounds times; a gain within the spread is "
+      "\"no gain\".\n"
+      "Each point is a fresh `stoke serve` child (this binary) on a free port, measured by stoke bench's "
+      "load "
+      "generator for --warmup + --windows x --window seconds. goodput = requests/s finished at or under the "
+      "SLO; "
+      "a point whose p99 exceeds --slo-p99-ms is rejected. A step stops when the next value gains less than "
+      "--min-gain % goodput.\n"
+      "Decoders (max-num-seqs, max-num-batched-tokens, chunked prefill): not yet.\n"
+      "Output in --out: stoke.toml (stoke serve --config DIR/stoke.toml), tune.json, report.html, logs/.\n"
+      "Example: stoke tune --model synth.json --slo-p99-ms 100 --concurrency 16 --budget-min 5 --out tune/");
+  cmd->add_option("--model", c->model,
+                  "Model to tune (as stoke serve --model: encoder alias/folder or model file)");
+  cmd->add_option("--device", c->device,
+                  "cpu | cuda | auto, passed to stoke serve (default: the model's own)");
+  cmd->add_option("--slo-p99-ms", c->slo, "p99 end-to-end latency target; points above it are rejected");
+  cmd->add_option("--workload", c->workload, "short | standard | long | FILE.jsonl (bench's workloads)")
+      ->capture_default_str();
+  cmd->add_option("--budget-min", c->budget_min, "Wall-clock budget in minutes; the walk stops when spent")
+      ->capture_default_str();
+  cmd->add_option("--concurrency", c->concurrency, "Closed-loop clients per point (default 16)");
+  cmd->add_option("--rate", c->rate, "Open-loop requests/s per point instead of --concurrency");
+  cmd->add_option("--window", c->window, "Seconds per measurement window")->capture_default_str();
+  cmd->add_option("--windows", c->windows, "Windows measured per point")->capture_default_str();
+  cmd->add_option("--warmup", c->warmup, "Warm-up seconds per point (not counted)")->capture_default_str();
+  cmd->add_option("--min-gain", c->min_gain, "Percent goodput a step's next value must gain to go on")
+      ->capture_default_str();
+  cmd->add_option("--batch-sizes", c->batch_sizes, "max_batch_size values")->capture_default_str();
+  cmd->add_option("--queue-delays-us", c->delays, "max_queue_delay_us values; the first is the batch step's")
+      ->capture_default_str();
+  cmd->add_option("--instance-counts", c->instances, "instance counts")->capture_default_str();
+  cmd->add_option("--confirm-rounds", c->confirm_rounds, "Baseline/best rounds of the confirmation run")
+      ->capture_default_str();
+  cmd->add_flag("--grid", c->grid,
+                "Measure every combination of the knob values instead of walking (comparison)");
+  cmd->add_flag("--no-doctor", c->no_doctor, "Do not ask the doctor about the baseline");
+  cmd->add_option("--out", c->out, "Output directory");
+  cmd->add_option("--url", c->url, "Not yet: tuning a server started elsewhere");
+  cmd->add_flag("--quiet", c->quiet, "No progress lines on stderr");
+  return [c]() -> int { return RunTuneCommand(*c); };
+}
+
+CommandRegistrar kTune("tune", "Tune a batched model's serving knobs under a p99 target (docs/tune.md)",
+                       SetupTune);
+
+}  // namespace
+}  // namespace stoke

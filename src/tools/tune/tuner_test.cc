@@ -1,0 +1,77 @@
+// The walk's stop rule (WalkValues), on made-up goodput curves: no server, no timing.
+#include "tools/tune/tuner.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace stoke::tune {
+namespace {
+
+struct Curve {
+  std::vector<double> scores;
+  int measured = 0;
+  std::optional<double> operator()(size_t i) {
+    ++measured;
+    return scores[i];
+  }
+};
+
+std::string Name(size_t i) {
+  return "v" + std::to_string(i);
+}
+
+TEST(TuneWalkTest, StopsAtTheFirstValueThatGainsLessThanFivePercent) {
+  Curve c{{100, 200, 205, 400}};  // v2 gains 2.5 %: stop there, never measure v3
+  std::string why;
+  EXPECT_EQ(WalkValues(4, 50, 0.05, std::ref(c), Name, &why), 1);
+  EXPECT_EQ(c.measured, 3);
+  EXPECT_NE(why.find("v2 gains +2.5 %"), std::string::npos) << why;
+}
+
+TEST(TuneWalkTest, GoesOnWhileNothingMeetsTheSlo) {
+  Curve c{{0, 0, 120, 130}};  // rejected points score 0
+  std::string why;
+  EXPECT_EQ(WalkValues(4, 0, 0.05, std::ref(c), Name, &why), 3);
+  EXPECT_EQ(c.measured, 4);
+  EXPECT_EQ(why, "every value measured");
+}
+
+TEST(TuneWalkTest, KeepsThePreviousBestWhenTheFirstValueIsWorse) {
+  Curve c{{90, 500}};
+  std::string why;
+  EXPECT_EQ(WalkValues(2, 100, 0.05, std::ref(c), Name, &why), -1);
+  EXPECT_EQ(c.measured, 1);
+}
+
+TEST(TuneWalkTest, UnorderedValuesAreAllMeasured) {
+  Curve c{{90, 300, 310}};  // queue delays: a worse first value does not stop the step
+  std::string why;
+  EXPECT_EQ(WalkValues(3, 100, 0.05, std::ref(c), Name, &why, /*ordered=*/false), 1);
+  EXPECT_EQ(c.measured, 3);
+  EXPECT_EQ(why, "every value measured");
+}
+
+TEST(TuneWalkTest, StopsWhenTheBudgetIsSpent) {
+  int calls = 0;
+  std::string why;
+  auto measure = [&](size_t i) -> std::optional<double> {
+    ++calls;
+    if (i == 1) return std::nullopt;
+    return 100.0;
+  };
+  EXPECT_EQ(WalkValues(3, 0, 0.05, measure, Name, &why), 0);
+  EXPECT_EQ(calls, 2);
+  EXPECT_NE(why.find("budget"), std::string::npos);
+}
+
+TEST(TuneWalkTest, NoValueMeetsTheSlo) {
+  Curve c{{0, 0}};
+  std::string why;
+  EXPECT_EQ(WalkValues(2, 0, 0.05, std::ref(c), Name, &why), -1);
+  EXPECT_EQ(why, "no value meets the SLO");
+}
+
+}  // namespace
+}  // namespace stoke::tune
