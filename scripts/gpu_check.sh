@@ -14,7 +14,7 @@ if [[ ! -d "$BUNDLE" && -f "$BUNDLE.tar.gz" ]]; then tar -xzf "$BUNDLE.tar.gz"; 
 if [[ -d /usr/local/cuda/lib64 ]]; then
   export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
-export STOKE_GEMM_CACHE="$OUT/gemm_cache.json"
+GEMM_CACHE="$OUT/gemm_cache.json"  # cuda_bench --gemm-cache
 
 run() {
   echo "=== nvidia-smi"
@@ -90,7 +90,7 @@ run() {
   fi
 
   echo "=== cuda_bench"
-  timeout 150 "$BUNDLE/bin/cuda_bench" > "$OUT/cuda_bench.jsonl"
+  timeout 150 "$BUNDLE/bin/cuda_bench" --gemm-cache "$GEMM_CACHE" > "$OUT/cuda_bench.jsonl"
   echo "=== cuda_bench exit $?"
   cat "$OUT/cuda_bench.jsonl"
   # --- the synthetic model on the GPU (engine/cuda_synthetic; examples/synthetic) ---

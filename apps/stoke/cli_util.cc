@@ -33,6 +33,70 @@ void AddDeviceFlags(CLI::App* cmd, DeviceFlags* flags) {
   cmd->add_option("--cuda-graphs", flags->cuda_graphs, "cuda: replay decode steps as CUDA graphs (on|off)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
+  AddEngineTuningFlags(cmd, &flags->tuning);
+}
+
+void AddEngineTuningFlags(CLI::App* cmd, EngineTuningFlags* flags) {
+  cmd->add_option(
+         "--ggml-numerics", flags->ggml_numerics,
+         "cpu, GGUF: compute in ggml's order and precision, logits equal to llama.cpp's (on|off; off: "
+         "stoke's own, slightly faster kernels)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  cmd->add_option(
+      "--gemm-cache", flags->gemm_cache,
+      "cuda: cuBLASLt algorithm cache file, read at start and written as shapes are tuned (empty: "
+      "in memory only)");
+  cmd->add_option("--gemv-max-rows", flags->gemv_max_rows,
+                  "cuda: steps of at most this many tokens use the bf16 GEMV instead of cuBLASLt (0..8; 0: "
+                  "always cuBLASLt)")
+      ->capture_default_str();
+  cmd->add_option("--gemv-split", flags->gemv_split,
+                  "cuda: warps per output row in the one-token GEMVs (0: auto, 1, 2, 4, 8)")
+      ->capture_default_str();
+  cmd->add_option("--pdl", flags->pdl, "cuda: launch the GEMVs with programmatic dependent launch (on|off)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  cmd->add_option("--decode-min-partition", flags->decode_min_partition,
+                  "cuda: fewest context positions per split of decode attention (1..512)")
+      ->capture_default_str();
+  cmd->add_option("--decode-pipeline", flags->decode_pipeline,
+                  "cuda: decode attention prefetches the next position's K/V (on|off)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  cmd->add_option(
+         "--prefill-attention", flags->prefill_attention,
+         "cuda: prefill attention kernel: auto (tensor-core tiled where it applies) or warp (simple, "
+         "slow)")
+      ->check(CLI::IsMember({"auto", "warp"}))
+      ->capture_default_str();
+}
+
+Status ApplyEngineTuningFlags(const EngineTuningFlags& flags, DecoderOptions* o) {
+  for (const auto& [name, value] :
+       {std::pair{"--ggml-numerics", &flags.ggml_numerics}, std::pair{"--pdl", &flags.pdl},
+        std::pair{"--decode-pipeline", &flags.decode_pipeline}}) {
+    if (*value != "on" && *value != "off")
+      return InvalidArgumentError("{} {}: expected on or off", name, *value);
+  }
+  o->ggml_compatible_numerics = flags.ggml_numerics == "on";
+  CudaDecoderTuning& t = o->cuda;
+  t.gemm_cache_path = flags.gemm_cache;
+  t.gemv_max_rows = flags.gemv_max_rows;
+  t.gemv_split = flags.gemv_split;
+  t.pdl = flags.pdl == "on";
+  t.decode_min_partition = flags.decode_min_partition;
+  t.decode_pipeline = flags.decode_pipeline == "on";
+  t.prefill_attention = flags.prefill_attention;
+  return ValidateCudaDecoderTuning(t);
+}
+
+void AddEncoderAttentionFlag(CLI::App* cmd, std::string* attention) {
+  cmd->add_option("--encoder-attention", *attention,
+                  "cuda, encoders: attention kernel: auto (the first of tensor, vectorized that agrees with "
+                  "simple at load), tensor, vectorized or simple")
+      ->check(CLI::IsMember({"auto", "tensor", "vectorized", "simple"}))
+      ->capture_default_str();
 }
 
 StatusOr<DecoderOptions> DecoderOptionsFromFlags(const DeviceFlags& flags) {
@@ -46,6 +110,7 @@ StatusOr<DecoderOptions> DecoderOptionsFromFlags(const DeviceFlags& flags) {
   o.device = flags.device;
   o.gpu_memory_fraction = flags.gpu_memory_fraction;
   o.cuda_graphs = flags.cuda_graphs != "off";
+  RETURN_IF_ERROR(ApplyEngineTuningFlags(flags.tuning, &o));
   return o;
 }
 

@@ -17,11 +17,33 @@ namespace stoke {
 // `--ids` argument: a JSON array of token ids, or `@FILE` holding one.
 StatusOr<std::vector<int32_t>> ParseIdsArg(const std::string& arg);
 
-// --device, --gpu-memory-fraction and --cuda-graphs, shared by serve, generate and score.
+// The decoder's kernel-choice knobs (DecoderOptions::ggml_compatible_numerics and CudaDecoderTuning,
+// engine/model/factory.h, which owns the defaults), shared by serve, generate, score and bench step.
+// Documented in docs/api.md "Engine knobs".
+struct EngineTuningFlags {
+  std::string ggml_numerics = "on";  // on | off
+  std::string gemm_cache = CudaDecoderTuning{}.gemm_cache_path;
+  int gemv_max_rows = CudaDecoderTuning{}.gemv_max_rows;
+  int gemv_split = CudaDecoderTuning{}.gemv_split;
+  std::string pdl = CudaDecoderTuning{}.pdl ? "on" : "off";
+  int decode_min_partition = CudaDecoderTuning{}.decode_min_partition;
+  std::string decode_pipeline = CudaDecoderTuning{}.decode_pipeline ? "on" : "off";
+  std::string prefill_attention = CudaDecoderTuning{}.prefill_attention;
+};
+void AddEngineTuningFlags(CLI::App* cmd, EngineTuningFlags* flags);
+// Copies the flags into `o` (InvalidArgument naming the flag when a value is out of range).
+Status ApplyEngineTuningFlags(const EngineTuningFlags& flags, DecoderOptions* o);
+
+// --encoder-attention (BertDeviceOptions::attention), shared by serve and embed.
+void AddEncoderAttentionFlag(CLI::App* cmd, std::string* attention);
+
+// --device, --gpu-memory-fraction and --cuda-graphs, shared by serve, generate and score, plus the engine
+// tuning flags above.
 struct DeviceFlags {
   std::string device = "auto";  // auto | cpu | cuda
   double gpu_memory_fraction = 0.90;
   std::string cuda_graphs = "on";  // on | off
+  EngineTuningFlags tuning;
 };
 void AddDeviceFlags(CLI::App* cmd, DeviceFlags* flags);
 // The decoder options the flags ask for (InvalidArgument naming the flag when a value is out of range).

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "apps/stoke/bench_step_cli.h"
+#include "apps/stoke/cli_util.h"
 #include "base/file_util.h"
 #include "base/thread_pool.h"
 #include "tools/stepbench/stepbench.h"
@@ -22,6 +23,7 @@ struct StepCliOptions {
   int threads = 0;
   std::string cuda_graphs = "on";
   std::string sampling = "device";
+  EngineTuningFlags tuning;  // --gemv-max-rows, --decode-pipeline, ... (cli_util.h)
 };
 
 std::string CommandLine() {
@@ -41,6 +43,10 @@ int RunStep(StepCliOptions& o) {
   if (o.threads > 0) ThreadPool::SetDefaultThreads(o.threads);
   o.bench.command = CommandLine();
   o.bench.decoder.cuda_graphs = o.cuda_graphs == "on";
+  if (Status s = ApplyEngineTuningFlags(o.tuning, &o.bench.decoder); !s.ok()) {
+    std::fprintf(stderr, "stoke bench step: %s\n", s.ToString().c_str());
+    return 2;
+  }
   o.bench.device_sampling = o.sampling == "device";
   auto r = stepbench::RunStepBench(o.bench, stderr);
   if (!r.ok()) {
@@ -74,6 +80,7 @@ CLI::App* AddBenchStepCommand(CLI::App* bench, CommandRun* run) {
   step->add_option("--cuda-graphs", o->cuda_graphs, "CUDA: replay decode steps as CUDA graphs (on | off)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
+  AddEngineTuningFlags(step, &o->tuning);
   step->add_option("--sampling", o->sampling,
                    "Decode: draw tokens on the device where the model can, as serve does (device), or copy "
                    "every logits row to the host (host)")

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/stoke/cli_util.h"
 #include "apps/stoke/command.h"
 #include "base/file_util.h"
 #include "base/status.h"
@@ -48,6 +49,7 @@ struct EmbedOptions {
   int threads = 0;
   int bench_repeat = 0;
   std::string device = "cpu";
+  std::string encoder_attention = "auto";  // BertDeviceOptions::attention
   std::string ids_file;
   std::vector<int> bench_batch;
   int seq_len = 128;
@@ -233,6 +235,7 @@ int Run(const EmbedOptions& o) {
   std::shared_ptr<const BertEncoder> enc = std::move(loaded).value();
   BertDeviceOptions dev_opts;
   dev_opts.device = o.device;
+  dev_opts.attention = o.encoder_attention;
   if (bench) {
     const int max_b = *std::max_element(o.bench_batch.begin(), o.bench_batch.end());
     dev_opts.max_batch_tokens = std::max<int64_t>(dev_opts.max_batch_tokens, int64_t{max_b} * o.seq_len);
@@ -337,6 +340,7 @@ CommandRegistrar kEmbed(
       cmd->add_option("--device", o->device, "cpu, cuda or auto (cuda when a GPU is visible)")
           ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
           ->capture_default_str();
+      AddEncoderAttentionFlag(cmd, &o->encoder_attention);
       cmd->add_option("--ids-file", o->ids_file,
                       "embed token ids from a JSON array of id arrays (incl. [CLS]/[SEP]) instead of texts");
       cmd->add_option("--bench-batch", o->bench_batch,

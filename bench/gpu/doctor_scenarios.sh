@@ -24,7 +24,8 @@ BUNDLE=${BUNDLE:-.bundle}
 if [[ ! -d "$BUNDLE" && -f "$BUNDLE.tar.gz" ]]; then tar -xzf "$BUNDLE.tar.gz"; fi
 STOKE=${STOKE_BIN:-$BUNDLE/bin/stoke}
 [[ -d /usr/local/cuda/lib64 ]] && export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export STOKE_GEMM_CACHE=${STOKE_GEMM_CACHE:-$OUT/gemm_cache.json} PYTHONUNBUFFERED=1
+GEMM_CACHE=${GEMM_CACHE:-$OUT/gemm_cache.json}  # stoke serve --gemm-cache for the decoder
+export PYTHONUNBUFFERED=1
 PORT=18000
 MODEL_8B=${LLM_MODEL_DIR:-/tmp/stoke_synth_llama-3.1-8b}
 SCENARIOS=" ${DOCTOR_SCENARIOS:-small_kernels cpu_preprocess bandwidth llm_8b llm_8b_kv} "
@@ -124,7 +125,7 @@ main() {
   stamp "synth llama-3.1-8b -> $MODEL_8B"
   [[ -f "$MODEL_8B/config.json" ]] || timeout 300 "$STOKE" model synth --shape llama-3.1-8b --seed 1 \
     --out "$MODEL_8B" > "$WORK/synth.log" 2>&1 || echo "synth failed"
-  if want llm_8b && start_server llm_8b --model "$MODEL_8B" --device cuda; then
+  if want llm_8b && start_server llm_8b --model "$MODEL_8B" --device cuda --gemm-cache "$GEMM_CACHE"; then
     doctor llm_8b_c1 --concurrency 1 --duration 15 --input-len 128 --output-len 128
     doctor llm_8b_c64 --concurrency 64 --duration 25 --input-len 512 --output-len 256
     trace_under_load llm_8b --api openai-completions --concurrency 16 --input-len 256 --output-len 128 \

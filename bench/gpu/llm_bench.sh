@@ -24,7 +24,7 @@ STOKE=${STOKE_BIN:-$BUNDLE/bin/stoke}
 if [[ -d /usr/local/cuda/lib64 ]]; then
   export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
-export STOKE_GEMM_CACHE=${STOKE_GEMM_CACHE:-$OUT/gemm_cache.json}
+GEMM_CACHE=${GEMM_CACHE:-$OUT/gemm_cache.json}  # stoke --gemm-cache: tuned cuBLASLt algorithms kept across runs
 export PYTHONUNBUFFERED=1
 SHAPE=${LLM_SHAPE:-llama-3.1-8b}
 MODEL=${LLM_MODEL_DIR:-/tmp/stoke_synth_$SHAPE}
@@ -50,34 +50,34 @@ main() {
   fi
 
   stamp "bench step: decode batch 1 ctx 512, prefill 2048"
-  timeout 240 "$STOKE" bench step --model "$MODEL" --device "$DEVICE" --decode-batch 1 --context 512 --prefill 2048 \
+  timeout 240 "$STOKE" bench step --model "$MODEL" --device "$DEVICE" --gemm-cache "$GEMM_CACHE" --decode-batch 1 --context 512 --prefill 2048 \
     --iters 40 --json "$OUT/step_${SHAPE}_b1.json" >/dev/null || echo "bench step (b1) failed: exit $?"
   if [[ -z "${SKIP_STEP_B64:-}" ]]; then
     stamp "bench step: decode batch 64 ctx 1024 (no prefill)"
-    timeout 180 "$STOKE" bench step --model "$MODEL" --device "$DEVICE" --decode-batch 64 --context 1024 \
+    timeout 180 "$STOKE" bench step --model "$MODEL" --device "$DEVICE" --gemm-cache "$GEMM_CACHE" --decode-batch 64 --context 1024 \
       --prefill 0 --iters 20 --json "$OUT/step_${SHAPE}_b64.json" >/dev/null || echo "bench step (b64) failed: exit $?"
   fi
 
   if [[ -n "${STEP_AB:-}" ]]; then
     # One switch off at a time, same model, same machine, same call: what each part of the decode path buys.
     local variants=(
-      "b1_cublaslt|STOKE_GEMV_MAX_ROWS=0|--decode-batch 1 --context 512"
-      "b1_pdl|STOKE_PDL=1|--decode-batch 1 --context 512"
+      "b1_cublaslt|--gemv-max-rows 0|--decode-batch 1 --context 512"
+      "b1_pdl|--pdl on|--decode-batch 1 --context 512"
       "b1_default||--decode-batch 1 --context 512"
-      "b1_before|STOKE_GEMV_SPLIT=1 STOKE_DECODE_MIN_PARTITION=32 STOKE_DECODE_PIPELINE=0|--decode-batch 1 --context 512"
-      "b1_split1|STOKE_GEMV_SPLIT=1|--decode-batch 1 --context 512"
-      "b1_split4|STOKE_GEMV_SPLIT=4|--decode-batch 1 --context 512"
-      "b1_nopipe|STOKE_DECODE_PIPELINE=0|--decode-batch 1 --context 512"
-      "b1_minpart8|STOKE_DECODE_MIN_PARTITION=8|--decode-batch 1 --context 512"
-      "b1_minpart32|STOKE_DECODE_MIN_PARTITION=32|--decode-batch 1 --context 512"
+      "b1_before|--gemv-split 1 --decode-min-partition 32 --decode-pipeline off|--decode-batch 1 --context 512"
+      "b1_split1|--gemv-split 1|--decode-batch 1 --context 512"
+      "b1_split4|--gemv-split 4|--decode-batch 1 --context 512"
+      "b1_nopipe|--decode-pipeline off|--decode-batch 1 --context 512"
+      "b1_minpart8|--decode-min-partition 8|--decode-batch 1 --context 512"
+      "b1_minpart32|--decode-min-partition 32|--decode-batch 1 --context 512"
       "b1_ctx4096||--decode-batch 1 --context 4096"
-      "b1_before_ctx4096|STOKE_GEMV_SPLIT=1 STOKE_DECODE_MIN_PARTITION=32 STOKE_DECODE_PIPELINE=0|--decode-batch 1 --context 4096"
+      "b1_before_ctx4096|--gemv-split 1 --decode-min-partition 32 --decode-pipeline off|--decode-batch 1 --context 4096"
       "b64_default||--decode-batch 64 --context 1024"
-      "b64_nopipe|STOKE_DECODE_PIPELINE=0|--decode-batch 64 --context 1024"
+      "b64_nopipe|--decode-pipeline off|--decode-batch 64 --context 1024"
       "b1_no_graphs||--decode-batch 1 --context 512 --cuda-graphs off"
       "b1_host_sampling||--decode-batch 1 --context 512 --sampling host"
-      "b8|STOKE_GEMV_MAX_ROWS=8|--decode-batch 8 --context 512"
-      "b8_cublaslt|STOKE_GEMV_MAX_ROWS=0|--decode-batch 8 --context 512"
+      "b8|--gemv-max-rows 8|--decode-batch 8 --context 512"
+      "b8_cublaslt|--gemv-max-rows 0|--decode-batch 8 --context 512"
       "b64_no_graphs||--decode-batch 64 --context 1024 --cuda-graphs off"
       "b64_host_sampling||--decode-batch 64 --context 1024 --sampling host"
     )
@@ -85,14 +85,14 @@ main() {
     # that a difference between variants can be told from the drift between processes.
     for round in $(seq 1 "${STEP_AB_ROUNDS:-1}"); do
       for v in "${variants[@]}"; do
-        IFS='|' read -r name envs args <<< "$v"
+        IFS='|' read -r name knobs args <<< "$v"
         # STEP_AB=1 runs them all; STEP_AB="b1_no_graphs b64_no_graphs" only those named.
         [[ "$STEP_AB" == 1 || " $STEP_AB " == *" $name "* ]] || continue
         local tag=$name
         ((round > 1)) && tag=${name}_r$round
-        stamp "bench step A/B: $tag ($envs $args)"
-        # shellcheck disable=SC2086  # envs and args are word lists
-        env $envs timeout 120 "$STOKE" bench step --model "$MODEL" --device "$DEVICE" $args --prefill 0 \
+        stamp "bench step A/B: $tag ($knobs $args)"
+        # shellcheck disable=SC2086  # knobs and args are word lists
+        timeout 120 "$STOKE" bench step --model "$MODEL" --device "$DEVICE" --gemm-cache "$GEMM_CACHE" $knobs $args --prefill 0 \
           --iters "${STEP_AB_ITERS:-30}" --json "$OUT/step_${SHAPE}_${tag}.json" >/dev/null ||
           echo "bench step ($tag) failed: exit $?"
       done
@@ -104,7 +104,7 @@ main() {
     for c in $CONC; do (( c > max_conc )) && max_conc=$c; done
     stamp "serve --device $DEVICE (max-num-seqs $max_conc)"
     local log="$OUT/llm_serve.log"
-    "$STOKE" serve --model "$MODEL" --device "$DEVICE" --host 127.0.0.1 --port 0 --max-num-seqs "$max_conc" \
+    "$STOKE" serve --model "$MODEL" --device "$DEVICE" --gemm-cache "$GEMM_CACHE" --host 127.0.0.1 --port 0 --max-num-seqs "$max_conc" \
       --max-num-batched-tokens 8192 --max-waiting 4096 --sampling "${SERVE_SAMPLING:-device}" 2> "$log" &
     local pid=$!
     local port="" url=""

@@ -9,7 +9,7 @@ Both implementations quantise every matmul input to 8 bits per block of 32, so a
 upstream flips some of those roundings and this small model amplifies each flip to ~0.1-0.2 logits (llama.cpp
 against itself with an fp32 instead of fp16 KV cache agrees on top-1 at only ~97% of positions). Stoke meets the
 literal criteria by computing a GGUF model on the CPU in ggml's order and precision (kernels/cpu/ggml_numerics.h,
-on by default; STOKE_GGML_NUMERICS=0 turns it off): against llama-cpp-python's AVX2 build its logits are then
+on by default; the flag --ggml-numerics off turns it off): against llama-cpp-python's AVX2 build its logits are then
 bit-identical. A llama.cpp built for another ISA (AVX-512 paths sum in 16 lanes) differs at rounding level again.
 Figures (top-1 agreement, mean / max |dlogit|, bit-identical rows) are printed (run with -s) and attached to the
 junit report as properties.

@@ -1,6 +1,5 @@
 #include "engine/cuda/cuda_backends.h"
 
-#include <cstdlib>
 #include <memory>
 
 #include "engine/cuda/cuda_bert.h"
@@ -17,7 +16,13 @@ StatusOr<std::unique_ptr<DecoderModel>> CreateCudaDecoder(LlamaWeights weights, 
   co.gpu_memory_fraction = o.gpu_memory_fraction;
   co.max_step_tokens = o.max_step_tokens;
   co.cuda_graphs = o.cuda_graphs;
-  if (const char* cache = std::getenv("STOKE_GEMM_CACHE")) co.gemm_cache_path = cache;
+  co.gemm_cache_path = o.cuda.gemm_cache_path;
+  co.gemv_max_rows = o.cuda.gemv_max_rows;
+  co.gemv_split = o.cuda.gemv_split;
+  co.pdl = o.cuda.pdl;
+  co.attention.decode_min_partition = o.cuda.decode_min_partition;
+  co.attention.decode_pipeline = o.cuda.decode_pipeline;
+  co.attention.prefill_force_warp = o.cuda.prefill_attention == "warp";
   ASSIGN_OR_RETURN(std::unique_ptr<CudaLlama> model, CudaLlama::Create(std::move(weights), co));
   return std::unique_ptr<DecoderModel>(std::move(model));
 }

@@ -147,6 +147,7 @@ StatusOr<std::shared_ptr<CudaBertModelImpl>> CudaBertModelImpl::Create(
                               c.hidden_size, c.intermediate_size);
   }
   if (options.max_batch_tokens < 1) return InvalidArgumentError("cuda bert: max_batch_tokens must be >= 1");
+  RETURN_IF_ERROR(ValidateBertDeviceOptions(options));
   std::shared_ptr<CudaBertModelImpl> m(new CudaBertModelImpl());
   m->encoder_ = std::move(encoder);
   m->options_ = options;
@@ -185,10 +186,9 @@ Status CudaBertModelImpl::ChooseAttention() {
   std::vector<uint16_t> h1(t * hidden), h2(t * hidden);
   CUDA_RETURN_IF_ERROR(cudaMemcpy(h2.data(), o2, h2.size() * 2, cudaMemcpyDeviceToHost));
   attention_impl_ = cuda::EncoderAttentionImpl::kSimple;
-  // STOKE_ENCODER_ATTENTION=tensor|vectorized|simple limits the choice (A/B benchmarks); default: the first
-  // of tensor-core, vectorized that agrees.
-  const char* only = std::getenv("STOKE_ENCODER_ATTENTION");
-  const std::string want = only != nullptr ? only : "";
+  // options_.attention = tensor|vectorized|simple limits the choice (A/B benchmarks); "auto": the first of
+  // tensor-core, vectorized that agrees.
+  const std::string want = options_.attention == "auto" ? "" : options_.attention;
   std::vector<std::pair<cuda::EncoderAttentionImpl, const char*>> candidates;
   if (cuda::EncoderAttentionTiledSupports(hd) && (want.empty() || want == "tensor")) {
     candidates.emplace_back(cuda::EncoderAttentionImpl::kTensorCore, "tensor-core");

@@ -153,16 +153,22 @@ StatusOr<std::unique_ptr<CudaLlama>> CudaLlama::Create(LlamaWeights weights, con
     return FailedPreconditionError("--device cuda: GPU {} not visible ({} CUDA devices)", options.gpu_index,
                                    count);
   }
-  RETURN_IF_ERROR(CheckWeights(weights));
-  Options opt = options;
-  if (const char* e = std::getenv("STOKE_GEMV_MAX_ROWS"); e != nullptr && *e != '\0') {
-    opt.gemv_max_rows = std::atoi(e);
+  if (options.gemv_max_rows < 0 || options.gemv_max_rows > cuda::kGemvMaxRows) {
+    return InvalidArgumentError("--gemv-max-rows {} must be in [0, {}]", options.gemv_max_rows,
+                                cuda::kGemvMaxRows);
   }
-  if (const char* e = std::getenv("STOKE_PDL"); e != nullptr && *e != '\0') opt.pdl = std::atoi(e) != 0;
-  if (const char* e = std::getenv("STOKE_GEMV_SPLIT"); e != nullptr && *e != '\0')
-    opt.gemv_split = std::atoi(e);
-  std::unique_ptr<CudaLlama> m(new CudaLlama(opt));
-  m->gemv_max_rows_ = std::clamp(opt.gemv_max_rows, 0, cuda::kGemvMaxRows);
+  if (options.gemv_split != 0 && options.gemv_split != 1 && options.gemv_split != 2 &&
+      options.gemv_split != 4 && options.gemv_split != 8) {
+    return InvalidArgumentError("--gemv-split {} must be 0 (auto), 1, 2, 4 or 8", options.gemv_split);
+  }
+  if (options.attention.decode_min_partition < 1 ||
+      options.attention.decode_min_partition > cuda::kDecodePartition) {
+    return InvalidArgumentError("--decode-min-partition {} must be in [1, {}]",
+                                options.attention.decode_min_partition, cuda::kDecodePartition);
+  }
+  RETURN_IF_ERROR(CheckWeights(weights));
+  std::unique_ptr<CudaLlama> m(new CudaLlama(options));
+  m->gemv_max_rows_ = options.gemv_max_rows;
   RETURN_IF_ERROR(m->Init(std::move(weights)));
   return m;
 }
@@ -203,12 +209,15 @@ Status CudaLlama::Init(LlamaWeights weights) {
   LOG_INFO(
       "cuda llama: {}: weights {:.1f} MiB, scratch {:.1f} MiB for steps of up to {} tokens, KV budget {:.1f} "
       "MiB (gpu memory fraction {} of {:.1f} GiB), cuda graphs {}, "
-      "one-token GEMV {} (warps per row {}), PDL {}",
+      "one-token GEMV {} (warps per row {}), PDL {}, decode min partition {}, decode pipeline {}, prefill "
+      "attention {}",
       device_name_, weight_bytes_ / double(kMiB), arena_->capacity() / double(kMiB), max_tokens_,
       kv_budget_bytes_ / double(kMiB), options_.gpu_memory_fraction, total_bytes / double(kMiB << 10),
       options_.cuda_graphs ? "on" : "off", gemv_max_rows_ >= 1 ? "on" : "off",
       options_.gemv_split == 0 ? std::string("auto") : std::to_string(options_.gemv_split),
-      options_.pdl ? "on" : "off");
+      options_.pdl ? "on" : "off", options_.attention.decode_min_partition,
+      options_.attention.decode_pipeline ? "on" : "off",
+      options_.attention.prefill_force_warp ? "warp" : "auto");
   return OkStatus();
 }
 
@@ -356,7 +365,7 @@ Status CudaLlama::AllocateScratch() {
   decode_ws_bytes_ = std::min(
       kDecodeWorkspaceCap,
       std::max<size_t>(cuda::DecodeWorkspaceBytes(static_cast<int>(std::min<int64_t>(T, kLogitsRows)),
-                                                  c.num_heads, c.head_dim, longest),
+                                                  c.num_heads, c.head_dim, longest, options_.attention),
                        256));
   ints_capacity_ = 8 * RoundUp(T + 1, 64) + kBlockTableCapacity;
   const std::vector<size_t> sizes = {static_cast<size_t>(T * H * 4),                     // x
@@ -529,12 +538,20 @@ Status CudaLlama::EnqueueLayers(const StepArgs& a, cuda::BlasLtGemm& gemm) {
     RETURN_IF_ERROR(EnqueueLinear(l.qkv, h_, T, qkv_, gemm));
     RETURN_IF_ERROR(
         cuda::QkvRopeWriteKv(qkv_, l.qkv_bias, a.positions, a.slots, T, c.num_heads, inv_freq_, kv, q_, s));
+    const cuda::PagedKvBatch<__nv_bfloat16> batch{.kv = kv,
+                                                  .block_tables = a.bt,
+                                                  .max_blocks_per_seq = a.W,
+                                                  .num_seqs = a.S,
+                                                  .context_lens = a.ctx,
+                                                  .max_context_len = a.max_ctx,
+                                                  .cu_seqlens = a.cu,
+                                                  .start_pos = a.start,
+                                                  .total_tokens = T};
     if (a.decode) {
-      RETURN_IF_ERROR(cuda::PagedDecodeAttention(q_, a.bt, a.W, a.ctx, a.S, c.num_heads, a.max_ctx, scale, kv,
-                                                 decode_ws_, attn_, s));
+      RETURN_IF_ERROR(cuda::PagedDecodeAttention(q_, batch, c.num_heads, scale, decode_ws_, attn_, s,
+                                                 options_.attention));
     } else {
-      RETURN_IF_ERROR(
-          cuda::PrefillAttention(q_, a.cu, a.start, a.S, T, a.bt, a.W, c.num_heads, scale, kv, attn_, s));
+      RETURN_IF_ERROR(cuda::PrefillAttention(q_, batch, c.num_heads, scale, attn_, s, options_.attention));
     }
     RETURN_IF_ERROR(EnqueueLinear(l.o, attn_, T, proj_, gemm));
     RETURN_IF_ERROR(cuda::AddRmsNorm(proj_, x_, l.ffn_norm, T, H, eps, h_, s));
@@ -675,7 +692,8 @@ Status CudaLlama::StepGeneral(const StepInput& in, StepOutput* out) {
       cudaMemcpyAsync(d_ints_, h, l.total * sizeof(int32_t), cudaMemcpyHostToDevice, stream_.get()));
 
   StepArgs a = ArgsFor(l, T, S, W);
-  a.decode = decode && cuda::DecodeWorkspaceBytes(S, c.num_heads, c.head_dim, max_ctx) <= decode_ws_bytes_;
+  a.decode = decode && cuda::DecodeWorkspaceBytes(S, c.num_heads, c.head_dim, max_ctx, options_.attention) <=
+                           decode_ws_bytes_;
   a.max_ctx = max_ctx;
   RETURN_IF_ERROR(EnqueueLayers(a, *gemm_heur_));
   if (R == 0) return stream_.Synchronize();
@@ -733,7 +751,9 @@ Status CudaLlama::StepBucket(const StepInput& in, StepOutput* out, bool* handled
   const int W = (C + bs - 1) / bs;
   const Layout l = MakeLayout(B, B, 0, int64_t{B} * W);
   if (l.total > ints_capacity_) return OkStatus();
-  if (cuda::DecodeWorkspaceBytes(B, c.num_heads, c.head_dim, C) > decode_ws_bytes_) return OkStatus();
+  if (cuda::DecodeWorkspaceBytes(B, c.num_heads, c.head_dim, C, options_.attention) > decode_ws_bytes_) {
+    return OkStatus();
+  }
   *handled = true;
   ++bucket_steps_;
 

@@ -64,18 +64,21 @@ class CudaLlama final : public DecoderModel {
     std::string gemm_cache_path;
     int gemm_candidates = 8;
     // Steps of at most this many tokens run their projections through the bf16 GEMV (kernels/cuda/gemv.h,
-    // up to 8) instead of cuBLASLt; 0 = always cuBLASLt. STOKE_GEMV_MAX_ROWS overrides. Default 1: on the
+    // 0..8) instead of cuBLASLt; 0 = always cuBLASLt (flag --gemv-max-rows). Default 1: on the
     // H200 the 8B batch-1 step measured level with cuBLASLt with one warp per row (5.06 vs 5.05 ms; one
     // kernel fewer per layer, the SwiGLU fused), 4.62 ms with two (12-03), and 1.8x slower at batch 8 (every
     // warp re-reads all 8 activation rows per weight chunk).
     int gemv_max_rows = 1;
     // Launch the GEMVs with programmatic dependent launch (their first weight loads overlap the kernel
     // before). Off by default: on the H200 the 8B batch-1 step measured within noise of it (5.17 vs 5.06 ms
-    // on 12-02; 4.99-5.03 vs 5.02-5.04 ms on 12-03). STOKE_PDL=1 turns it on.
+    // on 12-02; 4.99-5.03 vs 5.02-5.04 ms on 12-03). --pdl on turns it on.
     bool pdl = false;
     // Warps per output row in the one-token GEMVs (kernels/cuda/gemv.h): 0 = auto (GemvSplitFor: 2 when
-    // k >= 4096, else 1), or 1, 2, 4, 8. STOKE_GEMV_SPLIT overrides.
+    // k >= 4096, else 1), or 1, 2, 4, 8 (flag --gemv-split).
     int gemv_split = 0;
+    // Attention kernel launch choices, passed to every PagedDecodeAttention / PrefillAttention call and to
+    // DecodeWorkspaceBytes (flags --decode-min-partition, --decode-pipeline, --prefill-attention).
+    cuda::AttentionLaunchOptions attention;
   };
 
   static StatusOr<std::unique_ptr<CudaLlama>> Create(LlamaWeights weights, const Options& options);

@@ -14,8 +14,17 @@ void RegisterCudaBertBackend(BertBackend backend) {
   CudaBert() = backend;
 }
 
+Status ValidateBertDeviceOptions(const BertDeviceOptions& options) {
+  const std::string& a = options.attention;
+  if (a != "auto" && a != "tensor" && a != "vectorized" && a != "simple") {
+    return InvalidArgumentError("--encoder-attention '{}': expected auto, tensor, vectorized or simple", a);
+  }
+  return OkStatus();
+}
+
 StatusOr<std::shared_ptr<BertDeviceModel>> LoadBertOnDevice(std::shared_ptr<const BertEncoder> encoder,
                                                             const BertDeviceOptions& options) {
+  RETURN_IF_ERROR(ValidateBertDeviceOptions(options));
   const BertBackend& b = CudaBert();
   const bool usable = b.create != nullptr && (b.available == nullptr || b.available());
   std::string device = options.device;

@@ -55,7 +55,15 @@ struct BertDeviceOptions {
   // cuBLASLt algorithms timed per GEMM shape the first time it is seen (1 = the heuristic's first, no
   // timing: right for serving, where every batch has another token count).
   int gemm_candidates = 1;
+  // CUDA attention kernel (flag --encoder-attention): "auto" = the first of tensor-core, vectorized that
+  // agrees with the simple kernel on a random probe at load; "tensor" or "vectorized" = only that one (falls
+  // back to simple if it disagrees); "simple" = the simple kernel (slowest, the reference). For A/B runs and
+  // as a way around a kernel problem. Anything else: InvalidArgument.
+  std::string attention = "auto";
 };
+
+// InvalidArgument naming the flag for an unknown `attention`.
+Status ValidateBertDeviceOptions(const BertDeviceOptions& options);
 
 struct BertBackend {
   StatusOr<std::shared_ptr<BertDeviceModel>> (*create)(std::shared_ptr<const BertEncoder> encoder,

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "base/half.h"
+#include "engine/model/bert_backend.h"
 
 namespace stoke {
 namespace {
@@ -418,6 +419,18 @@ TEST(BertRealModelTest, MiniLmMatchesSentenceTransformers) {
                              0.01481435f,    -0.03285023f, 0.02575045f,   -0.02686391f};
   for (int j = 0; j < 8; ++j) EXPECT_NEAR(out[j], expected[j], 1e-5) << "dim " << j;
   EXPECT_NEAR(out[383], 0.038477488f, 1e-5);
+}
+
+TEST(BertDeviceOptionsTest, UnknownEncoderAttentionIsInvalidArgument) {
+  for (const char* ok : {"auto", "tensor", "vectorized", "simple"}) {
+    EXPECT_TRUE(ValidateBertDeviceOptions({.attention = ok}).ok()) << ok;
+  }
+  // Checked before the device is resolved, so a CPU build says so too.
+  auto r = LoadBertOnDevice(nullptr, {.device = "cpu", .attention = "fast"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("--encoder-attention 'fast'"), std::string::npos)
+      << r.status().ToString();
 }
 
 }  // namespace

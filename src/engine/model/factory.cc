@@ -36,7 +36,24 @@ std::string ResolveDecoderDevice(const std::string& device) {
   return b.create != nullptr && b.available != nullptr && b.available() ? "cuda" : "cpu";
 }
 
+Status ValidateCudaDecoderTuning(const CudaDecoderTuning& t) {
+  if (t.gemv_max_rows < 0 || t.gemv_max_rows > 8) {
+    return InvalidArgumentError("--gemv-max-rows {} must be in [0, 8]", t.gemv_max_rows);
+  }
+  if (t.gemv_split != 0 && t.gemv_split != 1 && t.gemv_split != 2 && t.gemv_split != 4 && t.gemv_split != 8) {
+    return InvalidArgumentError("--gemv-split {} must be 0 (auto), 1, 2, 4 or 8", t.gemv_split);
+  }
+  if (t.decode_min_partition < 1 || t.decode_min_partition > 512) {
+    return InvalidArgumentError("--decode-min-partition {} must be in [1, 512]", t.decode_min_partition);
+  }
+  if (t.prefill_attention != "auto" && t.prefill_attention != "warp") {
+    return InvalidArgumentError("--prefill-attention '{}': expected auto or warp", t.prefill_attention);
+  }
+  return OkStatus();
+}
+
 StatusOr<std::unique_ptr<DecoderModel>> LoadDecoder(const std::string& path, const DecoderOptions& options) {
+  RETURN_IF_ERROR(ValidateCudaDecoderTuning(options.cuda));
   const std::string device = ResolveDecoderDevice(options.device);
   if (device != "cpu" && device != "cuda") {
     return InvalidArgumentError("unknown device '{}' (expected cpu, cuda or auto)", options.device);
@@ -54,9 +71,7 @@ StatusOr<std::unique_ptr<DecoderModel>> LoadDecoder(const std::string& path, con
   }
   ASSIGN_OR_RETURN(LlamaWeights weights, LoadWeights(path));
   if (device == "cuda") return CudaBackend().create(std::move(weights), options);
-  const char* env = std::getenv("STOKE_GGML_NUMERICS");
-  const bool ggml = options.ggml_compatible_numerics && weights.from_gguf &&
-                    !(env != nullptr && std::strcmp(env, "0") == 0);
+  const bool ggml = options.ggml_compatible_numerics && weights.from_gguf;
   ASSIGN_OR_RETURN(std::unique_ptr<CpuLlama> model, CpuLlama::Create(std::move(weights), options.pool, ggml));
   return std::unique_ptr<DecoderModel>(std::move(model));
 }

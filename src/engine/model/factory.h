@@ -12,6 +12,35 @@
 
 namespace stoke {
 
+// CUDA decoder tuning, copied into CudaLlama::Options (engine/cuda/cuda_llama.h, which documents each
+// measurement) and from there into the kernels' cuda::AttentionLaunchOptions. Plain C++ so that this CPU-only
+// library and the CLI can carry it; `stoke serve` / `generate` / `score` / `bench step` flags in brackets.
+// The defaults are the measured best on the H200; every other value is for A/B runs and workarounds.
+struct CudaDecoderTuning {
+  // [--gemm-cache FILE] cuBLASLt algorithm cache ("" = in memory only): a file skips re-timing the decode
+  // GEMM shapes on the next start (faster start-up, same kernels once warm).
+  std::string gemm_cache_path;
+  // [--gemv-max-rows N] steps of at most N tokens run their projections through the bf16 GEMV instead of
+  // cuBLASLt, 0..8; 0 = always cuBLASLt. Larger: fewer kernels at small batch, slower from batch ~4 up.
+  int gemv_max_rows = 1;
+  // [--gemv-split N] warps per output row in the one-token GEMVs: 0 = auto (2 when k >= 4096, else 1), 1, 2,
+  // 4 or 8. More: more parallelism per row, more cross-warp reduction.
+  int gemv_split = 0;
+  // [--pdl on|off] programmatic dependent launch for the GEMVs (overlaps their first weight loads with the
+  // kernel before; within noise on the H200, so off).
+  bool pdl = false;
+  // [--decode-min-partition N] fewest context positions per split of decode attention, 1..512. Smaller: more
+  // blocks for small batches (occupancy) against a larger merge kernel.
+  int decode_min_partition = 16;
+  // [--decode-pipeline on|off] decode attention prefetches the next position's K/V (off only for A/B).
+  bool decode_pipeline = true;
+  // [--prefill-attention auto|warp] "auto": the tiled tensor-core kernel where it applies; "warp": always the
+  // simple warp kernel (exact, much slower; a way around a tiled-kernel problem).
+  std::string prefill_attention = "auto";
+};
+// InvalidArgument naming the flag when a tuning value is out of range.
+Status ValidateCudaDecoderTuning(const CudaDecoderTuning& t);
+
 // Where and how a decoder runs.
 struct DecoderOptions {
   // "cpu", "cuda", or "auto" (cuda when a CUDA backend is registered and a GPU is visible, else cpu).
@@ -26,8 +55,11 @@ struct DecoderOptions {
   bool cuda_graphs = true;
   ThreadPool* pool = nullptr;  // CPU: the compute pool (null = ThreadPool::Default())
   // CPU, GGUF files: ggml-compatible numerics (CpuLlama::Create), so logits equal llama.cpp's CPU backend's.
-  // The environment variable STOKE_GGML_NUMERICS=0 turns it off (stoke's own, slightly faster kernels).
+  // Flag --ggml-numerics off turns it off (stoke's own, slightly faster kernels; logits differ from
+  // llama.cpp's in the last bits).
   bool ggml_compatible_numerics = true;
+  // CUDA: kernel choices (see CudaDecoderTuning); ignored on the CPU.
+  CudaDecoderTuning cuda;
 };
 
 // `path` is a GGUF file or an HF folder (already resolved: see loader/model_registry.h ResolveModel).

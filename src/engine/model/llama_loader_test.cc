@@ -280,5 +280,37 @@ TEST(LlamaRealModelTest, SmolLM2ConfigAndFirstToken) {
   for (float x : logits) ASSERT_TRUE(std::isfinite(x));
 }
 
+// The CUDA tuning knobs are checked before anything loads, on every build: a bad value names its flag.
+TEST(LoadDecoderTest, RejectsOutOfRangeCudaTuning) {
+  EXPECT_TRUE(ValidateCudaDecoderTuning(CudaDecoderTuning{}).ok());
+  struct Case {
+    void (*set)(CudaDecoderTuning*);
+    const char* flag;
+  };
+  const Case cases[] = {
+      {[](CudaDecoderTuning* t) { t->gemv_max_rows = 9; }, "--gemv-max-rows 9"},
+      {[](CudaDecoderTuning* t) { t->gemv_max_rows = -1; }, "--gemv-max-rows -1"},
+      {[](CudaDecoderTuning* t) { t->gemv_split = 3; }, "--gemv-split 3"},
+      {[](CudaDecoderTuning* t) { t->decode_min_partition = 0; }, "--decode-min-partition 0"},
+      {[](CudaDecoderTuning* t) { t->decode_min_partition = 513; }, "--decode-min-partition 513"},
+      {[](CudaDecoderTuning* t) { t->prefill_attention = "tiled"; }, "--prefill-attention 'tiled'"},
+  };
+  for (const Case& c : cases) {
+    DecoderOptions o;
+    c.set(&o.cuda);
+    auto model = LoadDecoder("/nonexistent/model.gguf", o);
+    ASSERT_FALSE(model.ok()) << c.flag;
+    EXPECT_EQ(model.status().code(), StatusCode::kInvalidArgument) << c.flag;
+    EXPECT_NE(model.status().message().find(c.flag), std::string::npos) << model.status().ToString();
+  }
+  // The edges are accepted.
+  CudaDecoderTuning edge;
+  edge.gemv_max_rows = 8;
+  edge.gemv_split = 8;
+  edge.decode_min_partition = 512;
+  edge.prefill_attention = "warp";
+  EXPECT_TRUE(ValidateCudaDecoderTuning(edge).ok());
+}
+
 }  // namespace
 }  // namespace stoke

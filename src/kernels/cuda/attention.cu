@@ -321,32 +321,13 @@ Status CheckShape(const char* what, int heads, int kv_heads, int head_dim) {
 // Splits per (sequence, head): at least one per kDecodePartition positions (bounded workspace at large
 // batch), and more when the batch is small, so that about kDecodeTargetBlocks blocks share the GPU (batch 1 x
 // 32 heads would otherwise leave 100+ SMs idle behind a few latency-bound blocks), but never fewer than
-// DecodeMinPartition() positions per split.
-// STOKE_DECODE_MIN_PARTITION overrides the minimum (read once per process).
-// Minimum 16 (was 32): on the H200 (8B, batch 1, context 512) 4.62 ms per step against 4.64 at 32 and 4.65 at
-// 8 in one call, 4.63 vs 4.66-4.67 at 8 in another: within noise
-// (bench/results/gpu_llm_8b_decode_h200_2026-12-03.json).
-constexpr int kDecodeTargetBlocks = 2048, kDecodeMinPartitionDefault = 16;
-int DecodeMinPartition() {
-  static const int v = [] {
-    const char* e = std::getenv("STOKE_DECODE_MIN_PARTITION");
-    const int n = e != nullptr ? std::atoi(e) : 0;
-    return n >= 1 ? n : kDecodeMinPartitionDefault;
-  }();
-  return v;
-}
-// STOKE_DECODE_PIPELINE=0 turns off the decode kernel's next-position prefetch (WarpAttend), for A/B runs.
-bool DecodePipeline() {
-  static const bool v = [] {
-    const char* e = std::getenv("STOKE_DECODE_PIPELINE");
-    return e == nullptr || *e == '\0' || std::atoi(e) != 0;
-  }();
-  return v;
-}
-int NumSplits(int num_seqs, int heads, int max_context_len) {
+// launch.decode_min_partition positions per split (AttentionLaunchOptions, attention.h).
+constexpr int kDecodeTargetBlocks = 2048;
+int NumSplits(int num_seqs, int heads, int max_context_len, const AttentionLaunchOptions& launch) {
   if (max_context_len <= 0) return 1;
+  const int min_partition = std::max(1, launch.decode_min_partition);
   const int by_partition = (max_context_len + kDecodePartition - 1) / kDecodePartition;
-  const int by_min = (max_context_len + DecodeMinPartition() - 1) / DecodeMinPartition();
+  const int by_min = (max_context_len + min_partition - 1) / min_partition;
   const int64_t rows = std::max<int64_t>(1, int64_t{num_seqs} * heads);
   const int by_occupancy =
       static_cast<int>(std::min<int64_t>(by_min, (kDecodeTargetBlocks + rows - 1) / rows));
@@ -356,8 +337,8 @@ int NumSplits(int num_seqs, int heads, int max_context_len) {
 template <typename T, int E>
 Status LaunchDecode(const T* q, const int32_t* bt, int max_blocks, const int32_t* ctx, int num_seqs,
                     int heads, int max_ctx, float scale, const DevicePagedKv<T>& kv, void* ws, T* out,
-                    cudaStream_t stream) {
-  const int splits = NumSplits(num_seqs, heads, max_ctx);
+                    cudaStream_t stream, const AttentionLaunchOptions& launch) {
+  const int splits = NumSplits(num_seqs, heads, max_ctx, launch);
   const int partition = max_ctx <= 0 ? 1 : (max_ctx + splits - 1) / splits;
   float* part_out = static_cast<float*>(ws);
   float* part_ml = part_out + static_cast<int64_t>(num_seqs) * heads * splits * kv.head_dim;
@@ -375,7 +356,7 @@ Status LaunchDecode(const T* q, const int32_t* bt, int max_blocks, const int32_t
                          : DecodeKernel<T, E, 1>;
   const dim3 grid(splits, heads / G, num_seqs);
   kernel<<<grid, kWarps * 32, 0, stream>>>(q, bt, max_blocks, ctx, heads, partition, scale, kv, part_out,
-                                           part_ml, out, DecodePipeline());
+                                           part_ml, out, launch.decode_pipeline);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   if (splits > 1) {
     DecodeReduceKernel<T><<<dim3(heads, num_seqs), kv.head_dim, splits * sizeof(float), stream>>>(
@@ -387,16 +368,20 @@ Status LaunchDecode(const T* q, const int32_t* bt, int max_blocks, const int32_t
 
 template <typename T>
 Status Decode(const T* q, const int32_t* bt, int max_blocks, const int32_t* ctx, int num_seqs, int heads,
-              int max_ctx, float scale, const DevicePagedKv<T>& kv, void* ws, T* out, cudaStream_t stream) {
+              int max_ctx, float scale, const DevicePagedKv<T>& kv, void* ws, T* out, cudaStream_t stream,
+              const AttentionLaunchOptions& launch) {
   RETURN_IF_ERROR(CheckShape("PagedDecodeAttention", heads, kv.num_kv_heads, kv.head_dim));
   if (num_seqs <= 0) return OkStatus();
   switch (kv.head_dim) {
     case 64:
-      return LaunchDecode<T, 2>(q, bt, max_blocks, ctx, num_seqs, heads, max_ctx, scale, kv, ws, out, stream);
+      return LaunchDecode<T, 2>(q, bt, max_blocks, ctx, num_seqs, heads, max_ctx, scale, kv, ws, out, stream,
+                                launch);
     case 128:
-      return LaunchDecode<T, 4>(q, bt, max_blocks, ctx, num_seqs, heads, max_ctx, scale, kv, ws, out, stream);
+      return LaunchDecode<T, 4>(q, bt, max_blocks, ctx, num_seqs, heads, max_ctx, scale, kv, ws, out, stream,
+                                launch);
     default:
-      return LaunchDecode<T, 8>(q, bt, max_blocks, ctx, num_seqs, heads, max_ctx, scale, kv, ws, out, stream);
+      return LaunchDecode<T, 8>(q, bt, max_blocks, ctx, num_seqs, heads, max_ctx, scale, kv, ws, out, stream,
+                                launch);
   }
 }
 
@@ -442,8 +427,9 @@ Status Rope(T* q, const T* k, const T* v, const int32_t* positions, const int32_
 
 }  // namespace
 
-size_t DecodeWorkspaceBytes(int num_seqs, int heads, int head_dim, int max_context_len) {
-  const int splits = NumSplits(num_seqs, heads, max_context_len);
+size_t DecodeWorkspaceBytes(int num_seqs, int heads, int head_dim, int max_context_len,
+                            const AttentionLaunchOptions& launch) {
+  const int splits = NumSplits(num_seqs, heads, max_context_len, launch);
   if (splits <= 1) return 0;
   return static_cast<size_t>(num_seqs) * heads * splits * (head_dim + 2) * sizeof(float);
 }
@@ -480,36 +466,34 @@ Status QkvRopeWriteKv(const __nv_bfloat16* qkv, const float* bias, const int32_t
 Status PagedDecodeAttention(const float* q, const int32_t* block_tables, int max_blocks_per_seq,
                             const int32_t* context_lens, int num_seqs, int heads, int max_context_len,
                             float scale, const DevicePagedKv<float>& kv, void* workspace, float* out,
-                            cudaStream_t stream) {
+                            cudaStream_t stream, const AttentionLaunchOptions& launch) {
   return Decode(q, block_tables, max_blocks_per_seq, context_lens, num_seqs, heads, max_context_len, scale,
-                kv, workspace, out, stream);
+                kv, workspace, out, stream, launch);
 }
 Status PagedDecodeAttention(const __nv_bfloat16* q, const int32_t* block_tables, int max_blocks_per_seq,
                             const int32_t* context_lens, int num_seqs, int heads, int max_context_len,
                             float scale, const DevicePagedKv<__nv_bfloat16>& kv, void* workspace,
-                            __nv_bfloat16* out, cudaStream_t stream) {
+                            __nv_bfloat16* out, cudaStream_t stream, const AttentionLaunchOptions& launch) {
   return Decode(q, block_tables, max_blocks_per_seq, context_lens, num_seqs, heads, max_context_len, scale,
-                kv, workspace, out, stream);
+                kv, workspace, out, stream, launch);
 }
 
 Status PrefillAttention(const float* q, const int32_t* cu_seqlens, const int32_t* start_pos, int num_seqs,
                         int64_t total_tokens, const int32_t* block_tables, int max_blocks_per_seq, int heads,
-                        float scale, const DevicePagedKv<float>& kv, float* out, cudaStream_t stream) {
+                        float scale, const DevicePagedKv<float>& kv, float* out, cudaStream_t stream,
+                        const AttentionLaunchOptions& /*launch: fp32 always runs the warp kernel*/) {
   return Prefill(q, cu_seqlens, start_pos, num_seqs, total_tokens, block_tables, max_blocks_per_seq, heads,
                  scale, kv, out, stream);
 }
 Status PrefillAttention(const __nv_bfloat16* q, const int32_t* cu_seqlens, const int32_t* start_pos,
                         int num_seqs, int64_t total_tokens, const int32_t* block_tables,
                         int max_blocks_per_seq, int heads, float scale,
-                        const DevicePagedKv<__nv_bfloat16>& kv, __nv_bfloat16* out, cudaStream_t stream) {
+                        const DevicePagedKv<__nv_bfloat16>& kv, __nv_bfloat16* out, cudaStream_t stream,
+                        const AttentionLaunchOptions& launch) {
   const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
-  // STOKE_PREFILL_ATTENTION=warp forces the warp kernel (A/B runs, a way around a tiled-kernel problem).
-  static const bool force_warp = [] {
-    const char* e = std::getenv("STOKE_PREFILL_ATTENTION");
-    return e != nullptr && std::string(e) == "warp";
-  }();
-  if (!force_warp && PrefillAttentionTiledSupports(kv.head_dim) && aligned(q) && aligned(kv.k) &&
-      aligned(kv.v) && aligned(out) && total_tokens / 64 + num_seqs <= 65535 && heads <= 65535) {
+  if (!launch.prefill_force_warp && PrefillAttentionTiledSupports(kv.head_dim) && aligned(q) &&
+      aligned(kv.k) && aligned(kv.v) && aligned(out) && total_tokens / 64 + num_seqs <= 65535 &&
+      heads <= 65535) {
     return PrefillAttentionTiled(q, cu_seqlens, start_pos, num_seqs, total_tokens, block_tables,
                                  max_blocks_per_seq, heads, scale, kv, out, stream);
   }

@@ -29,6 +29,22 @@ struct DevicePagedKv {
   int head_dim = 0;
 };
 
+// Launch choices of the attention kernels (tuning, A/B runs), passed with each call; the defaults are the
+// measured best on the H200. Owned by the caller (CudaLlama::Options::attention, from the --decode-* and
+// --prefill-attention flags); the kernels never read the environment.
+struct AttentionLaunchOptions {
+  // Decode: fewest context positions per split when the batch is split further to fill the GPU (>= 1).
+  // Smaller = more blocks and a larger merge for small batches. 16 (was 32): on the H200 (8B, batch 1,
+  // context 512) 4.62 ms per step against 4.64 at 32 and 4.65 at 8, within noise
+  // (gpu_llm_8b_decode_h200_2026-12-03.json).
+  int decode_min_partition = 16;
+  // Decode: prefetch the next position's K/V while the current one is reduced (WarpAttend). Off only for A/B.
+  bool decode_pipeline = true;
+  // Prefill (bf16): false = the tiled tensor-core kernel where it applies (head_dim 64/128, aligned); true =
+  // always the warp kernel (slow, exact; a way around a tiled-kernel problem).
+  bool prefill_force_warp = false;
+};
+
 // NeoX RoPE on q (in place) and k, then k and v stored into the cache:
 //   q = [tokens, heads, head_dim] (rotated in place), k, v = [tokens, num_kv_heads, head_dim] (read only),
 //   positions = [tokens], slots = [tokens] (negative: token skipped, its q still rotated),
@@ -51,35 +67,69 @@ Status QkvRopeWriteKv(const __nv_bfloat16* qkv, const float* bias, const int32_t
 // Decode: one query token per sequence, attending to its
 // context_lens[s] cached positions [0, ctx). q, out = [num_seqs, heads, head_dim]. Contexts are split into
 // pieces of at most kDecodePartition positions (smaller pieces, down to 16 positions or
-// $STOKE_DECODE_MIN_PARTITION, when num_seqs x heads is too small to fill the GPU) processed by separate
+// launch.decode_min_partition, when num_seqs x heads is too small to fill the GPU) processed by separate
 // blocks, then merged by a second kernel (log-sum-exp weights); that needs `workspace` of
 // DecodeWorkspaceBytes(...) bytes (may be nullptr when it returns 0). The split depends only on (num_seqs,
-// heads, max_context_len), so a captured graph keeps it. max_context_len bounds every context_lens[s]. A
-// sequence with context 0 gets zeros.
+// heads, max_context_len, launch), so a captured graph keeps it; DecodeWorkspaceBytes must get the same
+// launch options as the call. max_context_len bounds every context_lens[s]. A sequence with context 0 gets
+// zeros.
 inline constexpr int kDecodePartition = 512;
-size_t DecodeWorkspaceBytes(int num_seqs, int heads, int head_dim, int max_context_len);
+size_t DecodeWorkspaceBytes(int num_seqs, int heads, int head_dim, int max_context_len,
+                            const AttentionLaunchOptions& launch = {});
 Status PagedDecodeAttention(const float* q, const int32_t* block_tables, int max_blocks_per_seq,
                             const int32_t* context_lens, int num_seqs, int heads, int max_context_len,
                             float scale, const DevicePagedKv<float>& kv, void* workspace, float* out,
-                            cudaStream_t stream);
+                            cudaStream_t stream, const AttentionLaunchOptions& launch = {});
 Status PagedDecodeAttention(const __nv_bfloat16* q, const int32_t* block_tables, int max_blocks_per_seq,
                             const int32_t* context_lens, int num_seqs, int heads, int max_context_len,
                             float scale, const DevicePagedKv<__nv_bfloat16>& kv, void* workspace,
-                            __nv_bfloat16* out, cudaStream_t stream);
+                            __nv_bfloat16* out, cudaStream_t stream,
+                            const AttentionLaunchOptions& launch = {});
 
 // Prefill (chunked, variable length, causal): sequence s contributes tokens cu_seqlens[s] ..
 // cu_seqlens[s+1]-1 of q (total_tokens = cu_seqlens[num_seqs]), at positions start_pos[s] .. ; query i of s
 // attends to cached positions [0, start_pos[s] + i] (its own chunk must already be in the cache: RopeWriteKv
 // first), so a cached prefix is read from the cache like any other block. q, out = [total_tokens, heads,
 // head_dim]. bf16 with head_dim 64 or 128 runs PrefillAttentionTiled (tensor cores); fp32 and other head dims
-// run PrefillAttentionWarp.
+// run PrefillAttentionWarp (as does launch.prefill_force_warp).
 Status PrefillAttention(const float* q, const int32_t* cu_seqlens, const int32_t* start_pos, int num_seqs,
                         int64_t total_tokens, const int32_t* block_tables, int max_blocks_per_seq, int heads,
-                        float scale, const DevicePagedKv<float>& kv, float* out, cudaStream_t stream);
+                        float scale, const DevicePagedKv<float>& kv, float* out, cudaStream_t stream,
+                        const AttentionLaunchOptions& launch = {});
 Status PrefillAttention(const __nv_bfloat16* q, const int32_t* cu_seqlens, const int32_t* start_pos,
                         int num_seqs, int64_t total_tokens, const int32_t* block_tables,
                         int max_blocks_per_seq, int heads, float scale,
-                        const DevicePagedKv<__nv_bfloat16>& kv, __nv_bfloat16* out, cudaStream_t stream);
+                        const DevicePagedKv<__nv_bfloat16>& kv, __nv_bfloat16* out, cudaStream_t stream,
+                        const AttentionLaunchOptions& launch = {});
+
+// One attention call's batch over the paged cache as a single value (as FlashInfer's paged_kv_t): the layer's
+// cache plus the batch metadata that travels with it. Decode reads context_lens / max_context_len, prefill
+// cu_seqlens / start_pos / total_tokens (see the functions above for each array's shape).
+template <typename T>
+struct PagedKvBatch {
+  DevicePagedKv<T> kv;
+  const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
+  int max_blocks_per_seq = 0;
+  int num_seqs = 0;
+  const int32_t* context_lens = nullptr;  // decode: [num_seqs]
+  int max_context_len = 0;                // decode: bounds every context_lens[s]
+  const int32_t* cu_seqlens = nullptr;    // prefill: [num_seqs + 1]
+  const int32_t* start_pos = nullptr;     // prefill: [num_seqs]
+  int64_t total_tokens = 0;               // prefill: cu_seqlens[num_seqs]
+};
+// The same kernels as the positional forms above, with the batch as one value.
+template <typename T>
+Status PagedDecodeAttention(const T* q, const PagedKvBatch<T>& b, int heads, float scale, void* workspace,
+                            T* out, cudaStream_t stream, const AttentionLaunchOptions& launch = {}) {
+  return PagedDecodeAttention(q, b.block_tables, b.max_blocks_per_seq, b.context_lens, b.num_seqs, heads,
+                              b.max_context_len, scale, b.kv, workspace, out, stream, launch);
+}
+template <typename T>
+Status PrefillAttention(const T* q, const PagedKvBatch<T>& b, int heads, float scale, T* out,
+                        cudaStream_t stream, const AttentionLaunchOptions& launch = {}) {
+  return PrefillAttention(q, b.cu_seqlens, b.start_pos, b.num_seqs, b.total_tokens, b.block_tables,
+                          b.max_blocks_per_seq, heads, scale, b.kv, out, stream, launch);
+}
 
 // The two prefill kernels behind PrefillAttention, callable directly (tests, benchmarks); same contract.
 // Tiled: FlashAttention-2 style, bf16 only, head_dim 64 or 128, pointers 16-byte aligned, block_size any

@@ -140,6 +140,77 @@ TEST(CudaDecode, EveryHeadGroupSizeMatchesCpu) {
   }
 }
 
+// AttentionLaunchOptions (the --decode-min-partition / --decode-pipeline flags) change how the work is split
+// and loaded, not the answer; the PagedKvBatch overload is the positional call. Batch 1 so that the minimum
+// partition decides the split count.
+TEST(CudaDecode, LaunchOptionsKeepMatchingCpu) {
+  SKIP_WITHOUT_GPU();
+  const int hd = 128, heads = 8, kvh = 2;
+  const std::vector<int> lens = {2000};
+  const int max_ctx = 2000, num_seqs = 1;
+  const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+  PagedFixture f(lens, 16, kvh, hd, /*bf16=*/true, 700);
+  const auto q = RoundBf16(RandomFloats(static_cast<size_t>(num_seqs) * heads * hd, 701, -2.f, 2.f));
+  const std::vector<float> want = CpuDecode(f, q, heads, scale);
+  DeviceBuffer<int32_t> dt(f.tables), dl(std::vector<int32_t>(lens.begin(), lens.end()));
+  DeviceBuffer<uint16_t> dq(ToBf16(q)), dk(ToBf16(f.k)), dv(ToBf16(f.v)), out(q.size());
+  const PagedKvBatch<__nv_bfloat16> batch{.kv = Gpu<__nv_bfloat16>(f, dk.bf16(), dv.bf16()),
+                                          .block_tables = dt.get(),
+                                          .max_blocks_per_seq = f.max_blocks,
+                                          .num_seqs = num_seqs,
+                                          .context_lens = dl.get(),
+                                          .max_context_len = max_ctx};
+  AttentionLaunchOptions min8, min32, min512, no_pipeline;
+  min8.decode_min_partition = 8;
+  min32.decode_min_partition = 32;
+  min512.decode_min_partition = 512;
+  no_pipeline.decode_pipeline = false;
+  // Smaller pieces, more splits, more workspace.
+  EXPECT_GT(DecodeWorkspaceBytes(num_seqs, heads, hd, max_ctx, min8),
+            DecodeWorkspaceBytes(num_seqs, heads, hd, max_ctx, min32));
+  EXPECT_GT(DecodeWorkspaceBytes(num_seqs, heads, hd, max_ctx, min32),
+            DecodeWorkspaceBytes(num_seqs, heads, hd, max_ctx, min512));
+  EXPECT_EQ(DecodeWorkspaceBytes(num_seqs, heads, hd, max_ctx),
+            DecodeWorkspaceBytes(num_seqs, heads, hd, max_ctx, AttentionLaunchOptions{}));
+  for (const auto& [name, launch] :
+       {std::pair{"default", AttentionLaunchOptions{}}, std::pair{"min 8", min8}, std::pair{"min 32", min32},
+        std::pair{"min 512", min512}, std::pair{"no pipeline", no_pipeline}}) {
+    DeviceBuffer<uint8_t> ws(std::max<size_t>(1, DecodeWorkspaceBytes(num_seqs, heads, hd, max_ctx, launch)));
+    STATUS_ASSERT(
+        PagedDecodeAttention(dq.bf16(), batch, heads, scale, ws.get(), out.bf16(), nullptr, launch));
+    EXPECT_CLOSE(FromBf16(out.Download()), want, kTolBf16, (std::string("decode launch ") + name).c_str());
+  }
+}
+
+// --prefill-attention warp (AttentionLaunchOptions::prefill_force_warp) runs exactly PrefillAttentionWarp.
+TEST(CudaPrefill, ForceWarpIsTheWarpKernel) {
+  SKIP_WITHOUT_GPU();
+  const int hd = 64, heads = 8, kvh = 2, bs = 16;
+  const std::vector<int> start = {20, 0}, chunk = {150, 33};
+  std::vector<int> lens;
+  std::vector<int32_t> cu = {0};
+  for (int s = 0; s < 2; ++s) lens.push_back(start[s] + chunk[s]), cu.push_back(cu.back() + chunk[s]);
+  const int total = cu.back();
+  const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+  PagedFixture f(lens, bs, kvh, hd, true, 800);
+  const auto q = RoundBf16(RandomFloats(static_cast<size_t>(total) * heads * hd, 801, -2.f, 2.f));
+  DeviceBuffer<int32_t> dt(f.tables), dcu(cu), dsp(std::vector<int32_t>(start.begin(), start.end()));
+  DeviceBuffer<uint16_t> dq(ToBf16(q)), dk(ToBf16(f.k)), dv(ToBf16(f.v)), out_f(q.size()), out_w(q.size());
+  const PagedKvBatch<__nv_bfloat16> batch{.kv = Gpu<__nv_bfloat16>(f, dk.bf16(), dv.bf16()),
+                                          .block_tables = dt.get(),
+                                          .max_blocks_per_seq = f.max_blocks,
+                                          .num_seqs = 2,
+                                          .cu_seqlens = dcu.get(),
+                                          .start_pos = dsp.get(),
+                                          .total_tokens = total};
+  AttentionLaunchOptions warp;
+  warp.prefill_force_warp = true;
+  STATUS_ASSERT(PrefillAttention(dq.bf16(), batch, heads, scale, out_f.bf16(), nullptr, warp));
+  STATUS_ASSERT(PrefillAttentionWarp(dq.bf16(), dcu.get(), dsp.get(), 2, total, dt.get(), f.max_blocks, heads,
+                                     scale, batch.kv, out_w.bf16(), nullptr));
+  EXPECT_EQ(out_f.Download(), out_w.Download());
+}
+
 // Three sequences in one batch: a fresh prompt, a chunk after a 37-token cached prefix, and a chunk after
 // 100.
 TEST(CudaPrefill, MatchesCpuPagedAttentionWithCachedPrefix) {

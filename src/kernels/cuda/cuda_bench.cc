@@ -5,9 +5,9 @@
 //   gemv          decode projections at batch 1 / 8: bf16 GEMV vs cuBLASLt, GB/s of weights read
 //   decode_attn   paged decode attention, GB/s of KV read
 //   prefill_attn  causal prefill attention on the paged cache, tensor-core vs warp kernel, TFLOP/s (median)
-// Usage: cuda_bench [--quick] [--only SECTION]   (--quick: fewer iterations, for a smoke run; SECTION:
-// copies,
-//        gemm, gemv, decode_attn or prefill_attn)
+// Usage: cuda_bench [--quick] [--only SECTION] [--gemm-cache FILE]   (--quick: fewer iterations, for a smoke
+// run; SECTION: copies, gemm, gemv, decode_attn or prefill_attn; --gemm-cache: the cuBLASLt algorithm cache
+// reused across runs, as stoke serve --gemm-cache)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -89,9 +89,9 @@ void CopyBench(cudaStream_t s) {
   cudaFree(d);
 }
 
-void GemmBench(cudaStream_t s) {
+void GemmBench(cudaStream_t s, const std::string& gemm_cache) {
   GemmOptions opt;
-  if (const char* cache = std::getenv("STOKE_GEMM_CACHE")) opt.cache_path = cache;  // reused across runs
+  opt.cache_path = gemm_cache;  // reused across runs
   auto gemm = BlasLtGemm::Create(opt);
   if (!gemm.ok()) {
     std::fprintf(stderr, "gemm: %s\n", gemm.status().ToString().c_str());
@@ -352,7 +352,9 @@ void PrefillAttentionBench(cudaStream_t s) {
 int main(int argc, char** argv) {
   using namespace stoke::cuda;
   std::string only;  // --only SECTION: copies | gemm | gemv | decode_attn | prefill_attn
+  std::string gemm_cache;  // --gemm-cache FILE
   for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--gemm-cache") == 0 && i + 1 < argc) gemm_cache = argv[++i];
     if (std::strcmp(argv[i], "--quick") == 0) g_iters = 3;
     if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
   }
@@ -377,7 +379,7 @@ int main(int argc, char** argv) {
   }
   if (want("gemm")) {
     std::fprintf(stderr, "cuda_bench: gemm\n");
-    GemmBench(s);
+    GemmBench(s, gemm_cache);
     std::fflush(stdout);
   }
   if (want("gemv")) {

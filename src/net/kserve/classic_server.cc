@@ -54,6 +54,7 @@ struct ServeSpec {
   std::string source;
   int threads = 0;
   std::string device = "cpu";  // bert only
+  std::string encoder_attention = "auto";  // bert on CUDA: BertDeviceOptions::attention
 };
 
 bool IsBertFolder(const std::string& dir) {
@@ -100,6 +101,7 @@ void ApplyBatchingFlags(const ClassicServeOptions& o, BatcherConfig* c) {
 
 StatusOr<ServeSpec> ReadModelSpec(const ClassicServeOptions& o) {
   ServeSpec s;
+  s.encoder_attention = o.encoder_attention;
   if (!o.model.ends_with(".json")) {
     s.type = "bert";
     s.model = o.model;
@@ -186,6 +188,7 @@ StatusOr<LoadedModels> LoadModels(const ServeSpec& s) {
   // On a device the weights are uploaded once and shared by both forms' instances.
   BertDeviceOptions dev_opts;
   dev_opts.device = s.device;
+  dev_opts.attention = s.encoder_attention;
   dev_opts.max_batch_tokens = std::max<int64_t>(dev_opts.max_batch_tokens,
                                                 int64_t{s.config.max_batch_size} * encoder->max_seq_length());
   ASSIGN_OR_RETURN(std::shared_ptr<BertDeviceModel> device, LoadBertOnDevice(encoder, dev_opts));

@@ -41,6 +41,8 @@ struct ClassicServeOptions {
   // bert: "cpu", "cuda" or "auto"; "" = the model file's "device" key, else cpu. Each instance gets its own
   // device runner (CUDA: its own stream and scratch over weights uploaded once).
   std::string device;
+  // bert on CUDA: the attention kernel (BertDeviceOptions::attention; flag --encoder-attention).
+  std::string encoder_attention = "auto";
   int instances = 0;  // > 0: overrides the instance count (the model file's instance_group, default 1)
   // > 0: overrides max_batch_size (and turns dynamic batching on if the model file has it off); 0 = the
   // model's own. Larger: fewer executions per request, each batch waits for its slowest row.

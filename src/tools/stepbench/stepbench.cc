@@ -201,12 +201,17 @@ StatusOr<Json> RunStepBench(const StepBenchOptions& o, std::FILE* progress) {
   std::array<char, 256> host{};
   if (::gethostname(host.data(), host.size() - 1) == 0) machine["hostname"] = host.data();
   report["machine"] = machine;
-  Json engine{{"cuda_graphs", o.decoder.cuda_graphs}, {"device_sampling", o.device_sampling}};
-  for (const char* var :
-       {"STOKE_GEMV_MAX_ROWS", "STOKE_PDL", "STOKE_GEMV_SPLIT", "STOKE_DECODE_MIN_PARTITION",
-        "STOKE_DECODE_PIPELINE", "STOKE_PREFILL_ATTENTION", "STOKE_GGML_NUMERICS"}) {
-    if (const char* v = std::getenv(var)) engine[var] = v;  // engine switches set for this run
-  }
+  // The engine knobs this run used (DecoderOptions; flags of the same names, docs/api.md "Engine knobs").
+  const CudaDecoderTuning& t = o.decoder.cuda;
+  Json engine{{"cuda_graphs", o.decoder.cuda_graphs},
+              {"device_sampling", o.device_sampling},
+              {"ggml_numerics", o.decoder.ggml_compatible_numerics},
+              {"gemv_max_rows", t.gemv_max_rows},
+              {"gemv_split", t.gemv_split},
+              {"pdl", t.pdl},
+              {"decode_min_partition", t.decode_min_partition},
+              {"decode_pipeline", t.decode_pipeline},
+              {"prefill_attention", t.prefill_attention}};
   report["engine"] = engine;
   report["model"] = {{"path", path},
                      {"layers", L},
@@ -341,7 +346,7 @@ StatusOr<Json> RunStepBench(const StepBenchOptions& o, std::FILE* progress) {
       Log(progress, "bench step: measuring the device: D2D copy bandwidth and bf16 GEMM rates");
       std::vector<GemmShape> shapes = {{"square_8192", 8192, 8192, 8192}};
       if (o.prefill > 0) shapes.push_back({"prefill_gate_up", gemm_m, 2 * F, H});
-      StatusOr<DeviceRoofline> r = probe(o.decoder.gpu_index, shapes);
+      StatusOr<DeviceRoofline> r = probe(o.decoder.gpu_index, shapes, o.decoder.cuda.gemm_cache_path);
       if (!r.ok()) {
         report["device_roofline"] = {{"error", r.status().ToString()}};
         Log(progress, "bench step: device probe failed: " + r.status().ToString());

@@ -56,7 +56,9 @@ struct DeviceRoofline {
   double d2d_gbps = 0;  // read + write bytes (2 x size) per second, as cuda_bench counts
   std::vector<GemmRate> gemms;
 };
-using RooflineProbe = StatusOr<DeviceRoofline> (*)(int gpu_index, const std::vector<GemmShape>& shapes);
+// gemm_cache_path: the cuBLASLt algorithm cache (DecoderOptions::cuda.gemm_cache_path; "" = in memory).
+using RooflineProbe = StatusOr<DeviceRoofline> (*)(int gpu_index, const std::vector<GemmShape>& shapes,
+                                                   const std::string& gemm_cache_path);
 // The CUDA build registers its probe at static initialisation (tools/stepbench/cuda).
 void RegisterRooflineProbe(RooflineProbe probe);
 RooflineProbe GetRooflineProbe();

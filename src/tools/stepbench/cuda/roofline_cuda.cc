@@ -49,7 +49,8 @@ StatusOr<double> TimeMs(Scope& sc, int iters, Fn fn) {
   return static_cast<double>(ms) / iters;
 }
 
-StatusOr<DeviceRoofline> MeasureCuda(int gpu, const std::vector<GemmShape>& shapes) {
+StatusOr<DeviceRoofline> MeasureCuda(int gpu, const std::vector<GemmShape>& shapes,
+                                     const std::string& gemm_cache_path) {
   CUDA_RETURN_IF_ERROR(cudaSetDevice(gpu));
   cudaDeviceProp prop{};
   CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, gpu));
@@ -74,7 +75,7 @@ StatusOr<DeviceRoofline> MeasureCuda(int gpu, const std::vector<GemmShape>& shap
     r.d2d_gbps = 2.0 * bytes / (ms * 1e-3) / 1e9;
   }
   cuda::GemmOptions opt;
-  if (const char* cache = std::getenv("STOKE_GEMM_CACHE")) opt.cache_path = cache;
+  opt.cache_path = gemm_cache_path;
   ASSIGN_OR_RETURN(std::unique_ptr<cuda::BlasLtGemm> gemm, cuda::BlasLtGemm::Create(opt));
   for (const GemmShape& sh : shapes) {
     if (sh.m <= 0 || sh.n <= 0 || sh.k <= 0 || sh.n % 8 != 0 || sh.k % 8 != 0) {

@@ -1,0 +1,62 @@
+"""The engine knobs (docs/api.md "Engine knobs") are flags and --config keys of stoke serve: a bad value is a usage
+error (exit 2) naming the flag, and the CPU knob --ggml-numerics changes the numerics without breaking serving."""
+import json
+import subprocess
+
+import pytest
+import requests
+
+
+@pytest.mark.parametrize("flag,value,message", [
+    ("--gemv-split", "3", b"--gemv-split 3"),
+    ("--gemv-max-rows", "9", b"--gemv-max-rows 9"),
+    ("--decode-min-partition", "0", b"--decode-min-partition 0"),
+    ("--prefill-attention", "tiled", b"--prefill-attention"),
+    ("--decode-pipeline", "maybe", b"--decode-pipeline"),
+    ("--encoder-attention", "fast", b"--encoder-attention"),
+])
+def test_bad_engine_knob_is_a_usage_error(stoke_bin, smollm2_path, flag, value, message):
+    p = subprocess.run([str(stoke_bin), "serve", "--model", str(smollm2_path), "--port", "0", flag, value],
+                       capture_output=True, timeout=60)
+    assert p.returncode == 2, p.stderr
+    assert message in p.stderr
+
+
+def test_bad_engine_knob_in_config_is_a_usage_error(stoke_bin, smollm2_path, tmp_path):
+    cfg = tmp_path / "knobs.json"
+    cfg.write_text(json.dumps({"decode_min_partition": 0}))
+    p = subprocess.run([str(stoke_bin), "serve", "--model", str(smollm2_path), "--port", "0", "--config", str(cfg)],
+                       capture_output=True, timeout=60)
+    assert p.returncode == 2, p.stderr
+    assert b"--decode-min-partition 0" in p.stderr
+
+
+def test_bench_step_rejects_a_bad_knob(stoke_bin, smollm2_path):
+    p = subprocess.run([str(stoke_bin), "bench", "step", "--model", str(smollm2_path), "--device", "cpu",
+                        "--gemv-split", "5"], capture_output=True, timeout=60)
+    assert p.returncode == 2, p.stderr
+    assert b"--gemv-split 5" in p.stderr
+
+
+def test_ggml_numerics_off_serves_greedy_text(start_server):
+    srv = start_server("--ggml-numerics", "off", "--device", "cpu")
+    body = {"model": srv.model_name(), "prompt": "The capital of France is", "max_tokens": 4, "temperature": 0}
+    r = requests.post(srv.base_url + "/v1/completions", json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["text"]
+
+
+def test_bench_step_records_the_knobs(stoke_bin, tmp_path):
+    model = tmp_path / "smol"
+    r = subprocess.run([str(stoke_bin), "model", "synth", "--shape", "smollm2-135m", "--layers", "1", "--out",
+                        str(model), "--quiet"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([str(stoke_bin), "bench", "step", "--model", str(model), "--device", "cpu", "--decode-batch", "1",
+                        "--context", "8", "--prefill", "0", "--iters", "1", "--warmup", "0", "--threads", "2",
+                        "--gemv-max-rows", "0", "--decode-pipeline", "off", "--prefill-attention", "warp"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    e = json.loads(r.stdout)["engine"]
+    assert (e["gemv_max_rows"], e["decode_pipeline"], e["prefill_attention"]) == (0, False, "warp")
+    # the others at their defaults
+    assert (e["gemv_split"], e["pdl"], e["decode_min_partition"], e["ggml_numerics"]) == (0, False, 16, True)
