@@ -48,7 +48,7 @@ struct EmbedOptions {
   int max_seq_length = 0;
   int threads = 0;
   int bench_repeat = 0;
-  std::string device = "cpu";
+  std::string device = "auto";  // as serve: cuda when this build has CUDA and a GPU is visible
   std::string encoder_attention = "auto";  // BertDeviceOptions::attention
   std::string ids_file;
   std::vector<int> bench_batch;

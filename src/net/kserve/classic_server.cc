@@ -53,7 +53,7 @@ struct ServeSpec {
   json file;  // the model file's JSON (synthetic keys live there)
   std::string source;
   int threads = 0;
-  std::string device = "cpu";  // bert only
+  std::string device = "auto";  // bert only: auto = cuda when this build has CUDA and a GPU is visible
   std::string encoder_attention = "auto";  // bert on CUDA: BertDeviceOptions::attention
 };
 
@@ -152,7 +152,7 @@ StatusOr<ServeSpec> ReadModelSpec(const ClassicServeOptions& o) {
   if (s.type == "bert") {
     if (s.file.contains("device") && !s.file["device"].is_string())
       return InvalidArgumentError("{}: 'device' must be a string (cpu, cuda or auto)", o.model);
-    s.device = !o.device.empty() ? o.device : s.file.value("device", std::string("cpu"));
+    s.device = !o.device.empty() ? o.device : s.file.value("device", std::string("auto"));
   } else if (!o.device.empty()) {
     s.file["device"] = o.device;  // --device overrides the synthetic model file's "device" too
   }
