@@ -6,7 +6,7 @@
 #             synthetic model over KServe HTTP at c=64; a SmolLM2-135M-shaped decoder made by `stoke model
 #             synth` on the GPU at c=16)
 #   tune      stoke tune on a BERT-base-shaped encoder (`stoke model synth --shape bert-base`) on the GPU,
-#             ~128-token inputs, SLO p99 20 ms
+#             ~128-token inputs, SLO p99 20 ms (TUNE_GRID=1: also every combination of the same values)
 # GPU_PARTS picks a subset (default: "serving ledger tune"). Outputs under $OUT: serving_path.json,
 # ledger_gpu.json, tune_bert/ (stoke.toml, tune.json, report.html, logs), log files.
 set -uo pipefail
@@ -57,10 +57,16 @@ words = ("the model serves requests on the gpu and every batch waits for its tur
 for _ in range(256):
     print(json.dumps({"input": " ".join(random.choice(words) for _ in range(100))}))
 EOF
-  "$STOKE" tune --model /tmp/synth_bert_base --device cuda --slo-p99-ms 20 --workload /tmp/bert_128.jsonl \
-    --concurrency "${TUNE_CONCURRENCY:-64}" --warmup 1 --window 3 --batch-sizes 1,4,8,16,32,64 \
-    --instance-counts 1,2,4 --confirm-rounds 3 --budget-min "${TUNE_BUDGET_MIN:-5}" \
-    --out "$OUT/tune_bert" > "$OUT/tune_bert.log" 2>&1 || echo "tune failed"
+  tune_args=(--model /tmp/synth_bert_base --device cuda --slo-p99-ms 20 --workload /tmp/bert_128.jsonl
+    --concurrency "${TUNE_CONCURRENCY:-16}" --warmup 1 --window "${TUNE_WINDOW:-3}" --batch-sizes 1,4,8,16,32,64
+    --queue-delays-us 1000,0,5000 --instance-counts 1,2,4 --confirm-rounds 3 --budget-min "${TUNE_BUDGET_MIN:-5}")
+  "$STOKE" tune "${tune_args[@]}" --out "$OUT/tune_bert" > "$OUT/tune_bert.log" 2>&1 || echo "tune failed"
   tail -n 40 "$OUT/tune_bert.log"
+  if [[ -n "${TUNE_GRID:-}" ]]; then  # every combination of the same values, for comparison
+    stamp "tune bert-base --grid"
+    "$STOKE" tune "${tune_args[@]}" --grid --out "$OUT/tune_bert_grid" > "$OUT/tune_bert_grid.log" 2>&1 ||
+      echo "tune --grid failed"
+    tail -n 12 "$OUT/tune_bert_grid.log"
+  fi
 fi
 stamp "done"

@@ -430,28 +430,38 @@ int WalkValues(size_t count, double reference, double min_gain,
                const std::function<std::string(size_t)>& name, std::string* stopped, bool ordered) {
   int best = -1;
   double best_score = reference;
-  std::string best_name = "the previous step's best";
+  // The climb compares each value with the one before it on the axis (a step may start below the previous
+  // step's best: batch 1 after a baseline of 32); the step's best is adopted only if it beats `reference`.
+  bool have_prev = false;
+  double prev = 0;
+  std::string prev_name;
   for (size_t i = 0; i < count; ++i) {
     std::optional<double> s = measure(i);
     if (!s) {
       *stopped = fmt::format("the budget is spent before {}", name(i));
       return best;
     }
-    if (best_score <= 0 && *s <= 0) continue;  // nothing meets the SLO yet: go on
-    if (*s >= best_score * (1 + min_gain) && *s > 0) {
+    if (*s > 0 && *s >= best_score * (1 + min_gain)) {
       best = static_cast<int>(i);
       best_score = *s;
-      best_name = name(i);
-      continue;
     }
-    if (!ordered) continue;
-    *stopped = best_score > 0 ? fmt::format("{} gains {:+.1f} % goodput over {} (< {:.0f} %)", name(i),
-                                            100 * (*s / best_score - 1), best_name, 100 * min_gain)
-                              : fmt::format("{} meets the SLO in no point", name(i));
-    return best;
+    if (ordered && have_prev && prev > 0 && *s < prev * (1 + min_gain)) {
+      *stopped = fmt::format("{} gains {:+.1f} % goodput over {} (< {:.0f} %)", name(i), 100 * (*s / prev - 1),
+                             prev_name, 100 * min_gain);
+      if (best < 0 && reference > 0)
+        *stopped += fmt::format("; no value beat the previous step's best ({:.1f}/s) by {:.0f} %", reference,
+                                100 * min_gain);
+      return best;
+    }
+    have_prev = true;
+    prev = *s;
+    prev_name = name(i);
   }
   *stopped = count == 0 ? "no value to try" : "every value measured";
   if (best < 0 && best_score <= 0 && count > 0) *stopped = "no value meets the SLO";
+  if (best < 0 && reference > 0 && count > 0)
+    *stopped += fmt::format("; no value beat the previous step's best ({:.1f}/s) by {:.0f} %", reference,
+                            100 * min_gain);
   return best;
 }
 

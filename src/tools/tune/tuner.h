@@ -110,7 +110,9 @@ struct TuneResult {
 // The walk's decision rule, separated for unit tests: measures `values` in order through `measure` (which
 // returns a score, 0 = rejected; nullopt = out of budget) starting from `reference` (the score to beat);
 // returns the index of the best value (-1 when none beat the reference) and sets *stopped to why it stopped.
-// `ordered` = false (values not on a monotone axis, e.g. queue delays): every value is measured and the best
+// `ordered` (a monotone axis: batch sizes, instance counts): the climb stops at the first value that gains less
+// than min_gain over the value before it (not over the reference: a step may start below the previous step's
+// best, as batch 1 does after a baseline of 32). `ordered` = false (values not on a monotone axis, e.g. queue delays): every value is measured and the best
 // kept, still only when it beats the reference by min_gain.
 int WalkValues(size_t count, double reference, double min_gain,
                const std::function<std::optional<double>(size_t)>& measure,

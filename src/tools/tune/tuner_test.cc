@@ -38,11 +38,27 @@ TEST(TuneWalkTest, GoesOnWhileNothingMeetsTheSlo) {
   EXPECT_EQ(why, "every value measured");
 }
 
-TEST(TuneWalkTest, KeepsThePreviousBestWhenTheFirstValueIsWorse) {
-  Curve c{{90, 500}};
+TEST(TuneWalkTest, ClimbsFromBelowThePreviousBest) {
+  Curve c{{90, 500}};  // batch 1 after a baseline of batch 32: worse than the baseline, yet the climb goes on
   std::string why;
-  EXPECT_EQ(WalkValues(2, 100, 0.05, std::ref(c), Name, &why), -1);
-  EXPECT_EQ(c.measured, 1);
+  EXPECT_EQ(WalkValues(2, 100, 0.05, std::ref(c), Name, &why), 1);
+  EXPECT_EQ(c.measured, 2);
+}
+
+TEST(TuneWalkTest, StopsWhereTheClimbFlattensAndKeepsTheReferenceItNeverBeat) {
+  Curve c{{50, 80, 82, 400}};  // v2 gains 2.5 % over v1: stop; none of them beat 100
+  std::string why;
+  EXPECT_EQ(WalkValues(4, 100, 0.05, std::ref(c), Name, &why), -1);
+  EXPECT_EQ(c.measured, 3);
+  EXPECT_NE(why.find("v2 gains +2.5 % goodput over v1"), std::string::npos) << why;
+  EXPECT_NE(why.find("no value beat the previous step's best"), std::string::npos) << why;
+}
+
+TEST(TuneWalkTest, AFallToRejectedStopsTheClimb) {
+  Curve c{{100, 0, 300}};  // the next batch size breaks the SLO (scores 0): larger ones will not do better
+  std::string why;
+  EXPECT_EQ(WalkValues(3, 50, 0.05, std::ref(c), Name, &why), 0);
+  EXPECT_EQ(c.measured, 2);
 }
 
 TEST(TuneWalkTest, UnorderedValuesAreAllMeasured) {
