@@ -7,7 +7,7 @@
 #   cpu_preprocess     examples/synthetic/cpu_preprocess.json (2 ms CPU per item)     host_bound
 #   bandwidth          examples/synthetic/bandwidth.json (2 instances streaming HBM)  bandwidth_bound
 #   llm_8b_c1          Llama-3.1-8B shape (stoke model synth), 1 client              bandwidth_bound
-#   llm_8b_c64         the same, 64 clients                                           (reported as found)
+#   llm_8b_c64         the same, 64 clients                                           throttled (at its 700 W cap)
 #   llm_8b_kv_full     the same with --kv-blocks 64 (1,024 tokens of KV), 16 clients kv_capacity_bound
 # The doctor takes its own short trace inside each window (--trace auto): signals.trace in each row (kernels per
 # request, mean kernel us, gaps between GPU records).
@@ -74,7 +74,7 @@ pack() {  # the summary and the tarball so far (called after each scenario: a cu
 import json, pathlib, sys
 work, out = pathlib.Path(sys.argv[1]), sys.argv[2]
 expected = {"small_kernels": "launch_bound", "cpu_preprocess": "host_bound", "bandwidth": "bandwidth_bound",
-            "llm_8b_c1": "bandwidth_bound", "llm_8b_c64": None, "llm_8b_kv_full": "kv_capacity_bound"}
+            "llm_8b_c1": "bandwidth_bound", "llm_8b_c64": "throttled", "llm_8b_kv_full": "kv_capacity_bound"}
 rows = []
 for name, want in expected.items():
     p = work / f"doctor_{name}.json"
