@@ -86,11 +86,12 @@ Status ModelRepository::Add(ModelConfig config) {
   for (const ServedModelSpec& s : config.served) {
     if (s.name != config.name) names.push_back(s.name);
   }
-  for (const std::string& a : config.aliases) {
-    if (std::find(names.begin(), names.end(), a) == names.end()) names.push_back(a);
-  }
   for (const std::string& n : names) {
     if (names_.count(n) != 0) return AlreadyExistsError("model name '{}' is used twice", n);
+  }
+  // An alias another model already answers to (two models from one source) stays that model's.
+  for (const std::string& a : config.aliases) {
+    if (std::find(names.begin(), names.end(), a) == names.end() && names_.count(a) == 0) names.push_back(a);
   }
   auto m = std::make_unique<RepositoryModel>(std::move(config));
   RepositoryModel* p = m.get();

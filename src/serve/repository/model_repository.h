@@ -120,7 +120,8 @@ class ModelRepository {
   ModelRepository(const ModelRepository&) = delete;
   ModelRepository& operator=(const ModelRepository&) = delete;
 
-  // Before Start. Names, served names and aliases must be unique (AlreadyExists names the clash).
+  // Before Start. Names and served names must be unique (AlreadyExists names the clash); an alias that
+  // another model already answers to stays with that model.
   Status Add(ModelConfig config);
   // Starts the worker and queues the load of every model with load_at_start.
   void Start();
