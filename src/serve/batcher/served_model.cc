@@ -22,13 +22,18 @@ Status ServedModel::Infer(std::vector<InferTensor> inputs, const InferOptions& o
   ASSIGN_OR_RETURN(int64_t rows, ValidateInputs(use->signature(), config().max_batch_size, inputs));
   int64_t tokens = 0;
   ASSIGN_OR_RETURN(std::unique_ptr<PreparedInput> prepared, use->Prepare(std::move(inputs), rows, &tokens));
-  return Submit(std::move(prepared), rows, tokens, opts, std::move(done));
+  return SubmitHeld(std::move(prepared), rows, tokens, opts, std::move(done));
 }
 
 Status ServedModel::Submit(std::unique_ptr<PreparedInput> input, int64_t rows, int64_t tokens,
                            const InferOptions& opts, std::function<void(InferResult)> done) {
   Use use = Acquire();
   if (!use) return UnavailableError("model '{}' is not ready", name());
+  return SubmitHeld(std::move(input), rows, tokens, opts, std::move(done));
+}
+
+Status ServedModel::SubmitHeld(std::unique_ptr<PreparedInput> input, int64_t rows, int64_t tokens,
+                               const InferOptions& opts, std::function<void(InferResult)> done) {
   auto req = std::make_unique<ClassicRequest>();
   req->input = std::move(input);
   req->rows = rows;

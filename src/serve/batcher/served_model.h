@@ -107,6 +107,10 @@ class ServedModel {
   void Stop(std::chrono::milliseconds drain);
 
  private:
+  // Submit with a Use already held by the caller.
+  Status SubmitHeld(std::unique_ptr<PreparedInput> input, int64_t rows, int64_t tokens,
+                    const InferOptions& opts, std::function<void(InferResult)> done);
+
   ServedModelSpec spec_;
   std::string version_ = "1";
   std::unique_ptr<ClassicMetrics> metrics_;
