@@ -51,24 +51,33 @@ Status ApplyToml(const fs::path& file, const fs::path& dir, ModelSettings* m) {
   for (const auto& [k, node] : t) {
     std::string key(k.str());
     std::replace(key.begin(), key.end(), '-', '_');
-    auto str = [&]() -> StatusOr<std::string> {
-      if (!node.is_string()) return InvalidArgumentError("{}: '{}' must be a string", where, key);
+    // The string value, or "" with *error set.
+    auto str = [&](Status* error) -> std::string {
+      if (!node.is_string()) {
+        *error = InvalidArgumentError("{}: '{}' must be a string", where, key);
+        return "";
+      }
       return *node.value<std::string>();
     };
+    Status error;
     auto integer = [&]() -> StatusOr<int64_t> {
       if (!node.is_integer()) return InvalidArgumentError("{}: '{}' must be an integer", where, key);
       return *node.value<int64_t>();
     };
     if (key == "name") {
-      ASSIGN_OR_RETURN(m->name, str());
+      m->name = str(&error);
+      RETURN_IF_ERROR(error);
     } else if (key == "source" || key == "model") {
-      ASSIGN_OR_RETURN(std::string s, str());
+      const std::string s = str(&error);
+      RETURN_IF_ERROR(error);
       std::error_code ec;
       m->source = fs::path(s).is_relative() && fs::exists(dir / s, ec) ? (dir / s).string() : s;
     } else if (key == "kind") {
-      ASSIGN_OR_RETURN(m->kind, str());
+      m->kind = str(&error);
+      RETURN_IF_ERROR(error);
     } else if (key == "device") {
-      ASSIGN_OR_RETURN(std::string s, str());
+      const std::string s = str(&error);
+      RETURN_IF_ERROR(error);
       if (s != "auto" && s != "cpu" && s != "cuda")
         return InvalidArgumentError("{}: device '{}' must be auto, cpu or cuda", where, s);
       m->device = s;

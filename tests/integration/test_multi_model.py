@@ -197,6 +197,13 @@ def test_model_repository_folder(stoke_bin, smollm2_path, minilm_path, tmp_path,
         assert r.status_code == 200, r.text
         got = np.array([d["embedding"] for d in r.json()["data"]], dtype=np.float32)
         np.testing.assert_allclose(got, reference, rtol=0, atol=2e-6)
+        # The same over gRPC (RepositoryModelUnload / RepositoryModelLoad).
+        g = grpcclient.InferenceServerClient(url=s.grpc_url)
+        g.unload_model("spare")
+        assert index(s)["spare"]["state"] == "UNAVAILABLE" and not g.is_model_ready("spare")
+        g.load_model("spare")
+        assert g.is_model_ready("spare") and index(s)["spare"]["state"] == "READY"
+        assert chat(s)  # the decoder never noticed
     finally:
         assert s.stop() == 0, s.log()
 

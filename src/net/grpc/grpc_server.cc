@@ -190,6 +190,24 @@ class GrpcInferenceServer::Service final : public inference::GRPCInferenceServic
     return Ok(ctx);
   }
 
+  // Load / unload run on the repository's worker, which finishes the call when done.
+  grpc::ServerUnaryReactor* RepositoryModelLoad(grpc::CallbackServerContext* ctx,
+                                                const inference::RepositoryModelLoadRequest* req,
+                                                inference::RepositoryModelLoadResponse*) override {
+    auto* reactor = ctx->DefaultReactor();
+    Status queued = repo_->Load(req->model_name(), [reactor](Status s) { reactor->Finish(ToGrpc(s)); });
+    if (!queued.ok()) reactor->Finish(ToGrpc(queued));
+    return reactor;
+  }
+  grpc::ServerUnaryReactor* RepositoryModelUnload(grpc::CallbackServerContext* ctx,
+                                                  const inference::RepositoryModelUnloadRequest* req,
+                                                  inference::RepositoryModelUnloadResponse*) override {
+    auto* reactor = ctx->DefaultReactor();
+    Status queued = repo_->Unload(req->model_name(), [reactor](Status s) { reactor->Finish(ToGrpc(s)); });
+    if (!queued.ok()) reactor->Finish(ToGrpc(queued));
+    return reactor;
+  }
+
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx,
                                        const inference::ModelInferRequest* req,
                                        inference::ModelInferResponse* resp) override {

@@ -1,4 +1,5 @@
-// inference.GRPCInferenceService (KServe v2 gRPC + Triton's ModelConfig/ModelStatistics/RepositoryIndex)
+// inference.GRPCInferenceService (KServe v2 gRPC + Triton's ModelConfig/ModelStatistics/RepositoryIndex and
+// RepositoryModelLoad/Unload)
 // over the server's model repository (its batched models), on gRPC's callback API: ModelInfer never blocks a
 // gRPC thread; the batcher's instance thread finishes the call.
 //
