@@ -108,7 +108,7 @@ Status Validate(const ServeOptions& o) {
   if (o.models.empty() && o.model_repository.empty())
     return InvalidArgumentError(
         "--model or --model-repository is required (on the command line or in --config)");
-  if (!o.served_model_name.empty() && o.models.size() + (o.model_repository.empty() ? 0 : 1) > 1)
+  if (!o.served_model_name.empty() && (o.models.size() != 1 || !o.model_repository.empty()))
     return InvalidArgumentError("--served-model-name names one model; with several, use --model NAME=SOURCE");
   if (o.port < 0 || o.port > 65535) return InvalidArgumentError("--port {} is out of range", o.port);
   if (o.max_body_bytes < 1024) return InvalidArgumentError("--max-body-bytes must be at least 1024");
