@@ -150,7 +150,7 @@ ModelSettings ParseModelArg(const std::string& arg) {
 }
 
 // `bound` is what CLI11 writes into: --config values land there too, so read the options after applying it.
-int RunServe(CLI::App* cmd, ServeOptions* bound) {
+int RunServe(CLI::App* cmd, ServeOptions* bound, const Backends& backends) {
   if (!bound->config.empty()) {
     if (Status s = ApplyConfigFile(cmd, bound->config); !s.ok()) {
       fmt::print(stderr, "stoke serve: {}\n", s.message());
@@ -205,9 +205,7 @@ int RunServe(CLI::App* cmd, ServeOptions* bound) {
   so.instances = o.instances;
   so.max_batch_size = o.max_batch_size;
   so.max_queue_delay_us = o.max_queue_delay_us;
-  // The loaders still find CUDA through the registries main() fills; main()'s Backends value comes here
-  // once commands take it (issue 13).
-  return RunServer(so, CpuBackends());
+  return RunServer(so, backends);
 }
 
 CommandRegistrar kServe(
@@ -305,7 +303,7 @@ CommandRegistrar kServe(
           "--no-ledger", o->no_ledger,
           "Do not record finished requests' time ledgers (no request_stage_seconds, /v1/debug/requests "
           "entries or trace request spans; X-Stoke-Ledger: 1 is still answered): to measure their cost");
-      return [cmd, o]() -> int { return RunServe(cmd, o.get()); };
+      return [cmd, o](const Backends& backends) -> int { return RunServe(cmd, o.get(), backends); };
     });
 
 }  // namespace

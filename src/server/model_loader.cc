@@ -162,13 +162,14 @@ std::string BatchingSummary(const BatcherConfig& c) {
                      c.instance_count);
 }
 
-StatusOr<LoadedModel> LoadBatched(const BatchedSpec& s, const std::vector<std::string>& names) {
+StatusOr<LoadedModel> LoadBatched(const BatchedSpec& s, const std::vector<std::string>& names,
+                                  const Backends& backends) {
   LoadedModel l;
   std::string path = s.source, device = "cpu";
   if (s.kind == ModelKind::kSynthetic) {
     ASSIGN_OR_RETURN(SyntheticConfig sc, SyntheticConfig::FromJson(s.file, s.source));
     auto model = std::make_shared<const SyntheticModel>(std::move(sc));
-    l.classic.push_back(std::make_shared<SyntheticClassicModel>(model, std::max(1, s.config.max_batch_size)));
+    l.classic.push_back(std::make_shared<SyntheticClassicModel>(model, std::max(1, s.config.max_batch_size), backends));
   } else {
     ASSIGN_OR_RETURN(path, ResolveModel(s.model));
     if (!IsBertFolder(path)) return InvalidArgumentError("{} is not a BERT-family HF folder", path);
@@ -182,7 +183,7 @@ StatusOr<LoadedModel> LoadBatched(const BatchedSpec& s, const std::vector<std::s
     dev_opts.attention = s.encoder_attention;
     dev_opts.max_batch_tokens = std::max<int64_t>(
         dev_opts.max_batch_tokens, int64_t{s.config.max_batch_size} * encoder->max_seq_length());
-    ASSIGN_OR_RETURN(std::shared_ptr<BertDeviceModel> dev, LoadBertOnDevice(encoder, dev_opts));
+    ASSIGN_OR_RETURN(std::shared_ptr<BertDeviceModel> dev, LoadBertOnDevice(encoder, dev_opts, backends));
     device = dev ? dev->device_name() : "cpu";
     l.classic.push_back(
         std::make_shared<BertClassicModel>(encoder, tokenizer, BertInputForm::kText, s.threads, dev));
@@ -202,7 +203,8 @@ struct DecoderSpec {
   bool kv_cache_bytes_set = false;
 };
 
-StatusOr<LoadedModel> LoadDecoderModel(const DecoderSpec& d, const ServerOptions& o, ServerMetrics* metrics) {
+StatusOr<LoadedModel> LoadDecoderModel(const DecoderSpec& d, const ServerOptions& o, ServerMetrics* metrics,
+                                       const Backends& backends) {
   ASSIGN_OR_RETURN(std::string path, ResolveModel(d.source));
   ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, LoadTokenizer(path));
   auto handle = std::make_shared<DecoderHandle>();
@@ -217,7 +219,7 @@ StatusOr<LoadedModel> LoadDecoderModel(const DecoderSpec& d, const ServerOptions
   }
   DecoderOptions dopts = d.options;
   dopts.max_step_tokens = std::max(dopts.max_step_tokens, o.max_num_batched_tokens);
-  ASSIGN_OR_RETURN(std::unique_ptr<DecoderModel> model, LoadDecoder(path, dopts));
+  ASSIGN_OR_RETURN(std::unique_ptr<DecoderModel> model, LoadDecoder(path, dopts, backends));
   const std::string device = model->device_name();
 
   LlmLoopOptions lo;
@@ -284,7 +286,6 @@ std::string DefaultModelName(const std::string& source) {
 StatusOr<ModelConfig> MakeModelConfig(const ModelSettings& m, const ServerOptions& o,
                                       const Backends& backends, MetricsRegistry* registry,
                                       std::vector<std::unique_ptr<ServerMetrics>>* keep) {
-  (void)backends;  // the loaders take it once they are switched over (engine/model/backends.h)
   if (m.source.empty()) return InvalidArgumentError("{}: no model source", m.origin);
   bool batched;
   if (m.kind.empty()) {
@@ -315,7 +316,7 @@ StatusOr<ModelConfig> MakeModelConfig(const ModelSettings& m, const ServerOption
     c.name = d.name;
     c.kind = ModelKind::kDecoder;
     if (m.source != d.name) c.aliases.push_back(m.source);
-    c.load = [d, &o, mp]() { return LoadDecoderModel(d, o, mp); };
+    c.load = [d, &o, mp, backends]() { return LoadDecoderModel(d, o, mp, backends); };
     return c;
   }
   ASSIGN_OR_RETURN(BatchedSpec s, ReadBatchedSpec(m, o));
@@ -330,7 +331,7 @@ StatusOr<ModelConfig> MakeModelConfig(const ModelSettings& m, const ServerOption
   if (m.source != s.name) c.aliases.push_back(m.source);
   std::vector<std::string> names;
   for (const auto& sm : c.served) names.push_back(sm.name);
-  c.load = [s, names]() { return LoadBatched(s, names); };
+  c.load = [s, names, backends]() { return LoadBatched(s, names, backends); };
   return c;
 }
 

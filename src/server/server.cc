@@ -28,9 +28,6 @@
 #include "telemetry/metrics.h"
 #include "telemetry/request_log.h"
 #include "telemetry/server_metrics.h"
-#ifdef STOKE_SYNTHETIC_CUDA
-#include "engine/cuda_synthetic/synthetic_gpu.h"
-#endif
 
 namespace stoke {
 namespace {
@@ -122,9 +119,6 @@ int RunServer(const ServerOptions& o, const Backends& backends) {
     }
     sources.push_back(s.source);
   }
-#ifdef STOKE_SYNTHETIC_CUDA
-  if (any_batched) RegisterSyntheticCuda();  // a synthetic model file may say "device": "cuda"
-#endif
 
   // GPU telemetry on /metrics (DCGM_FI_* names) and GET /v1/gpu; without NVML only an info line.
   std::unique_ptr<GpuTelemetry> gpu = GpuTelemetry::Create(
