@@ -402,14 +402,18 @@ std::optional<Verdict> UnderFed(const Signals& s, const Thresholds& t) {
                                "requests.",
                                100 * busy);
   v.evidence.push_back(Ev("server.busy", busy, "<", t.idle_busy, "ratio", "instances (or GPU engine) busy"));
-  v.evidence.push_back(Ev("ledger.queue_share", Has(q) ? q : 0, "<", t.idle_queue_share, "ratio", ""));
+  // A queue made of lone requests waiting out the delay is judged against queue_share (see delay_waits).
+  const bool delay_queue = delay_waits && Ge(q, t.idle_queue_share);
+  v.evidence.push_back(Ev("ledger.queue_share", Has(q) ? q : 0, "<",
+                          delay_queue ? t.queue_share : t.idle_queue_share, "ratio",
+                          delay_queue ? "the batching delay's wait, not a backlog" : ""));
   v.evidence.push_back(Ev("server.requests_per_s", s.requests_per_s, "", kNaN, "req/s", ""));
   if (Has(scaling))
     v.evidence.push_back(Ev("load.throughput_scaling", scaling, ">=", t.min_scaling, "ratio",
                             "throughput at the last sweep point / the first"));
   v.next_step = "send more concurrent requests (clients, or a larger client pool)";
   if (!IsLlm(s) && s.max_batch_size == 0) v.next_step += "; then turn batching on: " + BatchingKnob(16, 2000);
-  if (delay_waits && Ge(q, t.idle_queue_share)) {
+  if (delay_queue) {
     v.evidence.push_back(Ev("batcher.close_share.delay", Share(s.close_share, "delay"), ">=", 0.5, "ratio",
                             fmt::format("batches close on the delay with {:.1f} of {} rows: lone requests wait "
                                         "it out",

@@ -97,6 +97,12 @@ TEST(DoctorRules, UnderFedWhileLoneRequestsWaitOutTheBatchingDelay) {
   ASSERT_EQ(v.front().bottleneck, "under_fed");
   EXPECT_NE(v.front().next_step.find("\"max_queue_delay_microseconds\": 0"), std::string::npos)
       << v.front().next_step;
+  // The queue-share evidence names the threshold it was judged against (queue_share, not idle_queue_share).
+  for (const Evidence& e : v.front().evidence) {
+    if (e.signal == "ledger.queue_share") {
+      EXPECT_EQ(e.threshold, Thresholds{}.queue_share);
+    }
+  }
   // Batches that fill (or close for another reason) with the same queue share: not explained by the delay.
   s.close_share = {{"full", 1.0}};
   s.mean_batch_size = 8;
