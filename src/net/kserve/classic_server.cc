@@ -30,6 +30,7 @@
 #include "net/kserve/kserve_service.h"
 #include "net/openai/debug_requests.h"
 #include "serve/batcher/bert_classic_model.h"
+#include "serve/batcher/image_model_loader.h"
 #include "serve/batcher/model_repository.h"
 #include "serve/batcher/synthetic_classic_model.h"
 #include "telemetry/gpu_telemetry.h"
@@ -46,7 +47,7 @@ using nlohmann::json;
 
 // What --model names, before anything is loaded.
 struct ServeSpec {
-  std::string type;   // "bert" | "synthetic"
+  std::string type;   // "bert" | "synthetic" | "image"
   std::string name;   // served name (text form for bert)
   std::string model;  // bert: alias or folder
   BatcherConfig config;
@@ -55,6 +56,7 @@ struct ServeSpec {
   int threads = 0;
   std::string device = "auto";  // bert only: auto = cuda when this build has CUDA and a GPU is visible
   std::string encoder_attention = "auto";  // bert on CUDA: BertDeviceOptions::attention
+  std::string preprocess = "cpu";           // image: where decode/resize run
 };
 
 bool IsBertFolder(const std::string& dir) {
@@ -84,6 +86,7 @@ std::string BaseName(std::string path) {
   while (path.size() > 1 && path.back() == '/') path.pop_back();
   std::string name = fs::path(path).filename().string();
   if (name.ends_with(".json")) name.resize(name.size() - 5);
+  if (name.ends_with(".onnx")) name.resize(name.size() - 5);
   return name;
 }
 
@@ -102,8 +105,9 @@ void ApplyBatchingFlags(const ClassicServeOptions& o, BatcherConfig* c) {
 StatusOr<ServeSpec> ReadModelSpec(const ClassicServeOptions& o) {
   ServeSpec s;
   s.encoder_attention = o.encoder_attention;
+  s.preprocess = o.preprocess;
   if (!o.model.ends_with(".json")) {
-    s.type = "bert";
+    s.type = IsImageModel(o.model) ? "image" : "bert";
     s.model = o.model;
     s.name = o.served_model_name.empty() ? BaseName(o.model) : o.served_model_name;
     s.config = DefaultConfig();
@@ -118,8 +122,8 @@ StatusOr<ServeSpec> ReadModelSpec(const ClassicServeOptions& o) {
   s.file = json::parse(text, nullptr, false);
   if (!s.file.is_object()) return InvalidArgumentError("{}: not a JSON object", o.model);
   s.type = s.file.value("type", "");
-  if (s.type != "bert" && s.type != "synthetic") {
-    return InvalidArgumentError("{}: \"type\" must be \"bert\" or \"synthetic\", got {}", o.model,
+  if (s.type != "bert" && s.type != "synthetic" && s.type != "image") {
+    return InvalidArgumentError("{}: \"type\" must be \"bert\", \"synthetic\" or \"image\", got {}", o.model,
                                 s.file.contains("type") ? s.file["type"].dump() : "nothing");
   }
   const std::string file_name = s.file.contains("name") && s.file["name"].is_string()
@@ -133,9 +137,10 @@ StatusOr<ServeSpec> ReadModelSpec(const ClassicServeOptions& o) {
   } else {
     s.threads = o.threads;
   }
-  if (s.type == "bert") {
+  if (s.type == "bert" || s.type == "image") {
     if (!s.file.contains("model") || !s.file["model"].is_string()) {
-      return InvalidArgumentError("{}: a bert model file needs \"model\" (alias or HF folder)", o.model);
+      return InvalidArgumentError("{}: a {} model file needs \"model\" ({})", o.model, s.type,
+                                  s.type == "bert" ? "alias or HF folder" : "alias or .onnx file");
     }
     s.model = s.file["model"].get<std::string>();
     const fs::path rel = fs::path(o.model).parent_path() / s.model;
@@ -149,15 +154,15 @@ StatusOr<ServeSpec> ReadModelSpec(const ClassicServeOptions& o) {
   if (o.instances > 0) s.config.instance_count = o.instances;
   ApplyBatchingFlags(o, &s.config);
   RETURN_IF_ERROR(s.config.Validate().WithContext("--max-batch-size / --max-queue-delay-us"));
-  if (s.type == "bert") {
+  if (s.type == "bert" || s.type == "image") {
     if (s.file.contains("device") && !s.file["device"].is_string())
       return InvalidArgumentError("{}: 'device' must be a string (cpu, cuda or auto)", o.model);
     s.device = !o.device.empty() ? o.device : s.file.value("device", std::string("auto"));
   } else if (!o.device.empty()) {
     s.file["device"] = o.device;  // --device overrides the synthetic model file's "device" too
   }
-  if (s.type == "bert" && s.config.max_batch_size < 1) {
-    return InvalidArgumentError("{}: a bert model needs max_batch_size >= 1", o.model);
+  if ((s.type == "bert" || s.type == "image") && s.config.max_batch_size < 1) {
+    return InvalidArgumentError("{}: a {} model needs max_batch_size >= 1", o.model, s.type);
   }
   return s;
 }
@@ -177,6 +182,19 @@ StatusOr<LoadedModels> LoadModels(const ServeSpec& s) {
     l.models.emplace_back(
         s.name, std::make_shared<SyntheticClassicModel>(model, std::max(1, s.config.max_batch_size)));
     l.path = s.source;
+    return l;
+  }
+  if (s.type == "image") {
+    ASSIGN_OR_RETURN(LoadedImageModel im, LoadImageModel({.model = s.model,
+                                                          .file = s.file,
+                                                          .source = s.source,
+                                                          .threads = s.threads,
+                                                          .preprocess = s.preprocess,
+                                                          .device = s.device}));
+    LOG_INFO("image model {}: {}", im.path, im.summary);
+    l.path = im.path;
+    l.models.emplace_back(s.name, im.encoded);
+    l.models.emplace_back(s.name + "-tensor", im.tensor);
     return l;
   }
   ASSIGN_OR_RETURN(l.path, ResolveModel(s.model));
@@ -206,7 +224,7 @@ StatusOr<LoadedModels> LoadModels(const ServeSpec& s) {
 
 bool IsClassicModel(const std::string& model) {
   if (model.ends_with(".json")) return true;
-  if (IsBertFolder(model)) return true;
+  if (IsBertFolder(model) || IsImageModel(model)) return true;
   if (const ModelSpec* spec = FindModelSpec(model); spec != nullptr) {
     const std::string path = ModelEntryPath(*spec, DefaultModelDir());
     if (ModelPresent(*spec, DefaultModelDir())) return IsBertFolder(path);
@@ -230,6 +248,7 @@ int RunClassicServe(const ClassicServeOptions& o) {
   ModelRepository repo;
   std::vector<std::string> names = {spec->name};
   if (spec->type == "bert") names.push_back(spec->name + "-ids");
+  if (spec->type == "image") names.push_back(spec->name + "-tensor");
   for (const std::string& n : names) {
     if (Status s = repo.Add({.name = n, .config = spec->config}); !s.ok()) {
       fmt::print(stderr, "stoke serve: {}\n", s.message());

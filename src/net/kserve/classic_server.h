@@ -11,6 +11,10 @@
 //        "device": "cuda"}
 //       {"type": "synthetic", "name": "synth", ... synthetic.h keys ..., "max_batch_size": 8}
 //     "model" may be relative to the file's folder.
+//   - an ONNX image classifier: a .onnx file, a known image alias ("ppocr-mobile-v2-cls"), or a model file
+//       {"type": "image", "model": "resnet50.onnx", "preprocess": {"height": 224, ...}, "labels": [...]}
+//     (serve/batcher/image_model_loader.h, docs/images.md), served as "<name>" (BYTES "image": JPEG/PNG)
+//     and "<name>-tensor" (FP32 "input" [3, H, W]).
 // A BERT model is served twice over the same weights: "<name>" (BYTES "text") and "<name>-ids" (INT64
 // input_ids + attention_mask); /v1/embeddings uses "<name>".
 // Defaults without a file: max_batch_size 32, dynamic batching with max_queue_delay 0 (batches form from
@@ -43,6 +47,9 @@ struct ClassicServeOptions {
   std::string device;
   // bert on CUDA: the attention kernel (BertDeviceOptions::attention; flag --encoder-attention).
   std::string encoder_attention = "auto";
+  // image models: where decode / resize / normalise run: "cpu" (the instance's thread pool) or "gpu" (not
+  // yet: refused at load).
+  std::string preprocess = "cpu";
   int instances = 0;  // > 0: overrides the instance count (the model file's instance_group, default 1)
   // > 0: overrides max_batch_size (and turns dynamic batching on if the model file has it off); 0 = the
   // model's own. Larger: fewer executions per request, each batch waits for its slowest row.
@@ -55,7 +62,8 @@ struct ClassicServeOptions {
   bool record_ledger = true;  // false (`--no-ledger`): no per-request ledger to /metrics, the log, traces
 };
 
-// True for a .json model file or a BERT-family HF folder / known encoder alias (decided without fetching).
+// True for a .json model file, a BERT-family HF folder / known encoder alias, or an image model (.onnx or a
+// known image alias), decided without fetching.
 bool IsClassicModel(const std::string& model);
 
 // Runs the server until SIGINT/SIGTERM; returns the process exit code. Prints, on stderr,
