@@ -49,7 +49,8 @@ Status DecodeJpeg(std::string_view bytes, RgbImage* out) {
     return InvalidArgumentError("JPEG: {}", err.message);
   }
   jpeg_create_decompress(&cinfo);
-  jpeg_mem_src(&cinfo, reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<unsigned long>(bytes.size()));
+  jpeg_mem_src(&cinfo, reinterpret_cast<const unsigned char*>(bytes.data()),
+               static_cast<unsigned long>(bytes.size()));
   jpeg_read_header(&cinfo, TRUE);
   if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
     jpeg_destroy_decompress(&cinfo);
@@ -139,10 +140,12 @@ Status ProbeImage(std::string_view bytes, int64_t* width, int64_t* height) {
 Status DecodeImage(std::string_view bytes, RgbImage* out) {
   const auto* b = reinterpret_cast<const unsigned char*>(bytes.data());
   if (bytes.size() >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF) return DecodeJpeg(bytes, out);
-  if (bytes.size() >= 8 && b[0] == 0x89 && b[1] == 'P' && b[2] == 'N' && b[3] == 'G') return DecodePng(bytes, out);
-  return InvalidArgumentError("not a JPEG or PNG image ({} bytes; the first bytes are neither FF D8 FF nor "
-                              "89 'PNG')",
-                              bytes.size());
+  if (bytes.size() >= 8 && b[0] == 0x89 && b[1] == 'P' && b[2] == 'N' && b[3] == 'G')
+    return DecodePng(bytes, out);
+  return InvalidArgumentError(
+      "not a JPEG or PNG image ({} bytes; the first bytes are neither FF D8 FF nor "
+      "89 'PNG')",
+      bytes.size());
 }
 
 }  // namespace stoke::image

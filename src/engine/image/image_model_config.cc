@@ -10,15 +10,18 @@ StatusOr<ImageModelConfig> ImageModelConfig::FromJson(const nlohmann::json& j, s
     ASSIGN_OR_RETURN(c.preprocess, PreprocessConfig::FromJson(j["preprocess"], source));
   }
   if (j.contains("labels")) {
-    if (!j["labels"].is_array()) return InvalidArgumentError("{}: \"labels\" must be an array of strings", source);
+    if (!j["labels"].is_array())
+      return InvalidArgumentError("{}: \"labels\" must be an array of strings", source);
     for (const auto& l : j["labels"]) {
       if (!l.is_string()) return InvalidArgumentError("{}: \"labels\" must be an array of strings", source);
       c.labels.push_back(l.get<std::string>());
     }
   }
   if (j.contains("top_k")) {
-    if (!j["top_k"].is_number_integer() || j["top_k"].get<int64_t>() < 1 || j["top_k"].get<int64_t>() > 1000) {
-      return InvalidArgumentError("{}: \"top_k\" must be an integer in [1, 1000], got {}", source, j["top_k"].dump());
+    if (!j["top_k"].is_number_integer() || j["top_k"].get<int64_t>() < 1 ||
+        j["top_k"].get<int64_t>() > 1000) {
+      return InvalidArgumentError("{}: \"top_k\" must be an integer in [1, 1000], got {}", source,
+                                  j["top_k"].dump());
     }
     c.top_k = j["top_k"].get<int>();
   }

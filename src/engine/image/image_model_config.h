@@ -3,11 +3,10 @@
 // or the ImageNet defaults for a bare .onnx (input size from the file when it is fixed).
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "base/status.h"
 #include "engine/image/preprocess.h"

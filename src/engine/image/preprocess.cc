@@ -65,14 +65,15 @@ void ResizeWindow(const RgbImage& img, int64_t sh, int64_t sw, int64_t y0, int64
 
 Status PreprocessConfig::Validate() const {
   if (height < 1 || width < 1 || height > 8192 || width > 8192) {
-    return InvalidArgumentError("preprocess: height and width must be in [1, 8192], got {}x{}", height, width);
+    return InvalidArgumentError("preprocess: height and width must be in [1, 8192], got {}x{}", height,
+                                width);
   }
   if (resize != "crop" && resize != "stretch" && resize != "fit_pad") {
     return InvalidArgumentError("preprocess: resize must be crop, stretch or fit_pad, got '{}'", resize);
   }
   if (resize == "crop" && resize_shorter < std::min(height, width)) {
-    return InvalidArgumentError("preprocess: resize_shorter {} is smaller than the {}x{} crop", resize_shorter,
-                                height, width);
+    return InvalidArgumentError("preprocess: resize_shorter {} is smaller than the {}x{} crop",
+                                resize_shorter, height, width);
   }
   for (int c = 0; c < 3; ++c) {
     if (!(std[c] > 0)) return InvalidArgumentError("preprocess: std[{}] must be > 0, got {}", c, std[c]);
@@ -89,8 +90,8 @@ Status PreprocessConfig::Validate() const {
 StatusOr<PreprocessConfig> PreprocessConfig::FromJson(const nlohmann::json& j, std::string_view source) {
   PreprocessConfig c;
   if (!j.is_object()) return InvalidArgumentError("{}: \"preprocess\" must be an object", source);
-  static const std::set<std::string> kKeys = {"height", "width", "resize", "resize_shorter", "mean",
-                                              "std", "scale", "channel_order", "layout"};
+  static const std::set<std::string> kKeys = {"height", "width", "resize",        "resize_shorter", "mean",
+                                              "std",    "scale", "channel_order", "layout"};
   for (const auto& [k, v] : j.items()) {
     if (kKeys.count(k) == 0) return InvalidArgumentError("{}: unknown preprocess key '{}'", source, k);
   }
@@ -98,8 +99,9 @@ StatusOr<PreprocessConfig> PreprocessConfig::FromJson(const nlohmann::json& j, s
     if (j.contains("height")) c.height = j["height"].get<int64_t>();
     if (j.contains("width")) c.width = j["width"].get<int64_t>();
     if (j.contains("resize")) c.resize = j["resize"].get<std::string>();
-    c.resize_shorter = j.contains("resize_shorter") ? j["resize_shorter"].get<int64_t>()
-                                                    : static_cast<int64_t>(std::lround(std::min(c.height, c.width) * 256.0 / 224.0));
+    c.resize_shorter = j.contains("resize_shorter")
+                           ? j["resize_shorter"].get<int64_t>()
+                           : static_cast<int64_t>(std::lround(std::min(c.height, c.width) * 256.0 / 224.0));
     if (j.contains("mean")) c.mean = j["mean"].get<std::array<float, 3>>();
     if (j.contains("std")) c.std = j["std"].get<std::array<float, 3>>();
     if (j.contains("scale")) c.scale = j["scale"].get<float>();

@@ -2,8 +2,8 @@
 // tensor [3, height, width] fp32 (NCHW, one image).
 //
 //   resize      what                                                  used by
-//   "crop"      shorter side to resize_shorter, then a centre crop    torchvision ImageNet models (256 -> 224)
-//   "stretch"   both sides to height x width                          models trained on squashed images
+//   "crop"      shorter side to resize_shorter, then a centre crop    torchvision ImageNet models (256 ->
+//   224) "stretch"   both sides to height x width                          models trained on squashed images
 //   "fit_pad"   height to `height`, width in proportion (at most       PaddleOCR's text-direction classifier
 //               `width`), zeros (after normalising) on the right
 //
@@ -13,9 +13,8 @@
 
 #include <array>
 #include <cstdint>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "base/status.h"
 #include "engine/image/image_decode.h"
@@ -25,13 +24,13 @@ namespace stoke::image {
 struct PreprocessConfig {
   int64_t height = 224;
   int64_t width = 224;
-  std::string resize = "crop";         // crop | stretch | fit_pad
-  int64_t resize_shorter = 256;        // crop: the shorter side before cropping
+  std::string resize = "crop";   // crop | stretch | fit_pad
+  int64_t resize_shorter = 256;  // crop: the shorter side before cropping
   std::array<float, 3> mean = {0.485f, 0.456f, 0.406f};
   std::array<float, 3> std = {0.229f, 0.224f, 0.225f};
-  float scale = 1.0f / 255.0f;         // applied to the 0..255 pixel before mean/std
-  std::string channel_order = "rgb";   // rgb | bgr
-  std::string layout = "nchw";         // the CNN engine's input layout (only nchw)
+  float scale = 1.0f / 255.0f;        // applied to the 0..255 pixel before mean/std
+  std::string channel_order = "rgb";  // rgb | bgr
+  std::string layout = "nchw";        // the CNN engine's input layout (only nchw)
 
   // Checks every field; InvalidArgument naming the field and value.
   Status Validate() const;

@@ -15,8 +15,8 @@ namespace stoke {
 namespace {
 
 struct ImageRows : PreparedInput {
-  std::string encoded;       // encoded form: the BYTES tensor's data (length-prefixed elements)
-  std::vector<float> pixels; // tensor form: [rows, 3, H, W]
+  std::string encoded;        // encoded form: the BYTES tensor's data (length-prefixed elements)
+  std::vector<float> pixels;  // tensor form: [rows, 3, H, W]
 };
 
 Nanos Now() {
@@ -25,8 +25,8 @@ Nanos Now() {
 
 class ImageInstance final : public ModelInstance {
  public:
-  ImageInstance(std::shared_ptr<const cnn::CnnModel> model, const ImageClassicModel* owner, ImageInputForm form,
-                int threads)
+  ImageInstance(std::shared_ptr<const cnn::CnnModel> model, const ImageClassicModel* owner,
+                ImageInputForm form, int threads)
       : owner_(owner), form_(form), runner_(std::move(model)), pool_(threads) {}
 
   Status Execute(std::span<const PreparedInput* const> inputs, std::span<const int64_t> rows,
@@ -52,7 +52,8 @@ class ImageInstance final : public ModelInstance {
     const Nanos t2 = Now();
     const int64_t classes = owner_->num_classes();
     if (static_cast<int64_t>(scores_.size()) != total * classes) {
-      return InternalError("the model returned {} values for {} rows of {} classes", scores_.size(), total, classes);
+      return InternalError("the model returned {} values for {} rows of {} classes", scores_.size(), total,
+                           classes);
     }
     int64_t row = 0;
     for (size_t i = 0; i < rows.size(); ++i) {
@@ -148,9 +149,9 @@ class ImageInstance final : public ModelInstance {
 
 }  // namespace
 
-StatusOr<std::shared_ptr<ImageClassicModel>> ImageClassicModel::Create(std::shared_ptr<const cnn::CnnModel> model,
-                                                                       image::ImageModelConfig config,
-                                                                       ImageInputForm form, int threads) {
+StatusOr<std::shared_ptr<ImageClassicModel>> ImageClassicModel::Create(
+    std::shared_ptr<const cnn::CnnModel> model, image::ImageModelConfig config, ImageInputForm form,
+    int threads) {
   RETURN_IF_ERROR(config.preprocess.Validate());
   auto m = std::shared_ptr<ImageClassicModel>(new ImageClassicModel());
   m->model_ = std::move(model);
@@ -161,11 +162,12 @@ StatusOr<std::shared_ptr<ImageClassicModel>> ImageClassicModel::Create(std::shar
   const std::vector<int64_t>& fd = m->model_->input_dims();
   if (fd.size() == 4) {
     if (fd[1] > 0 && fd[1] != 3) {
-      return InvalidArgumentError("input '{}' has {} channels; image models take 3", m->model_->input_name(), fd[1]);
+      return InvalidArgumentError("input '{}' has {} channels; image models take 3", m->model_->input_name(),
+                                  fd[1]);
     }
     if ((fd[2] > 0 && fd[2] != pc.height) || (fd[3] > 0 && fd[3] != pc.width)) {
-      return InvalidArgumentError("the preprocessing makes {}x{} images but input '{}' is {}x{}", pc.height, pc.width,
-                                  m->model_->input_name(), fd[2], fd[3]);
+      return InvalidArgumentError("the preprocessing makes {}x{} images but input '{}' is {}x{}", pc.height,
+                                  pc.width, m->model_->input_name(), fd[2], fd[3]);
     }
   }
   // One dry run at batch 1 learns the output size and proves the graph runs at this input size.
@@ -195,8 +197,8 @@ StatusOr<std::shared_ptr<ImageClassicModel>> ImageClassicModel::Create(std::shar
   return m;
 }
 
-StatusOr<std::unique_ptr<PreparedInput>> ImageClassicModel::Prepare(std::vector<InferTensor> inputs, int64_t rows,
-                                                                    int64_t* tokens) const {
+StatusOr<std::unique_ptr<PreparedInput>> ImageClassicModel::Prepare(std::vector<InferTensor> inputs,
+                                                                    int64_t rows, int64_t* tokens) const {
   auto in = std::make_unique<ImageRows>();
   *tokens = 0;
   if (form_ == ImageInputForm::kTensor) {

@@ -2,7 +2,8 @@
 //
 //   encoded form:  input  "image"        BYTES [batch, 1]         one JPEG or PNG per row
 //   tensor form:   input  "input"        FP32  [batch, 3, H, W]   already preprocessed (NCHW)
-//   both:          output "scores"       FP32  [batch, classes]   the model's output (logits or probabilities)
+//   both:          output "scores"       FP32  [batch, classes]   the model's output (logits or
+//   probabilities)
 //                         "top_k_index"  INT64 [batch, k]         best classes first
 //                         "top_k_score"  FP32  [batch, k]         their probabilities (softmax of the scores
 //                                                                 unless the model ends with a Softmax)

@@ -16,7 +16,8 @@ StatusOr<LoadedImageModel> LoadImageModel(const ImageServeSpec& spec) {
                               spec.preprocess);
   }
   if (spec.device != "cpu" && spec.device != "auto" && !spec.device.empty()) {
-    return UnimplementedError("--device {}: image models run on the CPU only so far (cuda: not yet)", spec.device);
+    return UnimplementedError("--device {}: image models run on the CPU only so far (cuda: not yet)",
+                              spec.device);
   }
   LoadedImageModel out;
   ASSIGN_OR_RETURN(out.path, ResolveModel(spec.model));
@@ -24,8 +25,10 @@ StatusOr<LoadedImageModel> LoadImageModel(const ImageServeSpec& spec) {
   out.summary = model->Summary();
   image::ImageModelConfig config;
   const image::ImageModelConfig* known = image::KnownImageConfig(spec.model);
-  if (known != nullptr) config = *known;
-  else config = image::DefaultImageConfig(model->input_dims());
+  if (known != nullptr)
+    config = *known;
+  else
+    config = image::DefaultImageConfig(model->input_dims());
   if (spec.file.is_object()) {
     // Keys the file gives replace the alias's or the defaults; "preprocess" replaces them whole.
     image::ImageModelConfig from_file;
@@ -34,8 +37,10 @@ StatusOr<LoadedImageModel> LoadImageModel(const ImageServeSpec& spec) {
     if (spec.file.contains("labels")) config.labels = from_file.labels;
     if (spec.file.contains("top_k")) config.top_k = from_file.top_k;
   }
-  ASSIGN_OR_RETURN(out.encoded, ImageClassicModel::Create(model, config, ImageInputForm::kEncoded, spec.threads));
-  ASSIGN_OR_RETURN(out.tensor, ImageClassicModel::Create(model, config, ImageInputForm::kTensor, spec.threads));
+  ASSIGN_OR_RETURN(out.encoded,
+                   ImageClassicModel::Create(model, config, ImageInputForm::kEncoded, spec.threads));
+  ASSIGN_OR_RETURN(out.tensor,
+                   ImageClassicModel::Create(model, config, ImageInputForm::kTensor, spec.threads));
   return out;
 }
 

@@ -5,19 +5,18 @@
 #pragma once
 
 #include <memory>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "serve/batcher/image_classic_model.h"
 
 namespace stoke {
 
 struct ImageServeSpec {
-  std::string model;          // .onnx path or alias
-  nlohmann::json file;        // the model file's object (null when --model named the .onnx or alias)
-  std::string source;         // the model file's path, for errors
-  int threads = 0;            // compute threads for all instances together (0: hardware threads)
+  std::string model;               // .onnx path or alias
+  nlohmann::json file;             // the model file's object (null when --model named the .onnx or alias)
+  std::string source;              // the model file's path, for errors
+  int threads = 0;                 // compute threads for all instances together (0: hardware threads)
   std::string preprocess = "cpu";  // cpu | gpu (gpu: not yet)
   std::string device = "cpu";      // cpu | auto (cuda: not yet)
 };
