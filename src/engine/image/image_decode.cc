@@ -88,7 +88,7 @@ Status DecodePng(std::string_view bytes, RgbImage* out) {
     png_image_free(&img);
     return s;
   }
-  img.format = PNG_FORMAT_RGB;  // grey widened, alpha composited onto black, 16-bit reduced
+  img.format = PNG_FORMAT_RGB;  // grey widened, alpha removed (composited by libpng), 16-bit reduced
   out->width = img.width;
   out->height = img.height;
   out->pixels.resize(PNG_IMAGE_SIZE(img));

@@ -1,5 +1,5 @@
 // Encoded images (JPEG through libjpeg-turbo, PNG through libpng) to 8-bit RGB pixels. Grey images are
-// widened to RGB, alpha is dropped, 16-bit PNG channels are reduced to 8 bits.
+// widened to RGB, alpha is removed (libpng composites it), 16-bit PNG channels are reduced to 8 bits.
 #pragma once
 
 #include <cstdint>
