@@ -32,19 +32,20 @@ inline float Apply(char op, float a, float b) {
   }
 }
 
-// out[i...] = a[i . sa] op b[i . sb] over dims; the last dim is the inner loop.
-void BroadcastBinary(char op, const std::vector<int64_t>& dims, const float* a,
-                     const std::vector<int64_t>& sa, const float* b, const std::vector<int64_t>& sb,
-                     float* out, ThreadPool& pool) {
+// out[i...] = a[i . sa] op b[i . sb] over dims; the last dim is the inner loop (op a template argument, so
+// the common contiguous case vectorises).
+template <char Op>
+void BroadcastBinaryOp(const std::vector<int64_t>& dims, const float* a, const std::vector<int64_t>& sa,
+                       const float* b, const std::vector<int64_t>& sb, float* out, ThreadPool& pool) {
   const size_t r = dims.size();
   if (r == 0) {
-    out[0] = Apply(op, a[0], b[0]);
+    out[0] = Apply(Op, a[0], b[0]);
     return;
   }
   const int64_t inner = dims[r - 1];
   const int64_t rows = NumElements(dims) / std::max<int64_t>(inner, 1);
   const int64_t ia = sa[r - 1], ib = sb[r - 1];
-  pool.ParallelFor(rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(inner, 1)),
+  pool.ParallelFor(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(inner, 1)),
                    [&](int64_t r0, int64_t r1) {
                      for (int64_t row = r0; row < r1; ++row) {
                        int64_t rem = row, oa = 0, ob = 0;
@@ -58,12 +59,30 @@ void BroadcastBinary(char op, const std::vector<int64_t>& dims, const float* a,
                        const float* pa = a + oa;
                        const float* pb = b + ob;
                        if (ia == 1 && ib == 1) {
-                         for (int64_t k = 0; k < inner; ++k) o[k] = Apply(op, pa[k], pb[k]);
+                         for (int64_t k = 0; k < inner; ++k) o[k] = Apply(Op, pa[k], pb[k]);
+                       } else if (ia == 1 && ib == 0) {
+                         const float y = pb[0];
+                         for (int64_t k = 0; k < inner; ++k) o[k] = Apply(Op, pa[k], y);
                        } else {
-                         for (int64_t k = 0; k < inner; ++k) o[k] = Apply(op, pa[k * ia], pb[k * ib]);
+                         for (int64_t k = 0; k < inner; ++k) o[k] = Apply(Op, pa[k * ia], pb[k * ib]);
                        }
                      }
                    });
+}
+
+void BroadcastBinary(char op, const std::vector<int64_t>& dims, const float* a,
+                     const std::vector<int64_t>& sa, const float* b, const std::vector<int64_t>& sb,
+                     float* out, ThreadPool& pool) {
+  switch (op) {
+    case '+':
+      return BroadcastBinaryOp<'+'>(dims, a, sa, b, sb, out, pool);
+    case '-':
+      return BroadcastBinaryOp<'-'>(dims, a, sa, b, sb, out, pool);
+    case '*':
+      return BroadcastBinaryOp<'*'>(dims, a, sa, b, sb, out, pool);
+    default:
+      return BroadcastBinaryOp<'/'>(dims, a, sa, b, sb, out, pool);
+  }
 }
 
 void Softmax(const float* x, int64_t outer, int64_t len, int64_t inner, float* y) {
@@ -100,7 +119,7 @@ Status CnnPlan::RunStep(const Step& s, const std::vector<const float*>& in, floa
     case StepKind::kConv: {
       const ConvParams& c = s.node->conv;
       return cpu::Conv2dNhwc(in[0], s.conv, c.weights.data(), c.bias.empty() ? nullptr : c.bias.data(),
-                             s.node->act, out, &ws->scratch, pool);
+                             s.node->act, out, pool);
     }
     case StepKind::kPool:
       cpu::Pool2dNhwc(s.pool_kind, in[0], s.pool, out, pool);

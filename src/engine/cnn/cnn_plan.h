@@ -87,7 +87,6 @@ class CnnPlan {
 
 struct CnnWorkspace {
   std::vector<std::vector<float>> buffers;
-  std::vector<float> scratch;  // im2col
 };
 
 }  // namespace stoke::cnn

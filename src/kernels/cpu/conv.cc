@@ -1,11 +1,13 @@
 #include "kernels/cpu/conv.h"
 
+#include <cblas.h>
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
-
-#include "kernels/cpu/matmul.h"
+#include <mutex>
 
 namespace stoke::cpu {
 namespace {
@@ -54,8 +56,21 @@ void Im2Col(const float* x, const Conv2dShape& s, int64_t g, int64_t p0, int64_t
   }
 }
 
+// Y[rows, ldy-strided] = X[rows, k] . W[n, k]^T, single-threaded sgemm (the pool splits the rows).
+void Sgemm(const float* x, int64_t rows, int64_t k, const float* w, int64_t n, float* y, int64_t ldy) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), static_cast<int>(n),
+              static_cast<int>(k), 1.0f, x, static_cast<int>(k), w, static_cast<int>(k), 0.0f, y,
+              static_cast<int>(ldy));
+}
+
+// Blocks of output pixels, one pool task each: im2col into the thread's scratch (skipped for a 1x1 stride-1
+// unpadded convolution, whose rows are the input's pixels), one sgemm per group writing straight into y's
+// rows, then bias + activation while the rows are in cache. Splitting pixels rather than output channels
+// keeps every thread busy when a layer has few channels (MobileNet's 16-channel layers).
 Status DenseConv(const float* x, const Conv2dShape& s, const float* w, const float* bias,
-                 const ActivationParams& act, float* y, std::vector<float>* scratch, ThreadPool& pool) {
+                 const ActivationParams& act, float* y, ThreadPool& pool) {
+  static std::once_flag once;  // our pool splits the work; OpenBLAS threads would compete for the cores
+  std::call_once(once, [] { openblas_set_num_threads(1); });
   const int64_t pixels = s.batch * s.out_h * s.out_w;
   const int64_t cpg = s.in_c / s.groups;
   const int64_t opg = s.out_c / s.groups;
@@ -63,37 +78,37 @@ Status DenseConv(const float* x, const Conv2dShape& s, const float* w, const flo
   const bool direct = s.groups == 1 && s.kernel_h == 1 && s.kernel_w == 1 && s.stride_h == 1 &&
                       s.stride_w == 1 && s.pad_top == 0 && s.pad_left == 0 && s.out_h == s.in_h &&
                       s.out_w == s.in_w;
-  if (direct) {
-    RETURN_IF_ERROR(MatMul(x, pixels, k, w, DType::kF32, s.out_c, y, pool));
-    BiasActivation(bias, act, y, pixels, s.out_c, pool);
-    return OkStatus();
-  }
-  // Blocks of output pixels whose im2col rows fit in ~16 MiB.
-  constexpr int64_t kScratchFloats = int64_t{4} << 20;
-  const int64_t block = std::max<int64_t>(1, std::min(pixels, kScratchFloats / std::max<int64_t>(k, 1)));
-  const size_t col_floats = static_cast<size_t>(block * k);
-  const size_t tmp_floats = s.groups > 1 ? static_cast<size_t>(block * opg) : 0;
-  if (scratch->size() < col_floats + tmp_floats) scratch->resize(col_floats + tmp_floats);
-  float* col = scratch->data();
-  float* tmp = col + col_floats;
-  for (int64_t p0 = 0; p0 < pixels; p0 += block) {
-    const int64_t p1 = std::min(pixels, p0 + block);
-    for (int64_t g = 0; g < s.groups; ++g) {
-      pool.ParallelFor(p1 - p0, 16,
-                       [&](int64_t a, int64_t b) { Im2Col(x, s, g, p0 + a, p0 + b, col + a * k); });
-      const float* wg = w + g * opg * k;
-      if (s.groups == 1) {
-        RETURN_IF_ERROR(MatMul(col, p1 - p0, k, wg, DType::kF32, s.out_c, y + p0 * s.out_c, pool));
-        continue;
+  // ~64K multiply-adds per block at least; at most ~1 MiB of im2col rows.
+  const int64_t macs_per_row = std::max<int64_t>(1, k * s.out_c);
+  int64_t block = std::max<int64_t>(8, (int64_t{1} << 16) / macs_per_row);
+  block = std::min(block, std::max<int64_t>(1, (int64_t{1} << 18) / std::max<int64_t>(k, 1)));
+  block = std::max<int64_t>(1, std::min(block, (pixels + pool.num_threads() - 1) / pool.num_threads()));
+  const int64_t blocks = (pixels + block - 1) / block;
+  pool.ParallelFor(blocks, 1, [&](int64_t b0, int64_t b1) {
+    thread_local std::vector<float> col;
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t p0 = b * block, p1 = std::min(pixels, p0 + block);
+      float* yb = y + p0 * s.out_c;
+      if (direct) {
+        Sgemm(x + p0 * k, p1 - p0, k, w, s.out_c, yb, s.out_c);
+      } else {
+        if (col.size() < static_cast<size_t>((p1 - p0) * k)) col.resize(static_cast<size_t>((p1 - p0) * k));
+        for (int64_t g = 0; g < s.groups; ++g) {
+          Im2Col(x, s, g, p0, p1, col.data());
+          Sgemm(col.data(), p1 - p0, k, w + g * opg * k, opg, yb + g * opg, s.out_c);
+        }
       }
-      RETURN_IF_ERROR(MatMul(col, p1 - p0, k, wg, DType::kF32, opg, tmp, pool));
-      for (int64_t p = p0; p < p1; ++p) {
-        std::memcpy(y + p * s.out_c + g * opg, tmp + (p - p0) * opg,
-                    static_cast<size_t>(opg) * sizeof(float));
+      if (bias != nullptr || act.kind != Activation::kNone) {
+        for (int64_t r = 0; r < p1 - p0; ++r) {
+          float* row = yb + r * s.out_c;
+          if (bias != nullptr) {
+            for (int64_t c = 0; c < s.out_c; ++c) row[c] += bias[c];
+          }
+          ApplyActivation(act, row, s.out_c);
+        }
       }
     }
-  }
-  BiasActivation(bias, act, y, pixels, s.out_c, pool);
+  });
   return OkStatus();
 }
 
@@ -121,15 +136,18 @@ void DepthwiseConv(const float* x, const Conv2dShape& s, const float* w, const f
             const float* xi = x + ((n * s.in_h + ih) * s.in_w + iw) * s.in_c;
             const float* wt = w + (kh * s.kernel_w + kw) * oc;
             if (mult == 1) {
-              for (int64_t c = 0; c < oc; ++c) acc[c] += xi[c] * wt[c];
+              int64_t c = 0;
+              for (; c + 8 <= oc; c += 8) {
+                _mm256_storeu_ps(acc + c, _mm256_fmadd_ps(_mm256_loadu_ps(xi + c), _mm256_loadu_ps(wt + c),
+                                                          _mm256_loadu_ps(acc + c)));
+              }
+              for (; c < oc; ++c) acc[c] += xi[c] * wt[c];
             } else {
               for (int64_t c = 0; c < oc; ++c) acc[c] += xi[c / mult] * wt[c];
             }
           }
         }
-        if (act.kind != Activation::kNone) {
-          for (int64_t c = 0; c < oc; ++c) acc[c] = Act(act, acc[c]);
-        }
+        ApplyActivation(act, acc, oc);
       }
     }
   });
@@ -139,7 +157,30 @@ void DepthwiseConv(const float* x, const Conv2dShape& s, const float* w, const f
 
 void ApplyActivation(const ActivationParams& act, float* x, int64_t n) {
   if (act.kind == Activation::kNone) return;
-  for (int64_t i = 0; i < n; ++i) x[i] = Act(act, x[i]);
+  if (act.kind == Activation::kSigmoid) {
+    for (int64_t i = 0; i < n; ++i) x[i] = Act(act, x[i]);
+    return;
+  }
+  // The piecewise-linear ones as clamp(a * x + b, lo, hi), times x for HardSwish; AVX2, 8 at a time.
+  float a = 1, b = 0, lo = -INFINITY, hi = INFINITY;
+  if (act.kind == Activation::kRelu) lo = 0;
+  if (act.kind == Activation::kClip) lo = act.lo, hi = act.hi;
+  if (act.kind == Activation::kHardSigmoid) a = act.alpha, b = act.beta, lo = 0, hi = 1;
+  if (act.kind == Activation::kHardSwish) a = 1.0f / 6.0f, b = 0.5f, lo = 0, hi = 1;
+  const bool times_x = act.kind == Activation::kHardSwish;
+  const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b), vlo = _mm256_set1_ps(lo),
+               vhi = _mm256_set1_ps(hi);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    __m256 t = _mm256_min_ps(_mm256_max_ps(_mm256_fmadd_ps(v, va, vb), vlo), vhi);
+    if (times_x) t = _mm256_mul_ps(t, v);
+    _mm256_storeu_ps(x + i, t);
+  }
+  for (; i < n; ++i) {
+    const float t = std::min(std::max(x[i] * a + b, lo), hi);
+    x[i] = times_x ? t * x[i] : t;
+  }
 }
 
 void BiasActivation(const float* bias, const ActivationParams& act, float* x, int64_t rows, int64_t cols,
@@ -196,13 +237,13 @@ std::vector<float> PackConvWeights(const float* onnx_w, const Conv2dShape& s) {
 }
 
 Status Conv2dNhwc(const float* x, const Conv2dShape& s, const float* packed_w, const float* bias,
-                  const ActivationParams& act, float* y, std::vector<float>* scratch, ThreadPool& pool) {
+                  const ActivationParams& act, float* y, ThreadPool& pool) {
   RETURN_IF_ERROR(s.Validate());
   if (s.depthwise()) {
     DepthwiseConv(x, s, packed_w, bias, act, y, pool);
     return OkStatus();
   }
-  return DenseConv(x, s, packed_w, bias, act, y, scratch, pool);
+  return DenseConv(x, s, packed_w, bias, act, y, pool);
 }
 
 void Pool2dNhwc(PoolKind kind, const float* x, const Pool2dShape& s, float* y, ThreadPool& pool) {

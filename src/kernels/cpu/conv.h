@@ -58,11 +58,12 @@ struct Conv2dShape {
 // ONNX's [out_c, in_c / groups, kernel_h, kernel_w] converts with PackConvWeights.
 std::vector<float> PackConvWeights(const float* onnx_w, const Conv2dShape& s);
 
-// y = act(conv(x, w) + bias). bias may be null. `scratch` holds im2col rows between calls (grown as
-// needed, at most ~16 MiB at a time). General convolutions are im2col + MatMul (OpenBLAS sgemm) per
-// block of output pixels; 1x1 stride-1 unpadded ones skip im2col; depthwise ones run a direct kernel.
+// y = act(conv(x, w) + bias). bias may be null. General convolutions are im2col + single-threaded OpenBLAS
+// sgemm per block of output pixels, the blocks spread over `pool` (each thread keeps its im2col rows, at
+// most ~1 MiB, between calls); 1x1 stride-1 unpadded ones skip im2col; depthwise ones run a direct kernel
+// (AVX2 over channels). Sets OpenBLAS to one thread (once per process), as MatMul does.
 Status Conv2dNhwc(const float* x, const Conv2dShape& s, const float* packed_w, const float* bias,
-                  const ActivationParams& act, float* y, std::vector<float>* scratch, ThreadPool& pool);
+                  const ActivationParams& act, float* y, ThreadPool& pool);
 
 enum class PoolKind : uint8_t { kMax, kAverage };
 

@@ -78,9 +78,8 @@ TEST_P(ConvTest, MatchesTheDefinition) {
   const std::vector<float> packed = PackConvWeights(w.data(), s);
   ThreadPool pool(2);
   for (Activation a : {Activation::kNone, Activation::kRelu, Activation::kHardSwish}) {
-    std::vector<float> y(want.size(), NAN), scratch;
-    ASSERT_TRUE(
-        Conv2dNhwc(x.data(), s, packed.data(), bias.data(), {.kind = a}, y.data(), &scratch, pool).ok());
+    std::vector<float> y(want.size(), NAN);
+    ASSERT_TRUE(Conv2dNhwc(x.data(), s, packed.data(), bias.data(), {.kind = a}, y.data(), pool).ok());
     for (size_t i = 0; i < y.size(); ++i) {
       float e = want[i];
       if (a == Activation::kRelu) e = std::max(e, 0.0f);
