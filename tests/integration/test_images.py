@@ -210,3 +210,17 @@ def test_image_request_ledger(ppocr):
     # Decode + resize is preprocess, the CNN is compute, top-k is postprocess; nothing is copied on the CPU.
     assert stages["preprocess"] > 0 and stages["compute"] > 0 and stages["postprocess"] > 0, stages
     assert stages["h2d"] == 0 and stages["d2h"] == 0, stages
+
+
+def test_grpc_carries_images_too(ppocr):
+    """The same model over KServe v2 gRPC (tritonclient.grpc): JPEG bytes in, the HTTP path's answer out."""
+    grpcclient = pytest.importorskip("tritonclient.grpc")
+    server, _ = ppocr
+    data = encode(photo("text", True), "JPEG")
+    inp = grpcclient.InferInput("image", [1, 1], "BYTES")
+    inp.set_data_from_numpy(np.array([[data]], dtype=object))
+    res = grpcclient.InferenceServerClient(url=server.grpc_url).infer("ppocr-mobile-v2-cls", [inp])
+    http = infer(httpclient.InferenceServerClient(url=server.http_url), "ppocr-mobile-v2-cls", "image",
+                 np.array([[data]], dtype=object), "BYTES")
+    np.testing.assert_allclose(res.as_numpy("scores"), http["scores"], atol=1e-6)
+    assert res.as_numpy("top_k_label")[0][0] == b"180"

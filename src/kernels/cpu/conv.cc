@@ -78,11 +78,12 @@ Status DenseConv(const float* x, const Conv2dShape& s, const float* w, const flo
   const bool direct = s.groups == 1 && s.kernel_h == 1 && s.kernel_w == 1 && s.stride_h == 1 &&
                       s.stride_w == 1 && s.pad_top == 0 && s.pad_left == 0 && s.out_h == s.in_h &&
                       s.out_w == s.in_w;
-  // ~64K multiply-adds per block at least; at most ~1 MiB of im2col rows.
-  const int64_t macs_per_row = std::max<int64_t>(1, k * s.out_c);
-  int64_t block = std::max<int64_t>(8, (int64_t{1} << 16) / macs_per_row);
-  block = std::min(block, std::max<int64_t>(1, (int64_t{1} << 18) / std::max<int64_t>(k, 1)));
-  block = std::max<int64_t>(1, std::min(block, (pixels + pool.num_threads() - 1) / pool.num_threads()));
+  // One block per thread when the im2col rows fit in ~4 MiB, else as many rows as fit (sgemm wants tall
+  // blocks: at 8 rows OpenBLAS ran ResNet-50 at a tenth of its speed); tiny layers stay on one thread.
+  const int64_t threads = pixels * k * s.out_c < (int64_t{1} << 16) ? 1 : pool.num_threads();
+  int64_t block = (pixels + threads - 1) / threads;
+  if (!direct) block = std::min(block, std::max<int64_t>(32, (int64_t{1} << 20) / std::max<int64_t>(k, 1)));
+  block = std::max<int64_t>(1, block);
   const int64_t blocks = (pixels + block - 1) / block;
   pool.ParallelFor(blocks, 1, [&](int64_t b0, int64_t b1) {
     thread_local std::vector<float> col;
