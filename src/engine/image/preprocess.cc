@@ -120,35 +120,37 @@ nlohmann::json PreprocessConfig::ToJson() const {
           {"layout", layout}};
 }
 
-void Preprocess(const RgbImage& img, const PreprocessConfig& cfg, float* out) {
+ResizeGeometry Geometry(int64_t width, int64_t height, const PreprocessConfig& cfg) {
   const int64_t h = cfg.height, w = cfg.width;
-  if (cfg.resize == "stretch") {
-    ResizeWindow(img, h, w, 0, 0, h, w, cfg, 0, 0, out);
-    return;
-  }
+  ResizeGeometry g{.scaled_h = h, .scaled_w = w, .rows = h, .cols = w};
+  if (cfg.resize == "stretch") return g;
   if (cfg.resize == "fit_pad") {
-    const double ratio = static_cast<double>(img.width) / static_cast<double>(img.height);
-    const int64_t rw = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(h * ratio)), 1, w);
-    std::fill(out, out + 3 * h * w, 0.0f);
-    ResizeWindow(img, h, rw, 0, 0, h, rw, cfg, 0, 0, out);
-    return;
+    const double ratio = static_cast<double>(width) / static_cast<double>(height);
+    g.scaled_w = g.cols = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(h * ratio)), 1, w);
+    return g;
   }
   // crop: shorter side to resize_shorter (the other in proportion, rounded down as torchvision does),
   // then the centre h x w window.
   int64_t sh, sw;
-  if (img.height <= img.width) {
+  if (height <= width) {
     sh = cfg.resize_shorter;
-    sw = std::max<int64_t>(1, cfg.resize_shorter * img.width / img.height);
+    sw = std::max<int64_t>(1, cfg.resize_shorter * width / height);
   } else {
     sw = cfg.resize_shorter;
-    sh = std::max<int64_t>(1, cfg.resize_shorter * img.height / img.width);
+    sh = std::max<int64_t>(1, cfg.resize_shorter * height / width);
   }
-  sh = std::max(sh, h);
-  sw = std::max(sw, w);
+  g.scaled_h = std::max(sh, h);
+  g.scaled_w = std::max(sw, w);
   // Ties to even, as torchvision's int(round(...)).
-  const int64_t y0 = static_cast<int64_t>(std::nearbyint((sh - h) / 2.0));
-  const int64_t x0 = static_cast<int64_t>(std::nearbyint((sw - w) / 2.0));
-  ResizeWindow(img, sh, sw, y0, x0, h, w, cfg, 0, 0, out);
+  g.y0 = static_cast<int64_t>(std::nearbyint((g.scaled_h - h) / 2.0));
+  g.x0 = static_cast<int64_t>(std::nearbyint((g.scaled_w - w) / 2.0));
+  return g;
+}
+
+void Preprocess(const RgbImage& img, const PreprocessConfig& cfg, float* out) {
+  const ResizeGeometry g = Geometry(img.width, img.height, cfg);
+  if (g.rows < cfg.height || g.cols < cfg.width) std::fill(out, out + 3 * cfg.height * cfg.width, 0.0f);
+  ResizeWindow(img, g.scaled_h, g.scaled_w, g.y0, g.x0, g.rows, g.cols, cfg, 0, 0, out);
 }
 
 }  // namespace stoke::image

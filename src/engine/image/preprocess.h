@@ -39,6 +39,17 @@ struct PreprocessConfig {
   nlohmann::json ToJson() const;
 };
 
+// Where an image of width x height lands in the model's input: it is resized (virtually) to scaled_h x
+// scaled_w, and the window [y0, y0 + rows) x [x0, x0 + cols) of that is written to the top-left of the
+// [3, height, width] tensor; the rest (fit_pad's right side) is 0. The CPU path and its GPU twin
+// (engine/image_cuda/) both follow it.
+struct ResizeGeometry {
+  int64_t scaled_h = 0, scaled_w = 0;
+  int64_t y0 = 0, x0 = 0;
+  int64_t rows = 0, cols = 0;
+};
+ResizeGeometry Geometry(int64_t width, int64_t height, const PreprocessConfig& cfg);
+
 // Writes [3, height, width] floats to `out`.
 void Preprocess(const RgbImage& img, const PreprocessConfig& cfg, float* out);
 
