@@ -96,6 +96,8 @@ class Builder {
   }
 
   Status Add(const OnnxNode& n) {
+    if (n.outputs.empty() || n.outputs[0].empty())
+      return InvalidArgumentError("{}: has no output", n.Describe());
     if (!n.domain.empty()) {
       return UnimplementedError("{}: operator domain '{}' is not supported (only the default ONNX domain)",
                                 n.Describe(), n.domain);
@@ -129,9 +131,42 @@ class Builder {
     return OkStatus();
   }
 
+  // The inputs an op needs present (the rewrites and the planner index them without checking again).
+  static Status CheckArity(const OnnxNode& n) {
+    static const std::map<std::string, size_t, std::less<>> kMin = {
+        {"Add", 2}, {"Sub", 2}, {"Mul", 2}, {"Div", 2}, {"Reshape", 2}, {"Gather", 2}};
+    auto it = kMin.find(n.op_type);
+    const size_t need = it == kMin.end() ? 1 : it->second;
+    if (n.inputs.size() < need) {
+      return InvalidArgumentError("{}: needs {} inputs, has {}", n.Describe(), need, n.inputs.size());
+    }
+    for (size_t k = 0; k < need; ++k) {
+      if (n.inputs[k].empty()) return InvalidArgumentError("{}: input {} is missing", n.Describe(), k);
+    }
+    return OkStatus();
+  }
+
+  // Window attributes: small positive sizes (a huge stride or dilation would overflow the output size).
+  static Status CheckWindow(const OnnxNode& n, const std::vector<int64_t>& at_least_1,
+                            const std::vector<int64_t>& pads) {
+    constexpr int64_t kMax = int64_t{1} << 16;
+    for (int64_t v : at_least_1) {
+      if (v < 1 || v > kMax) {
+        return InvalidArgumentError("{}: kernel, strides and dilations must be in [1, {}], got {}",
+                                    n.Describe(), kMax, v);
+      }
+    }
+    for (int64_t v : pads) {
+      if (v < 0 || v > kMax)
+        return InvalidArgumentError("{}: pads must be in [0, {}], got {}", n.Describe(), kMax, v);
+    }
+    return OkStatus();
+  }
+
   Status Compile(CnnNode* c) {
     const OnnxNode& n = c->src;
     const std::string& op = n.op_type;
+    RETURN_IF_ERROR(CheckArity(n));
     if (op == "Conv") return CompileConv(c);
     if (op == "MaxPool" || op == "AveragePool") return CompilePool(c);
     if (op == "GlobalAveragePool") return Kind(c, OpKind::kGlobalAveragePool);
@@ -229,6 +264,7 @@ class Builder {
       return InvalidArgumentError("{}: group {} does not divide {} output channels", n.Describe(), p.groups,
                                   p.out_c);
     }
+    RETURN_IF_ERROR(CheckWindow(n, {p.kernel_h, p.kernel_w, strides[0], strides[1], dil[0], dil[1]}, p.pads));
     p.stride_h = strides[0];
     p.stride_w = strides[1];
     p.dilation_h = dil[0];
@@ -260,6 +296,7 @@ class Builder {
     if (s.size() != 2 || d.size() != 2 || p.pads.size() != 4) {
       return InvalidArgumentError("{}: strides, dilations and pads must be 2-D", n.Describe());
     }
+    RETURN_IF_ERROR(CheckWindow(n, {k[0], k[1], s[0], s[1], d[0], d[1]}, p.pads));
     p.kernel_h = k[0];
     p.kernel_w = k[1];
     p.stride_h = s[0];

@@ -196,8 +196,16 @@ StatusOr<ConstTensor> Transpose(const OnnxNode& n, const ConstTensor& x) {
   std::vector<int64_t> def;
   for (int64_t d = rank; d-- > 0;) def.push_back(d);
   ASSIGN_OR_RETURN(std::vector<int64_t> perm, n.Ints("perm", def));
-  if (static_cast<int64_t>(perm.size()) != rank)
+  std::vector<int64_t> sorted = perm;
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t d = 0; d < static_cast<int64_t>(sorted.size()); ++d) {
+    if (sorted[d] != d || static_cast<int64_t>(sorted.size()) != rank) {
+      return InvalidArgumentError("{}: perm is not a permutation of the {} axes", n.Describe(), rank);
+    }
+  }
+  if (static_cast<int64_t>(perm.size()) != rank) {
     return InvalidArgumentError("{}: perm has the wrong length", n.Describe());
+  }
   ConstTensor out;
   out.is_int = x.is_int;
   for (int64_t p : perm) out.dims.push_back(x.dims[p]);
@@ -290,7 +298,7 @@ StatusOr<std::vector<int64_t>> ReshapeDims(const std::vector<int64_t>& in, const
       infer = static_cast<int64_t>(k);
       continue;
     }
-    if (d < 0) return InvalidArgumentError("{}: invalid target dim {}", what, d);
+    if (d < 0 || d > (int64_t{1} << 32)) return InvalidArgumentError("{}: invalid target dim {}", what, d);
     out[k] = d;
     known *= d;
   }
@@ -307,7 +315,36 @@ StatusOr<std::vector<int64_t>> ReshapeDims(const std::vector<int64_t>& in, const
   return out;
 }
 
+namespace {
+StatusOr<ConstTensor> FoldNodeUnchecked(const OnnxNode& n, const std::vector<const ConstTensor*>& in,
+                                        int64_t opset);
+}  // namespace
+
+// Folding is for shapes and small constants: a result above 16M values is refused rather than allocated.
 StatusOr<ConstTensor> FoldNode(const OnnxNode& n, const std::vector<const ConstTensor*>& in, int64_t opset) {
+  constexpr int64_t kMaxFolded = int64_t{1} << 24;
+  const std::string& op = n.op_type;
+  if ((op == "Add" || op == "Sub" || op == "Mul" || op == "Div") && in.size() >= 2 && in[0] != nullptr &&
+      in[1] != nullptr) {
+    ASSIGN_OR_RETURN(std::vector<int64_t> dims, BroadcastDims(in[0]->dims, in[1]->dims, n.Describe()));
+    int64_t total = 1;
+    for (int64_t d : dims) {
+      if (d > 0 && total > kMaxFolded / d) {
+        return UnimplementedError("{}: folding would make more than {} values", n.Describe(), kMaxFolded);
+      }
+      total *= d;
+    }
+  }
+  ASSIGN_OR_RETURN(ConstTensor out, FoldNodeUnchecked(n, in, opset));
+  if (out.size() > kMaxFolded) {
+    return UnimplementedError("{}: folding would make {} values", n.Describe(), out.size());
+  }
+  return out;
+}
+
+namespace {
+StatusOr<ConstTensor> FoldNodeUnchecked(const OnnxNode& n, const std::vector<const ConstTensor*>& in,
+                                        int64_t opset) {
   const std::string& op = n.op_type;
   if (op == "Identity" || op == "Dropout") {
     RETURN_IF_ERROR(NeedInputs(n, in, 1));
@@ -367,7 +404,9 @@ StatusOr<ConstTensor> FoldNode(const OnnxNode& n, const std::vector<const ConstT
     std::vector<int64_t> dims = in[0]->dims;
     if (op == "Unsqueeze") {
       const int64_t out_rank = static_cast<int64_t>(dims.size() + axes.size());
-      for (int64_t& a : axes) a = a < 0 ? a + out_rank : a;
+      for (int64_t& a : axes) {
+        ASSIGN_OR_RETURN(a, NormalizeAxis(a, out_rank, n.Describe()));
+      }
       std::sort(axes.begin(), axes.end());
       for (int64_t a : axes) dims.insert(dims.begin() + std::min<int64_t>(a, dims.size()), 1);
     } else {
@@ -384,5 +423,7 @@ StatusOr<ConstTensor> FoldNode(const OnnxNode& n, const std::vector<const ConstT
   }
   return UnimplementedError("{}: cannot be evaluated ahead of time", n.Describe());
 }
+
+}  // namespace
 
 }  // namespace stoke::cnn

@@ -170,7 +170,9 @@ StatusOr<OnnxTensor> ConvertTensor(const pb::TensorProto& p, std::string_view wh
     return UnimplementedError("{}: data type {} is not supported", what, DataTypeName(out.type));
   }
   const int64_t n = out.NumElements();
-  if (n < 0) return InvalidArgumentError("{}: dims {} overflow", what, fmt::join(out.dims, "x"));
+  if (n < 0 || n > (int64_t{1} << 40)) {
+    return InvalidArgumentError("{}: dims {} hold too many values", what, fmt::join(out.dims, "x"));
+  }
   if (p.has_raw_data()) {
     const int64_t want = n * ElementBytes(out.type);
     if (static_cast<int64_t>(p.raw_data().size()) != want) {
