@@ -132,7 +132,8 @@ StatusOr<BatchedSpec> ReadBatchedSpec(const ModelSettings& m, const ServerOption
   }
   if (s.kind != ModelKind::kSynthetic) {
     if (!s.file.contains("model") || !s.file["model"].is_string()) {
-      return InvalidArgumentError("{}: a {} model file needs \"model\" ({})", m.source, type,
+      return InvalidArgumentError("{}: {} model file needs \"model\" ({})", m.source,
+                                  type == "bert" ? "a bert" : "an image",
                                   type == "bert" ? "alias or HF folder" : "alias or .onnx file");
     }
     s.model = s.file["model"].get<std::string>();
@@ -151,7 +152,8 @@ StatusOr<BatchedSpec> ReadBatchedSpec(const ModelSettings& m, const ServerOption
       return InvalidArgumentError("{}: 'device' must be a string (cpu, cuda or auto)", m.source);
     s.device = !device.empty() ? device : s.file.value("device", std::string("auto"));
     if (s.config.max_batch_size < 1)
-      return InvalidArgumentError("{}: a {} model needs max_batch_size >= 1", m.source, type);
+      return InvalidArgumentError("{}: {} model needs max_batch_size >= 1", m.source,
+                                  type == "bert" ? "a bert" : "an image");
   } else if (!device.empty()) {
     s.file["device"] = device;  // --device overrides the synthetic model file's "device" too
   }
