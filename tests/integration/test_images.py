@@ -8,7 +8,9 @@
     classifies; the reference decodes with Pillow, preprocesses with numpy (the same bilinear resize) and runs
     onnxruntime: top-1 identical on every image, max |difference| of the probabilities within 1e-4;
   - a batch of images gives each image's result alone; bad input is a 400 that names the problem; the ledger of
-    an image request has its preprocess, compute and postprocess stages.
+    an image request has its preprocess, compute and postprocess stages;
+  - the image model kind beside a decoder and an encoder in one process (the one model repository), each
+    answering its own protocol.
 """
 import io
 import json
@@ -225,3 +227,68 @@ def test_grpc_carries_images_too(ppocr):
                  np.array([[data]], dtype=object), "BYTES")
     np.testing.assert_allclose(res.as_numpy("scores"), http["scores"], atol=1e-6)
     assert res.as_numpy("top_k_label")[0][0] == b"180"
+
+
+# --- one process, three kinds ------------------------------------------------------------------------------
+
+
+def test_image_model_beside_a_decoder_and_an_encoder(stoke_bin, smollm2_path, minilm_path, ppocr_cls_path,
+                                                     tmp_path):
+    """A decoder and an encoder from --model, the image classifier from a --model-repository folder (kind = "image"
+    in its stoke.toml): each answers its own protocol, at the same time, and refuses the others' routes."""
+    import concurrent.futures
+
+    grpcclient = pytest.importorskip("tritonclient.grpc")
+    repo = tmp_path / "models"
+    (repo / "cls").mkdir(parents=True)
+    (repo / "cls" / "stoke.toml").write_text('source = "ppocr-mobile-v2-cls"\nkind = "image"\nmax_batch_size = 4\n')
+    s = ClassicServer(stoke_bin, None, "--model", f"chat={smollm2_path}", "--model", f"minilm={minilm_path}",
+                      "--model-repository", repo, "--threads", "2", log_dir=tmp_path)
+    try:
+        assert [m["id"] for m in s.get("/v1/models").json()["data"]] == [
+            "chat", "minilm", "minilm-ids", "cls", "cls-tensor"]
+        idx = {m["name"]: m["state"] for m in s.post("/v2/repository/index").json()}
+        assert idx == dict.fromkeys(["chat", "minilm", "minilm-ids", "cls", "cls-tensor"], "READY"), idx
+        assert httpclient.InferenceServerClient(url=s.http_url).get_model_config("cls")["max_batch_size"] == 4
+        turned = encode(photo("text", True), "JPEG")
+
+        def chat(_):
+            r = s.post("/v1/chat/completions", json={"model": "chat", "max_tokens": 8,
+                                                     "messages": [{"role": "user", "content": "Say hello."}]})
+            assert r.status_code == 200, r.text
+            return r.json()["choices"][0]["message"]["content"]
+
+        def embed(_):
+            r = s.post("/v1/embeddings", json={"model": "minilm", "input": ["two models", "one process"]})
+            assert r.status_code == 200, r.text
+            return [len(d["embedding"]) for d in r.json()["data"]]
+
+        def classify(module, url):
+            inp = module.InferInput("image", [1, 1], "BYTES")
+            inp.set_data_from_numpy(np.array([[turned]], dtype=object))
+            res = module.InferenceServerClient(url=url).infer("cls", [inp])
+            return res.as_numpy("top_k_label")[0][0]
+
+        # job -> what it must answer (None: any non-empty text)
+        jobs = {chat: None, embed: [384, 384], lambda _: classify(httpclient, s.http_url): b"180",
+                lambda _: classify(grpcclient, s.grpc_url): b"180"}
+        with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+            results = list(pool.map(lambda f: (f, f(None)), list(jobs) * 2))
+        for f, res in results:
+            assert res if jobs[f] is None else res == jobs[f], (f, res)
+
+        # Each route refuses the other kinds, naming the kind.
+        r = s.post("/v1/chat/completions", json={"model": "cls", "messages": [{"role": "user", "content": "x"}]})
+        assert r.status_code == 400 and "image model" in r.json()["error"]["message"], r.text
+        r = s.post("/v1/embeddings", json={"model": "cls", "input": "x"})
+        assert r.status_code == 400 and "image model" in r.json()["error"]["message"], r.text
+        assert s.post("/v2/models/chat/infer", json={"inputs": []}).status_code == 404
+        assert "cls" in {dict(labels).get("model_name") for (_, labels) in s.metrics()}
+        # The image model unloads and loads again; the others never notice.
+        assert s.post("/v2/repository/models/cls/unload").status_code == 200
+        assert s.get("/v2/models/cls-tensor/ready").status_code == 400
+        assert chat(None) and embed(None) == [384, 384]
+        assert s.post("/v2/repository/models/cls/load").status_code == 200
+        assert classify(grpcclient, s.grpc_url) == b"180"
+    finally:
+        assert s.stop() == 0, s.log()
