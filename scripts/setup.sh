@@ -14,6 +14,7 @@ APT_PACKAGES=(
   clang libclang-rt-14-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   prometheus chromium prometheus-cpp-dev libtomlplusplus-dev
+  libjpeg62-turbo-dev libpng-dev
 )
 
 missing=()

@@ -39,7 +39,7 @@ cmake --build build/release -j"$JOBS"
 export STOKE_BIN=$ROOT/build/release/apps/stoke/stoke STOKE_BUILD_DIR=$ROOT/build/release
 
 step "models"
-for m in smollm2-135m-instruct all-minilm-l6-v2; do "$STOKE_BIN" model fetch "$m"; done
+for m in smollm2-135m-instruct all-minilm-l6-v2 ppocr-mobile-v2-cls; do "$STOKE_BIN" model fetch "$m"; done
 
 if has ctest; then
   step "ctest (release)"

@@ -27,6 +27,7 @@ def model_dir() -> pathlib.Path:
 
 SMOLLM2_GGUF = "smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"
 MINILM_DIR = "all-minilm-l6-v2"
+PPOCR_CLS_ONNX = "ppocr-mobile-v2-cls/ch_ppocr_mobile_v2.0_cls_infer.onnx"
 
 
 @pytest.fixture(scope="session")
@@ -50,4 +51,12 @@ def minilm_path() -> pathlib.Path:
     p = model_dir() / MINILM_DIR
     if not (p / "model.safetensors").exists():
         pytest.skip(f"{p} missing: run `stoke model fetch all-minilm-l6-v2`")
+    return p
+
+
+@pytest.fixture(scope="session")
+def ppocr_cls_path() -> pathlib.Path:
+    p = model_dir() / PPOCR_CLS_ONNX
+    if not p.exists():
+        pytest.skip(f"{p} missing: run `stoke model fetch ppocr-mobile-v2-cls`")
     return p

@@ -66,6 +66,7 @@ struct ServeOptions {
   bool no_gpu_telemetry = false;
   DeviceFlags device;  // also the engine tuning flags (--gemv-max-rows, --decode-pipeline, ...: cli_util.h)
   std::string encoder_attention = "auto";  // encoders on CUDA: BertDeviceOptions::attention
+  std::string preprocess = "cpu";          // image models: cpu | gpu (not yet)
   int instances = 0;                // classic models: instances (0 = the model file's instance_group, else 1)
   int max_batch_size = 0;           // classic models: 0 = the model file's max_batch_size
   int64_t max_queue_delay_us = -1;  // classic models: -1 = the model file's max_queue_delay_microseconds
@@ -202,6 +203,7 @@ int RunServe(CLI::App* cmd, ServeOptions* bound, const Backends& backends) {
   // "" = a model file's "device" key (an explicit --device overrides it)
   so.batched_device = cmd->get_option("--device")->count() > 0 ? o.device.device : "";
   so.encoder_attention = o.encoder_attention;
+  so.image_preprocess = o.preprocess;
   so.instances = o.instances;
   so.max_batch_size = o.max_batch_size;
   so.max_queue_delay_us = o.max_queue_delay_us;
@@ -279,6 +281,11 @@ CommandRegistrar kServe(
       cmd->add_flag("--no-gpu-telemetry", o->no_gpu_telemetry, "Do not load NVML or sample the GPUs");
       AddDeviceFlags(cmd, &o->device);
       AddEncoderAttentionFlag(cmd, &o->encoder_attention);
+      cmd->add_option("--preprocess", o->preprocess,
+                      "Image models: where JPEG/PNG decode, resize and normalise run: cpu (each instance's "
+                      "thread pool) or gpu (not yet)")
+          ->check(CLI::IsMember({"cpu", "gpu"}))
+          ->capture_default_str();
       cmd->add_option("--instances", o->instances,
                       "Encoder models: instances, each with its own thread pool or CUDA stream (0: the model "
                       "file's instance_group, else 1)")

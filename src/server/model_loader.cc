@@ -16,6 +16,7 @@
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "serve/batcher/bert_classic_model.h"
+#include "serve/batcher/image_model_loader.h"
 #include "serve/batcher/synthetic_classic_model.h"
 #include "serve/llm_loop.h"
 #include "telemetry/step_trace.h"
@@ -52,7 +53,7 @@ BatcherConfig DefaultBatcherConfig() {
 std::string BaseName(std::string path) {
   while (path.size() > 1 && path.back() == '/') path.pop_back();
   std::string name = fs::path(path).filename().string();
-  if (name.ends_with(".json")) name.resize(name.size() - 5);
+  if (name.ends_with(".json") || name.ends_with(".onnx")) name.resize(name.size() - 5);
   return name;
 }
 
@@ -80,13 +81,14 @@ void ApplyBatching(const BatchingOverrides& o, BatcherConfig* c) {
 struct BatchedSpec {
   ModelKind kind = ModelKind::kEncoder;
   std::string name;
-  std::string model;  // encoder: alias or folder
+  std::string model;  // encoder: alias or folder; image: alias or .onnx file
   BatcherConfig config;
   json file;  // synthetic keys live there
   std::string source;
   int threads = 0;
   std::string device = "auto";  // encoder: auto = cuda when the build has CUDA and a GPU is visible
   std::string encoder_attention = "auto";
+  std::string image_preprocess = "cpu";
 };
 
 StatusOr<BatchedSpec> ReadBatchedSpec(const ModelSettings& m, const ServerOptions& o) {
@@ -97,9 +99,10 @@ StatusOr<BatchedSpec> ReadBatchedSpec(const ModelSettings& m, const ServerOption
   const std::string device = m.device.value_or(o.batched_device);
   BatchedSpec s;
   s.encoder_attention = o.encoder_attention;
+  s.image_preprocess = o.image_preprocess;
   s.threads = o.threads;
   if (!m.source.ends_with(".json")) {
-    s.kind = ModelKind::kEncoder;
+    s.kind = m.kind == "image" || IsImageModel(m.source) ? ModelKind::kImage : ModelKind::kEncoder;
     s.model = m.source;
     s.name = m.name.empty() ? BaseName(m.source) : m.name;
     s.config = DefaultBatcherConfig();
@@ -113,11 +116,11 @@ StatusOr<BatchedSpec> ReadBatchedSpec(const ModelSettings& m, const ServerOption
   s.file = json::parse(text, nullptr, false);
   if (!s.file.is_object()) return InvalidArgumentError("{}: not a JSON object", m.source);
   const std::string type = s.file.value("type", "");
-  if (type != "bert" && type != "synthetic") {
-    return InvalidArgumentError("{}: \"type\" must be \"bert\" or \"synthetic\", got {}", m.source,
+  if (type != "bert" && type != "image" && type != "synthetic") {
+    return InvalidArgumentError("{}: \"type\" must be \"bert\", \"image\" or \"synthetic\", got {}", m.source,
                                 s.file.contains("type") ? s.file["type"].dump() : "nothing");
   }
-  s.kind = type == "bert" ? ModelKind::kEncoder : ModelKind::kSynthetic;
+  s.kind = type == "bert" ? ModelKind::kEncoder : type == "image" ? ModelKind::kImage : ModelKind::kSynthetic;
   const std::string file_name = s.file.contains("name") && s.file["name"].is_string()
                                     ? s.file["name"].get<std::string>()
                                     : BaseName(m.source);
@@ -127,9 +130,11 @@ StatusOr<BatchedSpec> ReadBatchedSpec(const ModelSettings& m, const ServerOption
       return InvalidArgumentError("{}: 'threads' must be an integer", m.source);
     s.threads = s.file["threads"].get<int>();
   }
-  if (s.kind == ModelKind::kEncoder) {
+  if (s.kind != ModelKind::kSynthetic) {
     if (!s.file.contains("model") || !s.file["model"].is_string()) {
-      return InvalidArgumentError("{}: a bert model file needs \"model\" (alias or HF folder)", m.source);
+      return InvalidArgumentError("{}: {} model file needs \"model\" ({})", m.source,
+                                  type == "bert" ? "a bert" : "an image",
+                                  type == "bert" ? "alias or HF folder" : "alias or .onnx file");
     }
     s.model = s.file["model"].get<std::string>();
     const fs::path rel = fs::path(m.source).parent_path() / s.model;
@@ -142,12 +147,13 @@ StatusOr<BatchedSpec> ReadBatchedSpec(const ModelSettings& m, const ServerOption
   ASSIGN_OR_RETURN(s.config, BatcherConfig::FromJson(s.file, m.source));
   ApplyBatching(batching, &s.config);
   RETURN_IF_ERROR(s.config.Validate().WithContext("--max-batch-size / --max-queue-delay-us"));
-  if (s.kind == ModelKind::kEncoder) {
+  if (s.kind != ModelKind::kSynthetic) {
     if (s.file.contains("device") && !s.file["device"].is_string())
       return InvalidArgumentError("{}: 'device' must be a string (cpu, cuda or auto)", m.source);
     s.device = !device.empty() ? device : s.file.value("device", std::string("auto"));
     if (s.config.max_batch_size < 1)
-      return InvalidArgumentError("{}: a bert model needs max_batch_size >= 1", m.source);
+      return InvalidArgumentError("{}: {} model needs max_batch_size >= 1", m.source,
+                                  type == "bert" ? "a bert" : "an image");
   } else if (!device.empty()) {
     s.file["device"] = device;  // --device overrides the synthetic model file's "device" too
   }
@@ -169,7 +175,20 @@ StatusOr<LoadedModel> LoadBatched(const BatchedSpec& s, const std::vector<std::s
   if (s.kind == ModelKind::kSynthetic) {
     ASSIGN_OR_RETURN(SyntheticConfig sc, SyntheticConfig::FromJson(s.file, s.source));
     auto model = std::make_shared<const SyntheticModel>(std::move(sc));
-    l.classic.push_back(std::make_shared<SyntheticClassicModel>(model, std::max(1, s.config.max_batch_size), backends));
+    l.classic.push_back(
+        std::make_shared<SyntheticClassicModel>(model, std::max(1, s.config.max_batch_size), backends));
+  } else if (s.kind == ModelKind::kImage) {
+    // CPU only so far: device auto runs here, cuda is refused (LoadImageModel).
+    ASSIGN_OR_RETURN(LoadedImageModel im, LoadImageModel({.model = s.model,
+                                                          .file = s.file,
+                                                          .source = s.source,
+                                                          .threads = s.threads,
+                                                          .preprocess = s.image_preprocess,
+                                                          .device = s.device}));
+    LOG_INFO("image model {}: {}", im.path, im.summary);
+    path = im.path;
+    l.classic.push_back(im.encoded);
+    l.classic.push_back(im.tensor);
   } else {
     ASSIGN_OR_RETURN(path, ResolveModel(s.model));
     if (!IsBertFolder(path)) return InvalidArgumentError("{} is not a BERT-family HF folder", path);
@@ -265,7 +284,7 @@ StatusOr<LoadedModel> LoadDecoderModel(const DecoderSpec& d, const ServerOptions
 
 bool IsBatchedModelSource(const std::string& source) {
   if (source.ends_with(".json")) return true;
-  if (IsBertFolder(source)) return true;
+  if (IsBertFolder(source) || IsImageModel(source)) return true;
   if (const ModelSpec* spec = FindModelSpec(source); spec != nullptr) {
     const std::string path = ModelEntryPath(*spec, DefaultModelDir());
     if (ModelPresent(*spec, DefaultModelDir())) return IsBertFolder(path);
@@ -292,10 +311,11 @@ StatusOr<ModelConfig> MakeModelConfig(const ModelSettings& m, const ServerOption
     batched = IsBatchedModelSource(m.source);
   } else if (m.kind == "decoder") {
     batched = false;
-  } else if (m.kind == "encoder" || m.kind == "synthetic") {
+  } else if (m.kind == "encoder" || m.kind == "image" || m.kind == "synthetic") {
     batched = true;
   } else {
-    return InvalidArgumentError("{}: kind '{}' must be decoder, encoder or synthetic", m.origin, m.kind);
+    return InvalidArgumentError("{}: kind '{}' must be decoder, encoder, image or synthetic", m.origin,
+                                m.kind);
   }
   ModelConfig c;
   c.load_at_start = m.load;
@@ -320,14 +340,22 @@ StatusOr<ModelConfig> MakeModelConfig(const ModelSettings& m, const ServerOption
     return c;
   }
   ASSIGN_OR_RETURN(BatchedSpec s, ReadBatchedSpec(m, o));
-  if (!m.kind.empty() && (m.kind == "synthetic") != (s.kind == ModelKind::kSynthetic)) {
-    return InvalidArgumentError("{}: kind '{}' but {} is a{} model", m.origin, m.kind, m.source,
-                                s.kind == ModelKind::kSynthetic ? " synthetic" : "n encoder");
+  if (s.kind == ModelKind::kImage && s.device == "cuda" && !m.device && !o.batched_device.empty()) {
+    // The server's --device cuda: image classifiers run on the CPU so far, beside models on the GPU. A
+    // "device": "cuda" of the model's own (stoke.toml, model file) is refused at load instead.
+    LOG_WARN("serve: model '{}': image classifiers run on the CPU only so far; --device cuda does not apply",
+             s.name);
+    s.device = "cpu";
+  }
+  if (!m.kind.empty() && m.kind != ModelKindName(s.kind)) {
+    return InvalidArgumentError("{}: kind '{}' but {} is a{} {} model", m.origin, m.kind, m.source,
+                                s.kind == ModelKind::kSynthetic ? "" : "n", ModelKindName(s.kind));
   }
   c.name = s.name;
   c.kind = s.kind;
   c.served.push_back({.name = s.name, .config = s.config});
   if (s.kind == ModelKind::kEncoder) c.served.push_back({.name = s.name + "-ids", .config = s.config});
+  if (s.kind == ModelKind::kImage) c.served.push_back({.name = s.name + "-tensor", .config = s.config});
   if (m.source != s.name) c.aliases.push_back(m.source);
   std::vector<std::string> names;
   for (const auto& sm : c.served) names.push_back(sm.name);

@@ -1,17 +1,24 @@
 // From a model's settings (a --model argument or a repository folder) to the repository's ModelConfig: its
 // kind and served names decided now (model files are read, nothing heavy), its loading as a function the
 // repository runs on its worker:
-//   decoder    ResolveModel, LoadTokenizer, ChatTemplate, LoadDecoder, LlmLoop (continuous batching, paged
-//   KV) encoder    ResolveModel, BertEncoder::Load, LoadTokenizer, LoadBertOnDevice, two BertClassicModels:
+//   decoder    ResolveModel, LoadTokenizer, ChatTemplate, LoadDecoder, LlmLoop (continuous batching,
+//              paged KV)
+//   encoder    ResolveModel, BertEncoder::Load, LoadTokenizer, LoadBertOnDevice, two BertClassicModels:
 //              NAME (BYTES "text", also /v1/embeddings) and NAME-ids (INT64 input_ids + attention_mask)
+//   image      LoadImageModel (serve/batcher/image_model_loader.h): CnnModel::Load of the .onnx file, two
+//              ImageClassicModels over the one graph: NAME (BYTES "image": JPEG/PNG) and NAME-tensor (FP32
+//              "input" [3, H, W], already preprocessed)
 //   synthetic  SyntheticConfig from the model file, SyntheticClassicModel
 // A model file (*.json) names the kind and Triton-named batching keys:
 //   {"type": "bert", "model": "all-minilm-l6-v2", "name": "minilm", "max_batch_size": 32,
 //    "dynamic_batching": {"max_queue_delay_microseconds": 500}, "instance_group": [{"count": 2}],
 //    "device": "cuda"}
+//   {"type": "image", "model": "resnet50.onnx", "preprocess": {"height": 224, ...}, "labels": [...],
+//    "top_k": 5, "max_batch_size": 16}                             (image_model_config.h, docs/images.md)
 //   {"type": "synthetic", "name": "synth", ... synthetic.h keys ..., "max_batch_size": 8}
-// "model" may be relative to the file's folder. Without a file an encoder gets max_batch_size 32 and dynamic
-// batching with max_queue_delay 0; in a file, as in Triton, no "dynamic_batching" key means batching off.
+// "model" may be relative to the file's folder. Without a file an encoder or an image classifier gets
+// max_batch_size 32 and dynamic batching with max_queue_delay 0; in a file, as in Triton, no
+// "dynamic_batching" key means batching off.
 #pragma once
 
 #include <memory>
@@ -27,7 +34,8 @@
 
 namespace stoke {
 
-// True for a .json model file or a BERT-family HF folder / known encoder alias (decided without fetching).
+// True for a .json model file, a BERT-family HF folder / known encoder alias, or an image classifier (a .onnx
+// file or a known image alias), decided without fetching.
 bool IsBatchedModelSource(const std::string& source);
 
 // "smollm2-135m-instruct" stays; "/x/SmolLM2-135M-Instruct.Q4_1.gguf" -> "SmolLM2-135M-Instruct.Q4_1".

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <sstream>
+#include <string_view>
 
 #include "base/file_util.h"
 
@@ -25,23 +26,33 @@ StatusOr<toml::table> ParseToml(const fs::path& path) {
   }
 }
 
-// The model in a folder without `source`: its *.gguf file, model.json, or the folder itself (HF files).
-StatusOr<std::string> FolderSource(const fs::path& dir) {
-  std::vector<fs::path> ggufs;
+// The folder's one file with `extension` ("" when none); two or more are an error.
+StatusOr<std::string> OnlyFile(const fs::path& dir, std::string_view extension) {
+  std::vector<fs::path> found;
   std::error_code ec;
   for (const auto& f : fs::directory_iterator(dir, ec)) {
-    if (f.path().extension() == ".gguf") ggufs.push_back(f.path());
+    if (f.path().extension() == extension) found.push_back(f.path());
   }
-  if (ggufs.size() == 1) return ggufs[0].string();
-  if (ggufs.size() > 1) {
-    return InvalidArgumentError("{}: {} *.gguf files; name one with `source` in stoke.toml", dir.string(),
-                                ggufs.size());
+  if (found.size() > 1) {
+    return InvalidArgumentError("{}: {} *{} files; name one with `source` in stoke.toml", dir.string(),
+                                found.size(), extension);
   }
+  return found.empty() ? std::string() : found[0].string();
+}
+
+// The model in a folder without `source`: its *.gguf file, model.json, its *.onnx file (an image classifier
+// with the ImageNet defaults), or the folder itself (HF files).
+StatusOr<std::string> FolderSource(const fs::path& dir) {
+  ASSIGN_OR_RETURN(std::string gguf, OnlyFile(dir, ".gguf"));
+  if (!gguf.empty()) return gguf;
+  std::error_code ec;
   if (fs::exists(dir / "model.json", ec)) return (dir / "model.json").string();
+  ASSIGN_OR_RETURN(std::string onnx, OnlyFile(dir, ".onnx"));
+  if (!onnx.empty()) return onnx;
   if (fs::exists(dir / "config.json", ec)) return dir.string();
   return InvalidArgumentError(
-      "{}: no model here (a *.gguf file, model.json, or an HF folder's config.json), and no `source` in "
-      "stoke.toml",
+      "{}: no model here (a *.gguf file, model.json, a *.onnx file, or an HF folder's config.json), and no "
+      "`source` in stoke.toml",
       dir.string());
 }
 

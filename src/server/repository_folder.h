@@ -2,15 +2,15 @@
 //
 //   DIR/
 //     chat/                       served as "chat" (the folder's name, unless stoke.toml says `name`)
-//       model.gguf                the model: one *.gguf file, an HF folder's files (config.json ...), or a
-//       stoke.toml                model file model.json; or `source` in stoke.toml (an alias or a path,
-//     minilm/                     relative paths from the folder)
+//       model.gguf                the model: one *.gguf file, a model file model.json, one *.onnx file, or
+//       stoke.toml                an HF folder's files (config.json ...), in that order; or `source` in
+//     minilm/                     stoke.toml (an alias or a path, relative paths from the folder)
 //       stoke.toml                source = "all-minilm-l6-v2"
 //
 // stoke.toml keys (all optional; `-` and `_` are the same in names):
 //   name = "chat"                 served name
 //   source = "all-minilm-l6-v2"   alias or path of the model (default: the folder's own files)
-//   kind = "decoder"              decoder | encoder | synthetic (default: from the model)
+//   kind = "decoder"              decoder | encoder | image | synthetic (default: from the model)
 //   device = "cuda"               auto | cpu | cuda
 //   gpu_memory_fraction = 0.4     decoders on CUDA: this model's share of the GPU's memory
 //   kv_cache_bytes = 268435456    decoders: the KV cache's budget

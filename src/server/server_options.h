@@ -17,8 +17,8 @@ namespace stoke {
 // One model: a --model argument, or one folder of --model-repository. Unset fields take the server's.
 struct ModelSettings {
   std::string name;    // served name ("" = the file's "name", the alias, or the file/folder name)
-  std::string source;  // alias, GGUF file, HF folder, or model file (*.json)
-  std::string kind;    // "" = from the source | decoder | encoder | synthetic
+  std::string source;  // alias, GGUF file, HF folder, ONNX file (image classifier), or model file (*.json)
+  std::string kind;    // "" = from the source | decoder | encoder | image | synthetic
   std::optional<std::string> device;          // auto | cpu | cuda
   std::optional<double> gpu_memory_fraction;  // decoders on CUDA: its share of the GPU's memory
   std::optional<int64_t> kv_cache_bytes;      // decoders
@@ -61,9 +61,10 @@ struct ServerOptions {
   bool device_sampling = true;
   bool chunked_prefill = true;
 
-  // Batched models (encoders, synthetic).
+  // Batched models (encoders, image classifiers, synthetic).
   std::string batched_device;  // "" = the model file's "device" (else auto); set when --device was given
   std::string encoder_attention = "auto";
+  std::string image_preprocess = "cpu";  // image classifiers: where decoding and resizing run (gpu: not yet)
   int instances = 0;
   int max_batch_size = 0;
   int64_t max_queue_delay_us = -1;

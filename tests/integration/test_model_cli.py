@@ -124,7 +124,8 @@ def test_list(stoke_bin, smollm2_path, minilm_path, tmp_path):
     r = run(stoke_bin, "model", "list", "--json", env_extra={"STOKE_MODEL_DIR": str(model_dir())})
     assert r.returncode == 0, r.stderr
     models = {m["alias"]: m for m in json.loads(r.stdout)}
-    assert set(models) == {"smollm2-135m-instruct", "all-minilm-l6-v2"}
+    assert set(models) == {"smollm2-135m-instruct", "all-minilm-l6-v2", "ppocr-mobile-v2-cls"}
+    assert models["ppocr-mobile-v2-cls"]["package"] == "rapidocr-onnxruntime==1.4.4"
     assert models["smollm2-135m-instruct"]["on_disk"] is True
     assert models["smollm2-135m-instruct"]["path"] == str(smollm2_path)
     assert models["all-minilm-l6-v2"]["path"] == str(minilm_path)

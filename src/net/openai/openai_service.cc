@@ -322,7 +322,8 @@ const ModelRepository::Entry* FindRequestModel(const ModelRepository& repo, cons
         .status = 400,
         .message = fmt::format(
             "the model `{}` is {} {} model: it does not serve {}{}", name,
-            e->model->kind() == ModelKind::kEncoder ? "an" : "a", ModelKindName(e->model->kind()), route,
+            e->model->kind() == ModelKind::kEncoder || e->model->kind() == ModelKind::kImage ? "an" : "a",
+            ModelKindName(e->model->kind()), route,
             e->model->kind() == ModelKind::kDecoder   ? " (use /v1/chat/completions or /v1/completions)"
             : e->model->kind() == ModelKind::kEncoder ? " (use /v1/embeddings or KServe infer)"
                                                       : " (use KServe infer)"),

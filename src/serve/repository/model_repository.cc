@@ -14,6 +14,8 @@ const char* ModelKindName(ModelKind kind) {
       return "decoder";
     case ModelKind::kEncoder:
       return "encoder";
+    case ModelKind::kImage:
+      return "image";
     case ModelKind::kSynthetic:
       return "synthetic";
   }

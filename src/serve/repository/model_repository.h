@@ -1,7 +1,8 @@
 // The models one `stoke serve` process holds, by name: decoders (each an LlmEngine with its tokenizer and
-// chat template: continuous batching over its own paged KV) and batched models (encoders, synthetic models:
-// each served name a ServedModel with its dynamic batcher and instances), side by side. The set of models is
-// fixed when the server starts (flags or the repository folder); each can be unloaded and loaded again.
+// chat template: continuous batching over its own paged KV) and batched models (encoders, image classifiers,
+// synthetic models: each served name a ServedModel with its dynamic batcher and instances), side by side. The
+// set of models is fixed when the server starts (flags or the repository folder); each can be unloaded and
+// loaded again.
 //
 //   ModelRepository repo({.registry = &registry});
 //   RETURN_IF_ERROR(repo.Add({.name = "smollm2", .kind = ModelKind::kDecoder, .load = load_fn}));
@@ -42,8 +43,8 @@
 
 namespace stoke {
 
-enum class ModelKind { kDecoder, kEncoder, kSynthetic };
-const char* ModelKindName(ModelKind kind);  // "decoder" | "encoder" | "synthetic"
+enum class ModelKind { kDecoder, kEncoder, kImage, kSynthetic };
+const char* ModelKindName(ModelKind kind);  // "decoder" | "encoder" | "image" | "synthetic"
 
 // KServe's repository-extension states (kserve-v2.md): UNAVAILABLE (not loaded, or its load failed: see
 // reason), LOADING, READY, UNLOADING.
@@ -71,8 +72,9 @@ struct LoadedModel {
 struct ModelConfig {
   std::string name;  // /v1/models, the repository index, load/unload
   ModelKind kind = ModelKind::kDecoder;
-  std::vector<std::string> aliases;     // other names a request's "model" may use (e.g. the --model argument)
-  std::vector<ServedModelSpec> served;  // batched kinds: the names KServe serves (bert: NAME and NAME-ids)
+  std::vector<std::string> aliases;  // other names a request's "model" may use (e.g. the --model argument)
+  // Batched kinds: the names KServe serves (bert: NAME and NAME-ids; image: NAME and NAME-tensor).
+  std::vector<ServedModelSpec> served;
   std::function<StatusOr<LoadedModel>()> load;  // runs on the worker thread
   bool load_at_start = true;
 };

@@ -1,0 +1,59 @@
+// An ONNX image classifier (engine/cnn/) as a classic model, in two input forms over one loaded graph:
+//
+//   encoded form:  input  "image"        BYTES [batch, 1]         one JPEG or PNG per row
+//   tensor form:   input  "input"        FP32  [batch, 3, H, W]   already preprocessed (NCHW)
+//   both:          output "scores"       FP32  [batch, classes]   the model's output (logits or
+//   probabilities)
+//                         "top_k_index"  INT64 [batch, k]         best classes first
+//                         "top_k_score"  FP32  [batch, k]         their probabilities (softmax of the scores
+//                                                                 unless the model ends with a Softmax)
+//                         "top_k_label"  BYTES [batch, k]         their labels (the index when unlabelled)
+//
+// Ledger stages of an execution: preprocess = decode + resize + normalise of every row into one batch
+// tensor (on the instance's thread pool, one image per task), compute = the CNN, postprocess = top-k and
+// the output tensors. Prepare (net thread) only checks each image's header (type and size), so a request
+// with a non-image is refused with 400 before it is queued. Each instance has its own thread pool (threads
+// split across instances) and its own CnnRunner.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "engine/cnn/cnn_model.h"
+#include "engine/image/image_model_config.h"
+#include "serve/batcher/classic_model.h"
+
+namespace stoke {
+
+enum class ImageInputForm { kEncoded, kTensor };
+
+class ImageClassicModel final : public ClassicModel {
+ public:
+  // Plans the model once at the configured input size (batch 1) to learn the number of classes; errors
+  // (an unsupported op, a size the model cannot take) come from here, at load.
+  static StatusOr<std::shared_ptr<ImageClassicModel>> Create(std::shared_ptr<const cnn::CnnModel> model,
+                                                             image::ImageModelConfig config,
+                                                             ImageInputForm form, int threads = 0);
+
+  std::string platform() const override { return "stoke_onnx_cnn"; }
+  const ModelSignature& signature() const override { return signature_; }
+  StatusOr<std::unique_ptr<PreparedInput>> Prepare(std::vector<InferTensor> inputs, int64_t rows,
+                                                   int64_t* tokens) const override;
+  StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(int index, int count) override;
+
+  int64_t num_classes() const { return classes_; }
+  bool graph_ends_with_softmax() const { return model_->ends_with_softmax(); }
+  const image::ImageModelConfig& config() const { return config_; }
+
+ private:
+  ImageClassicModel() = default;
+
+  std::shared_ptr<const cnn::CnnModel> model_;
+  image::ImageModelConfig config_;
+  ImageInputForm form_ = ImageInputForm::kEncoded;
+  int threads_ = 0;
+  int64_t classes_ = 0;
+  ModelSignature signature_;
+};
+
+}  // namespace stoke

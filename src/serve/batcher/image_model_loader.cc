@@ -1,0 +1,47 @@
+#include "serve/batcher/image_model_loader.h"
+
+#include "engine/loader/model_registry.h"
+
+namespace stoke {
+
+bool IsImageModel(const std::string& model) {
+  if (model.ends_with(".onnx")) return true;
+  const ModelSpec* spec = FindModelSpec(model);
+  return spec != nullptr && spec->entry.ends_with(".onnx");
+}
+
+StatusOr<LoadedImageModel> LoadImageModel(const ImageServeSpec& spec) {
+  if (spec.preprocess != "cpu") {
+    return UnimplementedError("--preprocess {}: only cpu preprocessing exists so far (gpu: not yet)",
+                              spec.preprocess);
+  }
+  if (spec.device != "cpu" && spec.device != "auto" && !spec.device.empty()) {
+    return UnimplementedError("--device {}: image models run on the CPU only so far (cuda: not yet)",
+                              spec.device);
+  }
+  LoadedImageModel out;
+  ASSIGN_OR_RETURN(out.path, ResolveModel(spec.model));
+  ASSIGN_OR_RETURN(std::shared_ptr<const cnn::CnnModel> model, cnn::CnnModel::Load(out.path));
+  out.summary = model->Summary();
+  image::ImageModelConfig config;
+  const image::ImageModelConfig* known = image::KnownImageConfig(spec.model);
+  if (known != nullptr)
+    config = *known;
+  else
+    config = image::DefaultImageConfig(model->input_dims());
+  if (spec.file.is_object()) {
+    // Keys the file gives replace the alias's or the defaults; "preprocess" replaces them whole.
+    image::ImageModelConfig from_file;
+    ASSIGN_OR_RETURN(from_file, image::ImageModelConfig::FromJson(spec.file, spec.source));
+    if (spec.file.contains("preprocess")) config.preprocess = from_file.preprocess;
+    if (spec.file.contains("labels")) config.labels = from_file.labels;
+    if (spec.file.contains("top_k")) config.top_k = from_file.top_k;
+  }
+  ASSIGN_OR_RETURN(out.encoded,
+                   ImageClassicModel::Create(model, config, ImageInputForm::kEncoded, spec.threads));
+  ASSIGN_OR_RETURN(out.tensor,
+                   ImageClassicModel::Create(model, config, ImageInputForm::kTensor, spec.threads));
+  return out;
+}
+
+}  // namespace stoke
