@@ -355,7 +355,7 @@ CommandRegistrar kServe("serve", "Serve a model over an OpenAI-compatible HTTP A
       ->capture_default_str();
   cmd->add_option("--config", o->config,
                   "JSON (or *.toml) file with the same keys as these flags (flags win)");
-  cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body; larger gets 413 (e.g. 8MiB)")
+  cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body (413), and KServe gRPC request message (RESOURCE_EXHAUSTED) (e.g. 8MiB)")
       ->transform(CLI::AsSizeValue(false))
       ->capture_default_str();
   cmd->add_option("--http-threads", o->http_threads, "Threads running the HTTP event loop")

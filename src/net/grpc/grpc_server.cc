@@ -419,7 +419,7 @@ Status GrpcInferenceServer::Start() {
   grpc::ServerBuilder builder;
   const std::string address = options_.host + ":" + std::to_string(options_.port);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port_);
-  builder.SetMaxReceiveMessageSize(INT_MAX);
+  builder.SetMaxReceiveMessageSize(options_.max_message_bytes > 0 ? options_.max_message_bytes : INT_MAX);
   builder.SetMaxSendMessageSize(INT_MAX);
   builder.RegisterService(service_.get());
   server_ = builder.BuildAndStart();

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -277,12 +278,14 @@ int RunClassicServe(const ClassicServeOptions& o) {
 
   std::unique_ptr<GrpcInferenceServer> grpc;
   if (o.grpc_port >= 0) {
-    grpc = std::make_unique<GrpcInferenceServer>(GrpcServerOptions{.host = o.host,
-                                                                   .port = o.grpc_port,
-                                                                   .extensions = KserveExtensions(),
-                                                                   .request_log = &request_log,
-                                                                   .record_ledger = o.record_ledger},
-                                                 &repo);
+    grpc = std::make_unique<GrpcInferenceServer>(
+        GrpcServerOptions{.host = o.host,
+                          .port = o.grpc_port,
+                          .extensions = KserveExtensions(),
+                          .request_log = &request_log,
+                          .record_ledger = o.record_ledger,
+                          .max_message_bytes = static_cast<int>(std::min<size_t>(o.max_body_bytes, INT_MAX))},
+        &repo);
     if (Status s = grpc->Start(); !s.ok()) {
       fmt::print(stderr, "stoke serve: {}\n", s.message());
       server.Shutdown(std::chrono::milliseconds(0));
