@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -71,6 +72,10 @@ struct ServeOptions {
   bool no_chunked_prefill = false;
   double drain_seconds = 10;
   double idle_timeout_seconds = 120;
+  double request_timeout_seconds = 60;
+  std::string api_key;  // --api-key, or read from --api-key-file (never logged)
+  std::string api_key_file;
+  bool metrics_require_key = false;
   int gpu_telemetry_interval_ms = 1000;
   bool no_gpu_telemetry = false;
   DeviceFlags device;  // also the engine tuning flags (--gemv-max-rows, --decode-pipeline, ...: cli_util.h)
@@ -137,6 +142,10 @@ Status Validate(const ServeOptions& o) {
   if (o.kv_cache_bytes <= 0) return InvalidArgumentError("--kv-cache-bytes must be positive");
   if (o.block_size < 1) return InvalidArgumentError("--block-size must be at least 1");
   if (o.debug_requests < 0) return InvalidArgumentError("--debug-requests must be >= 0");
+  if (!(o.request_timeout_seconds > 0))
+    return InvalidArgumentError("--request-timeout-seconds must be positive");
+  if (!o.api_key.empty() && !o.api_key_file.empty())
+    return InvalidArgumentError("give --api-key or --api-key-file, not both");
   if (o.max_batch_size < 0 || o.max_batch_size > 4096)
     return InvalidArgumentError("--max-batch-size {} must be in [0, 4096] (0: the model's own)",
                                 o.max_batch_size);
@@ -147,6 +156,16 @@ Status Validate(const ServeOptions& o) {
     return InvalidArgumentError("--gpu-telemetry-interval-ms must be at least 100 (GPM needs > 100 ms)");
   RETURN_IF_ERROR(ParseMetricNaming(o.metric_names).status().WithContext("--metric-names"));
   return DecoderOptionsFromFlags(o.device).status();
+}
+
+// The key from --api-key, or the first line of --api-key-file (trailing whitespace dropped); "" for none.
+StatusOr<std::string> ReadApiKey(const std::string& key, const std::string& file) {
+  if (file.empty()) return key;
+  ASSIGN_OR_RETURN(std::string text, ReadFileToString(file));
+  text = text.substr(0, text.find('\n'));
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+  if (text.empty()) return InvalidArgumentError("--api-key-file {}: the file holds no key", file);
+  return text;
 }
 
 struct Engine {
@@ -206,11 +225,17 @@ int RunServe(CLI::App* cmd, ServeOptions* bound) {
     }
   }
   bound->kv_cache_bytes_set = cmd->get_option("--kv-cache-bytes")->count() > 0;
-  const ServeOptions o = *bound;
-  if (Status s = Validate(o); !s.ok()) {
+  if (Status s = Validate(*bound); !s.ok()) {
     fmt::print(stderr, "stoke serve: {}\n", s.message());
     return 2;
   }
+  if (auto key = ReadApiKey(bound->api_key, bound->api_key_file); key.ok()) {
+    bound->api_key = *key;
+  } else {
+    fmt::print(stderr, "stoke serve: {}\n", key.status().message());
+    return 2;
+  }
+  const ServeOptions o = *bound;
   const MetricNaming naming = *ParseMetricNaming(o.metric_names);
   // Encoders (BERT HF folders) and model files (*.json, e.g. the synthetic model) are served by the dynamic
   // batcher behind KServe v2 REST/gRPC and /v1/embeddings instead of the LLM loop
@@ -226,6 +251,9 @@ int RunServe(CLI::App* cmd, ServeOptions* bound) {
                             .threads = o.threads,
                             .drain_seconds = o.drain_seconds,
                             .idle_timeout_seconds = o.idle_timeout_seconds,
+                            .request_timeout_seconds = o.request_timeout_seconds,
+                            .api_key = o.api_key,
+                            .metrics_require_key = o.metrics_require_key,
                             .gpu_telemetry = !o.no_gpu_telemetry,
                             .gpu_telemetry_interval_ms = o.gpu_telemetry_interval_ms,
                             // "" = the model file's "device" key (an explicit --device overrides it)
@@ -260,6 +288,9 @@ int RunServe(CLI::App* cmd, ServeOptions* bound) {
   ho.threads = o.http_threads;
   ho.max_body_bytes = static_cast<size_t>(o.max_body_bytes);
   ho.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.idle_timeout_seconds * 1000));
+  ho.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.request_timeout_seconds * 1000));
+  ho.api_key = o.api_key;
+  ho.metrics_require_key = o.metrics_require_key;
   ho.error_body = OpenAiErrorBody;
   // Before the server: its connections' completion callbacks write into it.
   RequestLog request_log(static_cast<size_t>(o.debug_requests));
@@ -355,7 +386,9 @@ CommandRegistrar kServe("serve", "Serve a model over an OpenAI-compatible HTTP A
       ->capture_default_str();
   cmd->add_option("--config", o->config,
                   "JSON (or *.toml) file with the same keys as these flags (flags win)");
-  cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body (413), and KServe gRPC request message (RESOURCE_EXHAUSTED) (e.g. 8MiB)")
+  cmd->add_option(
+         "--max-body-bytes", o->max_body_bytes,
+         "Largest request body (413), and KServe gRPC request message (RESOURCE_EXHAUSTED) (e.g. 8MiB)")
       ->transform(CLI::AsSizeValue(false))
       ->capture_default_str();
   cmd->add_option("--http-threads", o->http_threads, "Threads running the HTTP event loop")
@@ -391,6 +424,16 @@ CommandRegistrar kServe("serve", "Serve a model over an OpenAI-compatible HTTP A
   cmd->add_option("--idle-timeout-seconds", o->idle_timeout_seconds,
                   "Close keep-alive connections idle this long")
       ->capture_default_str();
+  cmd->add_option("--request-timeout-seconds", o->request_timeout_seconds,
+                  "A request must arrive whole within this long of its first byte (else 408)")
+      ->capture_default_str();
+  cmd->add_option("--api-key", o->api_key,
+                  "Require 'Authorization: Bearer KEY' (gRPC: metadata authorization) on every route but "
+                  "/health* (and /metrics, unless --metrics-require-key); else 401");
+  cmd->add_option("--api-key-file", o->api_key_file,
+                  "Like --api-key, the key read from this file (its first line), so it stays out of `ps`");
+  cmd->add_flag("--metrics-require-key", o->metrics_require_key,
+                "With --api-key: /metrics needs the key too (default: open, for Prometheus)");
   cmd->add_option("--gpu-telemetry-interval-ms", o->gpu_telemetry_interval_ms,
                   "GPU telemetry (NVML/GPM -> /metrics, /v1/gpu) sampling period")
       ->capture_default_str();

@@ -42,6 +42,9 @@ struct GrpcServerOptions {
   // Largest request message accepted; larger ones fail with RESOURCE_EXHAUSTED before they are decoded
   // (`stoke serve` passes --max-body-bytes, the HTTP body limit). Responses are not limited.
   int max_message_bytes = INT_MAX;
+  // Non-empty: every call but ServerLive and ServerReady needs the metadata "authorization: Bearer <key>",
+  // else UNAUTHENTICATED.
+  std::string api_key;
 };
 
 class GrpcInferenceServer {

@@ -16,6 +16,7 @@
 #include <exception>
 #include <optional>
 
+#include "base/constant_time.h"
 #include "base/logging.h"
 
 namespace stoke {
@@ -71,6 +72,26 @@ std::string Chunk(std::string_view data) {
   return fmt::format("{:x}\r\n{}\r\n", data.size(), data);
 }
 constexpr std::string_view kLastChunk = "0\r\n\r\n";
+
+// Routes open without an API key: health checks (load balancers and orchestrators probe them without
+// credentials) and, unless told otherwise, the Prometheus scrape.
+bool IsOpenPath(std::string_view path, bool metrics_require_key) {
+  if (path == "/health" || path.starts_with("/health/") || path.starts_with("/v2/health/")) return true;
+  return path == "/metrics" && !metrics_require_key;
+}
+
+// "Authorization: Bearer <key>" (the scheme's case does not matter), the key compared in constant time.
+bool HasApiKey(const HttpRequest& req, std::string_view key) {
+  const std::string value = req.Header("authorization");
+  constexpr std::string_view kScheme = "bearer ";
+  if (value.size() < kScheme.size() || !beast::iequals(beast::string_view(value.data(), kScheme.size()),
+                                                       beast::string_view(kScheme.data(), kScheme.size()))) {
+    return false;
+  }
+  std::string_view token = std::string_view(value).substr(kScheme.size());
+  while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
+  return ConstantTimeEquals(key, token);
+}
 
 }  // namespace
 
@@ -475,6 +496,12 @@ void HttpConnection::Dispatch(const HttpRequest& req, const std::shared_ptr<Http
               .body = impl_->options.error_body(status, message),
               .headers = std::move(headers)});
   };
+  const HttpServerOptions& o = impl_->options;
+  if (!o.api_key.empty() && !IsOpenPath(req.path, o.metrics_require_key) && !HasApiKey(req, o.api_key)) {
+    error(401, "a valid API key is required: send the header 'Authorization: Bearer <key>'",
+          {{"WWW-Authenticate", "Bearer"}});
+    return;
+  }
   auto route = impl_->routes.find(req.path);
   if (route == impl_->routes.end()) {
     error(404, fmt::format("no route for {} {}", req.method, req.path));

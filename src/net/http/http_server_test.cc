@@ -182,6 +182,42 @@ TEST(HttpServerTest, ManyShortHeaderLinesPastTheLimitGet431) {
   EXPECT_EQ(c2.Read().result_int(), 200);
 }
 
+TEST(HttpServerTest, ApiKeyGuardsEveryRouteButHealthAndMetrics) {
+  for (bool metrics_require_key : {false, true}) {
+    HttpServerOptions o = TestOptions();
+    o.api_key = "s3cret";
+    o.metrics_require_key = metrics_require_key;
+    HttpServer server(o);
+    for (const char* path : {"/ok", "/health/live", "/health", "/v2/health/ready", "/metrics"}) {
+      server.Handle("GET", path, Echo);
+    }
+    ASSERT_TRUE(server.Start().ok());
+    auto status = [&](const std::string& path, const std::string& auth) {
+      Client c(server.port());
+      c.Send("GET", path, "", auth.empty() ? "" : "Authorization: " + auth + "\r\n");
+      auto res = c.Read();
+      if (res.result_int() == 401) {
+        EXPECT_EQ(res[http::field::www_authenticate], "Bearer");
+        EXPECT_THAT(res.body(), HasSubstr("Authorization: Bearer"));
+      }
+      return res.result_int();
+    };
+    EXPECT_EQ(status("/ok", ""), 401);
+    EXPECT_EQ(status("/ok", "Bearer s3cret"), 200);
+    EXPECT_EQ(status("/ok", "bearer s3cret"), 200);
+    EXPECT_EQ(status("/ok", "Bearer s3cre"), 401);
+    EXPECT_EQ(status("/ok", "Bearer s3crett"), 401);
+    EXPECT_EQ(status("/ok", "Basic s3cret"), 401);
+    EXPECT_EQ(status("/ok", "s3cret"), 401);
+    EXPECT_EQ(status("/nothing", ""), 401);  // no probing for routes without the key
+    EXPECT_EQ(status("/health/live", ""), 200);
+    EXPECT_EQ(status("/health", ""), 200);
+    EXPECT_EQ(status("/v2/health/ready", ""), 200);
+    EXPECT_EQ(status("/metrics", ""), metrics_require_key ? 401 : 200);
+    EXPECT_EQ(status("/metrics", "Bearer s3cret"), 200);
+  }
+}
+
 TEST(HttpServerTest, PipelinedRequestsAnsweredInOrder) {
   HttpServer server(TestOptions());
   server.Handle("GET", "/ok", Echo);

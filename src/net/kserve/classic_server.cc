@@ -250,6 +250,9 @@ int RunClassicServe(const ClassicServeOptions& o) {
   ho.threads = o.http_threads;
   ho.max_body_bytes = o.max_body_bytes;
   ho.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.idle_timeout_seconds * 1000));
+  ho.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.request_timeout_seconds * 1000));
+  ho.api_key = o.api_key;
+  ho.metrics_require_key = o.metrics_require_key;
   ho.error_body = [](int, std::string_view message) { return KserveErrorBody(message); };
   // Before the server: its connections' completion callbacks write into it.
   RequestLog request_log(static_cast<size_t>(std::max(0, o.debug_requests)));
@@ -284,7 +287,8 @@ int RunClassicServe(const ClassicServeOptions& o) {
                           .extensions = KserveExtensions(),
                           .request_log = &request_log,
                           .record_ledger = o.record_ledger,
-                          .max_message_bytes = static_cast<int>(std::min<size_t>(o.max_body_bytes, INT_MAX))},
+                          .max_message_bytes = static_cast<int>(std::min<size_t>(o.max_body_bytes, INT_MAX)),
+                          .api_key = o.api_key},
         &repo);
     if (Status s = grpc->Start(); !s.ok()) {
       fmt::print(stderr, "stoke serve: {}\n", s.message());

@@ -36,6 +36,9 @@ struct ClassicServeOptions {
   int threads = 0;  // compute threads; 0 = hardware threads
   double drain_seconds = 10;
   double idle_timeout_seconds = 120;
+  double request_timeout_seconds = 60;  // HttpServerOptions::request_timeout
+  std::string api_key;                  // HttpServerOptions / GrpcServerOptions::api_key ("" = open)
+  bool metrics_require_key = false;
   bool gpu_telemetry = true;  // NVML/GPM sampler -> /metrics and GET /v1/gpu
   int gpu_telemetry_interval_ms = 1000;
   // bert: "cpu", "cuda" or "auto"; "" = the model file's "device" key, else cpu. Each instance gets its own
