@@ -58,6 +58,8 @@ struct ServeOptions {
   int grpc_port = 8001;
   std::string config;
   int64_t max_body_bytes = 8 << 20;
+  int64_t max_header_bytes = 64 << 10;
+  int max_connections = 0;  // 0: no cap but the descriptor limit
   int http_threads = 2;
   int threads = 0;  // compute threads; 0 = hardware threads
   int64_t kv_cache_bytes = int64_t{1} << 30;
@@ -132,6 +134,9 @@ Status Validate(const ServeOptions& o) {
     return InvalidArgumentError("--model is required (on the command line or in --config)");
   if (o.port < 0 || o.port > 65535) return InvalidArgumentError("--port {} is out of range", o.port);
   if (o.max_body_bytes < 1024) return InvalidArgumentError("--max-body-bytes must be at least 1024");
+  if (o.max_header_bytes < 1024 || o.max_header_bytes > (1 << 30))
+    return InvalidArgumentError("--max-header-bytes must be in [1024, 1GiB]");
+  if (o.max_connections < 0) return InvalidArgumentError("--max-connections must be >= 0");
   if (o.http_threads < 1 || o.http_threads > 256)
     return InvalidArgumentError("--http-threads must be in [1, 256]");
   if (o.max_num_seqs < 1) return InvalidArgumentError("--max-num-seqs must be at least 1");
@@ -248,6 +253,8 @@ int RunServe(CLI::App* cmd, ServeOptions* bound) {
                             .grpc_port = o.grpc_port,
                             .http_threads = o.http_threads,
                             .max_body_bytes = static_cast<size_t>(o.max_body_bytes),
+                            .max_header_bytes = static_cast<size_t>(o.max_header_bytes),
+                            .max_connections = o.max_connections,
                             .threads = o.threads,
                             .drain_seconds = o.drain_seconds,
                             .idle_timeout_seconds = o.idle_timeout_seconds,
@@ -287,6 +294,8 @@ int RunServe(CLI::App* cmd, ServeOptions* bound) {
   ho.port = o.port;
   ho.threads = o.http_threads;
   ho.max_body_bytes = static_cast<size_t>(o.max_body_bytes);
+  ho.max_header_bytes = static_cast<size_t>(o.max_header_bytes);
+  ho.max_connections = o.max_connections;
   ho.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.idle_timeout_seconds * 1000));
   ho.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.request_timeout_seconds * 1000));
   ho.api_key = o.api_key;
@@ -390,6 +399,15 @@ CommandRegistrar kServe("serve", "Serve a model over an OpenAI-compatible HTTP A
          "--max-body-bytes", o->max_body_bytes,
          "Largest request body (413), and KServe gRPC request message (RESOURCE_EXHAUSTED) (e.g. 8MiB)")
       ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  cmd->add_option("--max-header-bytes", o->max_header_bytes,
+                  "Largest request line + headers, all together; larger gets 431 (e.g. 64KiB)")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  cmd->add_option(
+         "--max-connections", o->max_connections,
+         "Open HTTP connections beyond which a new one gets 503 + Retry-After and is closed (0: no cap "
+         "but the descriptor limit)")
       ->capture_default_str();
   cmd->add_option("--http-threads", o->http_threads, "Threads running the HTTP event loop")
       ->capture_default_str();

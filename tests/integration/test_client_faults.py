@@ -211,3 +211,29 @@ def test_kserve_queue_full_gets_503_with_retry_after(stoke_bin, tmp_path):
         assert post(0)[0] == 200
     finally:
         assert srv.stop() == 0, srv.log()
+
+
+def test_connection_flood_past_max_connections(start_server):
+    capped = start_server("--max-connections", "20")
+    held = [connect(capped.port) for _ in range(20)]
+    poll(lambda: open_fds(capped.proc.pid) >= 20, "the 20 connections to be held")
+    refused = 0
+    for _ in range(30):  # more clients than the cap: 503 + Retry-After, then closed
+        s = connect(capped.port)
+        s.settimeout(30)
+        data = b""
+        while True:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        s.close()
+        head, _, body = data.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 503") and b"Retry-After: 1" in head, data
+        assert is_json_error(body), body
+        refused += 1
+    assert refused == 30
+    for s in held:
+        s.close()
+    # Room again once the held ones are gone.
+    poll(lambda: requests.get(capped.base_url + "/health/live", timeout=30).status_code == 200, "a free slot")

@@ -55,20 +55,42 @@ void RaiseFileLimit() {
   }
 }
 
+// Over --max-connections: a short 503 written without waiting (it fits any socket buffer), then close. The
+// client learns to come back; the server spends no strand, parser or timer on it.
+void RefuseConnection(const std::shared_ptr<HttpServer::Impl>& impl, tcp::socket socket) {
+  const std::string body = impl->options.error_body(
+      503,
+      fmt::format("too many connections (--max-connections {}); retry later", impl->options.max_connections));
+  const std::string response = fmt::format(
+      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {}\r\n"
+      "Retry-After: 1\r\nConnection: close\r\n\r\n{}",
+      body.size(), body);
+  boost::system::error_code ec;
+  socket.non_blocking(true, ec);
+  if (!ec) socket.write_some(asio::buffer(response), ec);
+  socket.shutdown(tcp::socket::shutdown_both, ec);
+  socket.close(ec);
+  impl->refused_connections.fetch_add(1);
+}
+
 void Accept(const std::shared_ptr<HttpServer::Impl>& impl) {
-  impl->acceptor->async_accept(
-      asio::make_strand(*impl->ioc), [impl](boost::system::error_code ec, tcp::socket socket) {
-        if (!impl->acceptor->is_open() || impl->draining.load()) return;
-        if (ec) {
-          // EMFILE and friends: back off instead of spinning, then keep accepting.
-          LOG_WARN("http: accept failed: {}", ec.message());
-          impl->accept_retry->expires_after(std::chrono::milliseconds(50));
-          impl->accept_retry->async_wait([impl](boost::system::error_code) { Accept(impl); });
-          return;
-        }
-        StartConnection(impl, std::move(socket));
-        Accept(impl);
-      });
+  impl->acceptor->async_accept(asio::make_strand(*impl->ioc), [impl](boost::system::error_code ec,
+                                                                     tcp::socket socket) {
+    if (!impl->acceptor->is_open() || impl->draining.load()) return;
+    if (ec) {
+      // EMFILE and friends: back off instead of spinning, then keep accepting.
+      LOG_WARN("http: accept failed: {}", ec.message());
+      impl->accept_retry->expires_after(std::chrono::milliseconds(50));
+      impl->accept_retry->async_wait([impl](boost::system::error_code) { Accept(impl); });
+      return;
+    }
+    if (impl->options.max_connections > 0 && impl->open_connections.load() >= impl->options.max_connections) {
+      RefuseConnection(impl, std::move(socket));
+    } else {
+      StartConnection(impl, std::move(socket));
+    }
+    Accept(impl);
+  });
 }
 
 // The first signal is reported to WaitForSignal; the wait is re-armed so that a second one, typically an

@@ -32,7 +32,10 @@ struct HttpServerOptions {
   int port = 8000;                      // 0: an ephemeral port (see HttpServer::port())
   int threads = 2;                      // io threads running the io_context
   size_t max_body_bytes = 8u << 20;     // larger bodies get 413
-  size_t max_header_bytes = 64u << 10;  // larger headers get 431
+  size_t max_header_bytes = 64u << 10;  // larger headers (request line + fields, all together) get 431
+  // Open connections beyond which a new one is answered 503 (Retry-After: 1) and closed at once; 0: no cap
+  // but the process's descriptor limit (raised to its hard limit at Start).
+  int max_connections = 0;
   // A keep-alive connection with no request in progress is closed after this long.
   std::chrono::milliseconds idle_timeout{std::chrono::seconds(120)};
   // A request must arrive completely within this long after its first byte (else 408 and close).

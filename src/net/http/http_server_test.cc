@@ -218,6 +218,32 @@ TEST(HttpServerTest, ApiKeyGuardsEveryRouteButHealthAndMetrics) {
   }
 }
 
+TEST(HttpServerTest, ConnectionsPastTheCapGet503AndClose) {
+  HttpServerOptions o = TestOptions();
+  o.max_connections = 2;
+  HttpServer server(o);
+  server.Handle("GET", "/ok", Echo);
+  ASSERT_TRUE(server.Start().ok());
+  auto a = std::make_unique<Client>(server.port());
+  Client b(server.port());
+  a->Send("GET", "/ok");
+  b.Send("GET", "/ok");
+  ASSERT_EQ(a->Read().result_int(), 200);
+  ASSERT_EQ(b.Read().result_int(), 200);
+  Client c(server.port());
+  auto res = c.Read();
+  EXPECT_EQ(res.result_int(), 503);
+  EXPECT_EQ(res[http::field::retry_after], "1");
+  EXPECT_THAT(res.body(), HasSubstr("--max-connections 2"));
+  EXPECT_TRUE(c.ServerClosed());
+  // A connection that closes makes room.
+  a.reset();
+  ASSERT_TRUE(WaitFor([&] { return server.open_connections() == 1; }));
+  Client d(server.port());
+  d.Send("GET", "/ok");
+  EXPECT_EQ(d.Read().result_int(), 200);
+}
+
 TEST(HttpServerTest, PipelinedRequestsAnsweredInOrder) {
   HttpServer server(TestOptions());
   server.Handle("GET", "/ok", Echo);

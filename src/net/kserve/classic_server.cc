@@ -249,6 +249,8 @@ int RunClassicServe(const ClassicServeOptions& o) {
   ho.port = o.port;
   ho.threads = o.http_threads;
   ho.max_body_bytes = o.max_body_bytes;
+  ho.max_header_bytes = o.max_header_bytes;
+  ho.max_connections = o.max_connections;
   ho.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.idle_timeout_seconds * 1000));
   ho.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.request_timeout_seconds * 1000));
   ho.api_key = o.api_key;

@@ -33,7 +33,9 @@ struct ClassicServeOptions {
   int grpc_port = 8001;  // 0: any free port; -1: no gRPC
   int http_threads = 2;
   size_t max_body_bytes = 8u << 20;
-  int threads = 0;  // compute threads; 0 = hardware threads
+  size_t max_header_bytes = 64u << 10;  // HttpServerOptions::max_header_bytes
+  int max_connections = 0;              // HttpServerOptions::max_connections
+  int threads = 0;                      // compute threads; 0 = hardware threads
   double drain_seconds = 10;
   double idle_timeout_seconds = 120;
   double request_timeout_seconds = 60;  // HttpServerOptions::request_timeout
