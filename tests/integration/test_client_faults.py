@@ -123,7 +123,7 @@ def test_half_open_connections_are_reaped(srv, good):
         s = connect(srv.port)
         s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Le")
         half_request.append(s)
-    poll(lambda: open_fds(srv.proc.pid) >= base + 70, "the server to hold the 70 connections")
+    # (No count of them held: with the 3 s timeouts, a loaded machine may reap the first before the last opens.)
     before = good.ok
     good.wait_past(before)  # others are served meanwhile
     # The idle timeout (3 s) closes the silent ones, the request timeout (3 s) the half requests. (The 408 the

@@ -7,6 +7,7 @@ import os
 import shutil
 import struct
 import subprocess
+import threading
 
 import pytest
 
@@ -69,18 +70,18 @@ GGUF_CASES = [
 
 
 def run(args, timeout=120):
-    """Runs stoke; returns (exit code, stderr, peak RSS in KiB)."""
+    """Runs stoke; returns (exit code, negative for a signal; stderr; the child's own peak RSS in KiB)."""
     p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    timer = threading.Timer(timeout, p.kill)  # a hang ends as a signal, which the caller reports
+    timer.start()
     try:
-        _, err = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        raise
-    # communicate() reaped the child; its peak RSS is in the children's rusage of this process, which only grows,
-    # so the check below is an upper bound over every child so far (all of them must stay small anyway).
-    import resource
-    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return p.returncode, err.decode(errors="replace"), rss
+        err = p.stderr.read()
+        _, status, usage = os.wait4(p.pid, 0)  # this child's rusage, not every child's so far
+    finally:
+        timer.cancel()
+        p.stderr.close()
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return p.returncode, err.decode(errors="replace"), usage.ru_maxrss
 
 
 def check_refused(code, err, rss, fragment, what):
