@@ -1,4 +1,4 @@
-"""--api-key / --api-key-file on both serve paths: every route but /health* (and /metrics unless
+"""--api-key / --api-key-file on a decoder and on a synthetic model: every route but /health* (and /metrics unless
 --metrics-require-key) needs 'Authorization: Bearer KEY' (401 JSON otherwise); KServe gRPC needs the metadata
 'authorization: Bearer KEY' (UNAUTHENTICATED otherwise). Checked with the `openai` client and tritonclient."""
 import numpy as np
