@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/logging.h"
@@ -218,8 +219,13 @@ int RunServer(const ServerOptions& o, const Backends& backends) {
              signo == SIGTERM ? "SIGTERM" : "SIGINT", o.drain_seconds);
   const auto drain = Millis(o.drain_seconds);
   trace.Finish();  // a trace in progress answers now rather than holding the drain up
-  if (grpc) grpc->Shutdown(drain);
+  // Both front ends drain at once: each closes its listener first, so new clients are refused on both ports
+  // from the first signal on (a gRPC stream left open would otherwise keep HTTP accepting for the whole
+  // drain), and the drain takes --drain-seconds, not twice that.
+  std::thread grpc_drain;
+  if (grpc) grpc_drain = std::thread([&grpc, drain] { grpc->Shutdown(drain); });
   server.Shutdown(drain);
+  if (grpc_drain.joinable()) grpc_drain.join();
   // Nothing calls into the models any more: unload them (engine threads join; leftover callbacks only
   // queue onto the stopped servers). The metrics go after (the engines' step hooks use them).
   repo.Stop();

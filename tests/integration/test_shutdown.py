@@ -1,12 +1,14 @@
-"""Shutdown of both serve paths: SIGTERM or SIGINT lets an in-flight request finish (the drain), new connections
-are refused once the listener has closed (connection refused: stoke closes the listener first, so there is no
-window answering 503), and the process exits 0; a second signal during the drain exits at once with 128 + signo."""
+"""Shutdown of a decoder and of a synthetic model: SIGTERM or SIGINT lets an in-flight request finish (the drain),
+new connections are refused once the listener has closed (connection refused: stoke closes the listener first, so
+there is no window answering 503; HTTP and gRPC drain at once, so an open gRPC stream does not keep HTTP
+accepting), and the process exits 0; a second signal during the drain exits at once with 128 + signo."""
 import json
 import signal
 import socket
 import threading
 import time
 
+import numpy as np
 import pytest
 import requests
 
@@ -80,6 +82,21 @@ def test_second_signal_exits_at_once(start_server, signo):
     assert b"data: [DONE]" not in result["lines"]  # cut short, as asked
 
 
+def open_grpc_stream(srv):
+    """A KServe gRPC stream that has answered once and stays open (a client that never hangs up)."""
+    grpcclient = pytest.importorskip("tritonclient.grpc")
+    import queue
+    results = queue.Queue()
+    client = grpcclient.InferenceServerClient(url=srv.grpc_url)
+    client.start_stream(callback=lambda result, error: results.put((result, error)))
+    inp = grpcclient.InferInput("INPUT0", [1, 8], "UINT8")
+    inp.set_data_from_numpy(np.arange(8, dtype=np.uint8).reshape(1, 8))
+    client.async_stream_infer("slow", [inp])
+    result, error = results.get(timeout=60)
+    assert error is None, error
+    return client
+
+
 def test_classic_drain_and_second_signal(stoke_bin, tmp_path):
     # Each request holds its instance for 1.5 s: one is in flight when SIGTERM arrives and must still answer.
     model = write_model_file(tmp_path, type="synthetic", name="slow", input_bytes=8, output_bytes=8,
@@ -97,6 +114,7 @@ def test_classic_drain_and_second_signal(stoke_bin, tmp_path):
             except requests.RequestException as e:
                 out.append(repr(e))
 
+        stream = None if second else open_grpc_stream(srv)
         threads = [threading.Thread(target=post) for _ in range(2)]
         for t in threads:
             t.start()
@@ -108,6 +126,9 @@ def test_classic_drain_and_second_signal(stoke_bin, tmp_path):
             srv.proc.send_signal(signal.SIGTERM)
             assert srv.proc.wait(timeout=60) == 128 + signal.SIGTERM
         else:
+            # gRPC and HTTP drain at once: the open gRPC stream does not keep the HTTP listener accepting.
+            wait_for(lambda: refused(srv.port), "the HTTP listener to close while a gRPC stream is open")
+            stream.stop_stream()
             assert srv.proc.wait(timeout=120) == 0
             assert refused(srv.port)
         for t in threads:
