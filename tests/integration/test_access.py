@@ -1,12 +1,17 @@
-"""--api-key / --api-key-file on a decoder and on a synthetic model: every route but /health* (and /metrics unless
---metrics-require-key) needs 'Authorization: Bearer KEY' (401 JSON otherwise); KServe gRPC needs the metadata
-'authorization: Bearer KEY' (UNAUTHENTICATED otherwise). Checked with the `openai` client and tritonclient."""
+"""--api-key / --api-key-file for every model kind (a decoder, a synthetic model, and a decoder beside an encoder in
+one process): every route but /health* (and /metrics unless --metrics-require-key) needs
+'Authorization: Bearer KEY' (401 JSON otherwise); KServe gRPC needs the metadata 'authorization: Bearer KEY'
+(UNAUTHENTICATED otherwise). Checked with the `openai` client and tritonclient. The two-model server also holds
+the other limits of the one lifecycle: --max-connections, --max-header-bytes, and the gRPC message cap."""
+import time
+
 import numpy as np
 import openai
 import pytest
 import requests
 
 from classic_server import ClassicServer, write_model_file
+from hostile import Reader, connect, exchange, is_json_error
 
 KEY = "sk-test-0123456789abcdef"
 
@@ -128,3 +133,85 @@ def test_kserve_grpc_with_api_key(classic):
     result, error = results.get(timeout=60)
     client.stop_stream()
     assert error is None and result.as_numpy("OUTPUT0").shape == (1, 16)
+
+
+def held_connection(port, polls=600):
+    """A connection the server keeps (it answered /health/live 200 on it); retried while a 503 says the cap is
+    still full of connections the server has not yet seen close."""
+    for _ in range(polls):
+        s = connect(port)
+        s.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+        r = Reader(s).response()
+        if r.status == 200:
+            return s
+        assert r.status == 503, r.status
+        s.close()
+        time.sleep(0.05)
+    pytest.fail(f"no connection held after {polls} tries")
+
+
+def test_two_models_one_process_share_the_limits(stoke_bin, smollm2_path, minilm_path, tmp_path):
+    """A decoder and an encoder in one process: the key guards both models on every front end (OpenAI, KServe
+    REST incl. the repository API, KServe gRPC incl. load/unload), and the connection, header and gRPC message
+    limits hold for the process as a whole."""
+    grpcclient = pytest.importorskip("tritonclient.grpc")
+    from tritonclient.utils import InferenceServerException
+    srv = ClassicServer(stoke_bin, None, "--model", f"chat={smollm2_path}", "--model", f"minilm={minilm_path}",
+                        "--threads", "1", "--api-key", KEY, "--max-connections", "4", "--max-header-bytes", "8KiB",
+                        "--max-body-bytes", "64KiB", log_dir=tmp_path)
+    try:
+        url, ok = srv.base_url, {"Authorization": "Bearer " + KEY}
+        for path in ("/health/live", "/v2/health/ready", "/metrics"):
+            assert requests.get(url + path, timeout=30).status_code == 200, path
+        chat = {"model": "chat", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+        embed = {"model": "minilm", "input": ["a cat"]}
+        infer = {"inputs": [{"name": "text", "shape": [1, 1], "datatype": "BYTES", "data": ["a cat"]}]}
+        guarded = (("POST", "/v1/chat/completions", chat), ("POST", "/v1/embeddings", embed),
+                   ("GET", "/v1/models", None), ("GET", "/v2/models/minilm", None),
+                   ("POST", "/v2/models/minilm/infer", infer), ("POST", "/v2/repository/index", None),
+                   ("POST", "/v2/repository/models/minilm/unload", None))
+        for method, path, body in guarded:
+            r = requests.request(method, url + path, json=body, timeout=60)
+            assert r.status_code == 401 and r.headers["WWW-Authenticate"] == "Bearer", (path, r.text)
+            assert "API key" in r.text, path
+        # With the key, both models answer.
+        for method, path, body in guarded[:5]:
+            r = requests.request(method, url + path, json=body, headers=ok, timeout=300)
+            assert r.status_code == 200, (path, r.text)
+        assert requests.get(url + "/v2/models/minilm/ready", headers=ok, timeout=30).status_code == 200
+
+        # gRPC: the key on inference and on the repository API; the message cap is --max-body-bytes.
+        client = grpcclient.InferenceServerClient(url=srv.grpc_url)
+        text = np.array([[b"a cat"]], dtype=np.object_)
+        inp = grpcclient.InferInput("text", [1, 1], "BYTES")
+        inp.set_data_from_numpy(text)
+        for call in (lambda: client.infer("minilm", [inp]), lambda: client.unload_model("minilm"),
+                     lambda: client.load_model("minilm")):
+            with pytest.raises(InferenceServerException) as e:
+                call()
+            assert e.value.status() == "StatusCode.UNAUTHENTICATED", e.value
+        assert client.infer("minilm", [inp], headers={"authorization": "Bearer " + KEY}).as_numpy("embedding") \
+            .shape[0] == 1
+        big = grpcclient.InferInput("text", [1, 1], "BYTES")
+        big.set_data_from_numpy(np.array([[b"x" * (80 << 10)]], dtype=np.object_))
+        with pytest.raises(InferenceServerException) as e:
+            client.infer("minilm", [big], headers={"authorization": "Bearer " + KEY})
+        assert e.value.status() == "StatusCode.RESOURCE_EXHAUSTED", e.value
+
+        # Headers past --max-header-bytes: 431, whichever model the request is for.
+        r = exchange(srv.port, b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * (16 << 10) +
+                     b"\r\nContent-Length: 2\r\n\r\n{}")
+        assert r.status == 431 and is_json_error(r.body), r.status
+
+        # --max-connections 4: with 4 held, a fifth gets 503 + Retry-After and is closed; room once one goes.
+        held = [held_connection(srv.port) for _ in range(4)]
+        with connect(srv.port) as s:
+            r = Reader(s).response()
+            assert r.status == 503 and r.headers.get("retry-after") == "1" and is_json_error(r.body), r.status
+        held.pop().close()
+        held.append(held_connection(srv.port))
+        for s in held:
+            s.close()
+    finally:
+        assert srv.stop() == 0, srv.log()
+    assert KEY not in srv.log()
