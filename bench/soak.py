@@ -3,6 +3,8 @@
 
   python bench/soak.py --openai http://127.0.0.1:8000 --kserve http://127.0.0.1:8100 --grpc 127.0.0.1:8101 \
       --connections 200 --seconds 180 --out bench/results/soak.json
+  # one process serving both (stoke serve --model chat=... --model minilm=...):
+  python bench/soak.py --openai URL --kserve URL --grpc HOST:PORT --chat-model chat --kserve-model minilm ...
 
 Each connection is a thread with its own keep-alive HTTP session that loops until the time is up, each time
 picking one operation among those its servers offer: chat completion (non-streaming or streaming, exactly
@@ -111,16 +113,18 @@ class Ops:
         self.args = args
         self.ops = []
         if args.openai:
-            self.chat_model = requests.get(args.openai + "/v1/models", timeout=30).json()["data"][0]["id"]
+            self.chat_model = args.chat_model or \
+                requests.get(args.openai + "/v1/models", timeout=30).json()["data"][0]["id"]
             self.ops += [("chat", self.chat), ("chat_stream", self.chat_stream)]
         if args.kserve:
             index = requests.post(args.kserve + "/v2/repository/index", json={}, timeout=30).json()
-            self.kserve_model = index[0]["name"]
+            self.kserve_model = args.kserve_model or index[0]["name"]
             meta = requests.get(f"{args.kserve}/v2/models/{self.kserve_model}", timeout=30).json()
             self.kserve_inputs, self.grpc_inputs = self.make_inputs(meta["inputs"])
             self.kserve_outputs = {o["name"]: o for o in meta["outputs"]}
             self.ops.append(("kserve_rest", self.kserve_rest))
-            probe = requests.post(args.kserve + "/v1/embeddings", json={"input": "probe"}, timeout=60)
+            probe = requests.post(args.kserve + "/v1/embeddings", json={"model": self.kserve_model, "input": "probe"},
+                                  timeout=60)
             if probe.status_code == 200:
                 self.ops.append(("embeddings", self.embeddings))
         if args.grpc:
@@ -187,7 +191,8 @@ class Ops:
         return classify_http(r, check), r.text[:200]
 
     def embeddings(self, session):
-        r = session.post(self.args.kserve + "/v1/embeddings", json={"input": ["one sentence", "and another"]},
+        r = session.post(self.args.kserve + "/v1/embeddings",
+                         json={"model": self.kserve_model, "input": ["one sentence", "and another"]},
                          timeout=self.args.timeout)
         return classify_http(r, lambda r: len(r.json()["data"]) == 2 and len(r.json()["data"][0]["embedding"]) > 0), \
             r.text[:200]
@@ -256,6 +261,8 @@ def main():
     ap.add_argument("--openai", help="base URL of a decoder server (chat completions)")
     ap.add_argument("--kserve", help="base URL of a KServe v2 server (REST infer; /v1/embeddings if an encoder)")
     ap.add_argument("--grpc", help="host:port of its KServe v2 gRPC endpoint")
+    ap.add_argument("--chat-model", help="the decoder to chat with (default: the first of /v1/models)")
+    ap.add_argument("--kserve-model", help="the model for KServe and embeddings (default: the first of the index)")
     ap.add_argument("--grpc-channels", type=int, default=4)
     ap.add_argument("--connections", type=int, default=50)
     ap.add_argument("--seconds", type=float, default=20)
@@ -272,7 +279,7 @@ def main():
     args = ap.parse_args()
 
     ops = Ops(args)
-    urls = [u for u in (args.openai, args.kserve) if u]
+    urls = list(dict.fromkeys(u for u in (args.openai, args.kserve) if u))  # one process may serve both
     pids = dict(p.split("=", 1) for p in args.pid)
     servers = {}
     for u in urls:
