@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -30,6 +31,7 @@
 #include "apps/stoke/cli_util.h"
 #include "apps/stoke/command.h"
 #include "apps/stoke/config_file.h"
+#include "base/file_util.h"
 #include "base/status.h"
 #include "engine/model/backends.h"
 #include "server/server.h"
@@ -48,6 +50,8 @@ struct ServeOptions {
   int grpc_port = 8001;
   std::string config;
   int64_t max_body_bytes = 8 << 20;
+  int64_t max_header_bytes = 64 << 10;
+  int max_connections = 0;  // 0: no cap but the descriptor limit
   int http_threads = 2;
   int threads = 0;  // compute threads; 0 = hardware threads
   int64_t kv_cache_bytes = int64_t{1} << 30;
@@ -62,6 +66,10 @@ struct ServeOptions {
   bool no_chunked_prefill = false;
   double drain_seconds = 10;
   double idle_timeout_seconds = 120;
+  double request_timeout_seconds = 60;
+  std::string api_key;  // --api-key, or read from --api-key-file (never logged)
+  std::string api_key_file;
+  bool metrics_require_key = false;
   int gpu_telemetry_interval_ms = 1000;
   bool no_gpu_telemetry = false;
   DeviceFlags device;  // also the engine tuning flags (--gemv-max-rows, --decode-pipeline, ...: cli_util.h)
@@ -113,6 +121,9 @@ Status Validate(const ServeOptions& o) {
     return InvalidArgumentError("--served-model-name names one model; with several, use --model NAME=SOURCE");
   if (o.port < 0 || o.port > 65535) return InvalidArgumentError("--port {} is out of range", o.port);
   if (o.max_body_bytes < 1024) return InvalidArgumentError("--max-body-bytes must be at least 1024");
+  if (o.max_header_bytes < 1024 || o.max_header_bytes > (1 << 30))
+    return InvalidArgumentError("--max-header-bytes must be in [1024, 1GiB]");
+  if (o.max_connections < 0) return InvalidArgumentError("--max-connections must be >= 0");
   if (o.http_threads < 1 || o.http_threads > 256)
     return InvalidArgumentError("--http-threads must be in [1, 256]");
   if (o.max_num_seqs < 1) return InvalidArgumentError("--max-num-seqs must be at least 1");
@@ -123,6 +134,10 @@ Status Validate(const ServeOptions& o) {
   if (o.kv_cache_bytes <= 0) return InvalidArgumentError("--kv-cache-bytes must be positive");
   if (o.block_size < 1) return InvalidArgumentError("--block-size must be at least 1");
   if (o.debug_requests < 0) return InvalidArgumentError("--debug-requests must be >= 0");
+  if (!(o.request_timeout_seconds > 0))
+    return InvalidArgumentError("--request-timeout-seconds must be positive");
+  if (!o.api_key.empty() && !o.api_key_file.empty())
+    return InvalidArgumentError("give --api-key or --api-key-file, not both");
   if (o.max_batch_size < 0 || o.max_batch_size > 4096)
     return InvalidArgumentError("--max-batch-size {} must be in [0, 4096] (0: the model's own)",
                                 o.max_batch_size);
@@ -133,6 +148,16 @@ Status Validate(const ServeOptions& o) {
     return InvalidArgumentError("--gpu-telemetry-interval-ms must be at least 100 (GPM needs > 100 ms)");
   RETURN_IF_ERROR(ParseMetricNaming(o.metric_names).status().WithContext("--metric-names"));
   return DecoderOptionsFromFlags(o.device).status();
+}
+
+// The key from --api-key, or the first line of --api-key-file (trailing whitespace dropped); "" for none.
+StatusOr<std::string> ReadApiKey(const std::string& key, const std::string& file) {
+  if (file.empty()) return key;
+  ASSIGN_OR_RETURN(std::string text, ReadFileToString(file));
+  text = text.substr(0, text.find('\n'));
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+  if (text.empty()) return InvalidArgumentError("--api-key-file {}: the file holds no key", file);
+  return text;
 }
 
 // "chat=smollm2-135m-instruct" -> name "chat"; "smollm2-135m-instruct" or "/x/a=b.gguf" (a path) -> no name.
@@ -159,11 +184,17 @@ int RunServe(CLI::App* cmd, ServeOptions* bound, const Backends& backends) {
     }
   }
   bound->kv_cache_bytes_set = cmd->get_option("--kv-cache-bytes")->count() > 0;
-  const ServeOptions o = *bound;
-  if (Status s = Validate(o); !s.ok()) {
+  if (Status s = Validate(*bound); !s.ok()) {
     fmt::print(stderr, "stoke serve: {}\n", s.message());
     return 2;
   }
+  if (auto key = ReadApiKey(bound->api_key, bound->api_key_file); key.ok()) {
+    bound->api_key = *key;
+  } else {
+    fmt::print(stderr, "stoke serve: {}\n", key.status().message());
+    return 2;
+  }
+  const ServeOptions o = *bound;
   ServerOptions so;
   for (const std::string& arg : o.models) {
     ModelSettings m = ParseModelArg(arg);
@@ -180,10 +211,15 @@ int RunServe(CLI::App* cmd, ServeOptions* bound, const Backends& backends) {
   so.grpc_port = o.grpc_port;
   so.grpc_port_set = cmd->get_option("--grpc-port")->count() > 0;
   so.max_body_bytes = static_cast<size_t>(o.max_body_bytes);
+  so.max_header_bytes = static_cast<size_t>(o.max_header_bytes);
+  so.max_connections = o.max_connections;
   so.http_threads = o.http_threads;
   so.threads = o.threads;
   so.drain_seconds = o.drain_seconds;
   so.idle_timeout_seconds = o.idle_timeout_seconds;
+  so.request_timeout_seconds = o.request_timeout_seconds;
+  so.api_key = o.api_key;
+  so.metrics_require_key = o.metrics_require_key;
   so.gpu_telemetry = !o.no_gpu_telemetry;
   so.gpu_telemetry_interval_ms = o.gpu_telemetry_interval_ms;
   so.metric_naming = *ParseMetricNaming(o.metric_names);
@@ -236,8 +272,17 @@ CommandRegistrar kServe(
       cmd->add_option("--config", o->config,
                       "JSON (or *.toml) file with the same keys as these flags (flags win)");
       cmd->add_option("--max-body-bytes", o->max_body_bytes,
-                      "Largest request body; larger gets 413 (e.g. 8MiB)")
+                      "Largest request body (413), and KServe gRPC request message (RESOURCE_EXHAUSTED) "
+                      "(e.g. 8MiB)")
           ->transform(CLI::AsSizeValue(false))
+          ->capture_default_str();
+      cmd->add_option("--max-header-bytes", o->max_header_bytes,
+                      "Largest request line + headers, all together; larger gets 431 (e.g. 64KiB)")
+          ->transform(CLI::AsSizeValue(false))
+          ->capture_default_str();
+      cmd->add_option("--max-connections", o->max_connections,
+                      "Open HTTP connections beyond which a new one gets 503 + Retry-After and is closed "
+                      "(0: no cap but the descriptor limit)")
           ->capture_default_str();
       cmd->add_option("--http-threads", o->http_threads, "Threads running the HTTP event loop")
           ->capture_default_str();
@@ -275,6 +320,17 @@ CommandRegistrar kServe(
       cmd->add_option("--idle-timeout-seconds", o->idle_timeout_seconds,
                       "Close keep-alive connections idle this long")
           ->capture_default_str();
+      cmd->add_option("--request-timeout-seconds", o->request_timeout_seconds,
+                      "A request must arrive whole within this long of its first byte (else 408)")
+          ->capture_default_str();
+      cmd->add_option("--api-key", o->api_key,
+                      "Require 'Authorization: Bearer KEY' (gRPC: metadata authorization) on every route "
+                      "but /health* (and /metrics, unless --metrics-require-key), for every model; else 401");
+      cmd->add_option(
+          "--api-key-file", o->api_key_file,
+          "Like --api-key, the key read from this file (its first line), so it stays out of `ps`");
+      cmd->add_flag("--metrics-require-key", o->metrics_require_key,
+                    "With --api-key: /metrics needs the key too (default: open, for Prometheus)");
       cmd->add_option("--gpu-telemetry-interval-ms", o->gpu_telemetry_interval_ms,
                       "GPU telemetry (NVML/GPM -> /metrics, /v1/gpu) sampling period")
           ->capture_default_str();

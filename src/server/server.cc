@@ -2,12 +2,15 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
+#include <climits>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/logging.h"
@@ -131,7 +134,14 @@ int RunServer(const ServerOptions& o, const Backends& backends) {
   ho.port = o.port;
   ho.threads = o.http_threads;
   ho.max_body_bytes = o.max_body_bytes;
+  ho.max_header_bytes = o.max_header_bytes;
+  ho.max_connections = o.max_connections;
   ho.idle_timeout = Millis(o.idle_timeout_seconds);
+  ho.request_timeout = Millis(o.request_timeout_seconds);
+  // Checked before any route is looked up, so every front end (OpenAI, KServe, repository, debug) and every
+  // model is behind it; a second SIGINT/SIGTERM during the drain exits 128+signo (second_signal_exits).
+  ho.api_key = o.api_key;
+  ho.metrics_require_key = o.metrics_require_key;
   if (any_decoder) {
     ho.error_body = OpenAiErrorBody;
   } else {
@@ -161,12 +171,15 @@ int RunServer(const ServerOptions& o, const Backends& backends) {
 
   std::unique_ptr<GrpcInferenceServer> grpc;
   if (any_batched && o.grpc_port >= 0) {
-    grpc = std::make_unique<GrpcInferenceServer>(GrpcServerOptions{.host = o.host,
-                                                                   .port = o.grpc_port,
-                                                                   .extensions = KserveExtensions(),
-                                                                   .request_log = &request_log,
-                                                                   .record_ledger = o.record_ledger},
-                                                 &repo);
+    grpc = std::make_unique<GrpcInferenceServer>(
+        GrpcServerOptions{.host = o.host,
+                          .port = o.grpc_port,
+                          .extensions = KserveExtensions(),
+                          .request_log = &request_log,
+                          .record_ledger = o.record_ledger,
+                          .max_message_bytes = static_cast<int>(std::min<size_t>(o.max_body_bytes, INT_MAX)),
+                          .api_key = o.api_key},
+        &repo);
     if (Status s = grpc->Start(); !s.ok()) {
       fmt::print(stderr, "stoke serve: {}\n", s.message());
       server.Shutdown(std::chrono::milliseconds(0));
@@ -206,8 +219,13 @@ int RunServer(const ServerOptions& o, const Backends& backends) {
              signo == SIGTERM ? "SIGTERM" : "SIGINT", o.drain_seconds);
   const auto drain = Millis(o.drain_seconds);
   trace.Finish();  // a trace in progress answers now rather than holding the drain up
-  if (grpc) grpc->Shutdown(drain);
+  // Both front ends drain at once: each closes its listener first, so new clients are refused on both ports
+  // from the first signal on (a gRPC stream left open would otherwise keep HTTP accepting for the whole
+  // drain), and the drain takes --drain-seconds, not twice that.
+  std::thread grpc_drain;
+  if (grpc) grpc_drain = std::thread([&grpc, drain] { grpc->Shutdown(drain); });
   server.Shutdown(drain);
+  if (grpc_drain.joinable()) grpc_drain.join();
   // Nothing calls into the models any more: unload them (engine threads join; leftover callbacks only
   // queue onto the stopped servers). The metrics go after (the engines' step hooks use them).
   repo.Stop();

@@ -37,10 +37,16 @@ struct ServerOptions {
   int port = 8000;
   int grpc_port = 8001;        // 0: any free port; -1: off
   bool grpc_port_set = false;  // given explicitly (a decoder-only server then warns that it has no gRPC)
-  size_t max_body_bytes = 8u << 20;
+  // Limits and access, the same for every model and route (docs/reliability.md).
+  size_t max_body_bytes = 8u << 20;     // HTTP bodies (413) and KServe gRPC request messages
+  size_t max_header_bytes = 64u << 10;  // request line + headers (431)
+  int max_connections = 0;              // open HTTP connections; beyond: 503 + close (0: fd limit only)
+  double request_timeout_seconds = 60;  // a request must arrive whole within this (408)
+  std::string api_key;                  // "" = open; else Bearer on HTTP and gRPC but health (401)
+  bool metrics_require_key = false;     // with api_key: /metrics too
   int http_threads = 2;
-  int threads = 0;  // compute threads; 0 = hardware threads
-  double drain_seconds = 10;
+  int threads = 0;            // compute threads; 0 = hardware threads
+  double drain_seconds = 10;  // after the first SIGINT/SIGTERM; a second exits 128+signo
   double idle_timeout_seconds = 120;
   bool gpu_telemetry = true;
   int gpu_telemetry_interval_ms = 1000;

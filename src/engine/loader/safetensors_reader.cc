@@ -5,6 +5,8 @@
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <string>
 #include <utility>
 
 namespace stoke {
@@ -114,7 +116,20 @@ Status SafetensorsFile::Parse() {
     return InvalidArgumentError("{}: header is not a JSON object (does not start with '{{')", file);
   }
   const char* hbegin = reinterpret_cast<const char*>(data_ + 8);
-  json header = json::parse(hbegin, hbegin + header_len, nullptr, /*allow_exceptions=*/false);
+  // JSON keeps the last of two equal keys: a file naming a tensor twice would load whichever came last.
+  // Such a file is refused, naming the tensor.
+  std::set<std::string> names;
+  std::string duplicate;
+  auto on_key = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::key && depth == 1 && duplicate.empty() &&
+        !names.insert(parsed.get<std::string>()).second) {
+      duplicate = parsed.get<std::string>();
+    }
+    return true;
+  };
+  json header = json::parse(hbegin, hbegin + header_len, on_key, /*allow_exceptions=*/false);
+  if (!duplicate.empty())
+    return InvalidArgumentError("{}: duplicate tensor name '{}' in the header", file, duplicate);
   if (header.is_discarded()) {
     // Parse again with exceptions only to get the position of the error (cold path).
     std::string why = "syntax error";

@@ -214,6 +214,17 @@ TEST(SafetensorsTest, ErrorsNameTheTensor) {
   EXPECT_THAT(f.status().message(), HasSubstr("'encoder.layer.3.w'"));
 }
 
+// JSON would keep the second of two equal keys; the reader refuses the file instead. A key named twice inside
+// a tensor's entry is not a tensor name (the JSON rules apply there).
+TEST(SafetensorsTest, DuplicateTensorNameIsRefused) {
+  const std::string header =
+      R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"w":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})";
+  auto f = Parse(Pack(header, std::string(16, '\0')), "dup.safetensors");
+  ASSERT_FALSE(f.ok());
+  EXPECT_THAT(f.status().message(), HasSubstr("duplicate tensor name 'w'"));
+  EXPECT_THAT(f.status().message(), HasSubstr("dup.safetensors"));
+}
+
 // Every proper prefix of a valid file is rejected, and reading it never touches bytes past the end (each
 // prefix is copied into a buffer of exactly its size so ASan builds catch an over-read).
 TEST(SafetensorsTest, TruncationAtEveryByteIsRejected) {

@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <cctype>
 #include <climits>
 #include <deque>
 #include <functional>
@@ -9,6 +10,7 @@
 #include <mutex>
 
 #include "base/clock.h"
+#include "base/constant_time.h"
 #include "base/logging.h"
 #include "net/grpc/grpc_codec.h"
 #include "net/grpc/grpc_service.grpc.pb.h"
@@ -126,6 +128,7 @@ class GrpcInferenceServer::Service final : public inference::GRPCInferenceServic
   grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* ctx,
                                        const inference::ModelReadyRequest* req,
                                        inference::ModelReadyResponse* resp) override {
+    if (!Authorized(*ctx)) return Unauthenticated(ctx);
     auto m = Find(req->name(), req->version());
     if (!m.ok()) return Fail(ctx, m.status());
     resp->set_ready((*m)->ready());
@@ -134,6 +137,7 @@ class GrpcInferenceServer::Service final : public inference::GRPCInferenceServic
   grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* ctx,
                                            const inference::ServerMetadataRequest*,
                                            inference::ServerMetadataResponse* resp) override {
+    if (!Authorized(*ctx)) return Unauthenticated(ctx);
     resp->set_name(options_.server_name);
     resp->set_version(options_.server_version);
     for (const std::string& e : options_.extensions) resp->add_extensions(e);
@@ -142,6 +146,7 @@ class GrpcInferenceServer::Service final : public inference::GRPCInferenceServic
   grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* ctx,
                                           const inference::ModelMetadataRequest* req,
                                           inference::ModelMetadataResponse* resp) override {
+    if (!Authorized(*ctx)) return Unauthenticated(ctx);
     auto m = Find(req->name(), req->version());
     if (!m.ok()) return Fail(ctx, m.status());
     ServedModel::Use use = (*m)->Acquire();
@@ -152,6 +157,7 @@ class GrpcInferenceServer::Service final : public inference::GRPCInferenceServic
   grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* ctx,
                                         const inference::ModelConfigRequest* req,
                                         inference::ModelConfigResponse* resp) override {
+    if (!Authorized(*ctx)) return Unauthenticated(ctx);
     auto m = Find(req->name(), req->version());
     if (!m.ok()) return Fail(ctx, m.status());
     ServedModel::Use use = (*m)->Acquire();
@@ -162,6 +168,7 @@ class GrpcInferenceServer::Service final : public inference::GRPCInferenceServic
   grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* ctx,
                                             const inference::ModelStatisticsRequest* req,
                                             inference::ModelStatisticsResponse* resp) override {
+    if (!Authorized(*ctx)) return Unauthenticated(ctx);
     if (req->name().empty()) {
       for (ServedModel* m : repo_->served_models()) FillModelStatistics(*m, resp->add_model_stats());
       return Ok(ctx);
@@ -174,6 +181,7 @@ class GrpcInferenceServer::Service final : public inference::GRPCInferenceServic
   grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* ctx,
                                             const inference::RepositoryIndexRequest* req,
                                             inference::RepositoryIndexResponse* resp) override {
+    if (!Authorized(*ctx)) return Unauthenticated(ctx);
     for (const auto& m : repo_->models()) {
       const ModelState state = m->state();
       if (req->ready() && state != ModelState::kReady) continue;
@@ -194,6 +202,7 @@ class GrpcInferenceServer::Service final : public inference::GRPCInferenceServic
   grpc::ServerUnaryReactor* RepositoryModelLoad(grpc::CallbackServerContext* ctx,
                                                 const inference::RepositoryModelLoadRequest* req,
                                                 inference::RepositoryModelLoadResponse*) override {
+    if (!Authorized(*ctx)) return Unauthenticated(ctx);
     auto* reactor = ctx->DefaultReactor();
     Status queued = repo_->Load(req->model_name(), [reactor](Status s) { reactor->Finish(ToGrpc(s)); });
     if (!queued.ok()) reactor->Finish(ToGrpc(queued));
@@ -202,6 +211,7 @@ class GrpcInferenceServer::Service final : public inference::GRPCInferenceServic
   grpc::ServerUnaryReactor* RepositoryModelUnload(grpc::CallbackServerContext* ctx,
                                                   const inference::RepositoryModelUnloadRequest* req,
                                                   inference::RepositoryModelUnloadResponse*) override {
+    if (!Authorized(*ctx)) return Unauthenticated(ctx);
     auto* reactor = ctx->DefaultReactor();
     Status queued = repo_->Unload(req->model_name(), [reactor](Status s) { reactor->Finish(ToGrpc(s)); });
     if (!queued.ok()) reactor->Finish(ToGrpc(queued));
@@ -211,6 +221,7 @@ class GrpcInferenceServer::Service final : public inference::GRPCInferenceServic
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx,
                                        const inference::ModelInferRequest* req,
                                        inference::ModelInferResponse* resp) override {
+    if (!Authorized(*ctx)) return Unauthenticated(ctx);
     const Nanos arrival = MonotonicNanos();
     auto* reactor = new InferReactor(ctx, resp, arrival, options_.request_log);
     StartInfer(req, resp, arrival,
@@ -263,6 +274,32 @@ class GrpcInferenceServer::Service final : public inference::GRPCInferenceServic
       if (m->metrics() != nullptr && s.code() != StatusCode::kUnavailable) m->metrics()->OnFailure("OTHER");
       (*shared)(s, nullptr, {}, 0);
     }
+  }
+
+  // With GrpcServerOptions::api_key set, the call's metadata must hold "authorization: Bearer <key>"
+  // (compared in constant time). ServerLive and ServerReady, the health checks, are open.
+  bool Authorized(const grpc::CallbackServerContext& ctx) const {
+    if (options_.api_key.empty()) return true;
+    auto it = ctx.client_metadata().find("authorization");
+    if (it == ctx.client_metadata().end()) return false;
+    std::string_view value(it->second.data(), it->second.size());
+    constexpr std::string_view kScheme = "bearer ";
+    if (value.size() < kScheme.size()) return false;
+    for (size_t i = 0; i < kScheme.size(); ++i) {
+      if (std::tolower(static_cast<unsigned char>(value[i])) != kScheme[i]) return false;
+    }
+    value.remove_prefix(kScheme.size());
+    while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+    return ConstantTimeEquals(options_.api_key, value);
+  }
+  static grpc::Status UnauthenticatedStatus() {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "a valid API key is required: send the metadata 'authorization: Bearer <key>'");
+  }
+  static grpc::ServerUnaryReactor* Unauthenticated(grpc::CallbackServerContext* ctx) {
+    auto* r = ctx->DefaultReactor();
+    r->Finish(UnauthenticatedStatus());
+    return r;
   }
 
   RequestLog* request_log() const { return options_.request_log; }
@@ -441,8 +478,21 @@ class StreamInferReactor final
 
 }  // namespace
 
+namespace {
+
+// A ModelStreamInfer call without a valid API key: ends at once with UNAUTHENTICATED.
+class RejectedStream final
+    : public grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse> {
+ public:
+  explicit RejectedStream(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
 grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
 GrpcInferenceServer::Service::ModelStreamInfer(grpc::CallbackServerContext* ctx) {
+  if (!Authorized(*ctx)) return new RejectedStream(UnauthenticatedStatus());
   return new StreamInferReactor(this, LedgerAsked(*ctx));
 }
 
@@ -458,7 +508,7 @@ Status GrpcInferenceServer::Start() {
   grpc::ServerBuilder builder;
   const std::string address = options_.host + ":" + std::to_string(options_.port);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port_);
-  builder.SetMaxReceiveMessageSize(INT_MAX);
+  builder.SetMaxReceiveMessageSize(options_.max_message_bytes > 0 ? options_.max_message_bytes : INT_MAX);
   builder.SetMaxSendMessageSize(INT_MAX);
   builder.RegisterService(service_.get());
   server_ = builder.BuildAndStart();

@@ -9,11 +9,13 @@
 //   grpc.Shutdown(std::chrono::seconds(5));
 //
 // Inputs come as typed contents or raw_input_contents (all inputs or none, in `inputs` order); outputs
-// always go back as raw_output_contents in `outputs` order, as Triton does. Message size limits are raised
-// to INT32_MAX both ways. Status mapping follows Triton (kserve-v2.md §5).
+// always go back as raw_output_contents in `outputs` order, as Triton does. Responses may be up to INT32_MAX
+// bytes; requests up to GrpcServerOptions::max_message_bytes. Status mapping follows Triton (kserve-v2.md
+// §5).
 #pragma once
 
 #include <chrono>
+#include <climits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,6 +40,12 @@ struct GrpcServerOptions {
   // ModelInfer requests with their ledgers go here (GET /v1/debug/requests); null: not recorded.
   RequestLog* request_log = nullptr;
   bool record_ledger = true;  // false: answered requests' ledgers are not recorded (`--no-ledger`)
+  // Largest request message accepted; larger ones fail with RESOURCE_EXHAUSTED before they are decoded
+  // (`stoke serve` passes --max-body-bytes, the HTTP body limit). Responses are not limited.
+  int max_message_bytes = INT_MAX;
+  // Non-empty: every call but ServerLive and ServerReady needs the metadata "authorization: Bearer <key>",
+  // else UNAUTHENTICATED.
+  std::string api_key;
 };
 
 class GrpcInferenceServer {

@@ -16,6 +16,7 @@
 #include <exception>
 #include <optional>
 
+#include "base/constant_time.h"
 #include "base/logging.h"
 
 namespace stoke {
@@ -72,6 +73,26 @@ std::string Chunk(std::string_view data) {
 }
 constexpr std::string_view kLastChunk = "0\r\n\r\n";
 
+// Routes open without an API key: health checks (load balancers and orchestrators probe them without
+// credentials) and, unless told otherwise, the Prometheus scrape.
+bool IsOpenPath(std::string_view path, bool metrics_require_key) {
+  if (path == "/health" || path.starts_with("/health/") || path.starts_with("/v2/health/")) return true;
+  return path == "/metrics" && !metrics_require_key;
+}
+
+// "Authorization: Bearer <key>" (the scheme's case does not matter), the key compared in constant time.
+bool HasApiKey(const HttpRequest& req, std::string_view key) {
+  const std::string value = req.Header("authorization");
+  constexpr std::string_view kScheme = "bearer ";
+  if (value.size() < kScheme.size() || !beast::iequals(beast::string_view(value.data(), kScheme.size()),
+                                                       beast::string_view(kScheme.data(), kScheme.size()))) {
+    return false;
+  }
+  std::string_view token = std::string_view(value).substr(kScheme.size());
+  while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
+  return ConstantTimeEquals(key, token);
+}
+
 }  // namespace
 
 class HttpExchange;
@@ -117,7 +138,8 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
 
   void DoRead();
   void ReadSome();
-  void OnRead(error_code ec, size_t bytes);
+  void OnSocketRead(error_code ec, size_t bytes);
+  void OnRead(error_code ec);
   void ReadBody();
   void OnBody(error_code ec, size_t bytes);
   void OnReadError(error_code ec);
@@ -139,7 +161,8 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   State state_ = State::kReading;
   Nanos recv_time_ = 0;
   bool continue_sent_ = false;
-  int read_calls_ = 0;  // socket reads for the request being read (HttpRequest::read_calls)
+  int read_calls_ = 0;       // socket reads for the request being read (HttpRequest::read_calls)
+  size_t header_bytes_ = 0;  // header bytes the parser consumed so far (the request being read)
 
   struct PendingWrite {
     std::string data;
@@ -282,14 +305,44 @@ void HttpConnection::DoRead() {
   parser_->header_limit(static_cast<uint32_t>(impl_->options.max_header_bytes));
   continue_sent_ = false;
   read_calls_ = 0;
+  header_bytes_ = 0;
   // Beast reads at most what the buffer has room for (at least 512 bytes, at most 64 KiB): without room, a
   // body came in 512-byte reads, each a trip through the event loop (a 1 MiB body: ~2,000 of them).
   if (buffer_.capacity() < kReadChunk) buffer_.reserve(kReadChunk);
   recv_time_ = buffer_.size() > 0 ? MonotonicNanos() : 0;  // a pipelined request already arrived
-  ReadSome();
+  if (buffer_.size() == 0) {
+    ReadSome();
+    return;
+  }
+  // Parsing what is buffered may dispatch the next request at once: never inside the caller (OnWrite, still
+  // working on its write queue), so through the strand.
+  asio::post(executor(), [self = shared_from_this()] {
+    if (self->state_ == State::kReading) self->ReadSome();
+  });
 }
 
+// Parses what is buffered, and reads from the socket when the parser needs more. This is Beast's
+// http::async_read_some done by hand, for one reason: Beast checks its header limit per parse call, not over
+// the whole header, so header lines that arrive a few at a time (10,000 lines of 11 bytes) passed a 64 KiB
+// limit, and a client could grow a header without bound until the request timeout.
 void HttpConnection::ReadSome() {
+  if (buffer_.size() > 0) {
+    error_code ec;
+    const bool header_was_done = parser_->is_header_done();
+    const size_t used = parser_->put(buffer_.data(), ec);
+    buffer_.consume(used);
+    if (!header_was_done) {
+      // What the parser consumed is header (it stops at the header's end); while the header is unfinished,
+      // what is still buffered is too.
+      header_bytes_ += used;
+      const size_t pending = parser_->is_header_done() ? 0 : buffer_.size();
+      if (header_bytes_ + pending > impl_->options.max_header_bytes) ec = http::error::header_limit;
+    }
+    if (ec != http::error::need_more) {
+      OnRead(ec);
+      return;
+    }
+  }
   if (recv_time_ == 0) {
     stream_.expires_after(impl_->options.idle_timeout);
   } else {
@@ -297,14 +350,37 @@ void HttpConnection::ReadSome() {
         recv_time_ + std::chrono::nanoseconds(impl_->options.request_timeout).count() - MonotonicNanos());
     stream_.expires_after(std::max(left, std::chrono::nanoseconds(1)));
   }
-  http::async_read_some(stream_, buffer_, *parser_,
-                        [self = shared_from_this()](error_code ec, size_t n) { self->OnRead(ec, n); });
+  stream_.async_read_some(buffer_.prepare(kReadChunk), [self = shared_from_this()](error_code ec, size_t n) {
+    self->OnSocketRead(ec, n);
+  });
 }
 
-void HttpConnection::OnRead(error_code ec, size_t bytes) {
+void HttpConnection::OnSocketRead(error_code ec, size_t bytes) {
   if (state_ != State::kReading) return;
-  if (bytes > 0) ++read_calls_;
-  if (recv_time_ == 0 && (bytes > 0 || parser_->got_some())) recv_time_ = MonotonicNanos();
+  buffer_.commit(bytes);
+  if (bytes > 0) {
+    ++read_calls_;
+    if (recv_time_ == 0) recv_time_ = MonotonicNanos();
+  }
+  if (ec == asio::error::eof) {
+    if (!parser_->got_some()) {
+      OnRead(http::error::end_of_stream);  // a quiet close between requests
+      return;
+    }
+    error_code eof_ec;
+    parser_->put_eof(eof_ec);  // a message whose end is the close, or a truncated one
+    OnRead(eof_ec);
+    return;
+  }
+  if (ec) {
+    OnRead(ec);
+    return;
+  }
+  ReadSome();
+}
+
+void HttpConnection::OnRead(error_code ec) {
+  if (state_ != State::kReading) return;
   if (ec) {
     OnReadError(ec);
     return;
@@ -420,6 +496,12 @@ void HttpConnection::Dispatch(const HttpRequest& req, const std::shared_ptr<Http
               .body = impl_->options.error_body(status, message),
               .headers = std::move(headers)});
   };
+  const HttpServerOptions& o = impl_->options;
+  if (!o.api_key.empty() && !IsOpenPath(req.path, o.metrics_require_key) && !HasApiKey(req, o.api_key)) {
+    error(401, "a valid API key is required: send the header 'Authorization: Bearer <key>'",
+          {{"WWW-Authenticate", "Bearer"}});
+    return;
+  }
   auto route = impl_->routes.find(req.path);
   if (route == impl_->routes.end()) {
     error(404, fmt::format("no route for {} {}", req.method, req.path));

@@ -28,6 +28,7 @@ struct HttpServer::Impl {
       routes;  // path -> method -> handler; fixed at Start
   std::atomic<int> active_requests{0};
   std::atomic<int> open_connections{0};
+  std::atomic<int64_t> refused_connections{0};  // over max_connections
   std::atomic<bool> draining{false};
 
   std::mutex stop_mu;  // guards signal, stop_requested

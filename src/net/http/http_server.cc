@@ -16,6 +16,8 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
 #include <csignal>
+#include <cstdio>
+#include <cstdlib>
 
 #include "base/logging.h"
 #include "net/http/http_connection.h"
@@ -53,20 +55,67 @@ void RaiseFileLimit() {
   }
 }
 
+// Over --max-connections: a short 503 written without waiting (it fits any socket buffer), then close. The
+// client learns to come back; the server spends no strand, parser or timer on it.
+void RefuseConnection(const std::shared_ptr<HttpServer::Impl>& impl, tcp::socket socket) {
+  const std::string body = impl->options.error_body(
+      503,
+      fmt::format("too many connections (--max-connections {}); retry later", impl->options.max_connections));
+  const std::string response = fmt::format(
+      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {}\r\n"
+      "Retry-After: 1\r\nConnection: close\r\n\r\n{}",
+      body.size(), body);
+  boost::system::error_code ec;
+  socket.non_blocking(true, ec);
+  if (!ec) socket.write_some(asio::buffer(response), ec);
+  socket.shutdown(tcp::socket::shutdown_both, ec);
+  socket.close(ec);
+  impl->refused_connections.fetch_add(1);
+}
+
 void Accept(const std::shared_ptr<HttpServer::Impl>& impl) {
-  impl->acceptor->async_accept(
-      asio::make_strand(*impl->ioc), [impl](boost::system::error_code ec, tcp::socket socket) {
-        if (!impl->acceptor->is_open() || impl->draining.load()) return;
-        if (ec) {
-          // EMFILE and friends: back off instead of spinning, then keep accepting.
-          LOG_WARN("http: accept failed: {}", ec.message());
-          impl->accept_retry->expires_after(std::chrono::milliseconds(50));
-          impl->accept_retry->async_wait([impl](boost::system::error_code) { Accept(impl); });
-          return;
-        }
-        StartConnection(impl, std::move(socket));
-        Accept(impl);
-      });
+  impl->acceptor->async_accept(asio::make_strand(*impl->ioc), [impl](boost::system::error_code ec,
+                                                                     tcp::socket socket) {
+    if (!impl->acceptor->is_open() || impl->draining.load()) return;
+    if (ec) {
+      // EMFILE and friends: back off instead of spinning, then keep accepting.
+      LOG_WARN("http: accept failed: {}", ec.message());
+      impl->accept_retry->expires_after(std::chrono::milliseconds(50));
+      impl->accept_retry->async_wait([impl](boost::system::error_code) { Accept(impl); });
+      return;
+    }
+    if (impl->options.max_connections > 0 && impl->open_connections.load() >= impl->options.max_connections) {
+      RefuseConnection(impl, std::move(socket));
+    } else {
+      StartConnection(impl, std::move(socket));
+    }
+    Accept(impl);
+  });
+}
+
+// The first signal is reported to WaitForSignal; the wait is re-armed so that a second one, typically an
+// impatient operator during the drain, ends the process at once.
+// The handler holds the Impl weakly: it owns the signal set, whose pending wait would otherwise keep it
+// alive.
+void WaitForSignals(const std::shared_ptr<HttpServer::Impl>& shared) {
+  std::weak_ptr<HttpServer::Impl> weak = shared;
+  shared->signals->async_wait([weak](boost::system::error_code ec, int signo) {
+    std::shared_ptr<HttpServer::Impl> impl = weak.lock();
+    if (ec || impl == nullptr) return;
+    bool second;
+    {
+      std::lock_guard lock(impl->stop_mu);
+      second = impl->signal != 0;
+      if (!second) impl->signal = signo;
+      impl->stop_cv.notify_all();
+    }
+    if (second && impl->options.second_signal_exits) {
+      std::fprintf(stderr, "stoke: second signal (%d) during shutdown; exiting now\n", signo);
+      std::fflush(stderr);
+      std::_Exit(128 + signo);
+    }
+    WaitForSignals(impl);
+  });
 }
 
 }  // namespace
@@ -98,12 +147,7 @@ Status HttpServer::Start() {
   impl.signals->add(SIGINT);
   impl.signals->add(SIGTERM);
   std::shared_ptr<Impl> shared = impl_;
-  impl.signals->async_wait([shared](boost::system::error_code ec, int signo) {
-    if (ec) return;
-    std::lock_guard lock(shared->stop_mu);
-    shared->signal = signo;
-    shared->stop_cv.notify_all();
-  });
+  WaitForSignals(shared);
   Accept(impl_);
   const int n = std::max(1, impl.options.threads);
   for (int i = 0; i < n; ++i) {
@@ -138,10 +182,7 @@ void HttpServer::Shutdown(std::chrono::milliseconds drain) {
     impl->acceptor->close(ignored);
     impl->accept_retry->cancel();
   });
-  asio::post(*impl->ioc, [impl] {
-    boost::system::error_code ignored;
-    impl->signals->cancel(ignored);
-  });
+  // The signal wait stays armed while draining: a second signal exits at once (WaitForSignals).
   ForEachConnection(impl, /*force=*/false);  // idle connections close now, busy ones after their response
   const auto deadline = std::chrono::steady_clock::now() + drain;
   while (impl->active_requests.load() > 0 && std::chrono::steady_clock::now() < deadline) {

@@ -32,12 +32,23 @@ struct HttpServerOptions {
   int port = 8000;                      // 0: an ephemeral port (see HttpServer::port())
   int threads = 2;                      // io threads running the io_context
   size_t max_body_bytes = 8u << 20;     // larger bodies get 413
-  size_t max_header_bytes = 64u << 10;  // larger headers get 431
+  size_t max_header_bytes = 64u << 10;  // larger headers (request line + fields, all together) get 431
+  // Open connections beyond which a new one is answered 503 (Retry-After: 1) and closed at once; 0: no cap
+  // but the process's descriptor limit (raised to its hard limit at Start).
+  int max_connections = 0;
   // A keep-alive connection with no request in progress is closed after this long.
   std::chrono::milliseconds idle_timeout{std::chrono::seconds(120)};
-  // A request must arrive completely within this long after its first byte.
+  // A request must arrive completely within this long after its first byte (else 408 and close).
   std::chrono::milliseconds request_timeout{std::chrono::seconds(60)};
   HttpErrorFormatter error_body;  // empty: DefaultHttpErrorBody
+  // Non-empty: every request must carry "Authorization: Bearer <api_key>" (compared in constant time), else
+  // 401 with WWW-Authenticate: Bearer, before any route is looked up. Open without it: /health, /health/*,
+  // /v2/health/*, and /metrics unless metrics_require_key.
+  std::string api_key;
+  bool metrics_require_key = false;
+  // After the first SIGINT/SIGTERM (which WaitForSignal reports), a second one ends the process at once
+  // (std::_Exit(128 + signo)) even while Shutdown drains. false: it is ignored.
+  bool second_signal_exits = true;
 };
 
 class HttpServer {
@@ -60,7 +71,8 @@ class HttpServer {
   void Shutdown(std::chrono::milliseconds drain);
 
   // Blocks until a SIGINT or SIGTERM arrives, Shutdown is called, or `timeout` passes. Returns the signal
-  // number (0 if none). The signals are caught from Start() on, so they never kill the process meanwhile.
+  // number (0 if none). The signals are caught from Start() on, so they never kill the process meanwhile;
+  // a second one exits at once (HttpServerOptions::second_signal_exits).
   int WaitForSignal(std::chrono::milliseconds timeout = std::chrono::milliseconds::max());
 
   // Requests whose response is not yet complete, and open connections (for tests and /metrics).

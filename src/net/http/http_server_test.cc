@@ -52,6 +52,7 @@ class Client {
     return ec == asio::error::eof || ec == asio::error::connection_reset;
   }
   void Close() { socket_.close(); }
+  tcp::socket& socket() { return socket_; }
   beast::error_code last_error_;
 
  private:
@@ -153,6 +154,94 @@ TEST(HttpServerTest, MalformedRequestGets400) {
   auto res = c.Read();
   EXPECT_EQ(res.result_int(), 400);
   EXPECT_THAT(res.body(), HasSubstr("malformed HTTP request"));
+}
+
+// Header lines that arrive a few at a time add up: the limit is on the whole header, not on each read
+// (Beast's own check let 10,000 short lines through a 64 KiB limit).
+TEST(HttpServerTest, ManyShortHeaderLinesPastTheLimitGet431) {
+  HttpServerOptions o = TestOptions();
+  o.max_header_bytes = 4096;
+  HttpServer server(o);
+  server.Handle("GET", "/ok", Echo);
+  ASSERT_TRUE(server.Start().ok());
+  Client c(server.port());
+  c.SendRaw("GET /ok HTTP/1.1\r\nHost: x\r\n");
+  for (int i = 0; i < 200; ++i) c.SendRaw("X-Line-" + std::to_string(i) + ": v\r\n");  // ~3.4 KiB so far
+  for (int i = 200; i < 2000; ++i) {
+    boost::system::error_code ec;
+    const std::string line = "X-Line-" + std::to_string(i) + ": v\r\n";
+    asio::write(c.socket(), asio::buffer(line), ec);
+    if (ec) break;  // the server answered and closed
+  }
+  EXPECT_EQ(c.Read().result_int(), 431);
+  // Just under the limit is fine.
+  Client c2(server.port());
+  std::string headers;
+  for (int i = 0; i < 200; ++i) headers += "X-Line-" + std::to_string(i) + ": v\r\n";
+  c2.SendRaw("GET /ok HTTP/1.1\r\nHost: x\r\n" + headers + "\r\n");
+  EXPECT_EQ(c2.Read().result_int(), 200);
+}
+
+TEST(HttpServerTest, ApiKeyGuardsEveryRouteButHealthAndMetrics) {
+  for (bool metrics_require_key : {false, true}) {
+    HttpServerOptions o = TestOptions();
+    o.api_key = "s3cret";
+    o.metrics_require_key = metrics_require_key;
+    HttpServer server(o);
+    for (const char* path : {"/ok", "/health/live", "/health", "/v2/health/ready", "/metrics"}) {
+      server.Handle("GET", path, Echo);
+    }
+    ASSERT_TRUE(server.Start().ok());
+    auto status = [&](const std::string& path, const std::string& auth) {
+      Client c(server.port());
+      c.Send("GET", path, "", auth.empty() ? "" : "Authorization: " + auth + "\r\n");
+      auto res = c.Read();
+      if (res.result_int() == 401) {
+        EXPECT_EQ(res[http::field::www_authenticate], "Bearer");
+        EXPECT_THAT(res.body(), HasSubstr("Authorization: Bearer"));
+      }
+      return res.result_int();
+    };
+    EXPECT_EQ(status("/ok", ""), 401);
+    EXPECT_EQ(status("/ok", "Bearer s3cret"), 200);
+    EXPECT_EQ(status("/ok", "bearer s3cret"), 200);
+    EXPECT_EQ(status("/ok", "Bearer s3cre"), 401);
+    EXPECT_EQ(status("/ok", "Bearer s3crett"), 401);
+    EXPECT_EQ(status("/ok", "Basic s3cret"), 401);
+    EXPECT_EQ(status("/ok", "s3cret"), 401);
+    EXPECT_EQ(status("/nothing", ""), 401);  // no probing for routes without the key
+    EXPECT_EQ(status("/health/live", ""), 200);
+    EXPECT_EQ(status("/health", ""), 200);
+    EXPECT_EQ(status("/v2/health/ready", ""), 200);
+    EXPECT_EQ(status("/metrics", ""), metrics_require_key ? 401 : 200);
+    EXPECT_EQ(status("/metrics", "Bearer s3cret"), 200);
+  }
+}
+
+TEST(HttpServerTest, ConnectionsPastTheCapGet503AndClose) {
+  HttpServerOptions o = TestOptions();
+  o.max_connections = 2;
+  HttpServer server(o);
+  server.Handle("GET", "/ok", Echo);
+  ASSERT_TRUE(server.Start().ok());
+  auto a = std::make_unique<Client>(server.port());
+  Client b(server.port());
+  a->Send("GET", "/ok");
+  b.Send("GET", "/ok");
+  ASSERT_EQ(a->Read().result_int(), 200);
+  ASSERT_EQ(b.Read().result_int(), 200);
+  Client c(server.port());
+  auto res = c.Read();
+  EXPECT_EQ(res.result_int(), 503);
+  EXPECT_EQ(res[http::field::retry_after], "1");
+  EXPECT_THAT(res.body(), HasSubstr("--max-connections 2"));
+  EXPECT_TRUE(c.ServerClosed());
+  // A connection that closes makes room.
+  a.reset();
+  ASSERT_TRUE(WaitFor([&] { return server.open_connections() == 1; }));
+  Client d(server.port());
+  d.Send("GET", "/ok");
+  EXPECT_EQ(d.Read().result_int(), 200);
 }
 
 TEST(HttpServerTest, PipelinedRequestsAnsweredInOrder) {

@@ -133,9 +133,11 @@ Status ParseRequestParameters(const json& params, RestInferRequest* r) {
       if (t < 0) return InvalidArgumentError("parameter 'timeout' must be >= 0 microseconds");
       r->timeout_us = t;
     } else if (key == "sequence_id" || key == "sequence_start" || key == "sequence_end") {
-      return UnimplementedError("parameter '{}': sequence batching is not supported", key);
+      // A feature this server lacks (sequence batching, shared memory, classification) is answered 400: the
+      // request cannot be served as sent, and a 5xx would read as a server fault.
+      return InvalidArgumentError("parameter '{}': sequence batching is not supported", key);
     } else if (key.starts_with("shared_memory_")) {
-      return UnimplementedError("parameter '{}': shared memory is not supported", key);
+      return InvalidArgumentError("parameter '{}': shared memory is not supported", key);
     }
     // Anything else is a custom parameter for the model (the parameters extension); ours take none.
   }
@@ -204,7 +206,7 @@ StatusOr<RestInferRequest> ParseRestInferRequest(std::string_view body, std::opt
           }
           binary_size = v.get<int64_t>();
         } else if (key.starts_with("shared_memory_")) {
-          return UnimplementedError("{}: shared memory is not supported", what);
+          return InvalidArgumentError("{}: shared memory is not supported", what);
         }
       }
     }
@@ -258,9 +260,9 @@ StatusOr<RestInferRequest> ParseRestInferRequest(std::string_view body, std::opt
               return InvalidArgumentError("output '{}': binary_data must be a boolean", ro.name);
             ro.binary = v.get<bool>();
           } else if (key == "classification") {
-            return UnimplementedError("output '{}': classification is not supported", ro.name);
+            return InvalidArgumentError("output '{}': classification is not supported", ro.name);
           } else if (key.starts_with("shared_memory_")) {
-            return UnimplementedError("output '{}': shared memory is not supported", ro.name);
+            return InvalidArgumentError("output '{}': shared memory is not supported", ro.name);
           }
         }
       }

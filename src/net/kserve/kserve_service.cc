@@ -254,8 +254,10 @@ void KserveService::HandleInfer(ServedModel* m, const HttpRequest& req, std::sha
   }
   const std::string encoding = req.Header("content-encoding");
   if (!encoding.empty() && encoding != "identity") {
-    r->Send(ErrorReply(
-        UnimplementedError("Content-Encoding '{}' is not supported; send the body uncompressed", encoding)));
+    // 415, as RFC 9110 says for a content coding the server does not know.
+    r->Send(
+        JsonReply(415, KserveErrorBody(fmt::format(
+                           "Content-Encoding '{}' is not supported; send the body uncompressed", encoding))));
     return;
   }
   auto header_length = ParseHeaderLength(req.Header("inference-header-content-length"));

@@ -52,6 +52,10 @@ struct EmbeddingsRequest {
   std::string model;
 };
 
+// Inputs one request may hold (OpenAI's own limit): each is a row for the encoder, so a request of 100,000
+// would hold the model for minutes while every other client waits.
+constexpr size_t kMaxEmbeddingInputs = 2048;
+
 // Parse + validate; on error *param names the field.
 StatusOr<EmbeddingsRequest> ParseEmbeddingsRequest(const json& j, int hidden, std::string* param) {
   EmbeddingsRequest r;
@@ -74,6 +78,10 @@ StatusOr<EmbeddingsRequest> ParseEmbeddingsRequest(const json& j, int hidden, st
     r.texts.push_back(in.get<std::string>());
   } else if (in.is_array()) {
     if (in.empty()) return InvalidArgumentError("'input' must not be an empty list");
+    if (!in[0].is_number() && in.size() > kMaxEmbeddingInputs) {
+      return InvalidArgumentError("'input' holds {} inputs; at most {} are allowed per request", in.size(),
+                                  kMaxEmbeddingInputs);
+    }
     if (in[0].is_string()) {
       for (size_t i = 0; i < in.size(); ++i) {
         if (!in[i].is_string()) return InvalidArgumentError("input[{}] must be a string like the others", i);

@@ -439,6 +439,7 @@ std::string OpenAiErrorBody(int status, std::string_view message) {
   ApiError e;
   e.status = status;
   e.message = std::string(message);
+  if (status == 401) e.code = "invalid_api_key";
   if (status == 404) e.code = "not_found";
   if (status == 405) e.code = "method_not_allowed";
   if (status == 413) e.code = "request_too_large";
