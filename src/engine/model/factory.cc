@@ -28,7 +28,9 @@ StatusOr<LlamaWeights> LoadWeights(const std::string& path) {
 
 }  // namespace
 
-void RegisterCudaDecoderBackend(DecoderBackend backend) { CudaBackend() = backend; }
+void RegisterCudaDecoderBackend(DecoderBackend backend) {
+  CudaBackend() = backend;
+}
 
 std::string ResolveDecoderDevice(const std::string& device) {
   if (device != "auto") return device;
@@ -61,18 +63,21 @@ StatusOr<std::unique_ptr<DecoderModel>> LoadDecoder(const std::string& path, con
   if (device == "cuda") {
     const DecoderBackend& b = CudaBackend();
     if (b.create == nullptr) {
-      return FailedPreconditionError("--device cuda: this stoke was built without CUDA (configure with the "
-                                     "release-cuda preset on a machine with nvcc)");
+      return FailedPreconditionError(
+          "--device cuda: this stoke was built without CUDA (configure with the "
+          "release-cuda preset on a machine with nvcc)");
     }
     if (b.available != nullptr && !b.available()) {
-      return FailedPreconditionError("--device cuda: no CUDA GPU is visible (driver missing or "
-                                     "CUDA_VISIBLE_DEVICES empty); use --device cpu");
+      return FailedPreconditionError(
+          "--device cuda: no CUDA GPU is visible (driver missing or "
+          "CUDA_VISIBLE_DEVICES empty); use --device cpu");
     }
   }
   ASSIGN_OR_RETURN(LlamaWeights weights, LoadWeights(path));
   if (device == "cuda") return CudaBackend().create(std::move(weights), options);
   const bool ggml = options.ggml_compatible_numerics && weights.from_gguf;
-  ASSIGN_OR_RETURN(std::unique_ptr<CpuLlama> model, CpuLlama::Create(std::move(weights), options.pool, ggml));
+  ASSIGN_OR_RETURN(std::unique_ptr<CpuLlama> model,
+                   CpuLlama::Create(std::move(weights), options.pool, ggml, options.kv_cache));
   return std::unique_ptr<DecoderModel>(std::move(model));
 }
 

@@ -58,6 +58,8 @@ struct DecoderOptions {
   // Flag --ggml-numerics off turns it off (stoke's own, slightly faster kernels; logits differ from
   // llama.cpp's in the last bits).
   bool ggml_compatible_numerics = true;
+  // KV cache storage (--kv-cache-dtype): auto | bf16 | int8 | fp8 (KvCacheOptions, decoder.h).
+  KvCacheOptions kv_cache;
   // CUDA: kernel choices (see CudaDecoderTuning); ignored on the CPU.
   CudaDecoderTuning cuda;
 };
@@ -71,7 +73,8 @@ StatusOr<std::unique_ptr<DecoderModel>> LoadDecoder(const std::string& path, Thr
 // The GPU backend registers itself here (engine/cuda, linked only into CUDA builds) so this CPU-only
 // library never depends on CUDA. `available` says whether a usable GPU is present (for device "auto").
 struct DecoderBackend {
-  StatusOr<std::unique_ptr<DecoderModel>> (*create)(LlamaWeights weights, const DecoderOptions& options) = nullptr;
+  StatusOr<std::unique_ptr<DecoderModel>> (*create)(LlamaWeights weights,
+                                                    const DecoderOptions& options) = nullptr;
   bool (*available)() = nullptr;
 };
 void RegisterCudaDecoderBackend(DecoderBackend backend);
