@@ -211,7 +211,8 @@ StatusOr<Json> RunStepBench(const StepBenchOptions& o, std::FILE* progress) {
               {"pdl", t.pdl},
               {"decode_min_partition", t.decode_min_partition},
               {"decode_pipeline", t.decode_pipeline},
-              {"prefill_attention", t.prefill_attention}};
+              {"prefill_attention", t.prefill_attention},
+              {"kv_cache_dtype", model->kv_cache_dtype_name()}};
   report["engine"] = engine;
   report["model"] = {{"path", path},
                      {"layers", L},
