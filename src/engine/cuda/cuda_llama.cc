@@ -425,10 +425,13 @@ Status CudaLlama::AllocateKvCache(int num_blocks, int block_size) {
     kv_ = nullptr;
   }
   kv_layers_.clear();
+  kv_quant_layers_.clear();
   num_blocks_ = block_size_ = 0;
   const LlamaConfig& c = config_;
   const size_t half = size_t{1} * num_blocks * block_size * c.num_kv_heads * c.head_dim;  // elements
-  const size_t bytes = 2 * half * c.num_layers * sizeof(__nv_bfloat16);
+  const size_t rows = size_t{1} * num_blocks * block_size * c.num_kv_heads;               // (slot, kv head)
+  const size_t bytes = quant_kv() ? c.num_layers * (2 * half + 2 * rows * sizeof(float))
+                                  : 2 * half * c.num_layers * sizeof(__nv_bfloat16);
   const cudaError_t err = cudaMalloc(&kv_, bytes);
   if (err != cudaSuccess) {
     cudaGetLastError();
@@ -439,6 +442,21 @@ Status CudaLlama::AllocateKvCache(int num_blocks, int block_size) {
   }
   // On the step stream: a legacy-stream memset would not be ordered before the first step's cache writes.
   CUDA_RETURN_IF_ERROR(cudaMemsetAsync(kv_, 0, bytes, stream_.get()));
+  if (quant_kv()) {
+    auto* bytes_base = static_cast<uint8_t*>(kv_);
+    auto* scales =
+        reinterpret_cast<float*>(bytes_base + 2 * half * c.num_layers);  // 4-byte aligned: half % 4 == 0
+    for (int l = 0; l < c.num_layers; ++l) {
+      uint8_t* k = bytes_base + 2 * half * l;
+      float* ks = scales + 2 * rows * l;
+      kv_quant_layers_.push_back(cuda::DevicePagedKvQuant{k, k + half, ks, ks + rows, options_.kv_cache_dtype,
+                                                          num_blocks, block_size, c.num_kv_heads,
+                                                          c.head_dim});
+    }
+    num_blocks_ = num_blocks;
+    block_size_ = block_size;
+    return OkStatus();
+  }
   auto* base = static_cast<__nv_bfloat16*>(kv_);
   for (int l = 0; l < c.num_layers; ++l) {
     kv_layers_.push_back(cuda::DevicePagedKv<__nv_bfloat16>{base + 2 * half * l, base + (2 * half * l + half),
@@ -455,8 +473,9 @@ KvCacheShape CudaLlama::kv_shape() const {
 }
 
 int64_t CudaLlama::KvBytesPerToken() const {
-  return int64_t{2} * config_.num_layers * config_.num_kv_heads * config_.head_dim *
-         static_cast<int64_t>(sizeof(__nv_bfloat16));
+  const int64_t rows = int64_t{2} * config_.num_layers * config_.num_kv_heads;  // (K or V, layer, kv head)
+  if (quant_kv()) return rows * (config_.head_dim + static_cast<int64_t>(sizeof(float)));
+  return rows * config_.head_dim * static_cast<int64_t>(sizeof(__nv_bfloat16));
 }
 
 Status CudaLlama::CopyKvBlock(int32_t src, int32_t dst) {
@@ -466,6 +485,18 @@ Status CudaLlama::CopyKvBlock(int32_t src, int32_t dst) {
   if (src == dst) return OkStatus();
   CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.gpu_index));
   const size_t block = size_t{1} * block_size_ * config_.num_kv_heads * config_.head_dim;  // elements
+  const size_t block_rows = size_t{1} * block_size_ * config_.num_kv_heads;
+  for (const cuda::DevicePagedKvQuant& kv : kv_quant_layers_) {
+    for (uint8_t* base : {kv.k, kv.v}) {
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(base + dst * block, base + src * block, block,
+                                           cudaMemcpyDeviceToDevice, stream_.get()));
+    }
+    for (float* base : {kv.k_scale, kv.v_scale}) {
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(base + dst * block_rows, base + src * block_rows,
+                                           block_rows * sizeof(float), cudaMemcpyDeviceToDevice,
+                                           stream_.get()));
+    }
+  }
   for (const cuda::DevicePagedKv<__nv_bfloat16>& kv : kv_layers_) {
     for (__nv_bfloat16* base : {kv.k, kv.v}) {
       CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(base + dst * block, base + src * block,
@@ -525,33 +556,62 @@ Status CudaLlama::EnqueueLinear(const Linear& lin, const __nv_bfloat16* x, int64
   return gemm.Run(x, lin.w, y, DType::kBF16, m, lin.rows, lin.cols, stream_.get());
 }
 
+// Layer i's QKV split + RoPE + cache write and its attention, over the bf16 cache.
+Status CudaLlama::EnqueueAttention(int i, const StepArgs& a) {
+  const LlamaConfig& c = config_;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  cudaStream_t s = stream_.get();
+  const Layer& l = layers_[i];
+  const cuda::DevicePagedKv<__nv_bfloat16>& kv = kv_layers_[i];
+  RETURN_IF_ERROR(
+      cuda::QkvRopeWriteKv(qkv_, l.qkv_bias, a.positions, a.slots, a.T, c.num_heads, inv_freq_, kv, q_, s));
+  const cuda::PagedKvBatch<__nv_bfloat16> batch{.kv = kv,
+                                                .block_tables = a.bt,
+                                                .max_blocks_per_seq = a.W,
+                                                .num_seqs = a.S,
+                                                .context_lens = a.ctx,
+                                                .max_context_len = a.max_ctx,
+                                                .cu_seqlens = a.cu,
+                                                .start_pos = a.start,
+                                                .total_tokens = a.T};
+  if (a.decode) {
+    return cuda::PagedDecodeAttention(q_, batch, c.num_heads, scale, decode_ws_, attn_, s,
+                                      options_.attention);
+  }
+  return cuda::PrefillAttention(q_, batch, c.num_heads, scale, attn_, s, options_.attention);
+}
+
+// The same over the 8-bit cache (quantised on write, dequantised inside the attention kernels).
+Status CudaLlama::EnqueueQuantAttention(int i, const StepArgs& a) {
+  const LlamaConfig& c = config_;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  cudaStream_t s = stream_.get();
+  const Layer& l = layers_[i];
+  const cuda::DevicePagedKvQuant& kv = kv_quant_layers_[i];
+  RETURN_IF_ERROR(cuda::QkvRopeWriteKvQuant(qkv_, l.qkv_bias, a.positions, a.slots, a.T, c.num_heads,
+                                            inv_freq_, kv, q_, s));
+  if (a.decode) {
+    return cuda::PagedDecodeAttention(q_, a.bt, a.W, a.ctx, a.S, c.num_heads, a.max_ctx, scale, kv,
+                                      decode_ws_, attn_, s, options_.attention);
+  }
+  return cuda::PrefillAttention(q_, a.cu, a.start, a.S, a.T, a.bt, a.W, c.num_heads, scale, kv, attn_, s,
+                                options_.attention);
+}
+
 Status CudaLlama::EnqueueLayers(const StepArgs& a, cuda::BlasLtGemm& gemm) {
   const LlamaConfig& c = config_;
   const int64_t T = a.T, H = c.hidden_size, F = c.intermediate_size;
-  const float eps = c.rms_norm_eps, scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const float eps = c.rms_norm_eps;
   cudaStream_t s = stream_.get();
   RETURN_IF_ERROR(cuda::EmbeddingGather(embedding_, c.vocab_size, H, a.tokens, T, x_, s));
   for (int i = 0; i < c.num_layers; ++i) {
     const Layer& l = layers_[i];
-    const cuda::DevicePagedKv<__nv_bfloat16>& kv = kv_layers_[i];
     RETURN_IF_ERROR(cuda::AddRmsNorm(i == 0 ? nullptr : proj_, x_, l.attn_norm, T, H, eps, h_, s));
     RETURN_IF_ERROR(EnqueueLinear(l.qkv, h_, T, qkv_, gemm));
-    RETURN_IF_ERROR(
-        cuda::QkvRopeWriteKv(qkv_, l.qkv_bias, a.positions, a.slots, T, c.num_heads, inv_freq_, kv, q_, s));
-    const cuda::PagedKvBatch<__nv_bfloat16> batch{.kv = kv,
-                                                  .block_tables = a.bt,
-                                                  .max_blocks_per_seq = a.W,
-                                                  .num_seqs = a.S,
-                                                  .context_lens = a.ctx,
-                                                  .max_context_len = a.max_ctx,
-                                                  .cu_seqlens = a.cu,
-                                                  .start_pos = a.start,
-                                                  .total_tokens = T};
-    if (a.decode) {
-      RETURN_IF_ERROR(cuda::PagedDecodeAttention(q_, batch, c.num_heads, scale, decode_ws_, attn_, s,
-                                                 options_.attention));
+    if (quant_kv()) {
+      RETURN_IF_ERROR(EnqueueQuantAttention(i, a));
     } else {
-      RETURN_IF_ERROR(cuda::PrefillAttention(q_, batch, c.num_heads, scale, attn_, s, options_.attention));
+      RETURN_IF_ERROR(EnqueueAttention(i, a));
     }
     RETURN_IF_ERROR(EnqueueLinear(l.o, attn_, T, proj_, gemm));
     RETURN_IF_ERROR(cuda::AddRmsNorm(proj_, x_, l.ffn_norm, T, H, eps, h_, s));
