@@ -76,8 +76,7 @@ StatusOr<precision::GateReport> CheckDecoder(const CheckCliOptions& o, const std
   ASSIGN_OR_RETURN(DecoderOptions cand, DecoderOptionsFromFlags(o.device));
   cand.device = ResolveDecoderDevice(cand.device);
   const DecoderOptions ref = precision::ReferenceOptions(cand);
-  if (cand.kv_cache.dtype == ref.kv_cache.dtype ||
-      (cand.device == "cuda" && cand.kv_cache.dtype == KvCacheDtype::kBf16)) {
+  if (!precision::DiffersFromReference(cand, cand.device)) {
     return InvalidArgumentError(
         "nothing to compare: --kv-cache-dtype {} is the reference precision on {} "
         "(give --kv-cache-dtype bf16, int8 or fp8)",

@@ -45,6 +45,7 @@
 #include "telemetry/gpu_telemetry.h"
 #include "telemetry/server_metrics.h"
 #include "telemetry/step_trace.h"
+#include "tools/precision/serve_gate.h"
 
 namespace stoke {
 namespace {
@@ -81,6 +82,7 @@ struct ServeOptions {
   std::string metric_names = "vllm";  // vllm (stoke:...) | prometheus (stoke_...): telemetry/metrics.h
   int debug_requests = 1000;          // finished requests GET /v1/debug/requests keeps (0: off)
   bool no_ledger = false;             // per-request ledgers not recorded (the ledger-overhead benchmark)
+  bool allow_inconsistent = false;    // serve a precision the consistency gate rejects (serve_gate.h)
 };
 
 // Applies --config: every key sets its flag unless the flag was given on the command line.
@@ -154,7 +156,9 @@ struct Engine {
   std::shared_ptr<const Tokenizer> tokenizer;
   std::optional<ChatTemplate> chat_template;
   std::string path;
-  std::string device;  // the decoder's device_name()
+  std::string device;                         // the decoder's device_name()
+  std::string kv_cache_dtype;                 // the decoder's kv_cache_dtype_name()
+  std::optional<precision::GateReport> gate;  // the consistency gate run at load, if any (serve_gate.h)
 };
 
 StatusOr<Engine> LoadEngine(const ServeOptions& o, ServerMetrics* metrics) {
@@ -171,8 +175,10 @@ StatusOr<Engine> LoadEngine(const ServeOptions& o, ServerMetrics* metrics) {
   }
   ASSIGN_OR_RETURN(DecoderOptions dopts, DecoderOptionsFromFlags(o.device));
   dopts.max_step_tokens = std::max(dopts.max_step_tokens, o.max_num_batched_tokens);
+  ASSIGN_OR_RETURN(e.gate, precision::RunServeGate(e.path, dopts, *e.tokenizer, o.allow_inconsistent));
   ASSIGN_OR_RETURN(std::unique_ptr<DecoderModel> model, LoadDecoder(e.path, dopts));
   e.device = model->device_name();
+  e.kv_cache_dtype = model->kv_cache_dtype_name();
 
   LlmLoopOptions lo;
   lo.scheduler.max_num_seqs = o.max_num_seqs;
@@ -317,6 +323,13 @@ int RunServe(CLI::App* cmd, ServeOptions* bound) {
     auto loop = weak_loop.lock();
     return loop ? loop->Snapshot() : EngineSnapshot{};
   });
+  service->SetModelFields(precision::PrecisionModelFields(engine.kv_cache_dtype, engine.gate));
+  if (engine.gate) {
+    if (Status s =
+            precision::PublishGateMetrics(*engine.gate, served, engine.kv_cache_dtype, metrics->registry());
+        !s.ok())
+      LOG_WARN("serve: consistency gate metrics: {}", s.message());
+  }
   service->SetReady(engine.loop, engine.tokenizer, engine.chat_template);
   fmt::print(
       stderr,
@@ -413,6 +426,8 @@ CommandRegistrar kServe("serve", "Serve a model over an OpenAI-compatible HTTP A
                   "/metrics family names: vllm (stoke:name; promtool lints the colon) or prometheus "
                   "(stoke_name; lint-clean)")
       ->capture_default_str();
+  cmd->add_flag("--allow-inconsistent", o->allow_inconsistent,
+                "Serve a --kv-cache-dtype the output-consistency gate at load rejects (docs/precision.md)");
   cmd->add_option("--debug-requests", o->debug_requests,
                   "Finished requests (with their time ledgers) GET /v1/debug/requests keeps (0: off)")
       ->capture_default_str();

@@ -1,6 +1,7 @@
 """Precision (docs/precision.md): `stoke model check` passes SmolLM2 with an 8-bit KV cache, writes its report and
-refuses bad input with exit 2; `stoke serve --kv-cache-dtype int8` fits more KV blocks into the same
---kv-cache-bytes and still serves text."""
+refuses bad input with exit 2; `stoke serve --kv-cache-dtype int8` runs the gate at load (result on /v1/models and
+/metrics), fits more KV blocks into the same --kv-cache-bytes and still serves text. (A failing precision refused
+at load: tools/precision/serve_gate_test.cc, through the test-only broken quantiser no flag reaches.)"""
 import json
 import subprocess
 
@@ -68,5 +69,19 @@ def test_serve_int8_kv_fits_more_blocks(start_server):
         r = requests.post(srv.base_url + "/v1/completions", json=body, timeout=120)
         assert r.status_code == 200, r.text
         assert r.json()["choices"][0]["text"]
+        # The gate ran at load (fp32 is the CPU's reference): its result on /v1/models and /metrics.
+        entry = srv.get("/v1/models").json()["data"][0]
+        assert entry["precision"]["kv_cache_dtype"] == dtype
+        gate = entry["precision"]["consistency_gate"]
+        assert gate["pass"] is True and gate["candidate"].endswith("kv " + dtype), gate
+        assert srv.metric("stoke:precision_gate_pass", kv_cache_dtype=dtype) == 1
+        assert 0.9 <= srv.metric("stoke:precision_gate_metric", metric="top1_agreement") <= 1
         srv.stop()
     assert blocks["int8"] >= 1.8 * blocks["bf16"]
+
+
+def test_serve_reference_precision_runs_no_gate(server):
+    entry = server.get("/v1/models").json()["data"][0]
+    assert entry["precision"]["consistency_gate"] is None
+    assert entry["precision"]["kv_cache_dtype"] in ("fp32", "bf16")
+    assert "precision_gate_pass" not in server.metrics_text()

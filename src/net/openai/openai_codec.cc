@@ -604,13 +604,20 @@ std::string SseData(std::string_view json_text) {
   return fmt::format("data: {}\n\n", json_text);
 }
 
-std::string ModelListJson(const std::string& model, int64_t created, int max_model_len) {
+std::string ModelListJson(const std::string& model, int64_t created, int max_model_len,
+                          std::string_view extra_fields) {
   ojson m;
   m["id"] = model;
   m["object"] = "model";
   m["created"] = created;
   m["owned_by"] = "stoke";
   m["max_model_len"] = max_model_len;
+  if (!extra_fields.empty()) {
+    const ojson extra = ojson::parse(extra_fields, nullptr, /*allow_exceptions=*/false);
+    if (extra.is_object()) {
+      for (const auto& [key, value] : extra.items()) m[key] = value;
+    }
+  }
   ojson out;
   out["object"] = "list";
   out["data"] = ojson::array({std::move(m)});

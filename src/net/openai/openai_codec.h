@@ -99,6 +99,8 @@ inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
 
 // /v1/models: {"object": "list", "data": [{"id", "object": "model", "created", "owned_by",
 // "max_model_len"}]}.
-std::string ModelListJson(const std::string& model, int64_t created, int max_model_len);
+// extra_fields: "" or a JSON object whose members are added to the model's entry (e.g. "precision").
+std::string ModelListJson(const std::string& model, int64_t created, int max_model_len,
+                          std::string_view extra_fields = {});
 
 }  // namespace stoke

@@ -343,5 +343,13 @@ TEST(OpenAiCodecTest, ModelList) {
   EXPECT_EQ(j["data"][0]["max_model_len"], 8192);
 }
 
+TEST(OpenAiCodecTest, ModelListExtraFields) {
+  json j = json::parse(ModelListJson("smol", 42, 8192, R"({"precision": {"kv_cache_dtype": "int8"}})"));
+  EXPECT_EQ(j["data"][0]["precision"]["kv_cache_dtype"], "int8");
+  EXPECT_EQ(j["data"][0]["id"], "smol");
+  j = json::parse(ModelListJson("smol", 42, 8192, "not json"));  // ignored, never a broken answer
+  EXPECT_FALSE(j["data"][0].contains("precision"));
+}
+
 }  // namespace
 }  // namespace stoke

@@ -315,6 +315,11 @@ void OpenAiService::SetReady(std::shared_ptr<LlmEngine> engine, std::shared_ptr<
   loaded_ = std::move(l);
 }
 
+void OpenAiService::SetModelFields(std::string json_object) {
+  std::lock_guard lock(mu_);
+  model_fields_ = std::move(json_object);
+}
+
 std::shared_ptr<const OpenAiService::Loaded> OpenAiService::loaded() const {
   std::lock_guard lock(mu_);
   return loaded_;
@@ -493,8 +498,13 @@ void OpenAiService::HandleModels(const HttpRequest&, std::shared_ptr<HttpRespond
     SendError(*r, {.status = 503, .message = "the model is still loading", .code = "not_ready"});
     return;
   }
-  r->Send(
-      JsonResponse(200, ModelListJson(options_.served_model_name, created_, l->engine->context_length())));
+  std::string fields;
+  {
+    std::lock_guard lock(mu_);
+    fields = model_fields_;
+  }
+  r->Send(JsonResponse(
+      200, ModelListJson(options_.served_model_name, created_, l->engine->context_length(), fields)));
 }
 
 void OpenAiService::HandleLive(const HttpRequest&, std::shared_ptr<HttpResponder> r) {

@@ -60,6 +60,9 @@ class OpenAiService {
   void SetReady(std::shared_ptr<LlmEngine> engine, std::shared_ptr<const Tokenizer> tokenizer,
                 std::optional<ChatTemplate> chat_template);
   bool ready() const;
+  // Members added to the model's GET /v1/models entry: a JSON object as text (e.g. {"precision": {...}},
+  // tools/precision/serve_gate.h). Thread-safe; may be called before or after SetReady.
+  void SetModelFields(std::string json_object);
 
   // Route handlers (public for tests that drive them with a fake responder).
   void HandleChatCompletions(const HttpRequest& req, std::shared_ptr<HttpResponder> r);
@@ -92,6 +95,7 @@ class OpenAiService {
   std::atomic<int> in_flight_{0};
   mutable std::mutex mu_;
   std::shared_ptr<const Loaded> loaded_;  // guarded by mu_; null until SetReady
+  std::string model_fields_;              // guarded by mu_; SetModelFields
 };
 
 }  // namespace stoke

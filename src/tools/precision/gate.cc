@@ -114,6 +114,16 @@ DecoderOptions ReferenceOptions(const DecoderOptions& candidate) {
   return o;
 }
 
+bool DiffersFromReference(const DecoderOptions& candidate, const std::string& device) {
+  const KvCacheDtype kv = candidate.kv_cache.dtype;
+  if (kv == KvCacheDtype::kAuto) return false;
+  return !(device == "cuda" && kv == KvCacheDtype::kBf16);
+}
+
+DecoderGateOptions ServeGateOptions() {
+  return DecoderGateOptions{.tokens = 256, .greedy_prompts = 1, .greedy_tokens = 16};
+}
+
 StatusOr<GateReport> RunDecoderGate(DecoderModel& reference, DecoderModel& candidate, const Tokenizer& tok,
                                     std::string_view text, const DecoderGateOptions& o) {
   if (o.tokens < 2 || o.chunk < 1 || o.block_size < 1 || o.window < 0 || o.greedy_tokens < 0) {

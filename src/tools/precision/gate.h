@@ -88,6 +88,13 @@ StatusOr<GateReport> CheckDecoderPrecision(const DecoderLoader& load, const Deco
 // same device.
 DecoderOptions ReferenceOptions(const DecoderOptions& candidate);
 
+// Whether `candidate` asks for another precision than ReferenceOptions(candidate) on `device` (resolved:
+// "cpu" or "cuda"): false for the reference itself, and for bf16 KV on cuda (its native cache).
+bool DiffersFromReference(const DecoderOptions& candidate, const std::string& device);
+
+// The short gate `stoke serve` runs at load (a few hundred tokens, one greedy prompt).
+DecoderGateOptions ServeGateOptions();
+
 // One embedding function per precision: batch of token-id sequences -> [batch, hidden] pooled embeddings.
 using EmbedFn = std::function<Status(const std::vector<std::vector<int32_t>>&, std::vector<float>*)>;
 struct EncoderGateOptions {
