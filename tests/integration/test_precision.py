@@ -85,3 +85,16 @@ def test_serve_reference_precision_runs_no_gate(server):
     assert entry["precision"]["consistency_gate"] is None
     assert entry["precision"]["kv_cache_dtype"] in ("fp32", "bf16")
     assert "precision_gate_pass" not in server.metrics_text()
+
+
+def test_encoder_gate_compares_embeddings(stoke_bin, minilm_path, tmp_path):
+    out = tmp_path / "enc.json"
+    p = run_check(stoke_bin, "--model", minilm_path, "--device", "cpu", "--sentences", 8, "--json", out)
+    assert p.returncode == 0, p.stdout + p.stderr
+    report = json.loads(out.read_text())
+    assert report["kind"] == "encoder" and report["positions"] == 8
+    assert [m["name"] for m in report["metrics"]] == ["mean_cosine", "min_cosine"]
+    # On the CPU there is one encoder precision: fp32 against itself.
+    assert report["metrics"][0]["value"] == pytest.approx(1.0, abs=1e-6)
+    p = run_check(stoke_bin, "--model", minilm_path, "--kv-cache-dtype", "int8")
+    assert p.returncode == 2 and "no KV cache" in p.stderr
