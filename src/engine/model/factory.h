@@ -73,8 +73,7 @@ StatusOr<std::unique_ptr<DecoderModel>> LoadDecoder(const std::string& path, Thr
 // The GPU backend registers itself here (engine/cuda, linked only into CUDA builds) so this CPU-only
 // library never depends on CUDA. `available` says whether a usable GPU is present (for device "auto").
 struct DecoderBackend {
-  StatusOr<std::unique_ptr<DecoderModel>> (*create)(LlamaWeights weights,
-                                                    const DecoderOptions& options) = nullptr;
+  StatusOr<std::unique_ptr<DecoderModel>> (*create)(LlamaWeights weights, const DecoderOptions& options) = nullptr;
   bool (*available)() = nullptr;
 };
 void RegisterCudaDecoderBackend(DecoderBackend backend);

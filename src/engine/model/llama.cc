@@ -172,9 +172,16 @@ cpu::QuantPagedKvLayer CpuLlama::QuantKvLayer(int layer) {
   uint8_t* base = kvq_.data() + 2 * half * layer;
   const bool scaled = KvCacheDtypeIsQuantized(kv_opts_.dtype);
   float* sbase = scaled ? kv_scales_.data() + 2 * rows * layer : nullptr;
-  return cpu::QuantPagedKvLayer{
-      kv_opts_.dtype, base,        base + half,    sbase,      scaled ? sbase + rows : nullptr,
-      num_blocks_,    block_size_, c.num_kv_heads, c.head_dim, kv_opts_.testing_dequant_scale_multiplier};
+  return cpu::QuantPagedKvLayer{.dtype = kv_opts_.dtype,
+                                .k = base,
+                                .v = base + half,
+                                .k_scale = sbase,
+                                .v_scale = scaled ? sbase + rows : nullptr,
+                                .num_blocks = num_blocks_,
+                                .block_size = block_size_,
+                                .num_kv_heads = c.num_kv_heads,
+                                .head_dim = c.head_dim,
+                                .dequant_scale_multiplier = kv_opts_.testing_dequant_scale_multiplier};
 }
 
 Status CpuLlama::CopyKvBlock(int32_t src, int32_t dst) {
