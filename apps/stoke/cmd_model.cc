@@ -514,8 +514,8 @@ CommandRegistrar kModel("model", "List, fetch, inspect, synth and check models",
   synth->add_flag("--quiet", o->quiet, "No progress bar");
   auto check_run = std::make_shared<CommandRun>();
   CLI::App* check = AddModelCheckCommand(cmd, check_run.get());
-  return [o, cmd, list, fetch, inspect, synth, check, check_run]() -> int {
-    if (check->parsed()) return (*check_run)();
+  return [o, cmd, list, fetch, inspect, synth, check, check_run](const Backends& backends) -> int {
+    if (check->parsed()) return (*check_run)(backends);
     if (synth->parsed()) return RunSynth(*o);
     if (list->parsed()) return RunList(*o);
     if (fetch->parsed()) return RunFetch(*o);

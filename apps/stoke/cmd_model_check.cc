@@ -20,6 +20,7 @@
 #include "base/file_util.h"
 #include "base/thread_pool.h"
 #include "engine/loader/model_registry.h"
+#include "engine/model/backends.h"
 #include "engine/model/bert.h"
 #include "engine/model/bert_backend.h"
 #include "engine/model/factory.h"
@@ -72,9 +73,9 @@ Status CheckQuantization(const std::string& q) {
 }
 
 StatusOr<precision::GateReport> CheckDecoder(const CheckCliOptions& o, const std::string& path,
-                                             const std::string& text) {
+                                             const std::string& text, const Backends& backends) {
   ASSIGN_OR_RETURN(DecoderOptions cand, DecoderOptionsFromFlags(o.device));
-  cand.device = ResolveDecoderDevice(cand.device);
+  cand.device = ResolveDecoderDevice(cand.device, backends);
   const DecoderOptions ref = precision::ReferenceOptions(cand);
   if (!precision::DiffersFromReference(cand, cand.device)) {
     return InvalidArgumentError(
@@ -88,12 +89,12 @@ StatusOr<precision::GateReport> CheckDecoder(const CheckCliOptions& o, const std
   g.greedy_prompts = o.greedy_prompts;
   g.greedy_tokens = o.greedy_tokens;
   if (cand.device == "cuda") g.chunk = 512;
-  auto load = [&path](const DecoderOptions& d) { return LoadDecoder(path, d); };
+  auto load = [&](const DecoderOptions& d) { return LoadDecoder(path, d, backends); };
   return precision::CheckDecoderPrecision(load, ref, cand, *tok, text, g);
 }
 
 StatusOr<precision::GateReport> CheckEncoder(const CheckCliOptions& o, const std::string& path,
-                                             const std::string& text) {
+                                             const std::string& text, const Backends& backends) {
   if (o.device.tuning.kv_cache_dtype != "auto") {
     return InvalidArgumentError("--kv-cache-dtype: {} is an encoder, which has no KV cache", path);
   }
@@ -102,7 +103,8 @@ StatusOr<precision::GateReport> CheckEncoder(const CheckCliOptions& o, const std
   ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, LoadTokenizer(path));
   precision::EmbedFn reference = [enc](const std::vector<std::vector<int32_t>>& ids,
                                        std::vector<float>* out) { return enc->Embed(ids, out); };
-  ASSIGN_OR_RETURN(std::shared_ptr<BertDeviceModel> dev, LoadBertOnDevice(enc, {.device = o.device.device}));
+  ASSIGN_OR_RETURN(std::shared_ptr<BertDeviceModel> dev,
+                   LoadBertOnDevice(enc, {.device = o.device.device}, backends));
   precision::EmbedFn candidate = reference;
   std::string label = "cpu fp32";
   if (dev != nullptr) {
@@ -120,7 +122,7 @@ StatusOr<precision::GateReport> CheckEncoder(const CheckCliOptions& o, const std
                                    label);
 }
 
-int RunCheck(const CheckCliOptions& o) {
+int RunCheck(const CheckCliOptions& o, const Backends& backends) {
   auto fail = [](const Status& s) {
     fmt::print(stderr, "stoke model check: {}\n", s.ToString());
     const StatusCode c = s.code();
@@ -138,7 +140,8 @@ int RunCheck(const CheckCliOptions& o) {
   if (!path.ok()) return fail(path.status());
   auto text = precision::ReadGateText(o.data);
   if (!text.ok()) return fail(text.status());
-  auto report = IsEncoderFolder(*path) ? CheckEncoder(o, *path, *text) : CheckDecoder(o, *path, *text);
+  auto report = IsEncoderFolder(*path) ? CheckEncoder(o, *path, *text, backends)
+                                       : CheckDecoder(o, *path, *text, backends);
   if (!report.ok()) return fail(report.status());
   fmt::print("{}", precision::ReportToText(*report));
   if (!o.json_out.empty()) {
@@ -173,7 +176,7 @@ CLI::App* AddModelCheckCommand(CLI::App* model, CommandRun* run) {
   cmd->add_option("--threads", o->threads, "CPU threads (0 = all)")->capture_default_str();
   cmd->add_option("--json", o->json_out, "Also write the report here");
   AddDeviceFlags(cmd, &o->device);
-  *run = [o]() -> int { return RunCheck(*o); };
+  *run = [o](const Backends& backends) -> int { return RunCheck(*o, backends); };
   return cmd;
 }
 

@@ -161,7 +161,7 @@ struct Engine {
   std::optional<precision::GateReport> gate;  // the consistency gate run at load, if any (serve_gate.h)
 };
 
-StatusOr<Engine> LoadEngine(const ServeOptions& o, ServerMetrics* metrics) {
+StatusOr<Engine> LoadEngine(const ServeOptions& o, ServerMetrics* metrics, const Backends& backends) {
   Engine e;
   ASSIGN_OR_RETURN(e.path, ResolveModel(o.model));
   ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, LoadTokenizer(e.path));
@@ -175,8 +175,8 @@ StatusOr<Engine> LoadEngine(const ServeOptions& o, ServerMetrics* metrics) {
   }
   ASSIGN_OR_RETURN(DecoderOptions dopts, DecoderOptionsFromFlags(o.device));
   dopts.max_step_tokens = std::max(dopts.max_step_tokens, o.max_num_batched_tokens);
-  ASSIGN_OR_RETURN(e.gate, precision::RunServeGate(e.path, dopts, *e.tokenizer, o.allow_inconsistent));
-  ASSIGN_OR_RETURN(std::unique_ptr<DecoderModel> model, LoadDecoder(e.path, dopts));
+  ASSIGN_OR_RETURN(e.gate, precision::RunServeGate(e.path, dopts, *e.tokenizer, o.allow_inconsistent, backends));
+  ASSIGN_OR_RETURN(std::unique_ptr<DecoderModel> model, LoadDecoder(e.path, dopts, backends));
   e.device = model->device_name();
   e.kv_cache_dtype = model->kv_cache_dtype_name();
 
@@ -204,7 +204,7 @@ StatusOr<Engine> LoadEngine(const ServeOptions& o, ServerMetrics* metrics) {
 }
 
 // `bound` is what CLI11 writes into: --config values land there too, so read the options after applying it.
-int RunServe(CLI::App* cmd, ServeOptions* bound) {
+int RunServe(CLI::App* cmd, ServeOptions* bound, const Backends& backends) {
   if (!bound->config.empty()) {
     if (Status s = ApplyConfigFile(cmd, bound->config); !s.ok()) {
       fmt::print(stderr, "stoke serve: {}\n", s.message());
@@ -242,7 +242,8 @@ int RunServe(CLI::App* cmd, ServeOptions* bound) {
                             .max_queue_delay_us = o.max_queue_delay_us,
                             .metric_naming = naming,
                             .debug_requests = o.debug_requests,
-                            .record_ledger = !o.no_ledger});
+                            .record_ledger = !o.no_ledger},
+                           backends);
   }
   if (o.threads > 0) ThreadPool::SetDefaultThreads(o.threads);
   const std::string served = o.served_model_name.empty() ? DefaultServedName(o.model) : o.served_model_name;
@@ -299,7 +300,7 @@ int RunServe(CLI::App* cmd, ServeOptions* bound) {
   StatusOr<Engine> loaded = InternalError("not loaded");
   std::atomic<bool> load_done{false};
   std::thread loader([&] {
-    loaded = LoadEngine(o, metrics.get());
+    loaded = LoadEngine(o, metrics.get(), backends);
     load_done = true;
   });
   while (!load_done.load()) {
@@ -435,7 +436,7 @@ CommandRegistrar kServe("serve", "Serve a model over an OpenAI-compatible HTTP A
       "--no-ledger", o->no_ledger,
       "Do not record finished requests' time ledgers (no request_stage_seconds, /v1/debug/requests "
       "entries or trace request spans; X-Stoke-Ledger: 1 is still answered): to measure their cost");
-  return [cmd, o]() -> int { return RunServe(cmd, o.get()); };
+  return [cmd, o](const Backends& backends) -> int { return RunServe(cmd, o.get(), backends); };
 });
 
 }  // namespace

@@ -171,7 +171,7 @@ CommandRun SetupTune(CLI::App* cmd) {
   cmd->add_option("--out", c->out, "Output directory");
   cmd->add_option("--url", c->url, "Not yet: tuning a server started elsewhere");
   cmd->add_flag("--quiet", c->quiet, "No progress lines on stderr");
-  return [c]() -> int { return RunTuneCommand(*c); };
+  return [c](const Backends&) -> int { return RunTuneCommand(*c); };
 }
 
 CommandRegistrar kTune("tune", "Tune a batched model's serving knobs under a p99 target (docs/tune.md)",

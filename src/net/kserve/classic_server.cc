@@ -34,9 +34,6 @@
 #include "serve/batcher/synthetic_classic_model.h"
 #include "telemetry/gpu_telemetry.h"
 #include "telemetry/metrics.h"
-#ifdef STOKE_SYNTHETIC_CUDA
-#include "engine/cuda_synthetic/synthetic_gpu.h"
-#endif
 
 namespace stoke {
 namespace {
@@ -169,13 +166,13 @@ struct LoadedModels {
   std::string device = "cpu";
 };
 
-StatusOr<LoadedModels> LoadModels(const ServeSpec& s) {
+StatusOr<LoadedModels> LoadModels(const ServeSpec& s, const Backends& backends) {
   LoadedModels l;
   if (s.type == "synthetic") {
     ASSIGN_OR_RETURN(SyntheticConfig sc, SyntheticConfig::FromJson(s.file, s.source));
     auto model = std::make_shared<const SyntheticModel>(std::move(sc));
-    l.models.emplace_back(
-        s.name, std::make_shared<SyntheticClassicModel>(model, std::max(1, s.config.max_batch_size)));
+    l.models.emplace_back(s.name, std::make_shared<SyntheticClassicModel>(
+                                      model, std::max(1, s.config.max_batch_size), backends));
     l.path = s.source;
     return l;
   }
@@ -191,7 +188,7 @@ StatusOr<LoadedModels> LoadModels(const ServeSpec& s) {
   dev_opts.attention = s.encoder_attention;
   dev_opts.max_batch_tokens = std::max<int64_t>(dev_opts.max_batch_tokens,
                                                 int64_t{s.config.max_batch_size} * encoder->max_seq_length());
-  ASSIGN_OR_RETURN(std::shared_ptr<BertDeviceModel> device, LoadBertOnDevice(encoder, dev_opts));
+  ASSIGN_OR_RETURN(std::shared_ptr<BertDeviceModel> device, LoadBertOnDevice(encoder, dev_opts, backends));
   l.device = device ? device->device_name() : "cpu";
   auto text = std::make_shared<BertClassicModel>(encoder, tokenizer, BertInputForm::kText, s.threads, device);
   l.text = text;
@@ -216,16 +213,13 @@ bool IsClassicModel(const std::string& model) {
   return false;
 }
 
-int RunClassicServe(const ClassicServeOptions& o) {
+int RunClassicServe(const ClassicServeOptions& o, const Backends& backends) {
   auto spec = ReadModelSpec(o);
   if (!spec.ok()) {
     fmt::print(stderr, "stoke serve: {}\n", spec.status().message());
     return 2;
   }
   if (o.threads > 0) ThreadPool::SetDefaultThreads(o.threads);
-#ifdef STOKE_SYNTHETIC_CUDA
-  RegisterSyntheticCuda();  // a synthetic model file may say "device": "cuda"
-#endif
 
   ModelRepository repo;
   std::vector<std::string> names = {spec->name};
@@ -294,7 +288,7 @@ int RunClassicServe(const ClassicServeOptions& o) {
   StatusOr<LoadedModels> loaded = InternalError("not loaded");
   std::atomic<bool> load_done{false};
   std::thread loader([&] {
-    loaded = LoadModels(*spec);
+    loaded = LoadModels(*spec, backends);
     load_done = true;
   });
   while (!load_done.load()) {

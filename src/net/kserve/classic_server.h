@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <string>
 
+#include "engine/model/backends.h"
 #include "telemetry/metrics.h"
 
 namespace stoke {
@@ -58,9 +59,10 @@ struct ClassicServeOptions {
 // True for a .json model file or a BERT-family HF folder / known encoder alias (decided without fetching).
 bool IsClassicModel(const std::string& model);
 
-// Runs the server until SIGINT/SIGTERM; returns the process exit code. Prints, on stderr,
+// Runs the server until SIGINT/SIGTERM; returns the process exit code. `backends` (built in main) decide
+// where "cuda" / "auto" devices come from (LoadBertOnDevice, SyntheticClassicModel). Prints, on stderr,
 // "stoke serve: listening on http://HOST:PORT (loading MODEL)", "stoke serve: gRPC listening on HOST:PORT"
 // and "stoke serve: ready on ..." once the models serve.
-int RunClassicServe(const ClassicServeOptions& options);
+int RunClassicServe(const ClassicServeOptions& options, const Backends& backends);
 
 }  // namespace stoke

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "engine/loader/model_registry.h"
+#include "engine/model/backends.h"
 #include "engine/model/llama.h"
 #include "engine/model/llama_test_util.h"
 #include "tools/precision/text_chunker.h"
@@ -102,7 +103,7 @@ class SmolLm2Gate : public ::testing::Test {
     cand.device = "cpu";
     cand.kv_cache = kv;
     const std::string path = path_;
-    auto load = [path](const DecoderOptions& o) { return LoadDecoder(path, o); };
+    auto load = [path](const DecoderOptions& o) { return LoadDecoder(path, o, CpuBackends()); };
     return CheckDecoderPrecision(load, ReferenceOptions(cand), cand, *tok_, text_,
                                  {.tokens = 256, .greedy_prompts = 2, .greedy_tokens = 16});
   }

@@ -14,9 +14,10 @@ using GateResult = std::optional<precision::GateReport>;
 StatusOr<std::optional<precision::GateReport>> RunServeGate(const std::string& path,
                                                             const DecoderOptions& serving,
                                                             const Tokenizer& tokenizer,
-                                                            bool allow_inconsistent) {
+                                                            bool allow_inconsistent,
+                                                            const Backends& backends) {
   DecoderOptions candidate = serving;
-  candidate.device = ResolveDecoderDevice(serving.device);
+  candidate.device = ResolveDecoderDevice(serving.device, backends);
   if (!precision::DiffersFromReference(candidate, candidate.device)) return GateResult();
   auto text = precision::ReadGateText("");
   if (!text.ok()) {
@@ -31,7 +32,7 @@ StatusOr<std::optional<precision::GateReport>> RunServeGate(const std::string& p
   }
   LOG_INFO("serve: consistency gate: kv {} against the reference on {} ...",
            KvCacheDtypeName(candidate.kv_cache.dtype), candidate.device);
-  auto load = [&path](const DecoderOptions& o) { return LoadDecoder(path, o); };
+  auto load = [&](const DecoderOptions& o) { return LoadDecoder(path, o, backends); };
   ASSIGN_OR_RETURN(precision::GateReport report,
                    precision::CheckDecoderPrecision(load, precision::ReferenceOptions(candidate), candidate,
                                                     tokenizer, *text, precision::ServeGateOptions()));

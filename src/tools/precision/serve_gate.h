@@ -9,6 +9,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "engine/model/backends.h"
 #include "engine/model/factory.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "telemetry/metrics.h"
@@ -18,11 +19,12 @@ namespace stoke::precision {
 
 // nullopt when the options are the reference precision (nothing to compare). FailedPrecondition naming the
 // failing metrics when the gate fails and !allow_inconsistent; with allow_inconsistent a failing report is
-// returned (and logged as a warning).
+// returned (and logged as a warning). The models load through LoadDecoder with `backends`.
 StatusOr<std::optional<precision::GateReport>> RunServeGate(const std::string& path,
                                                             const DecoderOptions& serving,
                                                             const Tokenizer& tokenizer,
-                                                            bool allow_inconsistent);
+                                                            bool allow_inconsistent,
+                                                            const Backends& backends);
 
 // {"precision": {"kv_cache_dtype": "int8", "consistency_gate": {pass, metrics, ...} | null}} as text, for
 // OpenAiService::SetModelFields.

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/loader/model_registry.h"
+#include "engine/model/backends.h"
 #include "tools/precision/text_chunker.h"
 
 namespace stoke::precision {
@@ -62,7 +63,7 @@ class SmolLm2ServeGate : public ::testing::Test {
 TEST_F(SmolLm2ServeGate, ReferencePrecisionRunsNothing) {
   DecoderOptions o;
   o.device = "cpu";
-  auto r = RunServeGate(path_, o, *tok_, false);
+  auto r = RunServeGate(path_, o, *tok_, false, CpuBackends());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_FALSE(r->has_value());
 }
@@ -71,12 +72,12 @@ TEST_F(SmolLm2ServeGate, FailingPrecisionIsRefusedUnlessAllowed) {
   DecoderOptions o;
   o.device = "cpu";
   o.kv_cache = {.dtype = KvCacheDtype::kInt8, .testing_dequant_scale_multiplier = 1.5f};
-  auto refused = RunServeGate(path_, o, *tok_, /*allow_inconsistent=*/false);
+  auto refused = RunServeGate(path_, o, *tok_, /*allow_inconsistent=*/false, CpuBackends());
   EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(refused.status().message().find("--allow-inconsistent"), std::string::npos);
   EXPECT_NE(refused.status().message().find("FAIL  top1_agreement"), std::string::npos)
       << refused.status().message();
-  auto allowed = RunServeGate(path_, o, *tok_, /*allow_inconsistent=*/true);
+  auto allowed = RunServeGate(path_, o, *tok_, /*allow_inconsistent=*/true, CpuBackends());
   ASSERT_TRUE(allowed.ok()) << allowed.status().ToString();
   ASSERT_TRUE(allowed->has_value());
   EXPECT_FALSE((*allowed)->pass());
