@@ -20,7 +20,7 @@
 namespace stoke {
 
 // Runs a parsed command. `backends`: what this process may compute on, built once in main(); commands that
-// load a model pass it to the loaders (LoadDecoder, LoadBertOnDevice, RunClassicServe, ...).
+// load a model pass it to the loaders (LoadDecoder, LoadBertOnDevice, RunServer, ...).
 using CommandRun = std::function<int(const Backends& backends)>;
 using CommandSetup = std::function<CommandRun(CLI::App*)>;
 

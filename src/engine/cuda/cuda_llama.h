@@ -190,6 +190,9 @@ class CudaLlama final : public DecoderModel {
   LlamaConfig config_;
   std::string device_name_;
   device::Stream stream_;
+  // StepInput::time_device: events around a step's work on stream_ (created at the first timed step).
+  device::Event step_events_[2];
+  bool step_events_ready_ = false;
   std::unique_ptr<cuda::BlasLtGemm> gemm_tuned_;  // decode buckets (timed candidates)
   std::unique_ptr<cuda::BlasLtGemm> gemm_heur_;   // other steps (heuristic's first: no tuning syncs)
   std::vector<void*> allocations_;                // cudaMalloc'd weight buffers, freed at destruction

@@ -529,6 +529,28 @@ TEST(CudaLlamaTest, StepLargerThanScratchIsRefused) {
   EXPECT_EQ((*gpu)->Step(bad, &out).code(), StatusCode::kInvalidArgument);
 }
 
+// StepInput::time_device: the step's device time from CUDA events, only when asked; logits unchanged.
+TEST(CudaLlamaTest, TimedStepsReportDeviceTime) {
+  SKIP_WITHOUT_GPU();
+  const TinyLlama m = MakeModel(16, false, false, 2);
+  auto gpu = CudaLlama::Create(m.ToWeights(true), TestOptions());
+  ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+  ASSERT_TRUE((*gpu)->AllocateKvCache(kBlocks, kBlockSize).ok());
+  StepInput prefill{std::vector<int32_t>(8, 5), {Seq(0, 8, 0, {0})}};
+  StepOutput plain, timed;
+  ASSERT_TRUE((*gpu)->Step(prefill, &plain).ok());
+  EXPECT_EQ(plain.device_ns, 0);
+  prefill.time_device = true;
+  ASSERT_TRUE((*gpu)->Step(prefill, &timed).ok());
+  EXPECT_GT(timed.device_ns, 0);
+  EXPECT_LT(timed.device_ns, int64_t{10'000'000'000});  // an 8-token step of a tiny model: not 10 s
+  EXPECT_EQ(timed.logits, plain.logits);
+  StepInput dec{{7}, {Seq(0, 1, 8, {0})}, /*time_device=*/true};  // a decode bucket (CUDA graph) step
+  StepOutput d;
+  ASSERT_TRUE((*gpu)->Step(dec, &d).ok());
+  EXPECT_GT(d.device_ns, 0);
+}
+
 TEST(CudaLlamaTest, FactoryLoadsHfFolderOnCuda) {
   SKIP_WITHOUT_GPU();
   const Backends backends = CudaBackends();

@@ -198,12 +198,26 @@ Status CudaLlama::Step(const StepInput& in, StepOutput* out) {
         T, max_tokens_);
   }
   CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.gpu_index));
+  const bool timed = in.time_device;
+  if (timed && !step_events_ready_) {
+    for (device::Event& e : step_events_) {
+      ASSIGN_OR_RETURN(e, device::Event::Create(/*timing=*/true));
+    }
+    step_events_ready_ = true;
+  }
+  if (timed) RETURN_IF_ERROR(step_events_[0].Record(stream_.get()));
   bool handled = false;
   Status st = StepBucket(in, out, &handled);
   if (st.ok() && !handled) st = StepGeneral(in, out);
   // A step that failed half-way may still have copies in flight from the pinned staging buffers the next
   // step overwrites: drain the stream first.
   if (!st.ok()) cudaStreamSynchronize(stream_.get());
+  if (st.ok() && timed) {  // the step synchronised its stream: the end event is done once recorded
+    RETURN_IF_ERROR(step_events_[1].Record(stream_.get()));
+    RETURN_IF_ERROR(step_events_[1].Synchronize());
+    ASSIGN_OR_RETURN(float ms, device::Event::ElapsedMs(step_events_[0], step_events_[1]));
+    out->device_ns = static_cast<int64_t>(static_cast<double>(ms) * 1e6);
+  }
   return st;
 }
 

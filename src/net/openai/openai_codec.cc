@@ -604,23 +604,39 @@ std::string SseData(std::string_view json_text) {
   return fmt::format("data: {}\n\n", json_text);
 }
 
-std::string ModelListJson(const std::string& model, int64_t created, int max_model_len,
-                          std::string_view extra_fields) {
+std::string ModelListJson(const std::string& model, int64_t created, int max_model_len) {
   ojson m;
   m["id"] = model;
   m["object"] = "model";
   m["created"] = created;
   m["owned_by"] = "stoke";
   m["max_model_len"] = max_model_len;
-  if (!extra_fields.empty()) {
-    const ojson extra = ojson::parse(extra_fields, nullptr, /*allow_exceptions=*/false);
-    if (extra.is_object()) {
-      for (const auto& [key, value] : extra.items()) m[key] = value;
-    }
-  }
   ojson out;
   out["object"] = "list";
   out["data"] = ojson::array({std::move(m)});
+  return Dump(out);
+}
+
+std::string ModelListJson(const std::vector<ModelListEntry>& models, int64_t created) {
+  ojson data = ojson::array();
+  for (const ModelListEntry& e : models) {
+    ojson m;
+    m["id"] = e.id;
+    m["object"] = "model";
+    m["created"] = created;
+    m["owned_by"] = "stoke";
+    if (e.max_model_len > 0) m["max_model_len"] = e.max_model_len;
+    if (!e.extra_fields.empty()) {
+      const ojson extra = ojson::parse(e.extra_fields, nullptr, /*allow_exceptions=*/false);
+      if (extra.is_object()) {
+        for (const auto& [key, value] : extra.items()) m[key] = value;
+      }
+    }
+    data.push_back(std::move(m));
+  }
+  ojson out;
+  out["object"] = "list";
+  out["data"] = std::move(data);
   return Dump(out);
 }
 

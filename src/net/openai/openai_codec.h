@@ -99,8 +99,15 @@ inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
 
 // /v1/models: {"object": "list", "data": [{"id", "object": "model", "created", "owned_by",
 // "max_model_len"}]}.
-// extra_fields: "" or a JSON object whose members are added to the model's entry (e.g. "precision").
-std::string ModelListJson(const std::string& model, int64_t created, int max_model_len,
-                          std::string_view extra_fields = {});
+std::string ModelListJson(const std::string& model, int64_t created, int max_model_len);
+// Several models; max_model_len 0 is left out (batched models, decoders not loaded).
+struct ModelListEntry {
+  std::string id;
+  int max_model_len = 0;
+  // "" or a JSON object whose members are added to the entry (a decoder's "precision":
+  // DecoderHandle::model_fields); anything else is ignored.
+  std::string extra_fields;
+};
+std::string ModelListJson(const std::vector<ModelListEntry>& models, int64_t created);
 
 }  // namespace stoke

@@ -1,8 +1,8 @@
-// The output-consistency gate `stoke serve` runs at load (docs/precision.md "At load"): when the decoder
-// options ask for another precision than the backend's reference (today: --kv-cache-dtype), the model is
-// loaded at both precisions, compared over a few hundred tokens of the gate text (tools/precision/gate.h),
-// and a failing precision is refused unless --allow-inconsistent. The result goes to /metrics and to the
-// model's GET /v1/models entry.
+// The output-consistency gate each decoder load of `stoke serve` runs (src/server/model_loader.cc;
+// docs/precision.md "At load"): when the decoder options ask for another precision than the backend's
+// reference (today: the KV cache dtype), the model is loaded at both precisions, compared over a few hundred
+// tokens of the gate text (tools/precision/gate.h), and a failing precision is refused unless
+// --allow-inconsistent. The result goes to /metrics and to the model's GET /v1/models entry.
 #pragma once
 
 #include <optional>
@@ -27,7 +27,7 @@ StatusOr<std::optional<precision::GateReport>> RunServeGate(const std::string& p
                                                             const Backends& backends);
 
 // {"precision": {"kv_cache_dtype": "int8", "consistency_gate": {pass, metrics, ...} | null}} as text, for
-// OpenAiService::SetModelFields.
+// DecoderHandle::model_fields (serve/repository/model_repository.h).
 std::string PrecisionModelFields(const std::string& kv_cache_dtype,
                                  const std::optional<precision::GateReport>& gate);
 
