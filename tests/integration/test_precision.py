@@ -1,6 +1,7 @@
 """Precision (docs/precision.md): `stoke model check` passes SmolLM2 with an 8-bit KV cache, writes its report and
 refuses bad input with exit 2; `stoke serve --kv-cache-dtype int8` runs the gate at load (result on /v1/models and
-/metrics), fits more KV blocks into the same --kv-cache-bytes and still serves text. (A failing precision refused
+/metrics), fits more KV blocks into the same --kv-cache-bytes and still serves text; a --model-repository folder
+sets the dtype per decoder (stoke.toml kv_cache_dtype). (A failing precision refused
 at load: tools/precision/serve_gate_test.cc, through the test-only broken quantiser no flag reaches.)"""
 import json
 import subprocess
@@ -98,3 +99,46 @@ def test_encoder_gate_compares_embeddings(stoke_bin, minilm_path, tmp_path):
     assert report["metrics"][0]["value"] == pytest.approx(1.0, abs=1e-6)
     p = run_check(stoke_bin, "--model", minilm_path, "--kv-cache-dtype", "int8")
     assert p.returncode == 2 and "no KV cache" in p.stderr
+
+
+def test_repository_folder_sets_the_kv_dtype_per_model(stoke_bin, smollm2_path, minilm_path, tmp_path):
+    """stoke.toml `kv_cache_dtype` per decoder: the gate runs for that one only; each decoder's /v1/models entry
+    and gauges say its own precision; a reload through the repository API runs the gate again."""
+    from classic_server import ClassicServer
+
+    repo = tmp_path / "models"
+    for name, toml in {"q8": f'source = "{smollm2_path}"\nkv_cache_dtype = "int8"\n',
+                       "ref": f'source = "{smollm2_path}"\n',
+                       "minilm": f'source = "{minilm_path}"\n'}.items():
+        (repo / name).mkdir(parents=True)
+        (repo / name / "stoke.toml").write_text(toml)
+    s = ClassicServer(stoke_bin, None, "--model-repository", repo, "--device", "cpu", "--kv-cache-bytes", "64MiB",
+                      "--threads", "2", log_dir=tmp_path)
+    try:
+        entries = {m["id"]: m for m in s.get("/v1/models").json()["data"]}
+        assert entries["q8"]["precision"]["kv_cache_dtype"] == "int8"
+        assert entries["q8"]["precision"]["consistency_gate"]["pass"] is True
+        assert entries["ref"]["precision"] == {"kv_cache_dtype": "fp32", "consistency_gate": None}
+        assert "precision" not in entries["minilm"]
+        assert s.metric("stoke:precision_gate_pass", model_name="q8", kv_cache_dtype="int8") == 1
+        assert not any(n.startswith("stoke:precision_gate") and ("model_name", "ref") in ls
+                       for n, ls in s.metrics())
+        assert "(int8, consistency gate passed)" in s.log()
+        body = {"model": "q8", "prompt": "The capital of France is", "max_tokens": 4, "temperature": 0}
+        r = s.post("/v1/completions", json=body)
+        assert r.status_code == 200 and r.json()["choices"][0]["text"], r.text
+        assert s.post("/v2/repository/models/q8/unload").status_code == 200
+        assert s.post("/v2/repository/models/q8/load").status_code == 200
+        entry = next(m for m in s.get("/v1/models").json()["data"] if m["id"] == "q8")
+        assert entry["precision"]["consistency_gate"]["pass"] is True
+        assert s.metric("stoke:precision_gate_pass", model_name="q8") == 1
+    finally:
+        assert s.stop() == 0, s.log()
+
+
+def test_repository_folder_rejects_an_unknown_kv_dtype(stoke_bin, smollm2_path, tmp_path):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "stoke.toml").write_text(f'source = "{smollm2_path}"\nkv-cache-dtype = "int4"\n')
+    p = subprocess.run([str(stoke_bin), "serve", "--model-repository", str(tmp_path), "--port", "0"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "kv_cache_dtype 'int4'" in p.stderr and "stoke.toml" in p.stderr, p.stderr
