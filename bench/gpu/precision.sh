@@ -16,7 +16,9 @@
 # Everything lands in $OUT (default /tmp/stoke_gpu_out): precision_*.log, step_kv_<dtype>_b<batch>.json,
 # check_<dtype>.json, precision_summary.json. Budget: about 4-5 minutes on an H200. Knobs (env):
 # PREC_PARTS ("tests step check"), PREC_BATCHES ("64 256"), PREC_CONTEXT (1000), PREC_ITERS (20),
-# PREC_CHECK_TOKENS (1024), LLM_SHAPE (llama-3.1-8b), LLM_LAYERS (fewer layers, for a dry run).
+# PREC_CHECK_TOKENS (1024), LLM_SHAPE (llama-3.1-8b), LLM_LAYERS (fewer layers); a CPU dry run of the script:
+#   PREC_DEVICE=cpu PREC_PARTS="step check" LLM_SHAPE=smollm2-135m LLM_LAYERS=2 PREC_BATCHES="2 4" \
+#   PREC_CONTEXT=32 PREC_ITERS=2 PREC_CHECK_TOKENS=64 bench/gpu/precision.sh build/release/apps/stoke
 set -uo pipefail
 BIN_ARG=${1:+$(realpath "$1")}  # before the cd: a relative BIN_DIR is the caller's
 cd "$(dirname "$0")/../.." || exit 1
@@ -28,12 +30,13 @@ BIN=${BIN_ARG:-$BUNDLE/bin}
 STOKE=${STOKE_BIN:-$BIN/stoke}
 [[ -d /usr/local/cuda/lib64 ]] && export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 SHAPE=${LLM_SHAPE:-llama-3.1-8b}
-MODEL=${LLM_MODEL_DIR:-/tmp/stoke_synth_$SHAPE}
+MODEL=${LLM_MODEL_DIR:-/tmp/stoke_synth_$SHAPE${LLM_LAYERS:+_l$LLM_LAYERS}}
 BATCHES=${PREC_BATCHES:-"64 256"}
 CONTEXT=${PREC_CONTEXT:-1000}
 ITERS=${PREC_ITERS:-20}
 CHECK_TOKENS=${PREC_CHECK_TOKENS:-1024}
 DTYPES="bf16 int8 fp8"
+DEVICE=${PREC_DEVICE:-cuda}
 GEMM_CACHE=${GEMM_CACHE:-$OUT/gemm_cache.json}
 PARTS=" ${PREC_PARTS:-tests step check} "
 want() { [[ $PARTS == *" $1 "* ]]; }
@@ -65,7 +68,7 @@ if want step; then
   for b in $(echo "$BATCHES" | tr ' ' '\n' | sort -rn); do
     for kv in $DTYPES; do
       stamp "bench step: decode batch $b, context $CONTEXT, kv $kv"
-      timeout 150 "$STOKE" bench step --model "$MODEL" --device cuda --gemm-cache "$GEMM_CACHE" \
+      timeout 150 "$STOKE" bench step --model "$MODEL" --device "$DEVICE" --gemm-cache "$GEMM_CACHE" \
         --kv-cache-dtype "$kv" --decode-batch "$b" --context "$CONTEXT" --prefill 0 --iters "$ITERS" \
         --json "$OUT/step_kv_${kv}_b$b.json" > "$OUT/precision_step_${kv}_b$b.log" 2>&1 ||
         echo "bench step (kv $kv, batch $b) failed: exit $?"
@@ -83,7 +86,7 @@ if want check; then
   fi
   for kv in int8 fp8; do
     stamp "model check --device cuda --kv-cache-dtype $kv ($CHECK_TOKENS tokens)"
-    timeout 240 "$STOKE" model check --model "$MODEL" --device cuda --gemm-cache "$GEMM_CACHE" \
+    timeout 240 "$STOKE" model check --model "$MODEL" --device "$DEVICE" --gemm-cache "$GEMM_CACHE" \
       --kv-cache-dtype "$kv" --tokens "$CHECK_TOKENS" "${DATA_ARG[@]}" --json "$OUT/check_$kv.json" \
       > "$OUT/precision_check_$kv.log" 2>&1
     echo "model check kv $kv: exit $? (0 pass, 1 fail, 2 usage)"
