@@ -70,6 +70,12 @@ void AddEngineTuningFlags(CLI::App* cmd, EngineTuningFlags* flags) {
          "slow)")
       ->check(CLI::IsMember({"auto", "warp"}))
       ->capture_default_str();
+  cmd->add_option(
+         "--kv-cache-dtype", flags->kv_cache_dtype,
+         "KV cache storage: auto (fp32 on cpu, bf16 on cuda), bf16, int8 or fp8 (8 bits with a scale per "
+         "token and KV head; docs/precision.md)")
+      ->check(CLI::IsMember({"auto", "bf16", "int8", "fp8"}))
+      ->capture_default_str();
 }
 
 Status ApplyEngineTuningFlags(const EngineTuningFlags& flags, DecoderOptions* o) {
@@ -80,6 +86,7 @@ Status ApplyEngineTuningFlags(const EngineTuningFlags& flags, DecoderOptions* o)
       return InvalidArgumentError("{} {}: expected on or off", name, *value);
   }
   o->ggml_compatible_numerics = flags.ggml_numerics == "on";
+  ASSIGN_OR_RETURN(o->kv_cache.dtype, ParseKvCacheDtype(flags.kv_cache_dtype));
   CudaDecoderTuning& t = o->cuda;
   t.gemm_cache_path = flags.gemm_cache;
   t.gemv_max_rows = flags.gemv_max_rows;

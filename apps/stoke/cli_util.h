@@ -29,6 +29,9 @@ struct EngineTuningFlags {
   int decode_min_partition = CudaDecoderTuning{}.decode_min_partition;
   std::string decode_pipeline = CudaDecoderTuning{}.decode_pipeline ? "on" : "off";
   std::string prefill_attention = CudaDecoderTuning{}.prefill_attention;
+  // Not a kernel choice but a precision (DecoderOptions::kv_cache): carried here so that every command with
+  // the engine knobs has it. docs/precision.md.
+  std::string kv_cache_dtype = "auto";  // auto | bf16 | int8 | fp8
 };
 void AddEngineTuningFlags(CLI::App* cmd, EngineTuningFlags* flags);
 // Copies the flags into `o` (InvalidArgument naming the flag when a value is out of range).

@@ -6,6 +6,7 @@
 //                                              parameter count, sizes, tensor types, tokenizer, chat template
 //   stoke model synth --shape S --out DIR      a random-weight HF folder with a real model's shape
 //       [--arch llama|bert] [--dtype bf16|f16|f32] [--seed N] [--layers N] [--threads N] [--quiet]
+//   stoke model check --model M [--kv-cache-dtype D] ...   the output-consistency gate (cmd_model_check.cc)
 //
 // Data goes to stdout, progress and errors to stderr; exit 1 on errors, 2 on usage errors.
 #include <fmt/format.h>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "apps/stoke/command.h"
+#include "apps/stoke/model_check_cli.h"
 #include "base/status.h"
 #include "engine/loader/gguf_reader.h"
 #include "engine/loader/hf_folder.h"
@@ -483,7 +485,7 @@ std::string ShapeList() {
   return s;
 }
 
-CommandRegistrar kModel("model", "List, fetch, inspect, synth models", [](CLI::App* cmd) -> CommandRun {
+CommandRegistrar kModel("model", "List, fetch, inspect, synth and check models", [](CLI::App* cmd) -> CommandRun {
   auto o = std::make_shared<ModelOptions>();
   // No require_subcommand(): a bare `stoke model` prints the usage and exits 2 instead of CLI11's code.
   cmd->require_subcommand(0, 1);
@@ -510,7 +512,10 @@ CommandRegistrar kModel("model", "List, fetch, inspect, synth models", [](CLI::A
   synth->add_option("--layers", o->synth.layers, "Override the layer count (small models for tests)");
   synth->add_option("--threads", o->synth.threads, "Writer threads (0 = all cores)")->capture_default_str();
   synth->add_flag("--quiet", o->quiet, "No progress bar");
-  return [o, cmd, list, fetch, inspect, synth](const Backends&) -> int {
+  auto check_run = std::make_shared<CommandRun>();
+  CLI::App* check = AddModelCheckCommand(cmd, check_run.get());
+  return [o, cmd, list, fetch, inspect, synth, check, check_run](const Backends& backends) -> int {
+    if (check->parsed()) return (*check_run)(backends);
     if (synth->parsed()) return RunSynth(*o);
     if (list->parsed()) return RunList(*o);
     if (fetch->parsed()) return RunFetch(*o);

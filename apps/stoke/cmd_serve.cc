@@ -81,6 +81,7 @@ struct ServeOptions {
   std::string metric_names = "vllm";  // vllm (stoke:...) | prometheus (stoke_...): telemetry/metrics.h
   int debug_requests = 1000;          // finished requests GET /v1/debug/requests keeps (0: off)
   bool no_ledger = false;             // per-request ledgers not recorded (the ledger-overhead benchmark)
+  bool allow_inconsistent = false;    // serve a precision the consistency gate rejects (serve_gate.h)
 };
 
 // Applies --config: every key sets its flag unless the flag was given on the command line.
@@ -225,7 +226,8 @@ int RunServe(CLI::App* cmd, ServeOptions* bound, const Backends& backends) {
   so.metric_naming = *ParseMetricNaming(o.metric_names);
   so.debug_requests = o.debug_requests;
   so.record_ledger = !o.no_ledger;
-  so.decoder = *DecoderOptionsFromFlags(o.device);  // checked by Validate
+  so.decoder = *DecoderOptionsFromFlags(o.device);  // checked by Validate (incl. --kv-cache-dtype)
+  so.allow_inconsistent = o.allow_inconsistent;
   so.kv_cache_bytes = o.kv_cache_bytes;
   so.kv_cache_bytes_set = o.kv_cache_bytes_set;
   so.kv_blocks = o.kv_blocks;
@@ -359,6 +361,9 @@ CommandRegistrar kServe(
                       "/metrics family names: vllm (stoke:name; promtool lints the colon) or prometheus "
                       "(stoke_name; lint-clean)")
           ->capture_default_str();
+      cmd->add_flag(
+          "--allow-inconsistent", o->allow_inconsistent,
+          "Serve a --kv-cache-dtype the output-consistency gate at load rejects (docs/precision.md)");
       cmd->add_option("--debug-requests", o->debug_requests,
                       "Finished requests (with their time ledgers) GET /v1/debug/requests keeps (0: off)")
           ->capture_default_str();

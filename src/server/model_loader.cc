@@ -20,6 +20,7 @@
 #include "serve/batcher/synthetic_classic_model.h"
 #include "serve/llm_loop.h"
 #include "telemetry/step_trace.h"
+#include "tools/precision/serve_gate.h"
 
 namespace stoke {
 namespace {
@@ -220,7 +221,19 @@ struct DecoderSpec {
   DecoderOptions options;
   int64_t kv_cache_bytes = 0;
   bool kv_cache_bytes_set = false;
+  bool allow_inconsistent = false;  // ServerOptions::allow_inconsistent
 };
+
+// The precision goes to the model's /v1/models entry; the report of the output-consistency gate run at load
+// (if it ran: tools/precision/serve_gate.h) there too and to its gauges.
+void PublishPrecision(const DecoderSpec& d, const std::string& kv_cache_dtype,
+                      const std::optional<precision::GateReport>& gate, ServerMetrics* metrics,
+                      DecoderHandle* handle) {
+  handle->model_fields = precision::PrecisionModelFields(kv_cache_dtype, gate);
+  if (!gate || metrics == nullptr) return;
+  if (Status s = precision::PublishGateMetrics(*gate, d.name, kv_cache_dtype, metrics->registry()); !s.ok())
+    LOG_WARN("serve: model '{}': consistency gate metrics: {}", d.name, s.message());
+}
 
 StatusOr<LoadedModel> LoadDecoderModel(const DecoderSpec& d, const ServerOptions& o, ServerMetrics* metrics,
                                        const Backends& backends) {
@@ -238,8 +251,14 @@ StatusOr<LoadedModel> LoadDecoderModel(const DecoderSpec& d, const ServerOptions
   }
   DecoderOptions dopts = d.options;
   dopts.max_step_tokens = std::max(dopts.max_step_tokens, o.max_num_batched_tokens);
+  // A KV precision other than the backend's reference is compared with it first; a failing one is refused
+  // unless allowed (FailedPrecondition with the report).
+  ASSIGN_OR_RETURN(std::optional<precision::GateReport> gate,
+                   precision::RunServeGate(path, dopts, *handle->tokenizer, d.allow_inconsistent, backends));
   ASSIGN_OR_RETURN(std::unique_ptr<DecoderModel> model, LoadDecoder(path, dopts, backends));
   const std::string device = model->device_name();
+  const std::string kv_cache_dtype = model->kv_cache_dtype_name();
+  PublishPrecision(d, kv_cache_dtype, gate, metrics, handle.get());
 
   LlmLoopOptions lo;
   lo.scheduler.max_num_seqs = o.max_num_seqs;
@@ -270,9 +289,12 @@ StatusOr<LoadedModel> LoadDecoderModel(const DecoderSpec& d, const ServerOptions
   }
   handle->engine = loop;
   LoadedModel l;
-  l.summary = fmt::format("model '{}' from {} on {}, context {} tokens, {} KV blocks of {}, prefix cache {}",
-                          d.name, path, device, loop->context_length(), loop->num_kv_blocks(),
-                          loop->block_size(), o.prefix_cache ? "on" : "off");
+  std::string kv = kv_cache_dtype;
+  if (gate) kv += gate->pass() ? ", consistency gate passed" : ", consistency gate FAILED";
+  l.summary =
+      fmt::format("model '{}' from {} on {}, context {} tokens, {} KV blocks of {} ({}), prefix cache {}",
+                  d.name, path, device, loop->context_length(), loop->num_kv_blocks(), loop->block_size(), kv,
+                  o.prefix_cache ? "on" : "off");
   l.decoder = std::move(handle);
   l.drain = [loop](std::chrono::milliseconds drain) {
     loop->WaitIdle(static_cast<Nanos>(drain.count()) * 1000 * 1000);
@@ -326,6 +348,8 @@ StatusOr<ModelConfig> MakeModelConfig(const ModelSettings& m, const ServerOption
     d.options = o.decoder;
     if (m.device) d.options.device = *m.device;
     if (m.gpu_memory_fraction) d.options.gpu_memory_fraction = *m.gpu_memory_fraction;
+    if (m.kv_cache_dtype) d.options.kv_cache.dtype = *m.kv_cache_dtype;
+    d.allow_inconsistent = o.allow_inconsistent;
     d.kv_cache_bytes = m.kv_cache_bytes.value_or(o.kv_cache_bytes);
     d.kv_cache_bytes_set = m.kv_cache_bytes.has_value() || o.kv_cache_bytes_set;
     // Token-count histograms need a bound before the model (and its context length) is known.

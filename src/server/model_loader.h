@@ -1,8 +1,9 @@
 // From a model's settings (a --model argument or a repository folder) to the repository's ModelConfig: its
 // kind and served names decided now (model files are read, nothing heavy), its loading as a function the
 // repository runs on its worker:
-//   decoder    ResolveModel, LoadTokenizer, ChatTemplate, LoadDecoder, LlmLoop (continuous batching,
-//              paged KV)
+//   decoder    ResolveModel, LoadTokenizer, ChatTemplate, the output-consistency gate when its KV precision
+//              is not the backend's reference (refused if it fails, unless ServerOptions::allow_inconsistent:
+//              tools/precision/serve_gate.h), LoadDecoder, LlmLoop (continuous batching, paged KV)
 //   encoder    ResolveModel, BertEncoder::Load, LoadTokenizer, LoadBertOnDevice, two BertClassicModels:
 //              NAME (BYTES "text", also /v1/embeddings) and NAME-ids (INT64 input_ids + attention_mask)
 //   image      LoadImageModel (serve/batcher/image_model_loader.h): CnnModel::Load of the .onnx file, two

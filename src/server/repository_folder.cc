@@ -102,6 +102,13 @@ Status ApplyToml(const fs::path& file, const fs::path& dir, ModelSettings* m) {
       ASSIGN_OR_RETURN(int64_t v, integer());
       if (v <= 0) return InvalidArgumentError("{}: kv_cache_bytes must be positive", where);
       m->kv_cache_bytes = v;
+    } else if (key == "kv_cache_dtype") {
+      const std::string s = str(&error);
+      RETURN_IF_ERROR(error);
+      auto dtype = ParseKvCacheDtype(s);
+      if (!dtype.ok())
+        return InvalidArgumentError("{}: kv_cache_dtype '{}' must be auto, bf16, int8 or fp8", where, s);
+      m->kv_cache_dtype = *dtype;
     } else if (key == "instances") {
       ASSIGN_OR_RETURN(int64_t v, integer());
       if (v < 1 || v > 256) return InvalidArgumentError("{}: instances {} must be in [1, 256]", where, v);
@@ -121,8 +128,8 @@ Status ApplyToml(const fs::path& file, const fs::path& dir, ModelSettings* m) {
       m->load = *node.value<bool>();
     } else {
       return InvalidArgumentError(
-          "{}: unknown key '{}' (name, source, kind, device, gpu_memory_fraction, kv_cache_bytes, instances, "
-          "max_batch_size, max_queue_delay_us, load)",
+          "{}: unknown key '{}' (name, source, kind, device, gpu_memory_fraction, kv_cache_bytes, "
+          "kv_cache_dtype, instances, max_batch_size, max_queue_delay_us, load)",
           where, std::string(k.str()));
     }
   }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "api/kv_cache_dtype.h"
 #include "engine/model/factory.h"
 #include "telemetry/metrics.h"
 
@@ -19,14 +20,15 @@ struct ModelSettings {
   std::string name;    // served name ("" = the file's "name", the alias, or the file/folder name)
   std::string source;  // alias, GGUF file, HF folder, ONNX file (image classifier), or model file (*.json)
   std::string kind;    // "" = from the source | decoder | encoder | image | synthetic
-  std::optional<std::string> device;          // auto | cpu | cuda
-  std::optional<double> gpu_memory_fraction;  // decoders on CUDA: its share of the GPU's memory
-  std::optional<int64_t> kv_cache_bytes;      // decoders
-  std::optional<int> instances;               // batched models
-  std::optional<int> max_batch_size;          // batched models
-  std::optional<int64_t> max_queue_delay_us;  // batched models
-  bool load = true;                           // loaded at start (false: only by the repository API)
-  std::string origin;                         // for messages: "--model X", "DIR/NAME/stoke.toml"
+  std::optional<std::string> device;           // auto | cpu | cuda
+  std::optional<double> gpu_memory_fraction;   // decoders on CUDA: its share of the GPU's memory
+  std::optional<int64_t> kv_cache_bytes;       // decoders
+  std::optional<KvCacheDtype> kv_cache_dtype;  // decoders: its KV precision (docs/precision.md)
+  std::optional<int> instances;                // batched models
+  std::optional<int> max_batch_size;           // batched models
+  std::optional<int64_t> max_queue_delay_us;   // batched models
+  bool load = true;                            // loaded at start (false: only by the repository API)
+  std::string origin;                          // for messages: "--model X", "DIR/NAME/stoke.toml"
 };
 
 struct ServerOptions {
@@ -55,7 +57,10 @@ struct ServerOptions {
   bool record_ledger = true;
 
   // Decoders.
-  DecoderOptions decoder;  // device, GPU memory fraction, engine knobs
+  DecoderOptions decoder;  // device, GPU memory fraction, KV cache dtype, engine knobs
+  // A decoder whose KV precision differs from the backend's reference is checked against it at load (the
+  // output-consistency gate, tools/precision/serve_gate.h); a failing one is refused unless this is set.
+  bool allow_inconsistent = false;
   int64_t kv_cache_bytes = int64_t{1} << 30;
   bool kv_cache_bytes_set = false;  // given explicitly; else cuda sizes the KV itself
   int kv_blocks = 0;

@@ -24,6 +24,7 @@ StatusOr<std::unique_ptr<DecoderModel>> CreateCudaDecoder(LlamaWeights weights, 
   co.attention.decode_min_partition = o.cuda.decode_min_partition;
   co.attention.decode_pipeline = o.cuda.decode_pipeline;
   co.attention.prefill_force_warp = o.cuda.prefill_attention == "warp";
+  co.kv_cache_dtype = o.kv_cache.dtype;
   ASSIGN_OR_RETURN(std::unique_ptr<CudaLlama> model, CudaLlama::Create(std::move(weights), co));
   return std::unique_ptr<DecoderModel>(std::move(model));
 }

@@ -420,10 +420,13 @@ Status CudaLlama::AllocateKvCache(int num_blocks, int block_size) {
     kv_ = nullptr;
   }
   kv_layers_.clear();
+  kv_quant_layers_.clear();
   num_blocks_ = block_size_ = 0;
   const LlamaConfig& c = config_;
   const size_t half = size_t{1} * num_blocks * block_size * c.num_kv_heads * c.head_dim;  // elements
-  const size_t bytes = 2 * half * c.num_layers * sizeof(__nv_bfloat16);
+  const size_t rows = size_t{1} * num_blocks * block_size * c.num_kv_heads;               // (slot, kv head)
+  const size_t bytes = quant_kv() ? c.num_layers * (2 * half + 2 * rows * sizeof(float))
+                                  : 2 * half * c.num_layers * sizeof(__nv_bfloat16);
   const cudaError_t err = cudaMalloc(&kv_, bytes);
   if (err != cudaSuccess) {
     cudaGetLastError();
@@ -434,6 +437,21 @@ Status CudaLlama::AllocateKvCache(int num_blocks, int block_size) {
   }
   // On the step stream: a legacy-stream memset would not be ordered before the first step's cache writes.
   CUDA_RETURN_IF_ERROR(cudaMemsetAsync(kv_, 0, bytes, stream_.get()));
+  if (quant_kv()) {
+    auto* bytes_base = static_cast<uint8_t*>(kv_);
+    auto* scales =
+        reinterpret_cast<float*>(bytes_base + 2 * half * c.num_layers);  // 4-byte aligned: half % 4 == 0
+    for (int l = 0; l < c.num_layers; ++l) {
+      uint8_t* k = bytes_base + 2 * half * l;
+      float* ks = scales + 2 * rows * l;
+      kv_quant_layers_.push_back(cuda::DevicePagedKvQuant{k, k + half, ks, ks + rows, options_.kv_cache_dtype,
+                                                          num_blocks, block_size, c.num_kv_heads,
+                                                          c.head_dim});
+    }
+    num_blocks_ = num_blocks;
+    block_size_ = block_size;
+    return OkStatus();
+  }
   auto* base = static_cast<__nv_bfloat16*>(kv_);
   for (int l = 0; l < c.num_layers; ++l) {
     kv_layers_.push_back(cuda::DevicePagedKv<__nv_bfloat16>{base + 2 * half * l, base + (2 * half * l + half),
@@ -450,8 +468,9 @@ KvCacheShape CudaLlama::kv_shape() const {
 }
 
 int64_t CudaLlama::KvBytesPerToken() const {
-  return int64_t{2} * config_.num_layers * config_.num_kv_heads * config_.head_dim *
-         static_cast<int64_t>(sizeof(__nv_bfloat16));
+  const int64_t rows = int64_t{2} * config_.num_layers * config_.num_kv_heads;  // (K or V, layer, kv head)
+  if (quant_kv()) return rows * (config_.head_dim + static_cast<int64_t>(sizeof(float)));
+  return rows * config_.head_dim * static_cast<int64_t>(sizeof(__nv_bfloat16));
 }
 
 Status CudaLlama::CopyKvBlock(int32_t src, int32_t dst) {
@@ -461,6 +480,18 @@ Status CudaLlama::CopyKvBlock(int32_t src, int32_t dst) {
   if (src == dst) return OkStatus();
   CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.gpu_index));
   const size_t block = size_t{1} * block_size_ * config_.num_kv_heads * config_.head_dim;  // elements
+  const size_t block_rows = size_t{1} * block_size_ * config_.num_kv_heads;
+  for (const cuda::DevicePagedKvQuant& kv : kv_quant_layers_) {
+    for (uint8_t* base : {kv.k, kv.v}) {
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(base + dst * block, base + src * block, block,
+                                           cudaMemcpyDeviceToDevice, stream_.get()));
+    }
+    for (float* base : {kv.k_scale, kv.v_scale}) {
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(base + dst * block_rows, base + src * block_rows,
+                                           block_rows * sizeof(float), cudaMemcpyDeviceToDevice,
+                                           stream_.get()));
+    }
+  }
   for (const cuda::DevicePagedKv<__nv_bfloat16>& kv : kv_layers_) {
     for (__nv_bfloat16* base : {kv.k, kv.v}) {
       CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(base + dst * block, base + src * block,

@@ -79,6 +79,9 @@ class CudaLlama final : public DecoderModel {
     // Attention kernel launch choices, passed to every PagedDecodeAttention / PrefillAttention call and to
     // DecodeWorkspaceBytes (flags --decode-min-partition, --decode-pipeline, --prefill-attention).
     cuda::AttentionLaunchOptions attention;
+    // KV cache storage (--kv-cache-dtype): kAuto / kBf16 = bf16; kInt8 / kFp8 = 8 bits with an fp32 scale per
+    // (slot, kv head), quantised by QkvRopeWriteKvQuant, read by the attention kernels' 8-bit forms.
+    KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;
   };
 
   static StatusOr<std::unique_ptr<CudaLlama>> Create(LlamaWeights weights, const Options& options);
@@ -94,6 +97,9 @@ class CudaLlama final : public DecoderModel {
   Status Step(const StepInput& input, StepOutput* output) override;
   int64_t KvBudgetBytes() const override { return kv_budget_bytes_; }
   std::string device_name() const override { return device_name_; }
+  std::string kv_cache_dtype_name() const override {
+    return quant_kv() ? std::string(KvCacheDtypeName(options_.kv_cache_dtype)) : "bf16";
+  }
   // Logits::kToken rows are drawn by cuda::SampleRows over the logits on the GPU; only ids come back.
   bool SamplesOnDevice() const override { return true; }
 
@@ -160,6 +166,8 @@ class CudaLlama final : public DecoderModel {
 
   // Enqueues the layers for `a` (no sync, no host work besides launches): capturable.
   Status EnqueueLayers(const StepArgs& a, cuda::BlasLtGemm& gemm);
+  Status EnqueueAttention(int layer, const StepArgs& a);       // bf16 cache
+  Status EnqueueQuantAttention(int layer, const StepArgs& a);  // 8-bit cache
   Status EnqueueLinear(const Linear& lin, const __nv_bfloat16* x, int64_t m, __nv_bfloat16* y,
                        cuda::BlasLtGemm& gemm);
   // Final norm + lm_head of the n token rows listed at `rows` (device) into logits_ (fp32 [n, vocab_pad_]).
@@ -222,6 +230,10 @@ class CudaLlama final : public DecoderModel {
   // KV cache: per layer k and v = [num_blocks, block_size, kv_heads, head_dim] bf16, back to back.
   void* kv_ = nullptr;
   std::vector<cuda::DevicePagedKv<__nv_bfloat16>> kv_layers_;
+  // With an 8-bit cache instead (quant_kv()): per layer k and v bytes, then k and v scales [num_blocks,
+  // block_size, kv_heads] fp32, in the same allocation kv_.
+  std::vector<cuda::DevicePagedKvQuant> kv_quant_layers_;
+  bool quant_kv() const { return KvCacheDtypeIsQuantized(options_.kv_cache_dtype); }
   int num_blocks_ = 0, block_size_ = 0;
 
   // Decode buckets: (bucket rows, context class) -> graph.

@@ -581,6 +581,42 @@ TEST(CudaLlamaTest, FactoryLoadsHfFolderOnCuda) {
   fs::remove_all(dir);
 }
 
+// The 8-bit KV cache: CudaLlama with int8 / fp8 KV over the script (prefill chunks, graphs, CopyKvBlock of
+// bytes and scales) against CpuLlama with the same KV dtype (the reference quantiser), and against CudaLlama
+// with the bf16 cache; the bytes per token as documented.
+TEST(CudaLlamaTest, QuantizedKvMatchesCpuQuantizedKv) {
+  SKIP_WITHOUT_GPU();
+  const TinyLlama m = MakeModel(14, /*tied=*/false, /*bias=*/true, /*layers=*/2);
+  const int vocab = m.c.vocab_size;
+  const Script script = MakeScript(vocab, 5);
+  auto bf16_gpu = CudaLlama::Create(ToBf16Weights(m, true), TestOptions());
+  ASSERT_TRUE(bf16_gpu.ok()) << bf16_gpu.status().ToString();
+  auto bf16_out = RunScript(**bf16_gpu, script);
+  ASSERT_TRUE(bf16_out.ok()) << bf16_out.status().ToString();
+  for (KvCacheDtype dtype : {KvCacheDtype::kInt8, KvCacheDtype::kFp8}) {
+    const std::string name(KvCacheDtypeName(dtype));
+    auto cpu = CpuLlama::Create(ToBf16Weights(m, true), nullptr, false, KvCacheOptions{.dtype = dtype});
+    ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+    CudaLlama::Options o = TestOptions();
+    o.kv_cache_dtype = dtype;
+    auto gpu = CudaLlama::Create(ToBf16Weights(m, true), o);
+    ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+    EXPECT_EQ((*gpu)->kv_cache_dtype_name(), name);
+    // 2 layers x 2 kv heads x (K, V) rows of 64 bytes + a 4-byte scale; bf16: 128 bytes.
+    EXPECT_EQ((*gpu)->KvBytesPerToken(), 2 * 2 * 2 * (64 + 4));
+    EXPECT_EQ((*bf16_gpu)->KvBytesPerToken(), 2 * 2 * 2 * 128);
+    auto want = RunScript(**cpu, script);
+    ASSERT_TRUE(want.ok()) << want.status().ToString();
+    auto got = RunScript(**gpu, script);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    ExpectClose(CompareLogits(*want, *got, vocab, &script), 0.1, 0.97,
+                ("kv " + name + " vs cpu kv " + name).c_str());
+    ExpectClose(CompareLogits(*bf16_out, *got, vocab), 0.15, 0.95,
+                ("kv " + name + " vs gpu kv bf16").c_str());
+    EXPECT_GT((*gpu)->graph_replays(), 0);
+  }
+}
+
 // ---- the real SmolLM2 (skips when not on disk) ----
 
 std::string SmolLmPath() {

@@ -66,33 +66,62 @@ Status CudaLlama::EnqueueLinear(const Linear& lin, const __nv_bfloat16* x, int64
   return gemm.Run(x, lin.w, y, DType::kBF16, m, lin.rows, lin.cols, stream_.get());
 }
 
+// Layer i's QKV split + RoPE + cache write and its attention, over the bf16 cache.
+Status CudaLlama::EnqueueAttention(int i, const StepArgs& a) {
+  const LlamaConfig& c = config_;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  cudaStream_t s = stream_.get();
+  const Layer& l = layers_[i];
+  const cuda::DevicePagedKv<__nv_bfloat16>& kv = kv_layers_[i];
+  RETURN_IF_ERROR(
+      cuda::QkvRopeWriteKv(qkv_, l.qkv_bias, a.positions, a.slots, a.T, c.num_heads, inv_freq_, kv, q_, s));
+  const cuda::PagedKvBatch<__nv_bfloat16> batch{.kv = kv,
+                                                .block_tables = a.bt,
+                                                .max_blocks_per_seq = a.W,
+                                                .num_seqs = a.S,
+                                                .context_lens = a.ctx,
+                                                .max_context_len = a.max_ctx,
+                                                .cu_seqlens = a.cu,
+                                                .start_pos = a.start,
+                                                .total_tokens = a.T};
+  if (a.decode) {
+    return cuda::PagedDecodeAttention(q_, batch, c.num_heads, scale, decode_ws_, attn_, s,
+                                      options_.attention);
+  }
+  return cuda::PrefillAttention(q_, batch, c.num_heads, scale, attn_, s, options_.attention);
+}
+
+// The same over the 8-bit cache (quantised on write, dequantised inside the attention kernels).
+Status CudaLlama::EnqueueQuantAttention(int i, const StepArgs& a) {
+  const LlamaConfig& c = config_;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  cudaStream_t s = stream_.get();
+  const Layer& l = layers_[i];
+  const cuda::DevicePagedKvQuant& kv = kv_quant_layers_[i];
+  RETURN_IF_ERROR(cuda::QkvRopeWriteKvQuant(qkv_, l.qkv_bias, a.positions, a.slots, a.T, c.num_heads,
+                                            inv_freq_, kv, q_, s));
+  if (a.decode) {
+    return cuda::PagedDecodeAttention(q_, a.bt, a.W, a.ctx, a.S, c.num_heads, a.max_ctx, scale, kv,
+                                      decode_ws_, attn_, s, options_.attention);
+  }
+  return cuda::PrefillAttention(q_, a.cu, a.start, a.S, a.T, a.bt, a.W, c.num_heads, scale, kv, attn_, s,
+                                options_.attention);
+}
+
 Status CudaLlama::EnqueueLayers(const StepArgs& a, cuda::BlasLtGemm& gemm) {
   const LlamaConfig& c = config_;
   const int64_t T = a.T, H = c.hidden_size, F = c.intermediate_size;
-  const float eps = c.rms_norm_eps, scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const float eps = c.rms_norm_eps;
   cudaStream_t s = stream_.get();
   RETURN_IF_ERROR(cuda::EmbeddingGather(embedding_, c.vocab_size, H, a.tokens, T, x_, s));
   for (int i = 0; i < c.num_layers; ++i) {
     const Layer& l = layers_[i];
-    const cuda::DevicePagedKv<__nv_bfloat16>& kv = kv_layers_[i];
     RETURN_IF_ERROR(cuda::AddRmsNorm(i == 0 ? nullptr : proj_, x_, l.attn_norm, T, H, eps, h_, s));
     RETURN_IF_ERROR(EnqueueLinear(l.qkv, h_, T, qkv_, gemm));
-    RETURN_IF_ERROR(
-        cuda::QkvRopeWriteKv(qkv_, l.qkv_bias, a.positions, a.slots, T, c.num_heads, inv_freq_, kv, q_, s));
-    const cuda::PagedKvBatch<__nv_bfloat16> batch{.kv = kv,
-                                                  .block_tables = a.bt,
-                                                  .max_blocks_per_seq = a.W,
-                                                  .num_seqs = a.S,
-                                                  .context_lens = a.ctx,
-                                                  .max_context_len = a.max_ctx,
-                                                  .cu_seqlens = a.cu,
-                                                  .start_pos = a.start,
-                                                  .total_tokens = T};
-    if (a.decode) {
-      RETURN_IF_ERROR(cuda::PagedDecodeAttention(q_, batch, c.num_heads, scale, decode_ws_, attn_, s,
-                                                 options_.attention));
+    if (quant_kv()) {
+      RETURN_IF_ERROR(EnqueueQuantAttention(i, a));
     } else {
-      RETURN_IF_ERROR(cuda::PrefillAttention(q_, batch, c.num_heads, scale, attn_, s, options_.attention));
+      RETURN_IF_ERROR(EnqueueAttention(i, a));
     }
     RETURN_IF_ERROR(EnqueueLinear(l.o, attn_, T, proj_, gemm));
     RETURN_IF_ERROR(cuda::AddRmsNorm(proj_, x_, l.ffn_norm, T, H, eps, h_, s));

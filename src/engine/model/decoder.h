@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "api/kv_cache_dtype.h"
 #include "api/sampling.h"
 #include "base/status.h"
 #include "engine/model/llama_config.h"
@@ -22,6 +23,16 @@ struct KvCacheShape {
   int head_dim = 0;
   int block_size = 16;
   int num_blocks = 0;
+};
+
+// How the KV cache is stored (DecoderOptions::kv_cache, --kv-cache-dtype; docs/precision.md).
+struct KvCacheOptions {
+  // kAuto: the backend's native precision (fp32 on the CPU, bf16 on CUDA); kBf16; kInt8 / kFp8: 8 bits with
+  // one fp32 scale per (token slot, KV head), quantised on write, dequantised inside attention.
+  KvCacheDtype dtype = KvCacheDtype::kAuto;
+  // Tests only, no flag: every dequantisation scale is multiplied by this (CPU backend). A value other than
+  // 1 is a deliberately broken quantiser, which the consistency gate (tools/precision) must reject.
+  float testing_dequant_scale_multiplier = 1.0f;
 };
 
 // One sequence's slice of a step.
@@ -86,6 +97,8 @@ class DecoderModel {
   // True when Step accepts Logits::kToken: the next token is drawn where the logits are (the GPU), and only
   // the token ids cross to the host.
   virtual bool SamplesOnDevice() const { return false; }
+  // How the KV cache is stored, resolved: "fp32", "bf16", "int8" or "fp8" (logs, /v1/models, the gate).
+  virtual std::string kv_cache_dtype_name() const { return "fp32"; }
   // "cpu" or "cuda:N (name)": for logs, /v1/models and `stoke model inspect`.
   virtual std::string device_name() const { return "cpu"; }
 };

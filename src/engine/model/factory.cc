@@ -63,7 +63,8 @@ StatusOr<std::unique_ptr<DecoderModel>> LoadDecoder(const std::string& path, con
   ASSIGN_OR_RETURN(LlamaWeights weights, LoadWeights(path));
   if (device == "cuda") return backends.cuda_decoder.create(std::move(weights), options);
   const bool ggml = options.ggml_compatible_numerics && weights.from_gguf;
-  ASSIGN_OR_RETURN(std::unique_ptr<CpuLlama> model, CpuLlama::Create(std::move(weights), options.pool, ggml));
+  ASSIGN_OR_RETURN(std::unique_ptr<CpuLlama> model,
+                   CpuLlama::Create(std::move(weights), options.pool, ggml, options.kv_cache));
   return std::unique_ptr<DecoderModel>(std::move(model));
 }
 

@@ -60,6 +60,8 @@ struct DecoderOptions {
   // Flag --ggml-numerics off turns it off (stoke's own, slightly faster kernels; logits differ from
   // llama.cpp's in the last bits).
   bool ggml_compatible_numerics = true;
+  // KV cache storage (--kv-cache-dtype): auto | bf16 | int8 | fp8 (KvCacheOptions, decoder.h).
+  KvCacheOptions kv_cache;
   // CUDA: kernel choices (see CudaDecoderTuning); ignored on the CPU.
   CudaDecoderTuning cuda;
 };

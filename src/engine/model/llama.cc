@@ -23,7 +23,7 @@ Status CheckMatrix(const LinearWeight& w, int64_t rows, int64_t cols, const char
 }  // namespace
 
 StatusOr<std::unique_ptr<CpuLlama>> CpuLlama::Create(LlamaWeights weights, ThreadPool* pool,
-                                                     bool ggml_numerics) {
+                                                     bool ggml_numerics, KvCacheOptions kv) {
   const LlamaConfig& c = weights.config;
   RETURN_IF_ERROR(c.Validate());
   const int64_t hidden = c.hidden_size, ffn = c.intermediate_size;
@@ -63,13 +63,18 @@ StatusOr<std::unique_ptr<CpuLlama>> CpuLlama::Create(LlamaWeights weights, Threa
     }
     RETURN_IF_ERROR(CheckMatrix(l.down, hidden, ffn, "down"));
   }
-  return std::unique_ptr<CpuLlama>(new CpuLlama(std::move(weights), pool, ggml_numerics));
+  if (!(kv.testing_dequant_scale_multiplier > 0.0f)) {
+    return InvalidArgumentError("KV cache: dequantisation multiplier {} must be positive",
+                                kv.testing_dequant_scale_multiplier);
+  }
+  return std::unique_ptr<CpuLlama>(new CpuLlama(std::move(weights), pool, ggml_numerics, kv));
 }
 
-CpuLlama::CpuLlama(LlamaWeights weights, ThreadPool* pool, bool ggml_numerics)
+CpuLlama::CpuLlama(LlamaWeights weights, ThreadPool* pool, bool ggml_numerics, KvCacheOptions kv)
     : weights_(std::move(weights)),
       pool_(pool != nullptr ? pool : &ThreadPool::Default()),
-      ggml_(ggml_numerics) {
+      ggml_(ggml_numerics),
+      kv_opts_(kv) {
   inv_freq_ = RopeInverseFrequencies(weights_.config);
   const LlamaConfig& c = weights_.config;
   const bool divisors_ok =
@@ -116,10 +121,20 @@ Status CpuLlama::AllocateKvCache(int num_blocks, int block_size) {
   }
   const LlamaConfig& c = weights_.config;
   const size_t per_layer = size_t{2} * num_blocks * block_size * c.num_kv_heads * c.head_dim;
+  const size_t scales = KvCacheDtypeIsQuantized(kv_opts_.dtype)
+                            ? size_t{2} * num_blocks * block_size * c.num_kv_heads * c.num_layers
+                            : 0;
   try {
-    kv_.assign(per_layer * c.num_layers, 0.0f);
+    if (quantized_kv()) {
+      kv_.clear();
+      kvq_.assign(per_layer * c.num_layers * cpu::KvElementBytes(kv_opts_.dtype), 0);
+      kv_scales_.assign(scales, 0.0f);
+    } else {
+      kv_.assign(per_layer * c.num_layers, 0.0f);
+    }
   } catch (const std::bad_alloc&) {
-    return ResourceExhaustedError("KV cache: cannot allocate {} MiB", per_layer * c.num_layers * 4 >> 20);
+    return ResourceExhaustedError("KV cache: cannot allocate {} MiB",
+                                  static_cast<int64_t>(num_blocks) * block_size * KvBytesPerToken() >> 20);
   }
   num_blocks_ = num_blocks;
   block_size_ = block_size;
@@ -131,9 +146,16 @@ KvCacheShape CpuLlama::kv_shape() const {
   return KvCacheShape{c.num_layers, c.num_kv_heads, c.head_dim, block_size_, num_blocks_};
 }
 
+std::string CpuLlama::kv_cache_dtype_name() const {
+  return quantized_kv() ? std::string(KvCacheDtypeName(kv_opts_.dtype)) : "fp32";
+}
+
 int64_t CpuLlama::KvBytesPerToken() const {
   const LlamaConfig& c = weights_.config;
-  return int64_t{2} * c.num_layers * c.num_kv_heads * c.head_dim * static_cast<int64_t>(sizeof(float));
+  const int64_t rows = int64_t{2} * c.num_layers * c.num_kv_heads;  // (K or V, layer, kv head)
+  if (!quantized_kv()) return rows * c.head_dim * static_cast<int64_t>(sizeof(float));
+  const int64_t scale = KvCacheDtypeIsQuantized(kv_opts_.dtype) ? sizeof(float) : 0;
+  return rows * (c.head_dim * cpu::KvElementBytes(kv_opts_.dtype) + scale);
 }
 
 cpu::PagedKvLayer CpuLlama::KvLayer(int layer) {
@@ -143,12 +165,44 @@ cpu::PagedKvLayer CpuLlama::KvLayer(int layer) {
   return cpu::PagedKvLayer{base, base + half, num_blocks_, block_size_, c.num_kv_heads, c.head_dim};
 }
 
+cpu::QuantPagedKvLayer CpuLlama::QuantKvLayer(int layer) {
+  const LlamaConfig& c = weights_.config;
+  const size_t rows = size_t{1} * num_blocks_ * block_size_ * c.num_kv_heads;  // (slot, kv head) per layer
+  const size_t half = rows * c.head_dim * cpu::KvElementBytes(kv_opts_.dtype);
+  uint8_t* base = kvq_.data() + 2 * half * layer;
+  const bool scaled = KvCacheDtypeIsQuantized(kv_opts_.dtype);
+  float* sbase = scaled ? kv_scales_.data() + 2 * rows * layer : nullptr;
+  return cpu::QuantPagedKvLayer{.dtype = kv_opts_.dtype,
+                                .k = base,
+                                .v = base + half,
+                                .k_scale = sbase,
+                                .v_scale = scaled ? sbase + rows : nullptr,
+                                .num_blocks = num_blocks_,
+                                .block_size = block_size_,
+                                .num_kv_heads = c.num_kv_heads,
+                                .head_dim = c.head_dim,
+                                .dequant_scale_multiplier = kv_opts_.testing_dequant_scale_multiplier};
+}
+
 Status CpuLlama::CopyKvBlock(int32_t src, int32_t dst) {
   if (src < 0 || src >= num_blocks_ || dst < 0 || dst >= num_blocks_) {
     return InvalidArgumentError("CopyKvBlock: block {} -> {} outside [0, {})", src, dst, num_blocks_);
   }
   if (src == dst) return OkStatus();
   const LlamaConfig& c = weights_.config;
+  if (quantized_kv()) {
+    const size_t block_rows = size_t{1} * block_size_ * c.num_kv_heads;
+    const size_t block_bytes = block_rows * c.head_dim * cpu::KvElementBytes(kv_opts_.dtype);
+    for (int l = 0; l < c.num_layers; ++l) {
+      const cpu::QuantPagedKvLayer kv = QuantKvLayer(l);
+      std::memcpy(kv.k + dst * block_bytes, kv.k + src * block_bytes, block_bytes);
+      std::memcpy(kv.v + dst * block_bytes, kv.v + src * block_bytes, block_bytes);
+      if (kv.k_scale == nullptr) continue;
+      std::memcpy(kv.k_scale + dst * block_rows, kv.k_scale + src * block_rows, block_rows * sizeof(float));
+      std::memcpy(kv.v_scale + dst * block_rows, kv.v_scale + src * block_rows, block_rows * sizeof(float));
+    }
+    return OkStatus();
+  }
   const size_t block_floats = size_t{1} * block_size_ * c.num_kv_heads * c.head_dim;
   for (int l = 0; l < c.num_layers; ++l) {
     cpu::PagedKvLayer kv = KvLayer(l);
@@ -166,7 +220,7 @@ Status CpuLlama::RunLayer(int layer, const StepInput& in, int64_t T) {
   const LlamaConfig& c = weights_.config;
   const LlamaLayerWeights& w = weights_.layers[layer];
   ThreadPool& pool = *pool_;
-  const int64_t H = c.hidden_size, F = c.intermediate_size, hd = c.head_dim;
+  const int64_t hd = c.head_dim;
   const int64_t qd = c.num_heads * hd, kvd = c.num_kv_heads * hd, tot = qd + 2 * kvd;
 
   Norm(x_.data(), w.attn_norm, T, h_.data());
@@ -192,6 +246,17 @@ Status CpuLlama::RunLayer(int layer, const StepInput& in, int64_t T) {
   Rope(q_.data(), T, c.num_heads);
   Rope(k_.data(), T, c.num_kv_heads);
 
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  if (quantized_kv()) {
+    const cpu::QuantPagedKvLayer kvq = QuantKvLayer(layer);
+    cpu::WriteKv(kvq, k_.data(), v_.data(), slots_.data(), T);
+    for (const StepSequence& seq : in.sequences) {
+      const int64_t off = int64_t{seq.token_begin} * qd;
+      cpu::PagedAttention(q_.data() + off, seq.num_tokens, c.num_heads, seq.start_pos, seq.block_table.data(),
+                          kvq, scale, attn_.data() + off, pool);
+    }
+    return FinishLayer(w, T);
+  }
   const cpu::PagedKvLayer kv = KvLayer(layer);
   const bool interleave = weights_.gguf_qk_interleaved;
   if (ggml_) {
@@ -199,7 +264,6 @@ Status CpuLlama::RunLayer(int layer, const StepInput& in, int64_t T) {
   } else {
     cpu::WriteKv(kv, k_.data(), v_.data(), slots_.data(), T);
   }
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   for (const StepSequence& seq : in.sequences) {
     const int64_t off = int64_t{seq.token_begin} * qd;
     if (ggml_) {
@@ -210,6 +274,13 @@ Status CpuLlama::RunLayer(int layer, const StepInput& in, int64_t T) {
                           kv, scale, attn_.data() + off, pool);
     }
   }
+  return FinishLayer(w, T);
+}
+
+// The layer after attention: output projection and residual, then the MLP and its residual.
+Status CpuLlama::FinishLayer(const LlamaLayerWeights& w, int64_t T) {
+  const LlamaConfig& c = weights_.config;
+  const int64_t H = c.hidden_size, F = c.intermediate_size;
   RETURN_IF_ERROR(Linear(attn_.data(), T, w.o, proj_.data()));
   cpu::Add(x_.data(), proj_.data(), T * H, x_.data());
 

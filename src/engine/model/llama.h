@@ -19,6 +19,7 @@
 #include "engine/model/decoder.h"
 #include "engine/model/llama_weights.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/kv_quant.h"
 
 namespace stoke {
 
@@ -29,25 +30,31 @@ class CpuLlama final : public DecoderModel {
   // ggml's activation quantisation, accumulation orders, expf, RoPE angles), so a GGUF model's logits equal
   // llama.cpp's CPU backend's; matmuls of weight types without a ggml-exact kernel (only Q4_1 and Q8_0 have
   // one) and RoPE scaling other than linear / GGUF frequency factors keep stoke's own numerics.
+  // kv: how the KV cache is stored. kAuto = fp32; bf16 / int8 / fp8 go through kernels/cpu/kv_quant.h (the
+  // attention then runs stoke's own numerics, not ggml's, whatever ggml_numerics says).
   static StatusOr<std::unique_ptr<CpuLlama>> Create(LlamaWeights weights, ThreadPool* pool = nullptr,
-                                                    bool ggml_numerics = false);
+                                                    bool ggml_numerics = false, KvCacheOptions kv = {});
   bool ggml_numerics() const { return ggml_; }
 
   const LlamaConfig& config() const override { return weights_.config; }
   Status AllocateKvCache(int num_blocks, int block_size) override;
   KvCacheShape kv_shape() const override;
+  std::string kv_cache_dtype_name() const override;
   int64_t KvBytesPerToken() const override;
   Status CopyKvBlock(int32_t src, int32_t dst) override;
   Status Step(const StepInput& input, StepOutput* output) override;
 
  private:
-  CpuLlama(LlamaWeights weights, ThreadPool* pool, bool ggml_numerics);
+  CpuLlama(LlamaWeights weights, ThreadPool* pool, bool ggml_numerics, KvCacheOptions kv);
+  bool quantized_kv() const { return kv_opts_.dtype != KvCacheDtype::kAuto; }
   Status ValidateInput(const StepInput& input) const;
   Status Linear(const float* x, int64_t m, const LinearWeight& w, float* y);
   void Norm(const float* x, const std::vector<float>& w, int64_t rows, float* out);
   void Rope(float* x, int64_t tokens, int heads);
   Status RunLayer(int layer, const StepInput& input, int64_t tokens);
+  Status FinishLayer(const LlamaLayerWeights& w, int64_t tokens);
   cpu::PagedKvLayer KvLayer(int layer);
+  cpu::QuantPagedKvLayer QuantKvLayer(int layer);
 
   LlamaWeights weights_;
   ThreadPool* pool_;
@@ -57,6 +64,12 @@ class CpuLlama final : public DecoderModel {
 
   // KV cache: per layer, k and v = [num_blocks, block_size, kv_heads, head_dim] fp32, back to back.
   std::vector<float> kv_;
+  // With kv_opts_.dtype bf16 / int8 / fp8 instead: per layer k then v, each [num_blocks, block_size,
+  // kv_heads, head_dim] of 2 or 1 bytes (kvq_), and per layer k then v scales [num_blocks, block_size,
+  // kv_heads] fp32 (kv_scales_, 8-bit only).
+  KvCacheOptions kv_opts_;
+  std::vector<uint8_t> kvq_;
+  std::vector<float> kv_scales_;
   int num_blocks_ = 0;
   int block_size_ = 0;
 

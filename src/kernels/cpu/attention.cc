@@ -8,6 +8,7 @@
 #include <mutex>
 #include <vector>
 
+#include "kernels/cpu/kv_quant.h"
 #include "kernels/cpu/ops.h"
 
 namespace stoke::cpu {
@@ -236,6 +237,55 @@ void PagedAttention(const float* q, int64_t n, int heads, int32_t start_pos, con
       }
       for (int g = 0; g < g_count; ++g) SoftmaxInPlace(sc[g], ctx);
       GroupOutputsAny(g_count, sc, kv.v + kvh * hd, block_table, bs, slot_stride, ctx, hd, os);
+    }
+  });
+}
+
+void PagedAttention(const float* q, int64_t n, int heads, int32_t start_pos, const int32_t* block_table,
+                    const QuantPagedKvLayer& kv, float scale, float* out, ThreadPool& pool) {
+  const int hd = kv.head_dim;
+  const int bs = kv.block_size;
+  const int nkv = kv.num_kv_heads;
+  const int group = heads / nkv;
+  const int64_t eb = KvElementBytes(kv.dtype);
+  const bool scaled = KvCacheDtypeIsQuantized(kv.dtype);
+  const int64_t ctx_max = start_pos + n;
+  const int chunks = (group + kMaxGroup - 1) / kMaxGroup;
+  const int64_t items = n * nkv * chunks;
+  // Each item also dequantises 2 · ctx · head_dim values.
+  const int64_t grain = std::max<int64_t>(
+      1, (int64_t{1} << 15) / std::max<int64_t>(1, 2 * ctx_max * hd * (std::min(group, kMaxGroup) + 1)));
+  const int32_t zero_block = 0;
+  pool.ParallelFor(items, grain, [&](int64_t begin, int64_t end) {
+    // scores [kMaxGroup, ctx], then the item's K and V rows dequantised: [ctx, head_dim] each, dense.
+    thread_local std::vector<float> scratch;
+    scratch.resize(static_cast<size_t>((kMaxGroup + 2 * hd) * ctx_max));
+    float* kd = scratch.data() + kMaxGroup * ctx_max;
+    float* vd = kd + ctx_max * hd;
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t i = item / (nkv * chunks);
+      const int kvh = static_cast<int>(item / chunks % nkv);
+      const int h0 = kvh * group + static_cast<int>(item % chunks) * kMaxGroup;
+      const int g_count = std::min(kMaxGroup, kvh * group + group - h0);
+      const int64_t ctx = start_pos + i + 1;
+      for (int64_t p = 0; p < ctx; ++p) {
+        const int64_t row = (static_cast<int64_t>(block_table[p / bs]) * bs + p % bs) * nkv + kvh;
+        const float m = kv.dequant_scale_multiplier;
+        DequantizeKvRow(kv.k + row * hd * eb, hd, scaled ? kv.k_scale[row] * m : 1.0f, kv.dtype, kd + p * hd);
+        DequantizeKvRow(kv.v + row * hd * eb, hd, scaled ? kv.v_scale[row] * m : 1.0f, kv.dtype, vd + p * hd);
+      }
+      const float* qs[kMaxGroup];
+      float* os[kMaxGroup];
+      float* sc[kMaxGroup];
+      for (int g = 0; g < g_count; ++g) {
+        qs[g] = q + (i * heads + h0 + g) * hd;
+        os[g] = out + (i * heads + h0 + g) * hd;
+        sc[g] = scratch.data() + g * ctx_max;
+      }
+      GroupScoresAny(g_count, qs, kd, hd, ctx, hd, scale, sc);
+      for (int g = 0; g < g_count; ++g) SoftmaxInPlace(sc[g], ctx);
+      // The dense rows as one block of ctx_max slots (block 0, row stride head_dim).
+      GroupOutputsAny(g_count, sc, vd, &zero_block, static_cast<int>(ctx_max), hd, ctx, hd, os);
     }
   });
 }

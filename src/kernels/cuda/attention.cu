@@ -3,13 +3,12 @@
 #include <string>
 
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_internal.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 
 namespace stoke::cuda {
 namespace {
-
-constexpr int kWarps = 4;  // warps per block in the attention kernels
 
 // ---- RoPE + cache write
 // ------------------------------------------------------------------------------------
@@ -92,14 +91,6 @@ __global__ void QkvRopeWriteKvKernel(const __nv_bfloat16* __restrict__ qkv, cons
 
 // ---- attention core
 // ----------------------------------------------------------------------------------------
-
-// Running softmax state of one warp; lane l holds elements [l * E, (l + 1) * E) of the head vector.
-template <int E>
-struct WarpState {
-  float m = -INFINITY;  // max score so far
-  float l = 0.f;        // Σ exp(score - m)
-  float acc[E] = {};    // Σ exp(score - m) · v
-};
 
 // Folds positions begin, begin + step, ... < end of one (sequence, kv head) into the warp's states of the G
 // query heads that share that kv head (GQA): each K/V row is loaded once for all G of them. q[g] holds this
@@ -238,36 +229,6 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-// grid = (heads, num_seqs), block = head_dim threads, num_splits floats of dynamic shared memory: merges the
-// splits by their log-sum-exp weights. The max and the weights are computed across the block (a split per
-// thread), then each thread sums its dimension over the splits with independent loads.
-template <typename T>
-__global__ void DecodeReduceKernel(const float* __restrict__ part_out, const float* __restrict__ part_ml,
-                                   int num_splits, int heads, int head_dim, T* __restrict__ out) {
-  PdlLaunchDependents();  // the output projection may start streaming its weights (gemv.h)
-  extern __shared__ float weight[];
-  __shared__ float scratch[32];
-  const int head = blockIdx.x, seq = blockIdx.y, d = threadIdx.x;
-  const int64_t row0 = (static_cast<int64_t>(seq) * heads + head) * num_splits;
-  float m = -INFINITY;
-  for (int s = threadIdx.x; s < num_splits; s += blockDim.x) {
-    if (part_ml[(row0 + s) * 2 + 1] > 0.f) m = fmaxf(m, part_ml[(row0 + s) * 2]);
-  }
-  m = BlockMax(m, scratch);
-  float den = 0.f;
-  for (int s = threadIdx.x; s < num_splits; s += blockDim.x) {
-    const float l = part_ml[(row0 + s) * 2 + 1];
-    const float w = l > 0.f ? l * expf(part_ml[(row0 + s) * 2] - m) : 0.f;
-    weight[s] = w;
-    den += w;
-  }
-  den = BlockSum(den, scratch);  // its __syncthreads also publishes weight[]
-  float num = 0.f;
-#pragma unroll 8
-  for (int s = 0; s < num_splits; ++s) num += weight[s] * part_out[(row0 + s) * head_dim + d];
-  out[(static_cast<int64_t>(seq) * heads + head) * head_dim + d] = FromFloat<T>(den > 0.f ? num / den : 0.f);
-}
-
 // One warp per (token, head): grid = ceil(total_tokens * heads / kWarps), block = kWarps * 32.
 template <typename T, int E>
 __global__ void __launch_bounds__(kWarps * 32)
@@ -303,35 +264,6 @@ __global__ void __launch_bounds__(kWarps * 32)
   const float inv = st[0].l > 0.f ? 1.f / st[0].l : 0.f;
 #pragma unroll
   for (int e = 0; e < E; ++e) out[qo + e] = FromFloat<T>(st[0].acc[e] * inv);
-}
-
-Status CheckShape(const char* what, int heads, int kv_heads, int head_dim) {
-  if (head_dim != 64 && head_dim != 128 && head_dim != 256) {
-    return Status(StatusCode::kInvalidArgument, std::string(what) + ": head_dim " + std::to_string(head_dim) +
-                                                    " not supported (64, 128, 256)");
-  }
-  if (kv_heads <= 0 || heads <= 0 || heads % kv_heads != 0) {
-    return Status(StatusCode::kInvalidArgument, std::string(what) + ": heads " + std::to_string(heads) +
-                                                    " not a multiple of kv heads " +
-                                                    std::to_string(kv_heads));
-  }
-  return OkStatus();
-}
-
-// Splits per (sequence, head): at least one per kDecodePartition positions (bounded workspace at large
-// batch), and more when the batch is small, so that about kDecodeTargetBlocks blocks share the GPU (batch 1 x
-// 32 heads would otherwise leave 100+ SMs idle behind a few latency-bound blocks), but never fewer than
-// launch.decode_min_partition positions per split (AttentionLaunchOptions, attention.h).
-constexpr int kDecodeTargetBlocks = 2048;
-int NumSplits(int num_seqs, int heads, int max_context_len, const AttentionLaunchOptions& launch) {
-  if (max_context_len <= 0) return 1;
-  const int min_partition = std::max(1, launch.decode_min_partition);
-  const int by_partition = (max_context_len + kDecodePartition - 1) / kDecodePartition;
-  const int by_min = (max_context_len + min_partition - 1) / min_partition;
-  const int64_t rows = std::max<int64_t>(1, int64_t{num_seqs} * heads);
-  const int by_occupancy =
-      static_cast<int>(std::min<int64_t>(by_min, (kDecodeTargetBlocks + rows - 1) / rows));
-  return std::max(by_partition, by_occupancy);
 }
 
 template <typename T, int E>

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "api/kv_cache_dtype.h"
 #include "base/status.h"
 
 namespace stoke::cuda {
@@ -130,6 +131,41 @@ Status PrefillAttention(const T* q, const PagedKvBatch<T>& b, int heads, float s
   return PrefillAttention(q, b.cu_seqlens, b.start_pos, b.num_seqs, b.total_tokens, b.block_tables,
                           b.max_blocks_per_seq, heads, scale, b.kv, out, stream, launch);
 }
+
+// ---- 8-bit KV cache (--kv-cache-dtype int8 | fp8; kernels/cpu/kv_quant.h is the reference quantiser) ----
+//   k, v             = [num_blocks, block_size, num_kv_heads, head_dim] bytes: int8, or fp8 E4M3
+//   k_scale, v_scale = [num_blocks, block_size, num_kv_heads] fp32, one per (slot, kv head)
+// value = q · scale. Written by QkvRopeWriteKvQuant, read (dequantised in registers) by the attention below.
+struct DevicePagedKvQuant {
+  uint8_t* k = nullptr;
+  uint8_t* v = nullptr;
+  float* k_scale = nullptr;
+  float* v_scale = nullptr;
+  KvCacheDtype dtype = KvCacheDtype::kInt8;  // kInt8 or kFp8
+  int num_blocks = 0;
+  int block_size = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+};
+
+// QkvRopeWriteKv into an 8-bit cache: q as there; each K and V row (token, kv head) is first rounded to bf16
+// (what the bf16 cache would hold), then quantised as cpu::QuantizeKvRow: scale = amax / 127 (int8) or
+// amax / 448 (fp8), q = rint(x · (127 / amax)) or e4m3_satfinite(x · (448 / amax)). head_dim <= 256.
+Status QkvRopeWriteKvQuant(const __nv_bfloat16* qkv, const float* bias, const int32_t* positions,
+                           const int32_t* slots, int64_t tokens, int heads, const float* inv_freq,
+                           const DevicePagedKvQuant& kv, __nv_bfloat16* q, cudaStream_t stream);
+
+// PagedDecodeAttention / PrefillAttention over an 8-bit cache: the same contracts, splits and workspace
+// (DecodeWorkspaceBytes) as the bf16 forms; K/V are dequantised in registers as they are read. Prefill runs
+// one warp per (token, head) (the tiled tensor-core kernel reads bf16 only).
+Status PagedDecodeAttention(const __nv_bfloat16* q, const int32_t* block_tables, int max_blocks_per_seq,
+                            const int32_t* context_lens, int num_seqs, int heads, int max_context_len,
+                            float scale, const DevicePagedKvQuant& kv, void* workspace, __nv_bfloat16* out,
+                            cudaStream_t stream, const AttentionLaunchOptions& launch = {});
+Status PrefillAttention(const __nv_bfloat16* q, const int32_t* cu_seqlens, const int32_t* start_pos,
+                        int num_seqs, int64_t total_tokens, const int32_t* block_tables,
+                        int max_blocks_per_seq, int heads, float scale, const DevicePagedKvQuant& kv,
+                        __nv_bfloat16* out, cudaStream_t stream, const AttentionLaunchOptions& launch = {});
 
 // The two prefill kernels behind PrefillAttention, callable directly (tests, benchmarks); same contract.
 // Tiled: FlashAttention-2 style, bf16 only, head_dim 64 or 128, pointers 16-byte aligned, block_size any

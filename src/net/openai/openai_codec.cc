@@ -627,6 +627,12 @@ std::string ModelListJson(const std::vector<ModelListEntry>& models, int64_t cre
     m["created"] = created;
     m["owned_by"] = "stoke";
     if (e.max_model_len > 0) m["max_model_len"] = e.max_model_len;
+    if (!e.extra_fields.empty()) {
+      const ojson extra = ojson::parse(e.extra_fields, nullptr, /*allow_exceptions=*/false);
+      if (extra.is_object()) {
+        for (const auto& [key, value] : extra.items()) m[key] = value;
+      }
+    }
     data.push_back(std::move(m));
   }
   ojson out;

@@ -104,6 +104,9 @@ std::string ModelListJson(const std::string& model, int64_t created, int max_mod
 struct ModelListEntry {
   std::string id;
   int max_model_len = 0;
+  // "" or a JSON object whose members are added to the entry (a decoder's "precision":
+  // DecoderHandle::model_fields); anything else is ignored.
+  std::string extra_fields;
 };
 std::string ModelListJson(const std::vector<ModelListEntry>& models, int64_t created);
 

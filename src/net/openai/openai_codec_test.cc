@@ -343,5 +343,17 @@ TEST(OpenAiCodecTest, ModelList) {
   EXPECT_EQ(j["data"][0]["max_model_len"], 8192);
 }
 
+TEST(OpenAiCodecTest, ModelListExtraFields) {
+  json j = json::parse(ModelListJson(
+      {{.id = "smol", .max_model_len = 8192, .extra_fields = R"({"precision": {"kv_cache_dtype": "int8"}})"},
+       {.id = "minilm"}},
+      42));
+  EXPECT_EQ(j["data"][0]["precision"]["kv_cache_dtype"], "int8");
+  EXPECT_EQ(j["data"][0]["id"], "smol");
+  EXPECT_FALSE(j["data"][1].contains("precision"));
+  j = json::parse(ModelListJson({{.id = "smol", .extra_fields = "not json"}}, 42));  // ignored, never broken
+  EXPECT_FALSE(j["data"][0].contains("precision"));
+}
+
 }  // namespace
 }  // namespace stoke

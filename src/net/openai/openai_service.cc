@@ -515,7 +515,9 @@ void OpenAiService::HandleModels(const HttpRequest&, std::shared_ptr<HttpRespond
   for (const auto& m : repo_->models()) {
     if (m->kind() == ModelKind::kDecoder) {
       std::shared_ptr<const DecoderHandle> d = m->decoder();
-      list.push_back({.id = m->name(), .max_model_len = d ? d->engine->context_length() : 0});
+      list.push_back({.id = m->name(),
+                      .max_model_len = d ? d->engine->context_length() : 0,
+                      .extra_fields = d ? d->model_fields : std::string()});
       continue;
     }
     // Batched models: every served name (an encoder's text form and its -ids form).

@@ -57,6 +57,9 @@ struct DecoderHandle {
   std::shared_ptr<const Tokenizer> tokenizer;
   std::optional<ChatTemplate> chat_template;  // empty: chat answers 400
   ServerMetrics* metrics = nullptr;           // the model's series (outlives every load); may be null
+  // Members added to its GET /v1/models entry: "" or a JSON object as text (the server's loader puts
+  // {"precision": {...}} here: tools/precision/serve_gate.h).
+  std::string model_fields;
 };
 
 // What one load produces.

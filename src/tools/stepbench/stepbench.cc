@@ -200,7 +200,8 @@ StatusOr<Json> RunStepBench(const StepBenchOptions& o, const Backends& backends,
               {"pdl", t.pdl},
               {"decode_min_partition", t.decode_min_partition},
               {"decode_pipeline", t.decode_pipeline},
-              {"prefill_attention", t.prefill_attention}};
+              {"prefill_attention", t.prefill_attention},
+              {"kv_cache_dtype", model->kv_cache_dtype_name()}};
   report["engine"] = engine;
   report["model"] = {{"path", path},
                      {"layers", L},
@@ -215,6 +216,19 @@ StatusOr<Json> RunStepBench(const StepBenchOptions& o, const Backends& backends,
                      {"bytes_per_param", bytes_per_param},
                      {"kv_bytes_per_token", kv_per_token},
                      {"load_seconds", load_s}};
+  // What a server's KV cache holds at this precision: the budget the device leaves after weights and scratch
+  // (cuda, --gpu-memory-fraction; 0 on the CPU, where --kv-cache-bytes sets it) in blocks of --block-size.
+  const int64_t kv_budget = model->KvBudgetBytes();
+  const int64_t kv_capacity_blocks = kv_per_token > 0 ? kv_budget / (kv_per_token * bs) : 0;
+  report["kv_cache"] = {{"dtype", model->kv_cache_dtype_name()},
+                        {"bytes_per_token", kv_per_token},
+                        {"budget_bytes", kv_budget},
+                        {"block_size", bs},
+                        {"capacity_blocks", kv_capacity_blocks},
+                        {"capacity_tokens", kv_capacity_blocks * bs}};
+  Log(progress, fmt::format("bench step: KV {} at {} bytes/token: {} blocks of {} in {:.2f} GiB",
+                            model->kv_cache_dtype_name(), kv_per_token, kv_capacity_blocks, bs,
+                            kv_budget / 1073741824.0));
 
   StepInput in;
   StepOutput out;

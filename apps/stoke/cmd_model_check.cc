@@ -1,0 +1,183 @@
+// stoke model check: is the model at a lower precision consistent with the same model at its reference
+// precision, on the same device? (tools/precision/gate.h; thresholds and metrics in docs/precision.md)
+//
+//   stoke model check --model M [--kv-cache-dtype auto|bf16|int8|fp8] [--quantization none] [--data FILE]
+//       [--device cpu|cuda] [--tokens N] [--greedy-prompts N] [--greedy-tokens N] [--json FILE]
+//
+// Decoders: teacher-forced top-1 agreement, mean KL, perplexity of both and greedy-text agreement over the
+// first N tokens of the text (default the GPL-3 licence text; N default 256 on the CPU, 4096 on CUDA).
+// Encoders: cosine of the embeddings of the text's sentences, the device's encoder against the CPU's fp32
+// one. Exit 0 pass, 1 fail (or the gate could not run), 2 usage.
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "apps/stoke/cli_util.h"
+#include "apps/stoke/model_check_cli.h"
+#include "base/file_util.h"
+#include "base/thread_pool.h"
+#include "engine/loader/model_registry.h"
+#include "engine/model/backends.h"
+#include "engine/model/bert.h"
+#include "engine/model/bert_backend.h"
+#include "engine/model/factory.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "tools/precision/gate.h"
+#include "tools/precision/text_chunker.h"
+
+namespace stoke {
+namespace {
+
+struct CheckCliOptions {
+  std::string model;
+  std::string data;                   // "" = precision::kDefaultGateText
+  std::string quantization = "none";  // weight precision: only "none" so far
+  int tokens = 0;                     // 0 = 256 on the CPU, 4096 on CUDA
+  int greedy_prompts = precision::DecoderGateOptions{}.greedy_prompts;
+  int greedy_tokens = precision::DecoderGateOptions{}.greedy_tokens;
+  int sentences = precision::EncoderGateOptions{}.sentences;
+  int threads = 0;
+  std::string json_out;
+  DeviceFlags device;  // --device and the engine knobs, --kv-cache-dtype among them (cli_util.h)
+};
+
+bool IsEncoderFolder(const std::string& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return false;
+  auto text = ReadFileToString((std::filesystem::path(dir) / "config.json").string());
+  if (!text.ok()) return false;
+  const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
+  if (!j.is_object()) return false;
+  if (j.value("model_type", "") == "bert") return true;
+  if (j.contains("architectures") && j["architectures"].is_array()) {
+    for (const auto& a : j["architectures"]) {
+      if (a.is_string() && a.get<std::string>().starts_with("Bert")) return true;
+    }
+  }
+  return false;
+}
+
+// The weight precisions --quantization will name. None is implemented yet (issue 15's second half).
+Status CheckQuantization(const std::string& q) {
+  if (q == "none") return OkStatus();
+  if (q == "fp8" || q == "int8") {
+    return UnimplementedError(
+        "--quantization {}: weight quantisation is not implemented yet (only none); "
+        "compare a KV cache precision with --kv-cache-dtype",
+        q);
+  }
+  return InvalidArgumentError("--quantization '{}': expected none (fp8 and int8 weights: not yet)", q);
+}
+
+StatusOr<precision::GateReport> CheckDecoder(const CheckCliOptions& o, const std::string& path,
+                                             const std::string& text, const Backends& backends) {
+  ASSIGN_OR_RETURN(DecoderOptions cand, DecoderOptionsFromFlags(o.device));
+  cand.device = ResolveDecoderDevice(cand.device, backends);
+  const DecoderOptions ref = precision::ReferenceOptions(cand);
+  if (!precision::DiffersFromReference(cand, cand.device)) {
+    return InvalidArgumentError(
+        "nothing to compare: --kv-cache-dtype {} is the reference precision on {} "
+        "(give --kv-cache-dtype bf16, int8 or fp8)",
+        KvCacheDtypeName(cand.kv_cache.dtype), cand.device);
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, LoadTokenizer(path));
+  precision::DecoderGateOptions g;
+  g.tokens = o.tokens > 0 ? o.tokens : (cand.device == "cuda" ? 4096 : 256);
+  g.greedy_prompts = o.greedy_prompts;
+  g.greedy_tokens = o.greedy_tokens;
+  if (cand.device == "cuda") g.chunk = 512;
+  auto load = [&](const DecoderOptions& d) { return LoadDecoder(path, d, backends); };
+  return precision::CheckDecoderPrecision(load, ref, cand, *tok, text, g);
+}
+
+StatusOr<precision::GateReport> CheckEncoder(const CheckCliOptions& o, const std::string& path,
+                                             const std::string& text, const Backends& backends) {
+  if (o.device.tuning.kv_cache_dtype != "auto") {
+    return InvalidArgumentError("--kv-cache-dtype: {} is an encoder, which has no KV cache", path);
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<BertEncoder> loaded, BertEncoder::Load(path));
+  std::shared_ptr<const BertEncoder> enc = std::move(loaded);
+  ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, LoadTokenizer(path));
+  precision::EmbedFn reference = [enc](const std::vector<std::vector<int32_t>>& ids,
+                                       std::vector<float>* out) { return enc->Embed(ids, out); };
+  ASSIGN_OR_RETURN(std::shared_ptr<BertDeviceModel> dev,
+                   LoadBertOnDevice(enc, {.device = o.device.device}, backends));
+  precision::EmbedFn candidate = reference;
+  std::string label = "cpu fp32";
+  if (dev != nullptr) {
+    ASSIGN_OR_RETURN(std::unique_ptr<BertRunner> runner, dev->CreateRunner());
+    std::shared_ptr<BertRunner> shared = std::move(runner);
+    candidate = [shared](const std::vector<std::vector<int32_t>>& ids, std::vector<float>* out) {
+      return shared->Embed(ids, out, nullptr);
+    };
+    label = dev->device_name() + " bf16";
+  }
+  precision::EncoderGateOptions g;
+  g.sentences = o.sentences;
+  g.max_length = enc->max_seq_length();
+  return precision::RunEncoderGate(reference, candidate, enc->hidden_size(), *tok, text, g, "cpu fp32",
+                                   label);
+}
+
+int RunCheck(const CheckCliOptions& o, const Backends& backends) {
+  auto fail = [](const Status& s) {
+    fmt::print(stderr, "stoke model check: {}\n", s.ToString());
+    const StatusCode c = s.code();
+    return c == StatusCode::kInvalidArgument || c == StatusCode::kNotFound || c == StatusCode::kUnimplemented
+               ? 2
+               : 1;
+  };
+  if (o.threads > 0) ThreadPool::SetDefaultThreads(o.threads);
+  if (Status s = CheckQuantization(o.quantization); !s.ok()) return fail(s);
+  if (o.tokens < 0 || o.greedy_prompts < 0 || o.greedy_tokens < 0 || o.sentences < 1) {
+    return fail(
+        InvalidArgumentError("--tokens, --greedy-prompts, --greedy-tokens must be >= 0, --sentences >= 1"));
+  }
+  auto path = ResolveModel(o.model);
+  if (!path.ok()) return fail(path.status());
+  auto text = precision::ReadGateText(o.data);
+  if (!text.ok()) return fail(text.status());
+  auto report = IsEncoderFolder(*path) ? CheckEncoder(o, *path, *text, backends)
+                                       : CheckDecoder(o, *path, *text, backends);
+  if (!report.ok()) return fail(report.status());
+  fmt::print("{}", precision::ReportToText(*report));
+  if (!o.json_out.empty()) {
+    nlohmann::ordered_json j = precision::ReportToJson(*report);
+    j["model"] = *path;
+    j["data"] = o.data.empty() ? precision::kDefaultGateText : o.data;
+    if (Status s = WriteStringToFile(o.json_out, j.dump(2) + "\n"); !s.ok()) return fail(s);
+  }
+  return report->pass() ? 0 : 1;
+}
+
+}  // namespace
+
+CLI::App* AddModelCheckCommand(CLI::App* model, CommandRun* run) {
+  auto o = std::make_shared<CheckCliOptions>();
+  o->device.device = "cpu";
+  CLI::App* cmd = model->add_subcommand(
+      "check", "Output-consistency gate: the model at a lower precision against its reference precision");
+  cmd->add_option("--model", o->model, "Alias, GGUF file or HF folder (decoder or BERT encoder)")->required();
+  cmd->add_option("--quantization", o->quantization,
+                  "Weight precision of the candidate: none (more: not yet)")
+      ->capture_default_str();
+  cmd->add_option("--data", o->data,
+                  std::string("English text to compare on (default: ") + precision::kDefaultGateText + ")");
+  cmd->add_option("--tokens", o->tokens, "Decoders: teacher-forced tokens (0: 256 on cpu, 4096 on cuda)")
+      ->capture_default_str();
+  cmd->add_option("--greedy-prompts", o->greedy_prompts, "Decoders: prompts for the greedy-text comparison")
+      ->capture_default_str();
+  cmd->add_option("--greedy-tokens", o->greedy_tokens, "Decoders: new tokens per greedy prompt")
+      ->capture_default_str();
+  cmd->add_option("--sentences", o->sentences, "Encoders: sentences embedded by both")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "CPU threads (0 = all)")->capture_default_str();
+  cmd->add_option("--json", o->json_out, "Also write the report here");
+  AddDeviceFlags(cmd, &o->device);
+  *run = [o](const Backends& backends) -> int { return RunCheck(*o, backends); };
+  return cmd;
+}
+
+}  // namespace stoke

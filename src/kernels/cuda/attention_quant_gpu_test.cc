@@ -1,0 +1,242 @@
+// The 8-bit KV cache on the GPU (int8, fp8 E4M3): the quantising cache write against the CPU reference
+// quantiser applied to the bf16 write's rows, and decode / prefill attention against cpu::PagedAttention over
+// the same quantised cache and against the bf16 kernels over the unquantised one. Skipped without a GPU.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <string>
+
+#include "base/thread_pool.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/kv_quant.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/gpu_test_util.h"
+
+namespace stoke::cuda {
+namespace {
+
+using testing::DeviceBuffer;
+using testing::FromBf16;
+using testing::kTolBf16;
+using testing::RandomFloats;
+using testing::RoundBf16;
+using testing::ToBf16;
+
+std::string Name(KvCacheDtype d) {
+  return std::string(KvCacheDtypeName(d));
+}
+
+// Shuffled physical blocks, one table row per sequence; K/V random (bf16-exact) for every slot, held as fp32
+// and as the CPU reference quantiser's bytes and scales.
+struct QuantFixture {
+  int bs = 16, kvh = 2, hd = 64, num_blocks = 0, max_blocks = 0;
+  KvCacheDtype dtype;
+  std::vector<int> lens;
+  std::vector<int32_t> tables;
+  std::vector<float> k, v;              // [num_blocks, bs, kvh, hd]
+  std::vector<uint8_t> kq, vq;          // the same, quantised
+  std::vector<float> k_scale, v_scale;  // [num_blocks, bs, kvh]
+
+  QuantFixture(std::vector<int> seq_lens, int kv_heads, int head_dim, KvCacheDtype d, uint32_t seed)
+      : kvh(kv_heads), hd(head_dim), dtype(d), lens(std::move(seq_lens)) {
+    for (int l : lens) max_blocks = std::max(max_blocks, (l + bs - 1) / bs);
+    num_blocks = max_blocks * static_cast<int>(lens.size()) + 3;
+    std::vector<int32_t> phys(num_blocks);
+    std::iota(phys.begin(), phys.end(), 0);
+    std::shuffle(phys.begin(), phys.end(), std::mt19937(seed));
+    tables.assign(lens.size() * max_blocks, 0);
+    for (size_t s = 0, next = 0; s < lens.size(); ++s) {
+      for (int b = 0; b < (lens[s] + bs - 1) / bs; ++b) tables[s * max_blocks + b] = phys[next++];
+    }
+    const size_t rows = static_cast<size_t>(num_blocks) * bs * kvh, n = rows * hd;
+    k = RoundBf16(RandomFloats(n, seed + 1, -2.f, 2.f));
+    v = RoundBf16(RandomFloats(n, seed + 2, -2.f, 2.f));
+    kq.resize(n);
+    vq.resize(n);
+    k_scale.resize(rows);
+    v_scale.resize(rows);
+    for (size_t r = 0; r < rows; ++r) {
+      k_scale[r] = cpu::QuantizeKvRow(k.data() + r * hd, hd, dtype, kq.data() + r * hd);
+      v_scale[r] = cpu::QuantizeKvRow(v.data() + r * hd, hd, dtype, vq.data() + r * hd);
+    }
+  }
+  cpu::QuantPagedKvLayer CpuQuant() {
+    return {dtype, kq.data(), vq.data(), k_scale.data(), v_scale.data(), num_blocks, bs, kvh, hd};
+  }
+  cpu::PagedKvLayer CpuFp32() { return {k.data(), v.data(), num_blocks, bs, kvh, hd}; }
+};
+
+// Device copies of a fixture's quantised cache.
+struct DeviceQuant {
+  DeviceBuffer<uint8_t> k, v;
+  DeviceBuffer<float> ks, vs;
+  explicit DeviceQuant(const QuantFixture& f) : k(f.kq), v(f.vq), ks(f.k_scale), vs(f.v_scale) {}
+  DevicePagedKvQuant Kv(const QuantFixture& f) const {
+    return {k.get(), v.get(), ks.get(), vs.get(), f.dtype, f.num_blocks, f.bs, f.kvh, f.hd};
+  }
+};
+
+struct DecodeCase {
+  KvCacheDtype dtype;
+  int head_dim;
+  int heads;
+  int kv_heads;
+};
+
+class CudaQuantDecode : public ::testing::TestWithParam<DecodeCase> {};
+
+// Contexts of 1, 17, 513, 1500 and 4100 positions (one split and many); GQA groups of 4 and 3.
+TEST_P(CudaQuantDecode, MatchesCpuReferenceAndBf16Kernel) {
+  SKIP_WITHOUT_GPU();
+  const DecodeCase c = GetParam();
+  const std::vector<int> lens = {1, 17, 513, 1500, 4100};
+  const int num_seqs = static_cast<int>(lens.size()), max_ctx = 4100;
+  const float scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));
+  QuantFixture f(lens, c.kv_heads, c.head_dim, c.dtype, 300 + c.head_dim + c.heads);
+  const auto q = RoundBf16(RandomFloats(static_cast<size_t>(num_seqs) * c.heads * c.head_dim, 77, -2.f, 2.f));
+  const int64_t row = int64_t{c.heads} * c.head_dim;
+  std::vector<float> want_quant(q.size()), want_fp(q.size());
+  auto cq = f.CpuQuant();
+  auto cf = f.CpuFp32();
+  for (int s = 0; s < num_seqs; ++s) {
+    cpu::PagedAttention(q.data() + s * row, 1, c.heads, lens[s] - 1, f.tables.data() + s * f.max_blocks, cq,
+                        scale, want_quant.data() + s * row, ThreadPool::Default());
+    cpu::PagedAttention(q.data() + s * row, 1, c.heads, lens[s] - 1, f.tables.data() + s * f.max_blocks, cf,
+                        scale, want_fp.data() + s * row, ThreadPool::Default());
+  }
+  DeviceBuffer<int32_t> dt(f.tables), dl(std::vector<int32_t>(lens.begin(), lens.end()));
+  DeviceBuffer<uint8_t> ws(std::max<size_t>(1, DecodeWorkspaceBytes(num_seqs, c.heads, c.head_dim, max_ctx)));
+  DeviceBuffer<uint16_t> dq(ToBf16(q)), out(q.size()), out_bf16(q.size());
+  DeviceQuant dk(f);
+  for (bool pipeline : {true, false}) {
+    AttentionLaunchOptions launch;
+    launch.decode_pipeline = pipeline;
+    STATUS_ASSERT(PagedDecodeAttention(dq.bf16(), dt.get(), f.max_blocks, dl.get(), num_seqs, c.heads,
+                                       max_ctx, scale, dk.Kv(f), ws.get(), out.bf16(), nullptr, launch));
+    const std::string what = "decode " + Name(c.dtype) + " hd=" + std::to_string(c.head_dim) +
+                             " heads=" + std::to_string(c.heads) + (pipeline ? "" : " no-pipeline");
+    EXPECT_CLOSE(FromBf16(out.Download()), want_quant, kTolBf16, (what + " vs cpu quant").c_str());
+  }
+  // Against the bf16 kernel over the unquantised cache: the quantisation error itself.
+  DeviceBuffer<uint16_t> bk(ToBf16(f.k)), bv(ToBf16(f.v));
+  STATUS_ASSERT(PagedDecodeAttention(
+      dq.bf16(), dt.get(), f.max_blocks, dl.get(), num_seqs, c.heads, max_ctx, scale,
+      DevicePagedKv<__nv_bfloat16>{bk.bf16(), bv.bf16(), f.num_blocks, f.bs, f.kvh, f.hd}, ws.get(),
+      out_bf16.bf16(), nullptr));
+  const double tol = c.dtype == KvCacheDtype::kFp8 ? 0.08 : 0.03;
+  EXPECT_CLOSE(FromBf16(out.Download()), FromBf16(out_bf16.Download()), tol,
+               ("decode " + Name(c.dtype) + " vs bf16 kernel").c_str());
+  EXPECT_CLOSE(want_quant, want_fp, tol, ("cpu " + Name(c.dtype) + " vs cpu fp32").c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, CudaQuantDecode,
+    ::testing::Values(DecodeCase{KvCacheDtype::kInt8, 64, 8, 2}, DecodeCase{KvCacheDtype::kInt8, 128, 8, 2},
+                      DecodeCase{KvCacheDtype::kInt8, 64, 9, 3}, DecodeCase{KvCacheDtype::kFp8, 64, 8, 2},
+                      DecodeCase{KvCacheDtype::kFp8, 128, 32, 8}, DecodeCase{KvCacheDtype::kFp8, 64, 9, 3}),
+    [](const auto& info) {
+      return Name(info.param.dtype) + "_hd" + std::to_string(info.param.head_dim) + "_h" +
+             std::to_string(info.param.heads) + "_kv" + std::to_string(info.param.kv_heads);
+    });
+
+class CudaQuantPrefill : public ::testing::TestWithParam<KvCacheDtype> {};
+
+// Two sequences: a 70-token chunk after a 40-token cached prefix, and a fresh 33-token prompt.
+TEST_P(CudaQuantPrefill, MatchesCpuReference) {
+  SKIP_WITHOUT_GPU();
+  const int hd = 128, heads = 8, kvh = 2;
+  const std::vector<int> starts = {40, 0}, chunk = {70, 33};
+  QuantFixture f({110, 33}, kvh, hd, GetParam(), 500);
+  const int64_t total = 103, row = int64_t{heads} * hd;
+  const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+  const auto q = RoundBf16(RandomFloats(total * row, 91, -2.f, 2.f));
+  std::vector<float> want(q.size());
+  auto cq = f.CpuQuant();
+  int64_t off = 0;
+  for (int s = 0; s < 2; ++s) {
+    cpu::PagedAttention(q.data() + off * row, chunk[s], heads, starts[s], f.tables.data() + s * f.max_blocks,
+                        cq, scale, want.data() + off * row, ThreadPool::Default());
+    off += chunk[s];
+  }
+  DeviceBuffer<int32_t> dt(f.tables), cu(std::vector<int32_t>{0, 70, 103}), sp(std::vector<int32_t>{40, 0});
+  DeviceBuffer<uint16_t> dq(ToBf16(q)), out(q.size());
+  DeviceQuant dk(f);
+  STATUS_ASSERT(PrefillAttention(dq.bf16(), cu.get(), sp.get(), 2, total, dt.get(), f.max_blocks, heads,
+                                 scale, dk.Kv(f), out.bf16(), nullptr));
+  EXPECT_CLOSE(FromBf16(out.Download()), want, kTolBf16, ("prefill " + Name(GetParam())).c_str());
+}
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaQuantPrefill, ::testing::Values(KvCacheDtype::kInt8, KvCacheDtype::kFp8),
+                         [](const auto& info) { return Name(info.param); });
+
+class CudaQuantWrite : public ::testing::TestWithParam<KvCacheDtype> {};
+
+// QkvRopeWriteKvQuant = QkvRopeWriteKv (bf16 cache) followed by cpu::QuantizeKvRow on each written row: the
+// same q, the same scales, the same bytes (a byte may differ by one code only where x · (qmax / amax) lands
+// on a rounding tie differently: counted and bounded), and the slot -1 token writes nothing.
+TEST_P(CudaQuantWrite, MatchesCpuQuantiserOnTheBf16Rows) {
+  SKIP_WITHOUT_GPU();
+  const KvCacheDtype dtype = GetParam();
+  const int hd = 128, heads = 8, kvh = 2, bs = 16, num_blocks = 8, tokens = 13;
+  const int qd = heads * hd, kvd = kvh * hd, width = qd + 2 * kvd;
+  std::vector<int32_t> pos(tokens), slots(tokens);
+  for (int t = 0; t < tokens; ++t) pos[t] = 7 + 131 * t, slots[t] = (t * 9) % (num_blocks * bs);
+  slots[5] = -1;
+  std::vector<float> inv(hd / 2);
+  for (int i = 0; i < hd / 2; ++i) inv[i] = std::pow(500000.f, -2.f * i / hd);
+  const size_t rows = static_cast<size_t>(num_blocks) * bs * kvh, cache_n = rows * hd;
+  DeviceBuffer<uint16_t> qkv(ToBf16(RandomFloats(static_cast<size_t>(tokens) * width, 40, -3.f, 3.f)));
+  DeviceBuffer<float> bias(RandomFloats(width, 41)), dinv(inv);
+  DeviceBuffer<int32_t> dpos(pos), dslots(slots);
+  for (bool with_bias : {false, true}) {
+    const float* b = with_bias ? bias.get() : nullptr;
+    DeviceBuffer<uint16_t> q1(tokens * qd), kc(std::vector<uint16_t>(cache_n, 0)),
+        vc(std::vector<uint16_t>(cache_n, 0));
+    STATUS_ASSERT(QkvRopeWriteKv(qkv.bf16(), b, dpos.get(), dslots.get(), tokens, heads, dinv.get(),
+                                 DevicePagedKv<__nv_bfloat16>{kc.bf16(), vc.bf16(), num_blocks, bs, kvh, hd},
+                                 q1.bf16(), nullptr));
+    DeviceBuffer<uint16_t> q2(tokens * qd);
+    DeviceBuffer<uint8_t> k8(std::vector<uint8_t>(cache_n, 0)), v8(std::vector<uint8_t>(cache_n, 0));
+    DeviceBuffer<float> ks(std::vector<float>(rows, -1.f)), vs(std::vector<float>(rows, -1.f));
+    STATUS_ASSERT(QkvRopeWriteKvQuant(
+        qkv.bf16(), b, dpos.get(), dslots.get(), tokens, heads, dinv.get(),
+        DevicePagedKvQuant{k8.get(), v8.get(), ks.get(), vs.get(), dtype, num_blocks, bs, kvh, hd}, q2.bf16(),
+        nullptr));
+    EXPECT_EQ(q1.Download(), q2.Download()) << "rotated q differs";
+    const std::vector<float> kf = FromBf16(kc.Download()), vf = FromBf16(vc.Download());
+    const std::vector<uint8_t> kg = k8.Download(), vg = v8.Download();
+    const std::vector<float> ksg = ks.Download(), vsg = vs.Download();
+    size_t exact = 0, off_by_one = 0, worse = 0, written_rows = 0;
+    std::vector<uint8_t> ref(hd);
+    for (int t = 0; t < tokens; ++t) {
+      if (slots[t] < 0) continue;
+      for (int h = 0; h < kvh; ++h) {
+        const size_t r = static_cast<size_t>(slots[t]) * kvh + h;
+        ++written_rows;
+        for (int which = 0; which < 2; ++which) {
+          const float* x = (which == 0 ? kf : vf).data() + r * hd;
+          const uint8_t* got = (which == 0 ? kg : vg).data() + r * hd;
+          const float s = cpu::QuantizeKvRow(x, hd, dtype, ref.data());
+          EXPECT_EQ((which == 0 ? ksg : vsg)[r], s) << "scale of row " << r;
+          for (int i = 0; i < hd; ++i) {
+            const int d = std::abs(static_cast<int>(got[i]) - static_cast<int>(ref[i]));
+            (d == 0 ? exact : d == 1 ? off_by_one : worse) += 1;
+          }
+        }
+      }
+    }
+    std::printf("  [write %s%s] %zu bytes exact, %zu off by one code, %zu worse\n", Name(dtype).c_str(),
+                with_bias ? " bias" : "", exact, off_by_one, worse);
+    EXPECT_EQ(worse, 0u);
+    EXPECT_LE(off_by_one, exact / 1000);
+    size_t untouched = 0;
+    for (float x : ksg) untouched += x == -1.f;
+    EXPECT_EQ(untouched, rows - written_rows) << "the slot -1 token wrote a scale?";
+  }
+}
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaQuantWrite, ::testing::Values(KvCacheDtype::kInt8, KvCacheDtype::kFp8),
+                         [](const auto& info) { return Name(info.param); });
+
+}  // namespace
+}  // namespace stoke::cuda

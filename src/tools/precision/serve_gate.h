@@ -1,0 +1,39 @@
+// The output-consistency gate each decoder load of `stoke serve` runs (src/server/model_loader.cc;
+// docs/precision.md "At load"): when the decoder options ask for another precision than the backend's
+// reference (today: the KV cache dtype), the model is loaded at both precisions, compared over a few hundred
+// tokens of the gate text (tools/precision/gate.h), and a failing precision is refused unless
+// --allow-inconsistent. The result goes to /metrics and to the model's GET /v1/models entry.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "base/status.h"
+#include "engine/model/backends.h"
+#include "engine/model/factory.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "telemetry/metrics.h"
+#include "tools/precision/gate.h"
+
+namespace stoke::precision {
+
+// nullopt when the options are the reference precision (nothing to compare). FailedPrecondition naming the
+// failing metrics when the gate fails and !allow_inconsistent; with allow_inconsistent a failing report is
+// returned (and logged as a warning). The models load through LoadDecoder with `backends`.
+StatusOr<std::optional<precision::GateReport>> RunServeGate(const std::string& path,
+                                                            const DecoderOptions& serving,
+                                                            const Tokenizer& tokenizer,
+                                                            bool allow_inconsistent,
+                                                            const Backends& backends);
+
+// {"precision": {"kv_cache_dtype": "int8", "consistency_gate": {pass, metrics, ...} | null}} as text, for
+// DecoderHandle::model_fields (serve/repository/model_repository.h).
+std::string PrecisionModelFields(const std::string& kv_cache_dtype,
+                                 const std::optional<precision::GateReport>& gate);
+
+// Gauges stoke:precision_gate_pass {model_name, kv_cache_dtype} (1 pass, 0 fail) and
+// stoke:precision_gate_metric {model_name, kv_cache_dtype, metric} (each metric's value).
+Status PublishGateMetrics(const precision::GateReport& gate, const std::string& model_name,
+                          const std::string& kv_cache_dtype, MetricsRegistry& registry);
+
+}  // namespace stoke::precision

@@ -1,0 +1,144 @@
+"""Precision (docs/precision.md): `stoke model check` passes SmolLM2 with an 8-bit KV cache, writes its report and
+refuses bad input with exit 2; `stoke serve --kv-cache-dtype int8` runs the gate at load (result on /v1/models and
+/metrics), fits more KV blocks into the same --kv-cache-bytes and still serves text; a --model-repository folder
+sets the dtype per decoder (stoke.toml kv_cache_dtype). (A failing precision refused
+at load: tools/precision/serve_gate_test.cc, through the test-only broken quantiser no flag reaches.)"""
+import json
+import subprocess
+
+import pytest
+import requests
+
+# SmolLM2-135M: 30 layers, 3 KV heads of 64. Bytes per token = 2 (K, V) x 30 x 3 x row, row = 64 x 2 in bf16 and
+# 64 + 4 (the fp32 scale of the (token, head) row) in int8 / fp8.
+KV_ROWS = 2 * 30 * 3
+BYTES_PER_TOKEN = {"bf16": KV_ROWS * 128, "int8": KV_ROWS * 68, "fp8": KV_ROWS * 68}
+
+
+def run_check(stoke_bin, *args, timeout=300):
+    return subprocess.run([str(stoke_bin), "model", "check", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_int8_kv_passes_the_gate(stoke_bin, smollm2_path, tmp_path):
+    out = tmp_path / "check.json"
+    p = run_check(stoke_bin, "--model", smollm2_path, "--device", "cpu", "--kv-cache-dtype", "int8", "--tokens", 128,
+                  "--greedy-prompts", 2, "--greedy-tokens", 16, "--json", out)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "PASS  top1_agreement" in p.stdout
+    report = json.loads(out.read_text())
+    assert report["pass"] is True
+    assert report["kind"] == "decoder"
+    assert report["candidate"].endswith("kv int8") and report["reference"].endswith("kv fp32")
+    assert report["positions"] == 128
+    names = [m["name"] for m in report["metrics"]]
+    assert names == ["top1_agreement", "mean_kl", "perplexity_ratio", "greedy_agreement"]
+    assert all(m["pass"] for m in report["metrics"])
+
+
+def test_user_data_file(stoke_bin, smollm2_path, tmp_path):
+    data = tmp_path / "text.txt"
+    data.write_text("The quick brown fox jumps over the lazy dog. " * 20)
+    p = run_check(stoke_bin, "--model", smollm2_path, "--device", "cpu", "--kv-cache-dtype", "fp8", "--tokens", 64,
+                  "--greedy-tokens", 0, "--data", data)
+    assert p.returncode in (0, 1), p.stderr  # ran; the verdict on a repetitive text is not the point
+    assert "64 positions" in p.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--kv-cache-dtype", "int4"], "--kv-cache-dtype"),
+    (["--kv-cache-dtype", "int8", "--quantization", "fp8"], "not implemented yet"),
+    (["--kv-cache-dtype", "int8", "--quantization", "q2"], "--quantization 'q2'"),
+    (["--kv-cache-dtype", "auto"], "nothing to compare"),
+    (["--kv-cache-dtype", "int8", "--data", "/nonexistent/text"], "--data /nonexistent/text"),
+])
+def test_usage_errors_exit_2(stoke_bin, smollm2_path, args, message):
+    p = run_check(stoke_bin, "--model", smollm2_path, "--device", "cpu", *args)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert message in p.stderr
+
+
+def test_serve_int8_kv_fits_more_blocks(start_server):
+    budget = 64 << 20
+    blocks = {}
+    for dtype in ("bf16", "int8"):
+        srv = start_server("--device", "cpu", "--kv-cache-bytes", budget, "--block-size", 16, "--kv-cache-dtype", dtype)
+        free = srv.metric("stoke:kv_cache_blocks_free")
+        blocks[dtype] = free
+        assert free == budget // (BYTES_PER_TOKEN[dtype] * 16), (dtype, free)
+        body = {"model": srv.model_name(), "prompt": "The capital of France is", "max_tokens": 4, "temperature": 0}
+        r = requests.post(srv.base_url + "/v1/completions", json=body, timeout=120)
+        assert r.status_code == 200, r.text
+        assert r.json()["choices"][0]["text"]
+        # The gate ran at load (fp32 is the CPU's reference): its result on /v1/models and /metrics.
+        entry = srv.get("/v1/models").json()["data"][0]
+        assert entry["precision"]["kv_cache_dtype"] == dtype
+        gate = entry["precision"]["consistency_gate"]
+        assert gate["pass"] is True and gate["candidate"].endswith("kv " + dtype), gate
+        assert srv.metric("stoke:precision_gate_pass", kv_cache_dtype=dtype) == 1
+        assert 0.9 <= srv.metric("stoke:precision_gate_metric", metric="top1_agreement") <= 1
+        srv.stop()
+    assert blocks["int8"] >= 1.8 * blocks["bf16"]
+
+
+def test_serve_reference_precision_runs_no_gate(server):
+    entry = server.get("/v1/models").json()["data"][0]
+    assert entry["precision"]["consistency_gate"] is None
+    assert entry["precision"]["kv_cache_dtype"] in ("fp32", "bf16")
+    assert "precision_gate_pass" not in server.metrics_text()
+
+
+def test_encoder_gate_compares_embeddings(stoke_bin, minilm_path, tmp_path):
+    out = tmp_path / "enc.json"
+    p = run_check(stoke_bin, "--model", minilm_path, "--device", "cpu", "--sentences", 8, "--json", out)
+    assert p.returncode == 0, p.stdout + p.stderr
+    report = json.loads(out.read_text())
+    assert report["kind"] == "encoder" and report["positions"] == 8
+    assert [m["name"] for m in report["metrics"]] == ["mean_cosine", "min_cosine"]
+    # On the CPU there is one encoder precision: fp32 against itself.
+    assert report["metrics"][0]["value"] == pytest.approx(1.0, abs=1e-6)
+    p = run_check(stoke_bin, "--model", minilm_path, "--kv-cache-dtype", "int8")
+    assert p.returncode == 2 and "no KV cache" in p.stderr
+
+
+def test_repository_folder_sets_the_kv_dtype_per_model(stoke_bin, smollm2_path, minilm_path, tmp_path):
+    """stoke.toml `kv_cache_dtype` per decoder: the gate runs for that one only; each decoder's /v1/models entry
+    and gauges say its own precision; a reload through the repository API runs the gate again."""
+    from classic_server import ClassicServer
+
+    repo = tmp_path / "models"
+    for name, toml in {"q8": f'source = "{smollm2_path}"\nkv_cache_dtype = "int8"\n',
+                       "ref": f'source = "{smollm2_path}"\n',
+                       "minilm": f'source = "{minilm_path}"\n'}.items():
+        (repo / name).mkdir(parents=True)
+        (repo / name / "stoke.toml").write_text(toml)
+    s = ClassicServer(stoke_bin, None, "--model-repository", repo, "--device", "cpu", "--kv-cache-bytes", "64MiB",
+                      "--threads", "2", log_dir=tmp_path)
+    try:
+        entries = {m["id"]: m for m in s.get("/v1/models").json()["data"]}
+        assert entries["q8"]["precision"]["kv_cache_dtype"] == "int8"
+        assert entries["q8"]["precision"]["consistency_gate"]["pass"] is True
+        assert entries["ref"]["precision"] == {"kv_cache_dtype": "fp32", "consistency_gate": None}
+        assert "precision" not in entries["minilm"]
+        assert s.metric("stoke:precision_gate_pass", model_name="q8", kv_cache_dtype="int8") == 1
+        assert not any(n.startswith("stoke:precision_gate") and ("model_name", "ref") in ls
+                       for n, ls in s.metrics())
+        assert "(int8, consistency gate passed)" in s.log()
+        body = {"model": "q8", "prompt": "The capital of France is", "max_tokens": 4, "temperature": 0}
+        r = s.post("/v1/completions", json=body)
+        assert r.status_code == 200 and r.json()["choices"][0]["text"], r.text
+        assert s.post("/v2/repository/models/q8/unload").status_code == 200
+        assert s.post("/v2/repository/models/q8/load").status_code == 200
+        entry = next(m for m in s.get("/v1/models").json()["data"] if m["id"] == "q8")
+        assert entry["precision"]["consistency_gate"]["pass"] is True
+        assert s.metric("stoke:precision_gate_pass", model_name="q8") == 1
+    finally:
+        assert s.stop() == 0, s.log()
+
+
+def test_repository_folder_rejects_an_unknown_kv_dtype(stoke_bin, smollm2_path, tmp_path):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "stoke.toml").write_text(f'source = "{smollm2_path}"\nkv-cache-dtype = "int4"\n')
+    p = subprocess.run([str(stoke_bin), "serve", "--model-repository", str(tmp_path), "--port", "0"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "kv_cache_dtype 'int4'" in p.stderr and "stoke.toml" in p.stderr, p.stderr
