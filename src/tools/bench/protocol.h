@@ -60,6 +60,9 @@ struct WireRequest {
   int max_tokens = 0;
   // kserve-grpc: the message to send (method, target and body are unused). Shared, never modified.
   std::shared_ptr<const inference::ModelInferRequest> grpc;
+  // HTTP, when pre-built: the whole request as it goes on the wire (request line, headers, body), written as
+  // is (SerializeHttpRequest, http_client.h). Shared, never modified.
+  std::shared_ptr<const std::string> wire;
 };
 
 // KServe inputs are filled with random data (floats in [0, 1), integers in [0, 100), the prompt text for
