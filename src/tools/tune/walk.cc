@@ -32,6 +32,15 @@ bool ClosedLoopCannotFill(const WalkContext& c, int v) {
   return c.mode == bench::LoadMode::kConcurrency && v > 1 && v / 2 >= c.load;
 }
 
+// Closed loop: sequences beyond the requests in flight never run; the smallest value that holds them all is
+// still measured.
+bool MoreSeqsThanNeeded(const WalkContext& c, int v) {
+  if (c.mode != bench::LoadMode::kConcurrency || v <= c.load) return false;
+  for (int w : c.max_num_seqs)
+    if (w >= c.load && w < v) return true;
+  return false;
+}
+
 void BatchedSteps(const std::string& step, const WalkContext& c, const Knobs& cur, const nlohmann::json& verdicts,
                   StepPlan* p) {
   if (step == "max_batch_size") {
@@ -99,10 +108,10 @@ void DecoderSteps(const std::string& step, const WalkContext& c, const Knobs& cu
     for (int v : c.max_num_seqs) {
       Knobs k = cur;
       k.max_num_seqs = v;
-      if (v == c.own.max_num_seqs) {
-        p->not_measured.push_back(fmt::format("{} (the baseline's)", v));
-      } else if (ClosedLoopCannotFill(c, v)) {
-        p->not_measured.push_back(fmt::format("{} (>= 2x the {} requests in flight)", v, c.load));
+      if (v == c.own.max_num_seqs || v == cur.max_num_seqs) {
+        p->not_measured.push_back(fmt::format("{} (the {}'s)", v, v == c.own.max_num_seqs ? "baseline" : "current best"));
+      } else if (MoreSeqsThanNeeded(c, v)) {
+        p->not_measured.push_back(fmt::format("{} (more than the {} requests in flight)", v, c.load));
       } else if (kv != nullptr && v > cur.max_num_seqs) {
         p->not_measured.push_back(fmt::format("{} (kv_capacity_bound)", v));
       } else {
@@ -118,14 +127,18 @@ void DecoderSteps(const std::string& step, const WalkContext& c, const Knobs& cu
       if (p->candidates.empty()) p->skip = p->doctor_note;
     }
   } else if (step == "max_num_batched_tokens") {
+    // A decode step needs a token per running sequence: as many as max_num_seqs, or in closed loop the
+    // requests in flight if fewer.
+    int seqs = cur.max_num_seqs;
+    if (c.mode == bench::LoadMode::kConcurrency && seqs > 0) seqs = std::min(seqs, static_cast<int>(c.load));
     for (int v : c.max_num_batched_tokens) {
       Knobs k = cur;
       k.max_num_batched_tokens = v;
-      if (v == c.own.max_num_batched_tokens) {
-        p->not_measured.push_back(fmt::format("{} (the baseline's)", v));
-      } else if (v < cur.max_num_seqs) {
+      if (v == c.own.max_num_batched_tokens || v == cur.max_num_batched_tokens) {
         p->not_measured.push_back(
-            fmt::format("{} (< max_num_seqs {}: a decode step needs a token per sequence)", v, cur.max_num_seqs));
+            fmt::format("{} (the {}'s)", v, v == c.own.max_num_batched_tokens ? "baseline" : "current best"));
+      } else if (v < seqs) {
+        p->not_measured.push_back(fmt::format("{} (< {} running sequences: a decode step needs a token each)", v, seqs));
       } else if (cur.chunked_prefill == 0 && c.max_input_tokens > v) {
         p->not_measured.push_back(fmt::format("{} (< the {}-token prompts, unchunked)", v, c.max_input_tokens));
       } else {
