@@ -30,7 +30,7 @@ namespace stoke {
 namespace {
 
 struct TuneCli {
-  std::string model, device, workload = "short", out, url, input_len, output_len;
+  std::string model, device, workload = "short", out, url, input_len, output_len, serve_args;
   std::string batch_sizes = "1,2,4,8,16,32", delays = "1000,0,5000", instances = "1,2,4,8";
   std::string seqs = "8,16,32,64,128,256", tokens = "512,1024,2048,4096,8192";
   double slo = 0, slo_ttft = 0, slo_tpot = 0, budget_min = 30, concurrency = 0, rate = 0, window = 5, warmup = 2,
@@ -133,6 +133,14 @@ int RunTuneCommand(const TuneCli& c) {
   o.grid = c.grid;
   o.doctor = !c.no_doctor;
   o.out_dir = c.out;
+  for (size_t at = 0; at < c.serve_args.size();) {  // whitespace-separated, passed to every stoke serve
+    const size_t start = c.serve_args.find_first_not_of(" \t", at);
+    if (start == std::string::npos) break;
+    const size_t end = std::min(c.serve_args.find_first_of(" \t", start), c.serve_args.size());
+    o.serve_args.push_back(c.serve_args.substr(start, end - start));
+    at = end;
+  }
+  if (!o.serve_args.empty() && !c.url.empty()) return Usage("--serve-args needs servers tune starts, not --url");
   o.progress = c.quiet ? nullptr : stderr;
   StatusOr<tune::TuneResult> r = tune::RunTune(o);
   if (!r.ok()) {
@@ -206,6 +214,9 @@ CommandRun SetupTune(CLI::App* cmd) {
       ->capture_default_str();
   cmd->add_option("--confirm-rounds", c->confirm_rounds, "Baseline/best rounds of the confirmation run")
       ->capture_default_str();
+  cmd->add_option("--serve-args", c->serve_args,
+                  "Extra flags for every stoke serve tune starts, e.g. \"--gemm-cache g.json --threads 4\" (not "
+                  "written to stoke.toml)");
   cmd->add_flag("--grid", c->grid,
                 "Measure every combination of the knob values instead of walking (comparison)");
   cmd->add_flag("--no-doctor", c->no_doctor, "Do not ask the doctor about each point");

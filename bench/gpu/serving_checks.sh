@@ -7,8 +7,14 @@
 #             synth` on the GPU at c=16)
 #   tune      stoke tune on a BERT-base-shaped encoder (`stoke model synth --shape bert-base`) on the GPU,
 #             ~128-token inputs, SLO p99 20 ms (TUNE_GRID=1: also every combination of the same values)
+#   tune_llm  stoke tune on the Llama-3.1-8B shape (`stoke model synth --shape llama-3.1-8b`, bf16, random
+#             weights) on the GPU: streamed chat, 512 in / 128 out, c=64, SLO TPOT p99 50 ms; the decoder walk
+#             (max-num-seqs, max-num-batched-tokens, chunked prefill, CUDA graphs) with the doctor on every
+#             point. Each point restarts `stoke serve` (~11 s to load the 8B), so it is the longest part.
 # GPU_PARTS picks a subset (default: "serving ledger tune"). Outputs under $OUT: serving_path.json,
-# ledger_gpu.json, tune_bert/ (stoke.toml, tune.json, report.html, logs), log files.
+# ledger_gpu.json, tune_bert/ and tune_llm/ (stoke.toml, tune.json, report.html, logs), log files.
+#
+#   GPU_PARTS="tune tune_llm" bash bench/gpu/serving_checks.sh     # issue 14's two GPU runs, ~6 min
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/stoke_gpu_out}
@@ -68,5 +74,20 @@ EOF
       echo "tune --grid failed"
     tail -n 12 "$OUT/tune_bert_grid.log"
   fi
+fi
+if want tune_llm; then
+  MODEL_8B=${LLM_MODEL_DIR:-/tmp/stoke_synth_llama-3.1-8b}
+  stamp "synth llama-3.1-8b -> $MODEL_8B"
+  [[ -f "$MODEL_8B/config.json" ]] || timeout 300 "$STOKE" model synth --shape llama-3.1-8b --seed 1 \
+    --out "$MODEL_8B" > "$OUT/synth_8b.log" 2>&1 || echo "synth failed"
+  stamp "tune llama-3.1-8b"
+  # c=64: 16 and 32 sequences are below the load, 128 above it (not measured); the default 64 is the baseline.
+  "$STOKE" tune --model "$MODEL_8B" --device cuda --slo-tpot-ms "${TUNE_LLM_TPOT_MS:-50}" \
+    --concurrency "${TUNE_LLM_CONCURRENCY:-64}" --input-len 512 --output-len 128 --warmup 2 \
+    --window "${TUNE_LLM_WINDOW:-4}" --max-num-seqs-values 16,32,64,128 \
+    --max-num-batched-tokens-values 1024,2048,4096,8192 --confirm-rounds 2 --budget-min "${TUNE_LLM_BUDGET_MIN:-5}" \
+    --serve-args "--gemm-cache $OUT/gemm_cache_8b.json" --out "$OUT/tune_llm" > "$OUT/tune_llm.log" 2>&1 ||
+    echo "tune llm failed"
+  tail -n 40 "$OUT/tune_llm.log"
 fi
 stamp "done"
