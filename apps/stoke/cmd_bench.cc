@@ -229,9 +229,10 @@ CommandRun SetupBench(CLI::App* cmd) {
   cmd->add_option("--max-send-lag-ms", c->max_send_lag_ms, "p99 send lag above which a point is invalid")
       ->capture_default_str();
   cmd->add_option("--late-ms", c->late_ms, "A send later than this counts as late")->capture_default_str();
-  cmd->add_option("--prebuilt-requests", c->prebuilt,
-                  "Build (and serialize) N requests before each point and send them in turn (0: build as they "
-                  "go); they repeat after N, which a server's prefix cache would notice")
+  cmd->add_option(
+         "--prebuilt-requests", c->prebuilt,
+         "Build (and serialize) N requests before each point and send them in turn (0: build as they "
+         "go); they repeat after N, which a server's prefix cache would notice")
       ->check(CLI::Range(0, 1000000))
       ->capture_default_str();
   cmd->add_option("--max-generator-cpu", c->max_cpu, "Generator CPU % above which a point is invalid")

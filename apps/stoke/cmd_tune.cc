@@ -12,10 +12,10 @@
 
 #include <cmath>
 #include <cstdio>
-#include <tuple>
-#include <vector>
 #include <memory>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "apps/stoke/command.h"
 #include "base/file_util.h"
@@ -33,8 +33,8 @@ struct TuneCli {
   std::string model, device, workload = "short", out, url, input_len, output_len, serve_args;
   std::string batch_sizes = "1,2,4,8,16,32", delays = "1000,0,5000", instances = "1,2,4,8";
   std::string seqs = "8,16,32,64,128,256", tokens = "512,1024,2048,4096,8192";
-  double slo = 0, slo_ttft = 0, slo_tpot = 0, budget_min = 30, concurrency = 0, rate = 0, window = 5, warmup = 2,
-         min_gain = 5;
+  double slo = 0, slo_ttft = 0, slo_tpot = 0, budget_min = 30, concurrency = 0, rate = 0, window = 5,
+         warmup = 2, min_gain = 5;
   int windows = 1, confirm_rounds = 3, prebuilt = 0;
   bool grid = false, no_doctor = false, quiet = false;
 };
@@ -67,7 +67,8 @@ StatusOr<std::vector<T>> IntList(const std::string& flag, const std::string& spe
 int RunTuneCommand(const TuneCli& c) {
   if (c.model.empty() && c.url.empty()) return Usage("--model is required (or --url for a running server)");
   if (!c.url.empty()) {
-    if (auto ep = bench::ParseHttpUrl(c.url); !ep.ok()) return Usage(fmt::format("--url: {}", ep.status().message()));
+    if (auto ep = bench::ParseHttpUrl(c.url); !ep.ok())
+      return Usage(fmt::format("--url: {}", ep.status().message()));
   }
   if (c.out.empty()) return Usage("--out DIR is required");
   for (const auto& [flag, v] : {std::pair<const char*, double>{"--slo-p99-ms", c.slo},
@@ -140,15 +141,16 @@ int RunTuneCommand(const TuneCli& c) {
     o.serve_args.push_back(c.serve_args.substr(start, end - start));
     at = end;
   }
-  if (!o.serve_args.empty() && !c.url.empty()) return Usage("--serve-args needs servers tune starts, not --url");
+  if (!o.serve_args.empty() && !c.url.empty())
+    return Usage("--serve-args needs servers tune starts, not --url");
   o.progress = c.quiet ? nullptr : stderr;
   StatusOr<tune::TuneResult> r = tune::RunTune(o);
   if (!r.ok()) {
     fmt::print(stderr, "stoke tune: {}\n", r.status().message());
     return r.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
-  std::vector<std::pair<std::string, std::string>> files = {{"tune.json", tune::TuneJson(o, *r).dump(1) + "\n"},
-                                                            {"report.html", tune::TuneHtml(o, *r)}};
+  std::vector<std::pair<std::string, std::string>> files = {
+      {"tune.json", tune::TuneJson(o, *r).dump(1) + "\n"}, {"report.html", tune::TuneHtml(o, *r)}};
   if (r->mode != "url") files.emplace_back("stoke.toml", tune::TuneToml(o, *r));  // --url: no model to name
   for (const auto& [name, text] : files) {
     if (Status s = WriteStringToFile(c.out + "/" + name, text); !s.ok()) {
@@ -166,16 +168,20 @@ CommandRun SetupTune(CLI::App* cmd) {
   auto c = std::make_shared<TuneCli>();
   cmd->footer(
       "The walk, one knob at a time (docs/tune.md):\n"
-      "  batched models (bert encoders, synthetic model files): baseline -> max batch size (--batch-sizes, with "
+      "  batched models (bert encoders, synthetic model files): baseline -> max batch size (--batch-sizes, "
+      "with "
       "the first --queue-delays-us) -> queue delay -> instances (--instance-counts) -> precision (not yet)\n"
       "  decoders (GGUF / HF Llama-family): baseline -> --max-num-seqs (--max-num-seqs-values) -> "
       "--max-num-batched-tokens (--max-num-batched-tokens-values) -> chunked prefill off -> CUDA graphs "
       "(--device cuda only) -> KV cache dtype, weight precision (not yet: the consistency gate, issue 15)\n"
       "  -> confirmation: baseline and best alternated --confirm-rounds times; a gain within the spread is "
       "\"no gain\".\n"
-      "Each point is a fresh `stoke serve` child (this binary) on a free port, measured by stoke bench's load "
-      "generator (KServe HTTP, or streamed chat completions for decoders) for --warmup + --windows x --window "
-      "seconds, with stoke doctor watching; the doctor's verdict on the point a step starts from can rule values "
+      "Each point is a fresh `stoke serve` child (this binary) on a free port, measured by stoke bench's "
+      "load "
+      "generator (KServe HTTP, or streamed chat completions for decoders) for --warmup + --windows x "
+      "--window "
+      "seconds, with stoke doctor watching; the doctor's verdict on the point a step starts from can rule "
+      "values "
       "out. goodput = requests/s meeting every SLO; a point whose p99 (e2e, TTFT, TPOT) exceeds its SLO is "
       "rejected. A step stops when the next value gains less than --min-gain % goodput.\n"
       "--url URL: measure a server started elsewhere (tune cannot restart it), ask the doctor, and name the "
@@ -191,7 +197,8 @@ CommandRun SetupTune(CLI::App* cmd) {
   cmd->add_option("--slo-tpot-ms", c->slo_tpot, "Decoders: p99 time-per-output-token target (ms)");
   cmd->add_option("--workload", c->workload, "short | standard | long | FILE.jsonl (bench's workloads)")
       ->capture_default_str();
-  cmd->add_option("--input-len", c->input_len, "Prompt tokens, overriding the workload's: N | uniform:LO:HI | ...");
+  cmd->add_option("--input-len", c->input_len,
+                  "Prompt tokens, overriding the workload's: N | uniform:LO:HI | ...");
   cmd->add_option("--output-len", c->output_len, "Generated tokens, overriding the workload's");
   cmd->add_option("--budget-min", c->budget_min, "Wall-clock budget in minutes; the walk stops when spent")
       ->capture_default_str();
@@ -209,14 +216,16 @@ CommandRun SetupTune(CLI::App* cmd) {
   cmd->add_option("--max-num-seqs-values", c->seqs, "Decoders: --max-num-seqs values")->capture_default_str();
   cmd->add_option("--max-num-batched-tokens-values", c->tokens, "Decoders: --max-num-batched-tokens values")
       ->capture_default_str();
-  cmd->add_option("--prebuilt-requests", c->prebuilt,
-                  "Requests built before each point and sent in turn (0: 512 batched, 2048 decoders; -1: off)")
+  cmd->add_option(
+         "--prebuilt-requests", c->prebuilt,
+         "Requests built before each point and sent in turn (0: 512 batched, 2048 decoders; -1: off)")
       ->capture_default_str();
   cmd->add_option("--confirm-rounds", c->confirm_rounds, "Baseline/best rounds of the confirmation run")
       ->capture_default_str();
-  cmd->add_option("--serve-args", c->serve_args,
-                  "Extra flags for every stoke serve tune starts, e.g. \"--gemm-cache g.json --threads 4\" (not "
-                  "written to stoke.toml)");
+  cmd->add_option(
+      "--serve-args", c->serve_args,
+      "Extra flags for every stoke serve tune starts, e.g. \"--gemm-cache g.json --threads 4\" (not "
+      "written to stoke.toml)");
   cmd->add_flag("--grid", c->grid,
                 "Measure every combination of the knob values instead of walking (comparison)");
   cmd->add_flag("--no-doctor", c->no_doctor, "Do not ask the doctor about each point");
@@ -227,8 +236,7 @@ CommandRun SetupTune(CLI::App* cmd) {
   return [c]() -> int { return RunTuneCommand(*c); };
 }
 
-CommandRegistrar kTune("tune", "Tune a model's serving knobs under latency SLOs (docs/tune.md)",
-                       SetupTune);
+CommandRegistrar kTune("tune", "Tune a model's serving knobs under latency SLOs (docs/tune.md)", SetupTune);
 
 }  // namespace
 }  // namespace stoke

@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 
 #include <boost/asio/connect.hpp>
-#include <boost/asio/write.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
 #include <chrono>
 #include <limits>
 

@@ -163,7 +163,8 @@ Status PointRun::BuildPool() {
   for (int i = 0; i < opts_.prebuilt_requests; ++i) {
     StatusOr<WireRequest> w = BuildRequest(protocol_, prompts_->Next(), request_rng_);
     if (!w.ok()) return w.status();
-    if (!http_host_.empty()) w->wire = std::make_shared<const std::string>(SerializeHttpRequest(*w, http_host_));
+    if (!http_host_.empty())
+      w->wire = std::make_shared<const std::string>(SerializeHttpRequest(*w, http_host_));
     pool_.push_back(std::make_shared<const WireRequest>(std::move(w).value()));
   }
   return OkStatus();

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <cstring>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "base/half.h"
 #include "net/grpc/grpc_service.pb.h"
@@ -41,8 +41,8 @@ std::string ErrorMessage(std::string_view body) {
 
 // The members of a top-level JSON object, each value as its raw text, without building a DOM: a response's
 // success is judged by which members it has, and a KServe response's outputs (thousands of numbers) need no
-// parsing. Strings (with escapes) and nesting are followed exactly; a number or literal is skipped as a run of
-// characters. False when the text is not one object (unbalanced, unterminated, trailing bytes).
+// parsing. Strings (with escapes) and nesting are followed exactly; a number or literal is skipped as a run
+// of characters. False when the text is not one object (unbalanced, unterminated, trailing bytes).
 bool ScanTopLevel(std::string_view t, std::vector<std::pair<std::string_view, std::string_view>>* members) {
   size_t i = 0;
   auto ws = [&] {

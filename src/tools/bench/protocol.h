@@ -42,9 +42,9 @@ StatusOr<std::vector<KserveInput>> ParseKserveMetadata(std::string_view json);
 struct ProtocolOptions {
   Api api = Api::kOpenAiChat;
   std::string model;
-  std::string base_path;   // URL path prefix ("" or "/prefix")
-  bool stream = true;      // chat/completions
-  bool ignore_eos = true;  // chat/completions: ignore_eos + min_tokens = max_tokens
+  std::string base_path;    // URL path prefix ("" or "/prefix")
+  bool stream = true;       // chat/completions
+  bool ignore_eos = true;   // chat/completions: ignore_eos + min_tokens = max_tokens
   double temperature = -1;  // chat/completions: sent when >= 0 (0 = greedy); < 0 = the server's default
   std::vector<KserveInput> kserve_inputs;
   bool kserve_binary = false;  // the binary tensor extension for inputs

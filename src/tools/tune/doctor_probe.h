@@ -1,6 +1,6 @@
-// The doctor's verdict on each tuning point, at no extra measuring time: while stoke bench measures the point,
-// a thread runs `stoke doctor` in its observe mode (--load none, no trace) over the measured window: it scrapes
-// /metrics and /v1/gpu, reads /v1/debug/requests, and diagnoses the load bench is driving.
+// The doctor's verdict on each tuning point, at no extra measuring time: while stoke bench measures the
+// point, a thread runs `stoke doctor` in its observe mode (--load none, no trace) over the measured window:
+// it scrapes /metrics and /v1/gpu, reads /v1/debug/requests, and diagnoses the load bench is driving.
 #pragma once
 
 #include <nlohmann/json.hpp>

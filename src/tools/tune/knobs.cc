@@ -55,7 +55,8 @@ std::vector<std::string> Knobs::Flags(ModelKind kind) const {
     return a;
   }
   if (max_batch_size > 0) a.insert(a.end(), {"--max-batch-size", std::to_string(max_batch_size)});
-  if (max_queue_delay_us >= 0) a.insert(a.end(), {"--max-queue-delay-us", std::to_string(max_queue_delay_us)});
+  if (max_queue_delay_us >= 0)
+    a.insert(a.end(), {"--max-queue-delay-us", std::to_string(max_queue_delay_us)});
   if (instances > 0) a.insert(a.end(), {"--instances", std::to_string(instances)});
   return a;
 }
@@ -85,7 +86,8 @@ nlohmann::json KnobsJson(const Knobs& k, ModelKind kind) {
 ServeDefaults ParseServeHelp(const std::string& help) {
   ServeDefaults d;
   std::smatch m;
-  if (std::regex_search(help, m, std::regex(R"(--max-num-seqs\s+INT=(\d+))"))) d.max_num_seqs = std::stoi(m[1]);
+  if (std::regex_search(help, m, std::regex(R"(--max-num-seqs\s+INT=(\d+))")))
+    d.max_num_seqs = std::stoi(m[1]);
   if (std::regex_search(help, m, std::regex(R"(--max-num-batched-tokens\s+INT=(\d+))")))
     d.max_num_batched_tokens = std::stoi(m[1]);
   if (std::regex_search(help, m, std::regex(R"(--cuda-graphs\s+\S*=(on|off))"))) d.cuda_graphs = m[1] == "on";

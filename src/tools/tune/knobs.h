@@ -19,7 +19,8 @@
 
 namespace stoke::tune {
 
-// Batched: KServe with /v2/models/M/config (the dynamic batcher). Decoder: the OpenAI API, continuous batching.
+// Batched: KServe with /v2/models/M/config (the dynamic batcher). Decoder: the OpenAI API, continuous
+// batching.
 enum class ModelKind : uint8_t { kUnknown, kBatched, kDecoder };
 const char* KindName(ModelKind k);  // "unknown" | "batched" | "decoder"
 
@@ -32,7 +33,8 @@ struct Knobs {
   int chunked_prefill = -1;
   int cuda_graphs = -1;
   bool operator==(const Knobs&) const = default;
-  // "batch 8, delay 1000 us, instances 2" | "seqs 64, tokens 2048, chunked on, graphs own"; "own" where unset.
+  // "batch 8, delay 1000 us, instances 2" | "seqs 64, tokens 2048, chunked on, graphs own"; "own" where
+  // unset.
   std::string Describe(ModelKind kind) const;
   // The flags that set it, after "serve" (only the knobs that are not "own").
   std::vector<std::string> Flags(ModelKind kind) const;

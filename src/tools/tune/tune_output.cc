@@ -57,15 +57,18 @@ std::vector<LatencyAxis> LatencyAxes(const TuneOptions& o) {
   std::vector<LatencyAxis> a;
   if (o.slos.p99_ms > 0 || (o.slos.ttft_ms <= 0 && o.slos.tpot_ms <= 0))
     a.push_back({"p99", o.slos.p99_ms, [](const Measurement& m) { return m.p99_ms; }});
-  if (o.slos.ttft_ms > 0) a.push_back({"TTFT p99", o.slos.ttft_ms, [](const Measurement& m) { return m.ttft_p99_ms; }});
-  if (o.slos.tpot_ms > 0) a.push_back({"TPOT p99", o.slos.tpot_ms, [](const Measurement& m) { return m.tpot_p99_ms; }});
+  if (o.slos.ttft_ms > 0)
+    a.push_back({"TTFT p99", o.slos.ttft_ms, [](const Measurement& m) { return m.ttft_p99_ms; }});
+  if (o.slos.tpot_ms > 0)
+    a.push_back({"TPOT p99", o.slos.tpot_ms, [](const Measurement& m) { return m.tpot_p99_ms; }});
   return a;
 }
 
 std::string StepCharts(const TuneOptions& o, const TuneResult& r, const StepReport& s) {
   std::vector<int> pts = s.points;  // with the point the step started from, in knob order
   if (s.from_point >= 0) pts.push_back(s.from_point);
-  std::sort(pts.begin(), pts.end(), [&](int a, int b) { return AxisValue(s.knob, r, a) < AxisValue(s.knob, r, b); });
+  std::sort(pts.begin(), pts.end(),
+            [&](int a, int b) { return AxisValue(s.knob, r, a) < AxisValue(s.knob, r, b); });
   bench::ChartSeries good{.name = "goodput"}, kept{.name = "kept"};
   std::vector<double> ticks;
   for (int i : pts) {
@@ -81,14 +84,15 @@ std::string StepCharts(const TuneOptions& o, const TuneResult& r, const StepRepo
     }
   }
   const bool log_x = s.knob != "max_queue_delay_us" && s.knob != "chunked_prefill" && s.knob != "cuda_graphs";
-  std::string h = "<div class=\"chart\">" +
-                  bench::LineChartSvg({.title = "goodput vs " + s.knob + " (crossed: rejected; kept: carried on)",
-                                       .x_label = s.knob,
-                                       .y_label = "goodput (req/s)",
-                                       .log_x = log_x,
-                                       .x_ticks = ticks},
-                                      {good, kept}) +
-                  "</div>";
+  std::string h =
+      "<div class=\"chart\">" +
+      bench::LineChartSvg({.title = "goodput vs " + s.knob + " (crossed: rejected; kept: carried on)",
+                           .x_label = s.knob,
+                           .y_label = "goodput (req/s)",
+                           .log_x = log_x,
+                           .x_ticks = ticks},
+                          {good, kept}) +
+      "</div>";
   for (const LatencyAxis& ax : LatencyAxes(o)) {
     bench::ChartSeries lat{.name = ax.name}, slo{.name = "SLO", .markers = false, .dashed = true};
     for (int i : pts) {
@@ -118,8 +122,9 @@ std::string GridChart(const TuneResult& r) {
   const bool dec = r.kind == ModelKind::kDecoder;
   for (const Measurement& m : r.measurements) {
     if (m.step != "grid") continue;
-    const std::string key = dec ? fmt::format("tokens {}", m.knobs.max_num_batched_tokens)
-                                : fmt::format("delay {} us, {} inst", m.knobs.max_queue_delay_us, m.knobs.instances);
+    const std::string key =
+        dec ? fmt::format("tokens {}", m.knobs.max_num_batched_tokens)
+            : fmt::format("delay {} us, {} inst", m.knobs.max_queue_delay_us, m.knobs.instances);
     bench::ChartSeries& l = lines[key];
     l.name = key;
     l.x.push_back(dec ? m.knobs.max_num_seqs : m.knobs.max_batch_size);
@@ -162,7 +167,8 @@ std::string TuneToml(const TuneOptions& o, const TuneResult& r) {
   const Knobs& k = r.chosen;
   if (r.kind == ModelKind::kDecoder) {
     if (k.max_num_seqs > 0) t += fmt::format("max-num-seqs = {}\n", k.max_num_seqs);
-    if (k.max_num_batched_tokens > 0) t += fmt::format("max-num-batched-tokens = {}\n", k.max_num_batched_tokens);
+    if (k.max_num_batched_tokens > 0)
+      t += fmt::format("max-num-batched-tokens = {}\n", k.max_num_batched_tokens);
     if (k.chunked_prefill == 0) t += "no-chunked-prefill = true\n";
     if (k.cuda_graphs >= 0) t += fmt::format("cuda-graphs = \"{}\"\n", k.cuda_graphs ? "on" : "off");
   } else {
@@ -220,16 +226,17 @@ nlohmann::json TuneJson(const TuneOptions& o, const TuneResult& r) {
   j["steps"] = nlohmann::json::array();
   for (const StepReport& s : r.steps) {
     nlohmann::json d = s.doctor;
-    j["steps"].push_back({{"knob", s.knob},
-                          {"points", s.points},
-                          {"skipped", s.skipped},
-                          {"stopped", s.stopped},
-                          {"doctor_point", s.from_point},
-                          {"doctor", s.doctor},
-                          {"doctor_verdict", d.is_array() && !d.empty() ? d[0].value("bottleneck", "") : ""},
-                          {"doctor_reason", d.is_array() && !d.empty() ? d[0].value("summary", "") : VerdictText(d)},
-                          {"doctor_note", s.doctor_note},
-                          {"best", KnobsJson(s.best, r.kind)}});
+    j["steps"].push_back(
+        {{"knob", s.knob},
+         {"points", s.points},
+         {"skipped", s.skipped},
+         {"stopped", s.stopped},
+         {"doctor_point", s.from_point},
+         {"doctor", s.doctor},
+         {"doctor_verdict", d.is_array() && !d.empty() ? d[0].value("bottleneck", "") : ""},
+         {"doctor_reason", d.is_array() && !d.empty() ? d[0].value("summary", "") : VerdictText(d)},
+         {"doctor_note", s.doctor_note},
+         {"best", KnobsJson(s.best, r.kind)}});
   }
   j["doctor"] = r.doctor;
   j["chosen"] = KnobsJson(r.chosen, r.kind);
@@ -244,16 +251,20 @@ nlohmann::json TuneJson(const TuneOptions& o, const TuneResult& r) {
                        {"spread", c.spread},
                        {"verdict", c.verdict}};
   if (r.mode == "url")
-    j["advice"] = {{"step", r.advice.step}, {"flag", r.advice.flag}, {"why", r.advice.why},
-                   {"note", "the walk needs servers stoke tune starts itself: run it with --model (no --url)"}};
+    j["advice"] = {
+        {"step", r.advice.step},
+        {"flag", r.advice.flag},
+        {"why", r.advice.why},
+        {"note", "the walk needs servers stoke tune starts itself: run it with --model (no --url)"}};
   j["measurement_count"] = r.measurements.size();
   j["measuring_s"] = r.measuring_s;
   return j;
 }
 
 std::string TuneText(const TuneOptions& o, const TuneResult& r) {
-  std::string t = fmt::format("stoke tune ({}, {} model): {} measurements, {:.1f} s measuring, SLO {}\n", r.mode,
-                              KindName(r.kind), r.measurements.size(), r.measuring_s, o.slos.Describe());
+  std::string t =
+      fmt::format("stoke tune ({}, {} model): {} measurements, {:.1f} s measuring, SLO {}\n", r.mode,
+                  KindName(r.kind), r.measurements.size(), r.measuring_s, o.slos.Describe());
   if (!VerdictText(r.doctor).empty()) t += "  doctor on the baseline: " + VerdictText(r.doctor) + "\n";
   for (const StepReport& s : r.steps) {
     t += fmt::format("  {:<24} {}{}\n", s.knob, s.skipped ? "skipped: " : "", s.stopped);
@@ -297,7 +308,8 @@ std::string TuneHtml(const TuneOptions& o, const TuneResult& r) {
   }
   if (r.mode == "url")
     h += "<p id=\"advice\"><b>Next:</b> " +
-         XmlEscape(r.advice.flag.empty() ? "nothing the walk could try" : "try " + r.advice.flag + " (" + r.advice.why + ")") +
+         XmlEscape(r.advice.flag.empty() ? "nothing the walk could try"
+                                         : "try " + r.advice.flag + " (" + r.advice.why + ")") +
          ". --url measures a server as it is: the walk needs servers stoke tune starts itself (run it with "
          "--model and no --url).</p>";
   if (!r.confirmation.verdict.empty())
@@ -311,7 +323,8 @@ std::string TuneHtml(const TuneOptions& o, const TuneResult& r) {
       h += fmt::format("<p class=\"doctor\">Doctor before this step (point #{}): {}</p>", s.from_point,
                        XmlEscape(VerdictText(s.doctor)));
     if (!s.doctor_note.empty()) h += "<p class=\"doctor\">" + XmlEscape(s.doctor_note) + "</p>";
-    h += fmt::format("<p class=\"why\">{}{}</p>", s.skipped ? "Skipped: " : "Stopped: ", XmlEscape(s.stopped));
+    h +=
+        fmt::format("<p class=\"why\">{}{}</p>", s.skipped ? "Skipped: " : "Stopped: ", XmlEscape(s.stopped));
     if (!s.points.empty()) h += StepCharts(o, r, s);
   }
   if (r.mode == "grid") h += GridChart(r);
@@ -320,10 +333,11 @@ std::string TuneHtml(const TuneOptions& o, const TuneResult& r) {
   if (r.kind == ModelKind::kDecoder) h += "<th>TTFT p99 ms</th><th>TPOT p99 ms</th><th>out tok/s</th>";
   h += "<th>goodput/s</th><th class=\"l\">verdict</th><th class=\"l\">doctor</th></tr>";
   for (const Measurement& m : r.measurements) {
-    h += fmt::format("<tr class=\"{}\"><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{:.1f}</td>"
-                     "<td>{:.1f}</td><td>{:.1f}</td>",
-                     m.index == r.chosen_index ? "chosen" : (m.accepted ? "" : "rej"), m.index, XmlEscape(m.step),
-                     XmlEscape(m.knobs.Describe(r.kind)), m.requests_per_s, m.p50_ms, m.p99_ms);
+    h += fmt::format(
+        "<tr class=\"{}\"><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{:.1f}</td>"
+        "<td>{:.1f}</td><td>{:.1f}</td>",
+        m.index == r.chosen_index ? "chosen" : (m.accepted ? "" : "rej"), m.index, XmlEscape(m.step),
+        XmlEscape(m.knobs.Describe(r.kind)), m.requests_per_s, m.p50_ms, m.p99_ms);
     if (r.kind == ModelKind::kDecoder)
       h += fmt::format("<td>{:.1f}</td><td>{:.2f}</td><td>{:.1f}</td>", m.ttft_p99_ms, m.tpot_p99_ms,
                        m.output_tokens_per_s);

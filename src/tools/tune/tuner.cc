@@ -103,7 +103,8 @@ class Tuner {
     if (s.ok()) {
       std::unique_ptr<DoctorProbe> probe;
       if (o_.doctor && !o_.grid)  // the measured window, less a margin at its end
-        probe = std::make_unique<DoctorProbe>(url, r_.served_name, o_.warmup_s, 0.9 * o_.window_s * o_.windows);
+        probe =
+            std::make_unique<DoctorProbe>(url, r_.served_name, o_.warmup_s, 0.9 * o_.window_s * o_.windows);
       s = Bench(url, &m);
       if (probe) m.doctor = probe->Join();
     }
@@ -168,9 +169,9 @@ class Tuner {
     b.point.stability = 0;  // a fixed measuring time: what the options say, never the machine's speed
     b.point.drain_timeout_s = 30;
     b.point.slo = o_.slos.ForBench();
-    // Requests built before the point, so the generator encodes nothing while it measures (-1: off). A decoder's
-    // pool is larger: a repeated prompt would come from the server's prefix cache.
-    b.point.prebuilt_requests = o_.prebuilt_requests > 0 ? o_.prebuilt_requests
+    // Requests built before the point, so the generator encodes nothing while it measures (-1: off). A
+    // decoder's pool is larger: a repeated prompt would come from the server's prefix cache.
+    b.point.prebuilt_requests = o_.prebuilt_requests > 0   ? o_.prebuilt_requests
                                 : o_.prebuilt_requests < 0 ? 0
                                 : decoder                  ? 2048
                                                            : 512;
@@ -208,7 +209,8 @@ class Tuner {
                  m.p99_ms);
       if (r_.kind == ModelKind::kDecoder)
         fmt::print(o_.progress, "TTFT p99 {:7.1f} ms  TPOT p99 {:6.2f} ms  ", m.ttft_p99_ms, m.tpot_p99_ms);
-      fmt::print(o_.progress, "goodput {:8.1f}/s  {}", m.goodput_rps, m.accepted ? "accepted" : "rejected: " + m.why);
+      fmt::print(o_.progress, "goodput {:8.1f}/s  {}", m.goodput_rps,
+                 m.accepted ? "accepted" : "rejected: " + m.why);
       if (m.doctor.is_array() && !m.doctor.empty())
         fmt::print(o_.progress, "  doctor: {}", m.doctor[0].value("bottleneck", "?"));
     } else {
@@ -289,7 +291,8 @@ class Tuner {
       best_score_ = r_.measurements[static_cast<size_t>(idx[static_cast<size_t>(b)])].score();
       r_.chosen_index = idx[static_cast<size_t>(b)];
     }
-    if (!plan.not_measured.empty()) st.stopped += fmt::format("; not measured: {}", fmt::join(plan.not_measured, ", "));
+    if (!plan.not_measured.empty())
+      st.stopped += fmt::format("; not measured: {}", fmt::join(plan.not_measured, ", "));
     st.best = best_;
     st.best_point = r_.chosen_index;
     r_.steps.push_back(st);
@@ -330,21 +333,24 @@ class Tuner {
     c.spread = std::hypot(RelSem(c.baseline), RelSem(c.best));
     if (mb <= 0) {
       c.gain = mw > 0 ? INFINITY : 0;
-      c.verdict = mw > 0 ? fmt::format("the baseline meets the SLO in no round; the best gives {:.1f} req/s of "
-                                       "goodput",
-                                       mw)
+      c.verdict = mw > 0 ? fmt::format(
+                               "the baseline meets the SLO in no round; the best gives {:.1f} req/s of "
+                               "goodput",
+                               mw)
                          : "no gain: neither meets the SLO in the confirmation rounds";
       return;
     }
     c.gain = mw / mb - 1;
     const bool noise = c.gain < 2 * c.spread;
-    c.verdict = noise ? fmt::format("no gain: {:+.1f} % is within the run-to-run spread (± {:.1f} %, 2x = {:.1f} %)",
-                                    100 * c.gain, 100 * c.spread, 200 * c.spread)
-                      : fmt::format("gain {:+.1f} % ± {:.1f} % ({:.1f} -> {:.1f} req/s of goodput, {} rounds)",
-                                    100 * c.gain, 100 * c.spread, mb, mw, c.baseline.size());
+    c.verdict =
+        noise ? fmt::format("no gain: {:+.1f} % is within the run-to-run spread (± {:.1f} %, 2x = {:.1f} %)",
+                            100 * c.gain, 100 * c.spread, 200 * c.spread)
+              : fmt::format("gain {:+.1f} % ± {:.1f} % ({:.1f} -> {:.1f} req/s of goodput, {} rounds)",
+                            100 * c.gain, 100 * c.spread, mb, mw, c.baseline.size());
   }
 
-  // Every combination of the kind's ordered knobs (batched: batch x delay x instances; decoders: seqs x tokens).
+  // Every combination of the kind's ordered knobs (batched: batch x delay x instances; decoders: seqs x
+  // tokens).
   void Grid() {
     r_.mode = "grid";
     Measurement base = Measure("baseline", Knobs{});
@@ -352,7 +358,8 @@ class Tuner {
     std::vector<Knobs> all;
     if (r_.kind == ModelKind::kDecoder) {
       for (int s : o_.max_num_seqs)
-        for (int t : o_.max_num_batched_tokens) all.push_back(Knobs{.max_num_seqs = s, .max_num_batched_tokens = t});
+        for (int t : o_.max_num_batched_tokens)
+          all.push_back(Knobs{.max_num_seqs = s, .max_num_batched_tokens = t});
     } else {
       for (int bs : o_.batch_sizes)
         for (int64_t d : o_.queue_delays_us)
@@ -424,10 +431,11 @@ Status ValidateTuneOptions(const TuneOptions& o) {
   if (!o.slos.any())
     return InvalidArgumentError(
         "give an SLO: --slo-p99-ms (end-to-end, every model), --slo-ttft-ms / --slo-tpot-ms (decoders)");
-  if (o.queue_delays_us.empty() || o.batch_sizes.empty() || o.instance_counts.empty() || o.max_num_seqs.empty() ||
-      o.max_num_batched_tokens.empty())
+  if (o.queue_delays_us.empty() || o.batch_sizes.empty() || o.instance_counts.empty() ||
+      o.max_num_seqs.empty() || o.max_num_batched_tokens.empty())
     return InvalidArgumentError("the knob value lists must not be empty");
-  if (!o.url.empty() && o.grid) return InvalidArgumentError("--grid needs servers tune starts itself, not --url");
+  if (!o.url.empty() && o.grid)
+    return InvalidArgumentError("--grid needs servers tune starts itself, not --url");
   return OkStatus();
 }
 

@@ -1,20 +1,22 @@
-// stoke tune: the seed's tuning loop, automated. One knob moves at a time, in the seed's order for the kind of
-// model (walk.h StepOrder):
+// stoke tune: the seed's tuning loop, automated. One knob moves at a time, in the seed's order for the kind
+// of model (walk.h StepOrder):
 //
 //   batched (encoders, model files):  baseline -> max_batch_size (with a queue delay) -> max_queue_delay_us
-//                                     -> instances -> precision (skipped: not yet / no lower precision on CPU)
+//                                     -> instances -> precision (skipped: not yet / no lower precision on
+//                                     CPU)
 //   decoders (GGUF / HF Llama-family): baseline -> max_num_seqs -> max_num_batched_tokens -> chunked prefill
 //                                     -> CUDA graphs (--device cuda only) -> KV cache dtype, weight precision
 //                                     (not yet: the consistency gate, issue 15)
-//   then the confirmation: baseline and best alternated, the gain with its spread ("no gain" within the noise).
+//   then the confirmation: baseline and best alternated, the gain with its spread ("no gain" within the
+//   noise).
 //
 // Each point is a fresh `stoke serve` child with the knobs as flags (server_process.h), measured by stoke
 // bench's load generator for a fixed time (warm-up + windows, no stability early exit, so the measuring time
 // is what the options say): KServe v2 HTTP for batched models, streamed chat completions for decoders. The
-// doctor watches every point while it is measured (doctor_probe.h); its verdict on the point a step starts from
-// is recorded with the step and can rule values out (walk.h PlanStep). goodput = requests/s meeting every SLO;
-// a point whose p99 (e2e, TTFT, TPOT: the SLOs given) is over its SLO, or that failed or was invalid, is
-// rejected and counts 0. A step stops when the next value gains less than `min_gain` (5 %).
+// doctor watches every point while it is measured (doctor_probe.h); its verdict on the point a step starts
+// from is recorded with the step and can rule values out (walk.h PlanStep). goodput = requests/s meeting
+// every SLO; a point whose p99 (e2e, TTFT, TPOT: the SLOs given) is over its SLO, or that failed or was
+// invalid, is rejected and counts 0. A step stops when the next value gains less than `min_gain` (5 %).
 //
 // Grid mode measures every combination of the batched knobs' values instead (for comparison). --url mode
 // (RunUrlTune) measures a server tune did not start and names the next flag to try (it cannot restart it).
@@ -86,7 +88,8 @@ struct TuneResult {
   std::string mode;  // "walk" | "grid" | "url"
   ModelKind kind = ModelKind::kUnknown;
   std::string model, served_name, device, started_at, url;
-  Knobs baseline_knobs;  // the model's own, as its server reported them (batched) or serve --help says (decoder)
+  Knobs baseline_knobs;  // the model's own, as its server reported them (batched) or serve --help says
+                         // (decoder)
   std::vector<Measurement> measurements;
   std::vector<StepReport> steps;
   nlohmann::json doctor;  // the verdicts on the baseline (null when not asked)

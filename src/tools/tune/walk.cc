@@ -41,8 +41,8 @@ bool MoreSeqsThanNeeded(const WalkContext& c, int v) {
   return false;
 }
 
-void BatchedSteps(const std::string& step, const WalkContext& c, const Knobs& cur, const nlohmann::json& verdicts,
-                  StepPlan* p) {
+void BatchedSteps(const std::string& step, const WalkContext& c, const Knobs& cur,
+                  const nlohmann::json& verdicts, StepPlan* p) {
   if (step == "max_batch_size") {
     for (int bs : c.batch_sizes) {
       Knobs k = cur;
@@ -80,9 +80,10 @@ void BatchedSteps(const std::string& step, const WalkContext& c, const Knobs& cu
     for (const char* b : {"bandwidth_bound", "compute_bound"}) {
       const nlohmann::json* v = Find(verdicts, b);
       if (v != nullptr && v->value("gpu_evidence", false)) {
-        p->skip = fmt::format("the doctor names the current best {} ({}): more instances share the same "
-                              "saturated GPU and will not help",
-                              b, Summary(*v));
+        p->skip = fmt::format(
+            "the doctor names the current best {} ({}): more instances share the same "
+            "saturated GPU and will not help",
+            b, Summary(*v));
         p->doctor_note = p->skip;
         return;
       }
@@ -95,21 +96,23 @@ void BatchedSteps(const std::string& step, const WalkContext& c, const Knobs& cu
       p->names.push_back(fmt::format("{} instances", n));
     }
   } else if (step == "precision") {
-    p->skip = c.device == "cuda" ? "not yet: the precision step (with its output-consistency gate, issue 15) is "
-                                   "not built for batched models"
-                                 : "no lower precision for this backend (CPU)";
+    p->skip = c.device == "cuda"
+                  ? "not yet: the precision step (with its output-consistency gate, issue 15) is "
+                    "not built for batched models"
+                  : "no lower precision for this backend (CPU)";
   }
 }
 
-void DecoderSteps(const std::string& step, const WalkContext& c, const Knobs& cur, const nlohmann::json& verdicts,
-                  StepPlan* p) {
+void DecoderSteps(const std::string& step, const WalkContext& c, const Knobs& cur,
+                  const nlohmann::json& verdicts, StepPlan* p) {
   if (step == "max_num_seqs") {
     const nlohmann::json* kv = Find(verdicts, "kv_capacity_bound");
     for (int v : c.max_num_seqs) {
       Knobs k = cur;
       k.max_num_seqs = v;
       if (v == c.own.max_num_seqs || v == cur.max_num_seqs) {
-        p->not_measured.push_back(fmt::format("{} (the {}'s)", v, v == c.own.max_num_seqs ? "baseline" : "current best"));
+        p->not_measured.push_back(
+            fmt::format("{} (the {}'s)", v, v == c.own.max_num_seqs ? "baseline" : "current best"));
       } else if (MoreSeqsThanNeeded(c, v)) {
         p->not_measured.push_back(fmt::format("{} (more than the {} requests in flight)", v, c.load));
       } else if (kv != nullptr && v > cur.max_num_seqs) {
@@ -138,9 +141,11 @@ void DecoderSteps(const std::string& step, const WalkContext& c, const Knobs& cu
         p->not_measured.push_back(
             fmt::format("{} (the {}'s)", v, v == c.own.max_num_batched_tokens ? "baseline" : "current best"));
       } else if (v < seqs) {
-        p->not_measured.push_back(fmt::format("{} (< {} running sequences: a decode step needs a token each)", v, seqs));
+        p->not_measured.push_back(
+            fmt::format("{} (< {} running sequences: a decode step needs a token each)", v, seqs));
       } else if (cur.chunked_prefill == 0 && c.max_input_tokens > v) {
-        p->not_measured.push_back(fmt::format("{} (< the {}-token prompts, unchunked)", v, c.max_input_tokens));
+        p->not_measured.push_back(
+            fmt::format("{} (< the {}-token prompts, unchunked)", v, c.max_input_tokens));
       } else {
         p->candidates.push_back(k);
         p->names.push_back(fmt::format("tokens {}", v));
@@ -167,7 +172,8 @@ void DecoderSteps(const std::string& step, const WalkContext& c, const Knobs& cu
       return;
     }
     if (c.device != "cuda") {
-      p->skip = "CPU or unknown device: --device cuda was not given (CUDA graphs are a knob of the CUDA engine)";
+      p->skip =
+          "CPU or unknown device: --device cuda was not given (CUDA graphs are a knob of the CUDA engine)";
       return;
     }
     const int now = cur.cuda_graphs < 0 ? 1 : cur.cuda_graphs;
@@ -222,8 +228,8 @@ void Judge(const Slos& s, Measurement* m) {
 
 std::vector<std::string> StepOrder(ModelKind kind) {
   if (kind == ModelKind::kDecoder)
-    return {"max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "cuda_graphs", "kv_cache_dtype",
-            "weight_precision"};
+    return {"max_num_seqs", "max_num_batched_tokens", "chunked_prefill",
+            "cuda_graphs",  "kv_cache_dtype",         "weight_precision"};
   return {"max_batch_size", "max_queue_delay_us", "instances", "precision"};
 }
 
@@ -262,8 +268,8 @@ int WalkValues(size_t count, double reference, double min_gain,
       best_score = *s;
     }
     if (ordered && have_prev && prev > 0 && *s < prev * (1 + min_gain)) {
-      *stopped = fmt::format("{} gains {:+.1f} % goodput over {} (< {:.0f} %)", name(i), 100 * (*s / prev - 1),
-                             prev_name, 100 * min_gain);
+      *stopped = fmt::format("{} gains {:+.1f} % goodput over {} (< {:.0f} %)", name(i),
+                             100 * (*s / prev - 1), prev_name, 100 * min_gain);
       if (best < 0 && reference > 0)
         *stopped += fmt::format("; no value beat the previous step's best ({:.1f}/s) by {:.0f} %", reference,
                                 100 * min_gain);
@@ -316,7 +322,8 @@ Advice AdviseNext(const WalkContext& c, const Knobs& baseline, const nlohmann::j
     if (!p.doctor_note.empty()) a.why += "; " + p.doctor_note;
     break;
   }
-  if (const nlohmann::json* kv = Find(verdicts, "kv_capacity_bound"); kv != nullptr && c.kind == ModelKind::kDecoder) {
+  if (const nlohmann::json* kv = Find(verdicts, "kv_capacity_bound");
+      kv != nullptr && c.kind == ModelKind::kDecoder) {
     a.step = "kv_cache";
     a.flag = "--kv-cache-bytes (larger) or --gpu-memory-fraction (higher)";
     a.why = "the doctor names the baseline kv_capacity_bound (" + Summary(*kv) + "): more KV first";

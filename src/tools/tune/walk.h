@@ -46,8 +46,8 @@ struct Measurement {
   bool accepted = false;
   std::string why;  // rejected: why
   double warmup_s = 0, measured_s = 0;
-  double elapsed_s = 0;    // since tune started, at the end of this point
-  nlohmann::json doctor;   // the doctor's verdicts on this point (observed while it was measured); null if not
+  double elapsed_s = 0;   // since tune started, at the end of this point
+  nlohmann::json doctor;  // the doctor's verdicts on this point (observed while it was measured); null if not
   double generator_cpu_percent = 0;
   double score() const { return accepted ? goodput_rps : 0; }
 };
@@ -93,8 +93,8 @@ int WalkValues(size_t count, double reference, double min_gain,
                const std::function<std::optional<double>(size_t)>& measure,
                const std::function<std::string(size_t)>& name, std::string* stopped, bool ordered = true);
 
-// --url: the flag to try next on a server tune did not start (it cannot restart it), from the walk's order and
-// the doctor's verdict on the baseline there.
+// --url: the flag to try next on a server tune did not start (it cannot restart it), from the walk's order
+// and the doctor's verdict on the baseline there.
 struct Advice {
   std::string step;  // the walk's step it comes from ("" when none applies)
   std::string flag;  // "--max-num-seqs 32"

@@ -1,6 +1,8 @@
 // The walk's plan for each kind of model (step order, candidates, what is not measured and why, what the
 // doctor's verdict rules out), the SLO judgement with TTFT/TPOT, --url's advice, and the files' decoder keys:
 // made-up figures and verdicts, no server, no timing.
+#include "tools/tune/walk.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
@@ -8,7 +10,6 @@
 
 #include "tools/bench/aggregate.h"
 #include "tools/tune/tune_output.h"
-#include "tools/tune/walk.h"
 
 namespace stoke::tune {
 namespace {
@@ -38,8 +39,8 @@ std::string Joined(const std::vector<std::string>& v) {
 
 TEST(TunePlanTest, DecoderStepsComeInTheSeedsOrder) {
   EXPECT_EQ(StepOrder(ModelKind::kDecoder),
-            (std::vector<std::string>{"max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "cuda_graphs",
-                                      "kv_cache_dtype", "weight_precision"}));
+            (std::vector<std::string>{"max_num_seqs", "max_num_batched_tokens", "chunked_prefill",
+                                      "cuda_graphs", "kv_cache_dtype", "weight_precision"}));
   EXPECT_EQ(StepOrder(ModelKind::kBatched),
             (std::vector<std::string>{"max_batch_size", "max_queue_delay_us", "instances", "precision"}));
 }
@@ -75,7 +76,8 @@ TEST(TunePlanTest, BatchedTokensNeedATokenPerRunningSequence) {
   const WalkContext c = Decoder(16);
   StepPlan p = PlanStep("max_num_batched_tokens", c, c.own, json());
   EXPECT_EQ(Joined(p.names), "tokens 512|tokens 4096|");
-  EXPECT_NE(Joined(p.not_measured).find("8 (< 16 running sequences"), std::string::npos) << Joined(p.not_measured);
+  EXPECT_NE(Joined(p.not_measured).find("8 (< 16 running sequences"), std::string::npos)
+      << Joined(p.not_measured);
 }
 
 TEST(TunePlanTest, ChunkedPrefillOffOnlyWhenThePromptsFitOneStep) {
@@ -95,7 +97,8 @@ TEST(TunePlanTest, CudaGraphsOnlyOnCuda) {
   c.device = "cpu";
   EXPECT_EQ(PlanStep("cuda_graphs", c, c.own, json()).skip, "CPU");
   c.device = "";
-  EXPECT_NE(PlanStep("cuda_graphs", c, c.own, json()).skip.find("--device cuda was not given"), std::string::npos);
+  EXPECT_NE(PlanStep("cuda_graphs", c, c.own, json()).skip.find("--device cuda was not given"),
+            std::string::npos);
   c.device = "cuda";
   StepPlan p = PlanStep("cuda_graphs", c, c.own, Verdict("launch_bound", true));
   ASSERT_EQ(p.candidates.size(), 1u);
