@@ -6,12 +6,17 @@
 #   small_kernels      examples/synthetic/small_kernels.json (200 one-block kernels)  launch_bound
 #   cpu_preprocess     examples/synthetic/cpu_preprocess.json (2 ms CPU per item)     host_bound
 #   bandwidth          examples/synthetic/bandwidth.json (2 instances streaming HBM)  bandwidth_bound
+#   copy_bound         examples/synthetic/copy_bound.json (32 MiB pageable H2D/row)   copy_bound
+#   tensor_bound       examples/synthetic/tensor_bound.json (wmma on the tensor cores) compute_bound
+#   long_delay         examples/synthetic/long_delay.json (30 ms batching delay)      queue_bound
+#   sparse             tensor_bound.json, one client every 100 ms, --load none        under_fed
 #   llm_8b_c1          Llama-3.1-8B shape (stoke model synth), 1 client              bandwidth_bound
 #   llm_8b_c64         the same, 64 clients                                           throttled (at its 700 W cap)
 #   llm_8b_kv_full     the same with --kv-blocks 64 (1,024 tokens of KV), 16 clients kv_capacity_bound
 # The doctor takes its own short trace inside each window (--trace auto): signals.trace in each row (kernels per
 # request, mean kernel us, gaps between GPU records).
-# DOCTOR_SCENARIOS picks a subset (default: "small_kernels cpu_preprocess bandwidth llm_8b llm_8b_kv").
+# DOCTOR_SCENARIOS picks a subset (default: "small_kernels cpu_preprocess bandwidth copy_bound tensor_bound
+# long_delay sparse llm_8b llm_8b_kv").
 # Outputs in $OUT: doctor_gpu_summary.json (scenario -> verdicts -> evidence), doctor_gpu.tar.gz (every doctor
 # JSON/text, server log and trace), log.txt. Budget: about 10 minutes on an H200.
 set -uo pipefail
@@ -28,7 +33,7 @@ GEMM_CACHE=${GEMM_CACHE:-$OUT/gemm_cache.json}  # stoke serve --gemm-cache for t
 export PYTHONUNBUFFERED=1
 PORT=18000
 MODEL_8B=${LLM_MODEL_DIR:-/tmp/stoke_synth_llama-3.1-8b}
-SCENARIOS=" ${DOCTOR_SCENARIOS:-small_kernels cpu_preprocess bandwidth llm_8b llm_8b_kv} "
+SCENARIOS=" ${DOCTOR_SCENARIOS:-small_kernels cpu_preprocess bandwidth copy_bound tensor_bound long_delay sparse llm_8b llm_8b_kv} "
 want() { [[ $SCENARIOS == *" $1 "* ]]; }
 T0=$(date +%s)
 stamp() { echo "=== [$(($(date +%s) - T0)) s] $*"; }
@@ -74,6 +79,8 @@ pack() {  # the summary and the tarball so far (called after each scenario: a cu
 import json, pathlib, sys
 work, out = pathlib.Path(sys.argv[1]), sys.argv[2]
 expected = {"small_kernels": "launch_bound", "cpu_preprocess": "host_bound", "bandwidth": "bandwidth_bound",
+            "copy_bound": "copy_bound", "tensor_bound": "compute_bound", "long_delay": "queue_bound",
+            "sparse": "under_fed",
             "llm_8b_c1": "bandwidth_bound", "llm_8b_c64": "throttled", "llm_8b_kv_full": "kv_capacity_bound"}
 rows = []
 for name, want in expected.items():
@@ -108,7 +115,7 @@ EOF
 
 main() {
   nvidia-smi --query-gpu=name,power.limit,clocks.max.sm --format=csv
-  for s in small_kernels cpu_preprocess bandwidth; do
+  for s in small_kernels cpu_preprocess bandwidth copy_bound tensor_bound long_delay; do
     want "$s" || continue
     stamp "scenario $s"
     start_server "$s" --model "examples/synthetic/$s.json" --device cuda || continue
@@ -120,6 +127,25 @@ main() {
     stop_server
     pack
   done
+  if want sparse && start_server sparse --model examples/synthetic/tensor_bound.json --device cuda; then
+    # One client, one request every 100 ms: the server waits for work.
+    python3 - "$PORT" > "$WORK/sparse_client.log" 2>&1 <<'PY' &
+import json, sys, time, urllib.request
+url = f"http://127.0.0.1:{sys.argv[1]}/v2/models/tensor_bound/infer"
+body = json.dumps({"inputs": [{"name": "INPUT0", "datatype": "UINT8", "shape": [1, 4096],
+                               "data": [7] * 4096}]}).encode()
+for _ in range(600):
+    urllib.request.urlopen(urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"}),
+                           timeout=30).read()
+    time.sleep(0.1)
+PY
+    local client=$!
+    sleep 1
+    doctor sparse --load none --duration 8
+    kill "$client" 2>/dev/null; wait "$client" 2>/dev/null
+    stop_server
+    pack
+  fi
 
   want llm_8b || want llm_8b_kv || { pack; return; }
   stamp "synth llama-3.1-8b -> $MODEL_8B"

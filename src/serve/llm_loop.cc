@@ -7,6 +7,7 @@
 #include "base/logging.h"
 #include "engine/runner/sampler.h"
 #include "serve/stop_filter.h"
+#include "telemetry/trace.h"
 
 namespace stoke {
 
@@ -295,6 +296,7 @@ void LlmLoop::RunStep() {
     if (!st.ok()) break;
   }
   StepInput input;
+  input.time_device = TraceRecorder::Global().on();  // the timeline's GPU track (CUDA events) while tracing
   input.token_ids.reserve(plan.num_tokens());
   input.sequences.reserve(plan.seqs.size());
   int64_t rows = 0, device_rows = 0;
@@ -381,6 +383,10 @@ void LlmLoop::RunStep() {
   rec.kv_blocks_used = plan.blocks_used;
   rec.kv_blocks_free = plan.blocks_free;
   rec.admission_stop = AdmissionStopName(plan.admission_stop);
+  if (st.ok() && out.device_ns > 0) {
+    rec.device_ns = out.device_ns;
+    rec.device_end = t2;
+  }
   PublishStats(&rec);
   if (options_.on_step) options_.on_step(rec);
   const Nanos t4 = Now();

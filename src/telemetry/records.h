@@ -23,6 +23,11 @@ struct StepRecord {
   int kv_blocks_free = 0;  // free, including cached blocks with no reference (evictable)
   // Why admission stopped: "token_budget" | "max_seqs" | "no_blocks" | "queue_empty" ("" = not recorded).
   std::string admission_stop;
+  // The model step's device time from CUDA events (only while a trace is on, on a GPU backend; 0 = none) and
+  // when the host saw the step finish (monotonic): the GPU was busy for about [device_end - device_ns,
+  // device_end).
+  Nanos device_ns = 0;
+  Nanos device_end = 0;
 };
 
 // Cumulative engine counters and current gauges, sampled when /metrics is scraped (any thread).

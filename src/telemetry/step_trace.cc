@@ -22,6 +22,10 @@ void TraceStep(std::string_view model, const StepRecord& s) {
            {"kv_blocks_used", s.kv_blocks_used},
            {"kv_blocks_free", s.kv_blocks_free},
            {"admission_stop", s.admission_stop}});
+  if (s.device_ns > 0) {  // CUDA events around the model step (StepInput::time_device)
+    const TraceTrack gpu = tr.Track(process, "gpu (cuda events)");
+    tr.Span(gpu, "gpu step", s.device_end - s.device_ns, s.device_ns, {{"source", "cuda events"}});
+  }
   tr.Counter(loop, "sequences", s.start, {{"running", s.num_running}, {"waiting", s.num_waiting}});
   tr.Counter(loop, "kv_blocks", s.start, {{"used", s.kv_blocks_used}, {"free", s.kv_blocks_free}});
   tr.Counter(loop, "step_tokens", s.start, {{"prefill", s.prefill_tokens}, {"decode", s.decode_tokens}});

@@ -60,6 +60,7 @@ class CudaRunner final : public SyntheticRunner {
     if (rows < 1) return InvalidArgumentError("synthetic (cuda): a batch needs at least 1 row, got {}", rows);
     RETURN_IF_ERROR(Reserve(rows));
     const size_t in_bytes = static_cast<size_t>(rows * c.input_bytes);
+    const size_t h2d_bytes = static_cast<size_t>(rows * c.h2d_row_bytes());  // the inputs, then the expansion
     const size_t out_bytes = static_cast<size_t>(rows * c.output_bytes);
     const cudaStream_t s = stream_.get();
 
@@ -70,20 +71,26 @@ class CudaRunner final : public SyntheticRunner {
     const Nanos t1 = MonotonicNanos();
 
     RETURN_IF_ERROR(events_[0].Record(s));
-    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_in_, host_in_, in_bytes, cudaMemcpyHostToDevice, s));
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_in_, host_in_, h2d_bytes, cudaMemcpyHostToDevice, s));
     RETURN_IF_ERROR(events_[1].Record(s));
 
     int64_t launches = 0;
     for (const SyntheticKernel& k : c.kernels) launches += k.count;
     int64_t launched = 0;
     for (const SyntheticKernel& k : c.kernels) {
-      const SynthLaunchPlan p =
-          PlanSynthLaunch(k.flops + k.flops_per_item * static_cast<double>(rows),
-                          k.bytes + k.bytes_per_item * static_cast<double>(rows), k.blocks, max_blocks_);
+      const double flops = k.flops + k.flops_per_item * static_cast<double>(rows);
+      const SynthLaunchPlan p = PlanSynthLaunch(k.tensor ? 0.0 : flops,
+                                                k.bytes + k.bytes_per_item * static_cast<double>(rows),
+                                                k.blocks, max_blocks_);
       cuda::SynthLaunch l;
       l.blocks = p.blocks;
       l.threads = kThreads;
       l.fma_iters = p.fma_iters;
+      if (k.tensor) {
+        const SynthTensorPlan tp = PlanSynthTensor(flops, k.blocks, max_blocks_);
+        l.blocks = std::max(l.blocks, tp.blocks);
+        l.tensor_iters = tp.iters;
+      }
       l.region = d_region_;
       l.region_float4s = std::min<int64_t>(p.region_float4s, static_cast<int64_t>(region_cap_ / 16));
       l.sink = d_sink_;
@@ -143,7 +150,7 @@ class CudaRunner final : public SyntheticRunner {
   Status Reserve(int64_t rows) {
     if (rows <= reserved_rows_) return OkStatus();
     const SyntheticConfig& c = model_->config();
-    const size_t in = static_cast<size_t>(rows * c.input_bytes);
+    const size_t in = static_cast<size_t>(rows * c.h2d_row_bytes());
     const size_t out = static_cast<size_t>(std::max<int64_t>(1, rows * c.output_bytes));
     double most = 0;
     for (const SyntheticKernel& k : c.kernels) {
@@ -245,6 +252,19 @@ SynthLaunchPlan PlanSynthLaunch(double flops, double bytes, int cap_blocks, int 
   if (cap_blocks > 0) blocks = std::min(blocks, static_cast<double>(cap_blocks));
   p.blocks = static_cast<int>(blocks);
   p.fma_iters = chains > 0 ? static_cast<int64_t>(std::ceil(chains / (blocks * kThreads))) : 0;
+  return p;
+}
+
+SynthTensorPlan PlanSynthTensor(double flops, int cap_blocks, int max_blocks) {
+  SynthTensorPlan p;
+  const double warp_iters = std::max(0.0, flops) / kTensorFlopsPerWarpIter;
+  if (warp_iters <= 0) return p;
+  constexpr double kWarps = kThreads / 32;
+  double blocks = std::min(std::max(1.0, std::ceil(warp_iters / (kWarps * 64.0))),
+                           static_cast<double>(std::max(1, max_blocks)));
+  if (cap_blocks > 0) blocks = std::min(blocks, static_cast<double>(cap_blocks));
+  p.blocks = static_cast<int>(blocks);
+  p.iters = static_cast<int64_t>(std::ceil(warp_iters / (blocks * kWarps)));
   return p;
 }
 

@@ -9,7 +9,10 @@
 //
 // A configured kernel becomes SynthLaunch's (synthetic_kernels.h): `flops` as 8 independent FMA chains per
 // thread, `bytes` as an in-place read + write of bytes/2 of the runner's device buffer (so `bytes` is the
-// memory traffic, as on the CPU). Regions smaller than the L2 cache (50 MB on an H200) run from L2.
+// memory traffic, as on the CPU). Regions smaller than the L2 cache (50 MB on an H200) run from L2. A kernel
+// with "tensor": true runs its `flops` as fp16 16x16x16 matrix multiply-adds (wmma, four independent
+// accumulators per warp) on the tensor cores instead. "h2d_bytes_per_item" > input_bytes makes the H2D copy
+// move that many bytes per row (the inputs packed first: an expanded, decoded tensor).
 #pragma once
 
 #include <cstdint>
@@ -36,5 +39,14 @@ struct SynthLaunchPlan {
 // Blocks grow with the work (>= 256 FMA iterations and >= 16 float4 per thread before adding one), up to
 // max_blocks (a full GPU), and to cap_blocks when > 0 (the kernel's "blocks" key).
 SynthLaunchPlan PlanSynthLaunch(double flops, double bytes, int cap_blocks, int max_blocks);
+
+// A "tensor" kernel: each warp iteration is 4 wmma 16x16x16 multiply-adds = 4 * 2 * 16^3 FLOPs.
+constexpr double kTensorFlopsPerWarpIter = 4.0 * 2 * 16 * 16 * 16;
+struct SynthTensorPlan {
+  int blocks = 0;
+  int64_t iters = 0;  // per warp
+};
+// Blocks grow with the work (>= 64 iterations per warp before adding one), up to max_blocks / cap_blocks.
+SynthTensorPlan PlanSynthTensor(double flops, int cap_blocks, int max_blocks);
 
 }  // namespace stoke

@@ -169,6 +169,62 @@ TEST(SyntheticGpuTest, KernelTimeScalesWithBytes) {
   EXPECT_LT(gbs, 10000.0);  // more than any HBM: the traffic did not happen
 }
 
+TEST(SyntheticGpuPlanTest, TensorPlanCoversTheFlops) {
+  SynthTensorPlan none = PlanSynthTensor(0, 0, 1056);
+  EXPECT_EQ(none.iters, 0);
+  SynthTensorPlan big = PlanSynthTensor(1e12, 0, 1056);
+  EXPECT_EQ(big.blocks, 1056);
+  EXPECT_GE(kTensorFlopsPerWarpIter * big.iters * big.blocks * 8, 1e12);
+  SynthTensorPlan capped = PlanSynthTensor(1e12, 4, 1056);
+  EXPECT_EQ(capped.blocks, 4);
+  EXPECT_GE(kTensorFlopsPerWarpIter * capped.iters * 4 * 8, 1e12);
+}
+
+// The tensor-core kernel: outputs as on the CPU, and a rate no FMA pipe reaches (H200 fp32 FMA peak ~67
+// TFLOP/s; dense fp16 tensor ~990): the work ran on the tensor cores and was not optimised away.
+TEST(SyntheticGpuTest, TensorKernelsRunOnTheTensorCores) {
+  SKIP_WITHOUT_GPU();
+  auto m = Model(R"({"input_bytes": 16, "output_bytes": 16, "kernels": [{"count": 4, "flops": 2e12,
+                     "tensor": true}]})");
+  auto r = Runner(m);
+  ASSERT_NE(r, nullptr);
+  std::vector<uint8_t> in(16), got;
+  for (size_t k = 0; k < in.size(); ++k) in[k] = static_cast<uint8_t>(k * 5 + 1);
+  SyntheticTimes t;
+  ASSERT_TRUE(r->Run(in.data(), 1, &got, &t).ok());
+  ASSERT_EQ(got.size(), 16u);
+  for (size_t k = 0; k < 16; ++k) EXPECT_EQ(got[k], in[k] ^ 0x5A);  // (the CPU model would burn 8e12 FLOPs)
+  const double ms = Ms(RunN(*r, *m, 1, 3).compute);
+  const double tflops = 4 * 2e12 / (ms * 1e-3) / 1e12;
+  std::printf("  [tensor] 2e12 FLOPs x 4 launches: %.3f ms, %.0f TFLOP/s\n", ms, tflops);
+  EXPECT_GT(tflops, 100.0);
+  EXPECT_LT(tflops, 2000.0);
+}
+
+// "h2d_bytes_per_item": the copy moves the expanded rows (64 MiB per row here), the output is still the
+// per-row function of the packed inputs.
+TEST(SyntheticGpuTest, ExpandedH2dCopiesTheExpandedRows) {
+  SKIP_WITHOUT_GPU();
+  double ms[2];
+  for (int i = 0; i < 2; ++i) {
+    auto m = Model(fmt::format(R"({{"input_bytes": 64, "output_bytes": 32, "buffers": "pageable",
+                                    "h2d_bytes_per_item": {}}})",
+                               i == 0 ? 0 : 64 << 20));
+    auto r = Runner(m, 2);
+    ASSERT_NE(r, nullptr);
+    std::vector<uint8_t> in(128), got, want;
+    for (size_t k = 0; k < in.size(); ++k) in[k] = static_cast<uint8_t>(k * 13);
+    SyntheticTimes t;
+    auto ws = m->NewWorkspace();
+    ASSERT_TRUE(m->Run(in.data(), 2, &want, *ws, &t).ok());
+    ASSERT_TRUE(r->Run(in.data(), 2, &got, &t).ok());
+    EXPECT_EQ(got, want);
+    ms[i] = Ms(RunN(*r, *m, 2, 3).h2d);
+    std::printf("  [h2d expanded] %s: %.3f ms\n", i == 0 ? "64 B rows" : "64 MiB rows", ms[i]);
+  }
+  EXPECT_GT(ms[1], 10 * ms[0]);  // 128 MiB vs 128 B: the bytes crossed
+}
+
 TEST(SyntheticGpuTest, PinnedH2dIsFasterThanPageable) {
   SKIP_WITHOUT_GPU();
   const int64_t kBytes = 64 << 20;

@@ -13,6 +13,7 @@ struct SynthLaunch {
   int blocks = 1;               // grid size (>= 1)
   int threads = 256;            // block size
   int64_t fma_iters = 0;        // per thread: iterations of 8 independent FMAs (16 FLOPs)
+  int64_t tensor_iters = 0;     // per warp: iterations of 4 wmma fp16 16x16x16 multiply-adds (tensor cores)
   float* region = nullptr;      // read + written in place, as float4
   int64_t region_float4s = 0;   // 16-byte elements in `region`
   const uint8_t* in = nullptr;  // [rows, in_bytes] on the device; with `out`, the output rows are written

@@ -42,6 +42,10 @@ struct StepSequence {
 struct StepInput {
   std::vector<int32_t> token_ids;  // [num_tokens], sequences concatenated
   std::vector<StepSequence> sequences;
+  // Time the step on the device (CUDA events around its work on the stream) into StepOutput::device_ns. The
+  // loop asks only while a trace is on (the timeline's GPU track where CUPTI is missing); backends without a
+  // device ignore it.
+  bool time_device = false;
 };
 
 struct StepOutput {
@@ -50,6 +54,9 @@ struct StepOutput {
   int64_t num_rows = 0;
   // One token per Logits::kToken sequence, in sequence order.
   std::vector<int32_t> tokens;
+  // With StepInput::time_device on a device backend: the device time of the step's work, from a CUDA event
+  // before its first kernel to one after its last copy (0 = not measured).
+  int64_t device_ns = 0;
 };
 
 // The checks every backend's Step makes before touching memory: sequences tile the step's tokens in order,

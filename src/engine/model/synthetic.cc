@@ -45,6 +45,9 @@ StatusOr<SyntheticKernel> ParseKernel(const json& j, std::string_view where) {
       ASSIGN_OR_RETURN(double b, NonNegative(v, key, where));
       if (b > 1 << 20) return InvalidArgumentError("{}: kernel blocks {} is too large", where, b);
       k.blocks = static_cast<int>(b);
+    } else if (key == "tensor") {
+      if (!v.is_boolean()) return InvalidArgumentError("{}: kernel 'tensor' must be true or false", where);
+      k.tensor = v.get<bool>();
     } else {
       return InvalidArgumentError("{}: unknown kernel key '{}'", where, key);
     }
@@ -154,6 +157,10 @@ StatusOr<SyntheticConfig> SyntheticConfig::FromJson(const json& j, std::string_v
       ASSIGN_OR_RETURN(double b, NonNegative(v, key, source));
       if (b < 1 || b > (1 << 30)) return InvalidArgumentError("{}: '{}' must be in [1, 1 GiB]", source, key);
       (key == "input_bytes" ? c.input_bytes : c.output_bytes) = static_cast<int64_t>(b);
+    } else if (key == "h2d_bytes_per_item") {
+      ASSIGN_OR_RETURN(double b, NonNegative(v, key, source));
+      if (b > (1 << 30)) return InvalidArgumentError("{}: 'h2d_bytes_per_item' must be at most 1 GiB", source);
+      c.h2d_bytes_per_item = static_cast<int64_t>(b);
     } else if (key == "preprocess_us") {
       ASSIGN_OR_RETURN(c.preprocess_us, NonNegative(v, key, source));
     } else if (key == "preprocess_us_per_item") {
@@ -197,6 +204,10 @@ StatusOr<SyntheticConfig> SyntheticConfig::FromJson(const json& j, std::string_v
       return InvalidArgumentError("{}: unknown key '{}'", source, key);
     }
   }
+  if (c.h2d_bytes_per_item > 0 && c.h2d_bytes_per_item < c.input_bytes) {
+    return InvalidArgumentError("{}: 'h2d_bytes_per_item' {} is below input_bytes {} (0 means input_bytes)",
+                                source, c.h2d_bytes_per_item, c.input_bytes);
+  }
   for (const SyntheticKernel& k : c.kernels) {
     if (k.bytes * c.cpu_scale > double(uint64_t{1} << 34)) {
       return InvalidArgumentError("{}: kernel '{}' reads {} bytes; at most 16 GiB", source, k.name, k.bytes);
@@ -221,6 +232,7 @@ Status SyntheticModel::Run(const uint8_t* input, int64_t rows, std::vector<uint8
                            SyntheticTimes* times) const {
   const SyntheticConfig& c = config_;
   const size_t in_bytes = static_cast<size_t>(rows * c.input_bytes);
+  const size_t h2d_bytes = static_cast<size_t>(rows * c.h2d_row_bytes());  // >= in_bytes
   const size_t out_bytes = static_cast<size_t>(rows * c.output_bytes);
 
   Nanos t = MonotonicNanos();
@@ -233,13 +245,13 @@ Status SyntheticModel::Run(const uint8_t* input, int64_t rows, std::vector<uint8
   BusyWaitMicros(c.preprocess_us + c.preprocess_us_per_item * rows);
   std::vector<uint8_t> fresh_in;
   std::vector<uint8_t>& stage_in = c.pinned ? ws.staging_in : fresh_in;
-  stage_in.resize(std::max(stage_in.size(), in_bytes));
+  stage_in.resize(std::max(stage_in.size(), h2d_bytes));  // the inputs packed first, then the expansion
   std::memcpy(stage_in.data(), input, in_bytes);
   lap(&times->preprocess);
 
   // h2d
-  ws.device_in.resize(std::max(ws.device_in.size(), in_bytes));
-  std::memcpy(ws.device_in.data(), stage_in.data(), in_bytes);
+  ws.device_in.resize(std::max(ws.device_in.size(), h2d_bytes));
+  std::memcpy(ws.device_in.data(), stage_in.data(), h2d_bytes);
   lap(&times->h2d);
 
   // kernels, then the output rows (the last "kernel" writes them).

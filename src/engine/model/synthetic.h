@@ -6,12 +6,16 @@
 //   {"type": "synthetic",
 //    "input_bytes": 4096,              // per item: input "INPUT0" is UINT8 [batch, input_bytes]
 //    "output_bytes": 1024,             // per item: output "OUTPUT0" is UINT8 [batch, output_bytes]
+//    "h2d_bytes_per_item": 0,          // bytes per row copied to the device (0 = input_bytes; larger: the
+//                                      // preprocess expands the input, as decoding a JPEG into a tensor does)
 //    "preprocess_us": 0, "preprocess_us_per_item": 200,     // CPU time before the copy in
 //    "buffers": "pageable",            // or "pinned": how the host staging buffers are allocated
 //    "launch_us": 5,                   // CPU cost of launching one kernel
 //    "kernels": [{"name": "gemm", "count": 4, "flops": 0, "flops_per_item": 2e6,
 //                 "bytes": 8e6, "bytes_per_item": 4096,     // each launch does this much work
-//                 "blocks": 0}],       // GPU only: at most this many thread blocks (0 = enough to fill it)
+//                 "blocks": 0,         // GPU only: at most this many thread blocks (0 = enough to fill it)
+//                 "tensor": false}],   // GPU only: the FLOPs run as fp16 matrix multiply-adds on the tensor
+//                                      // cores (wmma) instead of FMAs on the CUDA cores; the CPU burns FMAs
 //    "postprocess_us": 0, "postprocess_us_per_item": 50,
 //    "sleep_us": 0, "sleep_us_per_item": 0,   // CPU build: the compute stage also sleeps this long (a
 //                                              // device's time: it holds the instance, not a core)
@@ -59,11 +63,13 @@ struct SyntheticKernel {
   double flops = 0, flops_per_item = 0;
   double bytes = 0, bytes_per_item = 0;
   int blocks = 0;  // GPU grid cap; 0 = as many as the work needs, up to a full GPU
+  bool tensor = false;  // GPU: the FLOPs on the tensor cores (wmma fp16 -> fp32); CPU: FMAs as usual
 };
 
 struct SyntheticConfig {
   int64_t input_bytes = 1024;
   int64_t output_bytes = 1024;
+  int64_t h2d_bytes_per_item = 0;  // 0 = input_bytes; else >= input_bytes (the staging row the copy moves)
   double preprocess_us = 0, preprocess_us_per_item = 0;
   bool pinned = false;
   double launch_us = 0;
@@ -79,6 +85,9 @@ struct SyntheticConfig {
   // Unknown keys are errors naming `source`, except the serving keys (type, name, max_batch_size,
   // dynamic_batching, instance_group, threads), which belong to the caller.
   static StatusOr<SyntheticConfig> FromJson(const nlohmann::json& j, std::string_view source);
+
+  // Bytes per row the host-to-device copy moves.
+  int64_t h2d_row_bytes() const { return h2d_bytes_per_item > 0 ? h2d_bytes_per_item : input_bytes; }
 };
 
 // Stage durations of one batch, ns.

@@ -38,6 +38,33 @@ TEST(SyntheticModelTest, ParsesEveryKey) {
   EXPECT_EQ(c.kernels[0].blocks, 16);
   EXPECT_EQ(c.device, "cuda");
   EXPECT_EQ(Parse("{}").device, "cpu");
+  EXPECT_FALSE(c.kernels[0].tensor);
+  EXPECT_EQ(c.h2d_row_bytes(), 16);  // 0: the input row
+}
+
+TEST(SyntheticModelTest, ExpandedCopiesAndTensorKernels) {
+  SyntheticConfig c = Parse(R"({"input_bytes": 16, "output_bytes": 8, "h2d_bytes_per_item": 4096,
+      "kernels": [{"count": 1, "flops": 1000, "tensor": true}]})");
+  EXPECT_EQ(c.h2d_row_bytes(), 4096);
+  ASSERT_EQ(c.kernels.size(), 1u);
+  EXPECT_TRUE(c.kernels[0].tensor);
+  auto below = SyntheticConfig::FromJson(nlohmann::json::parse(R"({"input_bytes": 16, "h2d_bytes_per_item": 8})"),
+                                         "x.json");
+  ASSERT_FALSE(below.ok());
+  EXPECT_NE(below.status().message().find("h2d_bytes_per_item"), std::string::npos) << below.status().message();
+  auto bad = SyntheticConfig::FromJson(nlohmann::json::parse(R"({"kernels": [{"tensor": 1}]})"), "x.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("'tensor'"), std::string::npos) << bad.status().message();
+  // The CPU model still produces the per-row output from the packed inputs.
+  SyntheticModel m(c);
+  auto ws = m.NewWorkspace();
+  std::vector<uint8_t> in = Rows(3, 16, 1), out;
+  SyntheticTimes t;
+  ASSERT_TRUE(m.Run(in.data(), 3, &out, *ws, &t).ok());
+  ASSERT_EQ(out.size(), 24u);
+  for (int64_t r = 0; r < 3; ++r)
+    for (int64_t j = 0; j < 8; ++j) EXPECT_EQ(out[r * 8 + j], in[r * 16 + j] ^ 0x5A);
+  EXPECT_GE(ws->device_in.size(), 3u * 4096);  // the copy moved the expanded rows
 }
 
 TEST(SyntheticModelTest, ExclusiveSleepsTakeTurns) {

@@ -180,6 +180,13 @@ std::optional<Verdict> CopyBound(const Signals& s, const Thresholds& t) {
 
 // The trace's kernel figures as evidence (they decide only where the GPM counters are missing).
 void TraceEvidence(const TraceSignals& tr, const Thresholds& t, std::vector<Evidence>* ev) {
+  if (tr.gpu_events && Has(tr.gap_mean_us)) {  // no kernel records: the engine's steps timed by CUDA events
+    ev->push_back(Ev("trace.gap_mean_us", tr.gap_mean_us, "", kNaN, "us",
+                     fmt::format("mean GPU idle gap between engine steps (CUDA events; {} gaps, largest {:.0f} "
+                                 "us); GPU busy {:.0f}% of the trace",
+                                 tr.gaps, tr.largest_gap_us, 100 * tr.busy_share)));
+    return;
+  }
   if (!tr.gpu_timeline) return;
   ev->push_back(Ev("trace.mean_kernel_us", tr.mean_kernel_us, "<", t.tiny_kernel_us, "us",
                    fmt::format("mean duration of {} kernels in a {:.1f} s trace", tr.kernels, tr.seconds)));

@@ -30,6 +30,8 @@ struct LoadPoint {
 struct TraceSignals {
   bool taken = false;               // a trace was recorded in the window
   bool gpu_timeline = false;        // it holds kernel records
+  bool gpu_events = false;          // no kernel records, but the engine's steps timed by CUDA events: busy_share
+                                    // and the gaps below come from those (kernel counts stay 0 / unknown)
   std::string note;                 // no GPU timeline: why (the trace's otherData.kernel_track), or a failure
   double seconds = kNaN;            // the trace's window
   int64_t dropped = 0;              // events past the trace's budget (the counts below are then lower bounds)
@@ -38,7 +40,8 @@ struct TraceSignals {
   int64_t batches = 0;              // dynamic batcher "batch" spans and engine "step" spans
   double kernels_per_request = kNaN, kernels_per_batch = kNaN;
   double mean_kernel_us = kNaN;  // mean kernel duration
-  double busy_share = kNaN;      // union of kernel + copy records / first start -> last end (busiest GPU)
+  double busy_share = kNaN;      // union of kernel + copy records (or event-timed steps) / first start -> last
+                                 // end (busiest GPU)
   int64_t gaps = 0;              // idle intervals between records on that GPU
   double gap_mean_us = kNaN, largest_gap_us = kNaN;
 };

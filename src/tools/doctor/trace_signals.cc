@@ -1,5 +1,7 @@
 #include "tools/doctor/trace_signals.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -62,6 +64,7 @@ StatusOr<TraceSignals> ExtractTraceSignals(std::string_view text) {
     if (e.value("name", "") == "thread_name") thread[{e.value("pid", 0), e.value("tid", 0)}] = name;
   }
   std::map<std::string, GpuWork> gpus;
+  std::vector<std::pair<double, double>> event_steps;  // "gpu step" spans timed by CUDA events
   for (const json& e : j["traceEvents"]) {
     if (!e.is_object() || e.value("ph", "") != "X") continue;
     const int pid = e.value("pid", 0);
@@ -88,6 +91,9 @@ StatusOr<TraceSignals> ExtractTraceSignals(std::string_view text) {
       g.spans.emplace_back(ts, ts + dur);
     } else if (name.starts_with("step (")) {  // the engine loop's steps ("engine <model>" / "llm loop")
       ++t.batches;
+    } else if (name == "gpu step" && thread[{pid, e.value("tid", 0)}] == "gpu (cuda events)") {
+      const double ts = e.value("ts", 0.0), dur = e.value("dur", 0.0);
+      if (ts > 0 && dur > 0) event_steps.emplace_back(ts, ts + dur);
     }
   }
   if (j.contains("otherData") && j["otherData"].is_object()) {
@@ -105,6 +111,13 @@ StatusOr<TraceSignals> ExtractTraceSignals(std::string_view text) {
   }
   if (busiest == nullptr || busiest->kernels == 0) {
     t.gpu_timeline = false;
+    if (!event_steps.empty()) {  // no CUPTI, but the engine timed its steps on the device
+      t.gpu_events = true;
+      t.note = fmt::format("GPU busy and gaps from CUDA events around {} engine steps (no kernel records{})",
+                           event_steps.size(), t.note.empty() ? std::string() : ": " + t.note);
+      Idle(std::move(event_steps), &t);
+      return t;
+    }
     t.note = "no GPU timeline (CPU model or no CUPTI)" + (t.note.empty() ? std::string() : ": " + t.note);
     return t;
   }

@@ -7,7 +7,9 @@
 // "requests" process with an "id" arg; batches the "batch" spans of "batcher ..." processes and the
 // "step (...)" spans of engine processes. The GPU figures are those of the GPU with the most kernels.
 // A trace without kernel records (a CPU model, a build without CUDA, no libcupti, another CUPTI subscriber)
-// gives gpu_timeline = false and a note saying so, with the server's own reason (otherData.kernel_track).
+// gives gpu_timeline = false and a note saying so, with the server's own reason (otherData.kernel_track);
+// where the engine timed its steps with CUDA events instead ("gpu step" spans on a "gpu (cuda events)" track),
+// gpu_events = true and the busy share and gaps come from those steps.
 #pragma once
 
 #include <string_view>

@@ -153,3 +153,38 @@ TEST(DoctorTraceSignals, TraceAloneFiresLaunchBoundWithoutSmCounters) {
 
 }  // namespace
 }  // namespace stoke::doctor
+
+namespace stoke::doctor {
+namespace {
+
+// No CUPTI: the engine's steps timed by CUDA events ("gpu step" on "gpu (cuda events)") give the busy share
+// and the gaps; a "gpu step" on another thread (not the event track) is not counted.
+TEST(DoctorTraceSignals, CudaEventStepsGiveBusyAndGapsWithoutKernels) {
+  const std::string text = R"J({"traceEvents": [
+    {"ph": "M", "name": "process_name", "pid": 3, "args": {"name": "engine m"}},
+    {"ph": "M", "name": "thread_name", "pid": 3, "tid": 1, "args": {"name": "llm loop"}},
+    {"ph": "M", "name": "thread_name", "pid": 3, "tid": 2, "args": {"name": "gpu (cuda events)"}},
+    {"ph": "X", "pid": 3, "tid": 1, "name": "step (decode)", "ts": 100, "dur": 12},
+    {"ph": "X", "pid": 3, "tid": 1, "name": "step (decode)", "ts": 120, "dur": 12},
+    {"ph": "X", "pid": 3, "tid": 1, "name": "step (decode)", "ts": 140, "dur": 12},
+    {"ph": "X", "pid": 3, "tid": 2, "name": "gpu step", "ts": 102, "dur": 10},
+    {"ph": "X", "pid": 3, "tid": 2, "name": "gpu step", "ts": 122, "dur": 10},
+    {"ph": "X", "pid": 3, "tid": 2, "name": "gpu step", "ts": 146, "dur": 6},
+    {"ph": "X", "pid": 3, "tid": 1, "name": "gpu step", "ts": 400, "dur": 6}],
+    "otherData": {"kernel_track": "off: libcupti not found"}})J";
+  StatusOr<TraceSignals> t = ExtractTraceSignals(text);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_FALSE(t->gpu_timeline);
+  EXPECT_TRUE(t->gpu_events);
+  EXPECT_EQ(t->kernels, 0);
+  EXPECT_EQ(t->batches, 3);
+  EXPECT_EQ(t->gaps, 2);                 // 112 -> 122 and 132 -> 146
+  EXPECT_NEAR(t->gap_mean_us, 12, 1e-9);  // (10 + 14) / 2
+  EXPECT_NEAR(t->largest_gap_us, 14, 1e-9);
+  EXPECT_NEAR(t->busy_share, 26.0 / 50.0, 1e-9);  // 10 + 10 + 6 busy of 102 -> 152
+  EXPECT_NE(t->note.find("CUDA events around 3 engine steps"), std::string::npos) << t->note;
+  EXPECT_NE(t->note.find("libcupti not found"), std::string::npos) << t->note;
+}
+
+}  // namespace
+}  // namespace stoke::doctor
