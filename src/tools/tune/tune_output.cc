@@ -212,6 +212,7 @@ nlohmann::json TuneJson(const TuneOptions& o, const TuneResult& r) {
                                  {"ttft_p99_ms", m.ttft_p99_ms},
                                  {"tpot_p99_ms", m.tpot_p99_ms},
                                  {"output_tokens_per_s", m.output_tokens_per_s},
+                                 {"mean_input_tokens", m.mean_input_tokens},
                                  {"succeeded", m.succeeded},
                                  {"errors", m.errors},
                                  {"valid", m.valid},

@@ -50,9 +50,8 @@ Knobs ConfigKnobs(const nlohmann::json& j) {
   return k;
 }
 
-// The workload's longest prompt in tokens, 0 when not known (a file).
-int MaxInputTokens(const bench::WorkloadSpec& w) {
-  if (!w.file.empty()) return 0;
+// The workload's longest prompt in tokens.
+int WorkloadMaxInput(const bench::WorkloadSpec& w) {
   switch (w.input.kind) {
     case bench::LengthDist::Kind::kFixed:
       return static_cast<int>(w.input.a);
@@ -62,6 +61,15 @@ int MaxInputTokens(const bench::WorkloadSpec& w) {
       return static_cast<int>(w.input.a + 4 * w.input.b);
   }
   return 0;
+}
+
+// The longest prompt in tokens as the server counts them: the workload's longest, plus what the server added
+// to the mean (a chat template: the baseline's usage.prompt_tokens against the workload's mean); 0 when not
+// known.
+int MaxInputTokens(const bench::WorkloadSpec& w, double served_mean) {
+  if (!w.file.empty()) return 0;
+  const double extra = served_mean > w.input.Mean() ? served_mean - w.input.Mean() : 0;
+  return static_cast<int>(WorkloadMaxInput(w) + extra);
 }
 
 double Mean(const std::vector<double>& v) {
@@ -189,6 +197,7 @@ class Tuner {
     m->ttft_p99_ms = p.ttft_ms.p99;
     m->tpot_p99_ms = p.tpot_ms.p99;
     m->output_tokens_per_s = p.output_tokens_per_s;
+    m->mean_input_tokens = p.mean_input_tokens;
     m->succeeded = p.succeeded;
     for (const auto& [kind, n] : p.errors) m->errors += n;
     if (m->errors > 0 && !p.error_examples.empty())
@@ -245,7 +254,8 @@ class Tuner {
     c.instance_counts = o_.instance_counts;
     c.max_num_seqs = o_.max_num_seqs;
     c.max_num_batched_tokens = o_.max_num_batched_tokens;
-    c.max_input_tokens = MaxInputTokens(o_.workload);
+    c.max_input_tokens =
+        MaxInputTokens(o_.workload, r_.measurements.empty() ? 0 : r_.measurements[0].mean_input_tokens);
     c.own = Explicit(Knobs{});
     c.has_kv_cache_dtype = has_kv_cache_dtype_;
     return c;

@@ -40,6 +40,7 @@ struct Measurement {
   std::string error;
   double requests_per_s = 0, goodput_rps = 0, p50_ms = 0, p99_ms = 0;
   double ttft_p99_ms = 0, tpot_p99_ms = 0, output_tokens_per_s = 0;  // decoders (streamed)
+  double mean_input_tokens = 0;  // decoders: the prompt tokens the server counted (chat template included)
   int64_t succeeded = 0, errors = 0;
   bool valid = true;
   std::string invalid_reason;
@@ -64,7 +65,7 @@ struct WalkContext {
   std::string device;  // as given to tune ("" = the server's choice)
   std::vector<int> batch_sizes, instance_counts, max_num_seqs, max_num_batched_tokens;
   std::vector<int64_t> queue_delays_us;
-  int max_input_tokens = 0;  // the workload's longest prompt, 0 when not known (a file)
+  int max_input_tokens = 0;  // the longest prompt the server sees (chat template included), 0 when not known
   Knobs own;                 // the baseline's values made explicit where known
   bool has_kv_cache_dtype = false;
 };
