@@ -39,7 +39,7 @@ DoctorProbe::DoctorProbe(std::string url, std::string model, double delay_s, dou
     d.drive_load = false;  // bench drives the load; the doctor only watches
     d.duration_s = duration_s;
     d.trace = "off";  // a trace would slow the point it diagnoses
-    d.scrape_interval_s = std::clamp(duration_s / 4, 0.2, 1.0);
+    d.scrape_interval_s = std::clamp(duration_s / 4, 0.5, 1.0);  // light: it shares the machine with the point
     StatusOr<doctor::DoctorReport> rep = doctor::RunDoctor(d);
     if (!rep.ok()) {
       result_ = {{"error", rep.status().message()}};
