@@ -262,8 +262,8 @@ CommandRun SetupBench(CLI::App* cmd) {
   CommandRun step_run;
   CLI::App* step = AddBenchStepCommand(cmd, &step_run);
 
-  return [c, compare, render, step, step_run]() -> int {
-    if (step->parsed()) return step_run();
+  return [c, compare, render, step, step_run](const Backends& backends) -> int {
+    if (step->parsed()) return step_run(backends);
     if (compare->parsed()) return RunCompare(*c);
     if (render->parsed()) return RunRender(*c);
     return RunBenchCommand(*c);

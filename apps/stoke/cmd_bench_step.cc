@@ -10,6 +10,7 @@
 
 #include "apps/stoke/bench_step_cli.h"
 #include "apps/stoke/cli_util.h"
+#include "apps/stoke/make_backends.h"
 #include "base/file_util.h"
 #include "base/thread_pool.h"
 #include "tools/stepbench/stepbench.h"
@@ -39,7 +40,7 @@ std::string CommandLine() {
   return out;
 }
 
-int RunStep(StepCliOptions& o) {
+int RunStep(StepCliOptions& o, const Backends& backends) {
   if (o.threads > 0) ThreadPool::SetDefaultThreads(o.threads);
   o.bench.command = CommandLine();
   o.bench.decoder.cuda_graphs = o.cuda_graphs == "on";
@@ -48,7 +49,8 @@ int RunStep(StepCliOptions& o) {
     return 2;
   }
   o.bench.device_sampling = o.sampling == "device";
-  auto r = stepbench::RunStepBench(o.bench, stderr);
+  o.bench.roofline = MakeRooflineProbe();
+  auto r = stepbench::RunStepBench(o.bench, backends, stderr);
   if (!r.ok()) {
     std::fprintf(stderr, "stoke bench step: %s\n", r.status().ToString().c_str());
     return r.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
@@ -97,7 +99,7 @@ CLI::App* AddBenchStepCommand(CLI::App* bench, CommandRun* run) {
   step->add_option("--warmup", b.warmup, "Untimed decode steps first")->capture_default_str();
   step->add_option("--threads", o->threads, "CPU threads (0 = all)")->capture_default_str();
   step->add_option("--json", o->json_out, "Also write the report here");
-  *run = [o]() -> int { return RunStep(*o); };
+  *run = [o](const Backends& backends) -> int { return RunStep(*o, backends); };
   return step;
 }
 

@@ -132,7 +132,7 @@ CommandRun SetupDoctor(CLI::App* cmd) {
   cmd->add_option("--json", c->json_path, "Write the verdicts, evidence and every signal as JSON here");
   cmd->add_option("--html", c->html_path, "Write a self-contained HTML page here");
   cmd->add_flag("--quiet", c->quiet, "No progress lines on stderr");
-  return [c]() -> int { return RunDoctorCommand(*c); };
+  return [c](const Backends&) -> int { return RunDoctorCommand(*c); };
 }
 
 CommandRegistrar kDoctor("doctor",

@@ -202,7 +202,7 @@ double CpuSeconds() {
   return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
-int Run(const EmbedOptions& o) {
+int Run(const EmbedOptions& o, const Backends& backends) {
   auto fail = [](const Status& st) {
     fmt::print(stderr, "stoke embed: {}\n", st.ToString());
     return 1;
@@ -243,7 +243,7 @@ int Run(const EmbedOptions& o) {
     dev_opts.max_batch_tokens =
         std::max<int64_t>(dev_opts.max_batch_tokens, int64_t{o.batch_size} * enc->max_seq_length());
   }
-  auto device = LoadBertOnDevice(enc, dev_opts);
+  auto device = LoadBertOnDevice(enc, dev_opts, backends);
   if (!device.ok()) return fail(device.status());
   std::unique_ptr<BertRunner> runner;
   if (*device) {
@@ -350,7 +350,7 @@ CommandRegistrar kEmbed(
       cmd->add_option("--bench-seconds", o->bench_seconds, "--bench-batch: timed seconds per batch size")
           ->capture_default_str();
       cmd->add_option("--json", o->json_out, "--bench-batch: write the results here (default stdout)");
-      return [o]() { return Run(*o); };
+      return [o](const Backends& backends) { return Run(*o, backends); };
     });
 
 }  // namespace

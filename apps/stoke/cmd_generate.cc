@@ -85,7 +85,7 @@ void WriteOut(const std::string& s) {
   std::fflush(stdout);
 }
 
-Status RunGenerate(const GenerateCmdOptions& o) {
+Status RunGenerate(const GenerateCmdOptions& o, const Backends& backends) {
   if (o.prompt.has_value() == o.ids.has_value()) {
     return InvalidArgumentError("give exactly one of --prompt and --ids");
   }
@@ -95,7 +95,7 @@ Status RunGenerate(const GenerateCmdOptions& o) {
   ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, LoadTokenizer(path));
   ASSIGN_OR_RETURN(DecoderOptions dopts, DecoderOptionsFromFlags(o.device));
   dopts.max_step_tokens = std::max(dopts.max_step_tokens, o.prefill_chunk);
-  ASSIGN_OR_RETURN(std::unique_ptr<DecoderModel> model, LoadDecoder(path, dopts));
+  ASSIGN_OR_RETURN(std::unique_ptr<DecoderModel> model, LoadDecoder(path, dopts, backends));
   ASSIGN_OR_RETURN(std::vector<int32_t> prompt, PromptIds(o, path, *tok));
 
   GenerateOptions go;
@@ -160,8 +160,8 @@ CommandRegistrar kGenerate(
       cmd->add_option("--prefill-chunk", o->prefill_chunk, "prompt tokens per prefill step")
           ->capture_default_str();
       AddDeviceFlags(cmd, &o->device);
-      return [o]() -> int {
-        Status st = RunGenerate(*o);
+      return [o](const Backends& backends) -> int {
+        Status st = RunGenerate(*o, backends);
         if (!st.ok()) {
           fmt::print(stderr, "stoke generate: {}\n", st.ToString());
           return st.code() == StatusCode::kInvalidArgument && st.message().find("--") != std::string::npos

@@ -54,7 +54,7 @@ CommandRegistrar kGpu("gpu", "Print one snapshot of GPU telemetry (NVML, GPM) as
                                         "Milliseconds between the two samples (GPM averages over it)")
                             ->check(CLI::Range(100, 60000))
                             ->capture_default_str();
-                        return [o]() -> int { return RunGpu(*o); };
+                        return [o](const Backends&) -> int { return RunGpu(*o); };
                       });
 
 }  // namespace

@@ -510,7 +510,7 @@ CommandRegistrar kModel("model", "List, fetch, inspect, synth models", [](CLI::A
   synth->add_option("--layers", o->synth.layers, "Override the layer count (small models for tests)");
   synth->add_option("--threads", o->synth.threads, "Writer threads (0 = all cores)")->capture_default_str();
   synth->add_flag("--quiet", o->quiet, "No progress bar");
-  return [o, cmd, list, fetch, inspect, synth]() -> int {
+  return [o, cmd, list, fetch, inspect, synth](const Backends&) -> int {
     if (synth->parsed()) return RunSynth(*o);
     if (list->parsed()) return RunList(*o);
     if (fetch->parsed()) return RunFetch(*o);

@@ -40,8 +40,7 @@ struct ScoreCmdOptions {
   DeviceFlags device;
 };
 
-
-Status RunScore(const ScoreCmdOptions& o) {
+Status RunScore(const ScoreCmdOptions& o, const Backends& backends) {
   if (o.ids.has_value() == o.text.has_value())
     return InvalidArgumentError("give exactly one of --ids and --text");
   if (o.threads > 0) ThreadPool::SetDefaultThreads(o.threads);
@@ -55,7 +54,7 @@ Status RunScore(const ScoreCmdOptions& o) {
   }
   ASSIGN_OR_RETURN(DecoderOptions dopts, DecoderOptionsFromFlags(o.device));
   dopts.max_step_tokens = std::max(dopts.max_step_tokens, o.chunk);
-  ASSIGN_OR_RETURN(std::unique_ptr<DecoderModel> model, LoadDecoder(path, dopts));
+  ASSIGN_OR_RETURN(std::unique_ptr<DecoderModel> model, LoadDecoder(path, dopts, backends));
   const int vocab = model->config().vocab_size;
   const Nanos start = MonotonicNanos();
   ASSIGN_OR_RETURN(std::vector<float> logits, ScoreLogits(*model, ids, o.chunk));
@@ -89,8 +88,8 @@ CommandRegistrar kScore("score", "Teacher-forced logits of every position (golde
   cmd->add_option("--threads", o->threads, "CPU threads (0 = all)")->capture_default_str();
   cmd->add_flag("--verbose", o->verbose, "timing on stderr");
   AddDeviceFlags(cmd, &o->device);
-  return [o]() -> int {
-    Status st = RunScore(*o);
+  return [o](const Backends& backends) -> int {
+    Status st = RunScore(*o, backends);
     if (!st.ok()) {
       fmt::print(stderr, "stoke score: {}\n", st.ToString());
       return st.code() == StatusCode::kInvalidArgument && st.message().find("--") != std::string::npos ? 2

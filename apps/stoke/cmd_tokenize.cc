@@ -201,7 +201,7 @@ CommandRegistrar kTokenize(
                     "with --chat: print the rendered prompt instead of ids");
       cmd->add_flag("--decode", o->decode, "decode the JSON id array TEXT instead");
       cmd->add_flag("--keep-special", o->keep_special, "with --decode: print special tokens");
-      return [o]() { return Run(*o); };
+      return [o](const Backends&) { return Run(*o); };
     });
 
 }  // namespace

@@ -91,7 +91,7 @@ CommandRegistrar kTrace(
                       "dropped")
           ->check(CLI::NonNegativeNumber);
       cmd->add_option("--summarize", o->summarize, "Summarise a trace file already written (no server)");
-      return [o]() -> int { return RunTrace(*o); };
+      return [o](const Backends&) -> int { return RunTrace(*o); };
     });
 
 }  // namespace

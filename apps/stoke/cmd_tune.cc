@@ -233,7 +233,7 @@ CommandRun SetupTune(CLI::App* cmd) {
   cmd->add_option("--url", c->url,
                   "A server started elsewhere: measure it, ask the doctor, name the next flag (no walk)");
   cmd->add_flag("--quiet", c->quiet, "No progress lines on stderr");
-  return [c]() -> int { return RunTuneCommand(*c); };
+  return [c](const Backends&) -> int { return RunTuneCommand(*c); };
 }
 
 CommandRegistrar kTune("tune", "Tune a model's serving knobs under latency SLOs (docs/tune.md)", SetupTune);

@@ -4,7 +4,8 @@
 //       [](CLI::App* cmd) {
 //         auto opts = std::make_shared<GenerateOptions>();
 //         cmd->add_option("--model", opts->model, "...")->required();
-//         return [opts]() -> int { ...; return 0; };  // run after parsing; returns the exit code
+//         // run after parsing, with the Backends main() built (make_backends.h); returns the exit code
+//         return [opts](const stoke::Backends& backends) -> int { ...; return 0; };
 //       });
 #pragma once
 
@@ -14,9 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "engine/model/backends.h"
+
 namespace stoke {
 
-using CommandRun = std::function<int()>;
+// Runs a parsed command. `backends`: what this process may compute on, built once in main(); commands that
+// load a model pass it to the loaders (LoadDecoder, LoadBertOnDevice, RunServer, ...).
+using CommandRun = std::function<int(const Backends& backends)>;
 using CommandSetup = std::function<CommandRun(CLI::App*)>;
 
 struct CommandSpec {

@@ -7,10 +7,8 @@
 #include <map>
 
 #include "apps/stoke/command.h"
+#include "apps/stoke/make_backends.h"
 #include "base/logging.h"
-#ifdef STOKE_WITH_CUDA
-#include "engine/cuda/cuda_backends.h"
-#endif
 
 int main(int argc, char** argv) {
   CLI::App app{"stoke: an inference server that keeps the GPU busy and shows where the time goes"};
@@ -37,11 +35,10 @@ int main(int argc, char** argv) {
     return 2;     // usage errors exit 2, as documented in README
   }
   stoke::InitLogging(log_level);
-#ifdef STOKE_WITH_CUDA
-  stoke::RegisterCudaBackends();  // --device cuda / auto
-#endif
+  // The one place that decides what stoke computes on (CPU, plus CUDA in a CUDA build); each command gets it.
+  const stoke::Backends backends = stoke::MakeBackends();
   for (auto& [sub, run] : runs) {
-    if (sub->parsed()) return run();
+    if (sub->parsed()) return run(backends);
   }
   return 0;
 }

@@ -37,14 +37,25 @@ const char* FinishedReasonLabel(FinishReason r) {
 
 StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(const std::string& model_name,
                                                                int max_model_len, MetricNaming naming) {
-  std::unique_ptr<ServerMetrics> m(new ServerMetrics(naming));
+  auto registry = std::make_unique<MetricsRegistry>(naming);
+  std::unique_ptr<ServerMetrics> m(new ServerMetrics(registry.get()));
+  m->owned_registry_ = std::move(registry);
+  RETURN_IF_ERROR(m->Init(model_name, max_model_len));
+  return m;
+}
+
+StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(MetricsRegistry* registry,
+                                                               const std::string& model_name,
+                                                               int max_model_len) {
+  if (registry == nullptr) return InvalidArgumentError("ServerMetrics: no registry");
+  std::unique_ptr<ServerMetrics> m(new ServerMetrics(registry));
   RETURN_IF_ERROR(m->Init(model_name, max_model_len));
   return m;
 }
 
 Status ServerMetrics::Init(const std::string& model_name, int max_model_len) {
   labels_ = {{"model_name", model_name}};
-  auto& r = registry_;
+  auto& r = *registry_;
   auto hist = [&](const char* name, const char* help, const std::vector<double>& buckets,
                   Histogram* out) -> Status {
     ASSIGN_OR_RETURN(auto f, r.AddHistogram(name, help, buckets));

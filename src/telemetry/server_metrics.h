@@ -41,6 +41,10 @@ class ServerMetrics {
   // max_model_len bounds the token-count histograms' buckets.
   static StatusOr<std::unique_ptr<ServerMetrics>> Create(const std::string& model_name, int max_model_len,
                                                          MetricNaming naming = MetricNaming::kVllm);
+  // The same families in a registry shared with other models (the server's one /metrics): each model's
+  // series carry its model_name. `registry` must outlive the metrics.
+  static StatusOr<std::unique_ptr<ServerMetrics>> Create(MetricsRegistry* registry,
+                                                         const std::string& model_name, int max_model_len);
 
   void RecordStep(const StepRecord& step);
   void RecordRequest(const RequestRecord& r);
@@ -53,14 +57,15 @@ class ServerMetrics {
   // Applies a snapshot now (counters advance by the difference to the last one; gauges are set).
   void ApplySnapshot(const EngineSnapshot& s);
 
-  std::string ExposeText() const { return registry_.ExposeText(); }
-  MetricsRegistry& registry() { return registry_; }
+  std::string ExposeText() const { return registry_->ExposeText(); }
+  MetricsRegistry& registry() { return *registry_; }
 
  private:
-  explicit ServerMetrics(MetricNaming naming) : registry_(naming) {}
+  explicit ServerMetrics(MetricsRegistry* registry) : registry_(registry) {}
   Status Init(const std::string& model_name, int max_model_len);
 
-  MetricsRegistry registry_;
+  std::unique_ptr<MetricsRegistry> owned_registry_;  // the first Create's
+  MetricsRegistry* registry_;
   MetricLabels labels_;  // {model_name}
   std::mutex snapshot_mu_;
   std::function<EngineSnapshot()> snapshot_source_;  // guarded by snapshot_mu_

@@ -23,7 +23,9 @@ class ClassicServer:
     def __init__(self, stoke_bin, model, *extra, log_dir=None):
         self.log_path = pathlib.Path(log_dir or tempfile.mkdtemp(prefix="stoke-classic-")) / "stderr.log"
         self._log = open(self.log_path, "wb")
-        self.args = [str(stoke_bin), "serve", "--model", str(model), "--host", "127.0.0.1", "--port", "0",
+        # model None: the models come from `extra` (several --model flags, or --model-repository DIR).
+        model_args = [] if model is None else ["--model", str(model)]
+        self.args = [str(stoke_bin), "serve", *model_args, "--host", "127.0.0.1", "--port", "0",
                      "--grpc-port", "0", *map(str, extra)]
         self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=self._log, stdin=subprocess.DEVNULL)
         self.port = int(self._wait_for(r"listening on http://[^:]+:(\d+)"))

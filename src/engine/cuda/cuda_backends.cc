@@ -4,6 +4,7 @@
 
 #include "engine/cuda/cuda_bert.h"
 #include "engine/cuda/cuda_llama.h"
+#include "engine/cuda_synthetic/synthetic_gpu.h"
 #include "engine/model/factory.h"
 #include "kernels/cuda/device.h"
 
@@ -33,9 +34,14 @@ bool CudaAvailable() {
 
 }  // namespace
 
-void RegisterCudaBackends() {
-  RegisterCudaDecoderBackend(DecoderBackend{&CreateCudaDecoder, &CudaAvailable});
-  RegisterCudaBert();
+DecoderBackend CudaDecoderBackend() {
+  return {.create = &CreateCudaDecoder, .available = &CudaAvailable};
+}
+
+Backends CudaBackends() {
+  return {.cuda_decoder = CudaDecoderBackend(),
+          .cuda_bert = CudaBertBackend(),
+          .cuda_synthetic = CudaSyntheticBackend()};
 }
 
 }  // namespace stoke

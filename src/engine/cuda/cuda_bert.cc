@@ -488,8 +488,8 @@ StatusOr<std::shared_ptr<BertDeviceModel>> CreateCudaBert(std::shared_ptr<const 
   return Create(std::move(encoder), options);
 }
 
-void RegisterCudaBert() {
-  RegisterCudaBertBackend({.create = &Create, .available = &Available});
+BertBackend CudaBertBackend() {
+  return {.create = &Create, .available = &Available};
 }
 
 }  // namespace stoke

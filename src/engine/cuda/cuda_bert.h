@@ -28,7 +28,8 @@ namespace stoke {
 StatusOr<std::shared_ptr<BertDeviceModel>> CreateCudaBert(std::shared_ptr<const BertEncoder> encoder,
                                                           const BertDeviceOptions& options);
 
-// Registers CreateCudaBert as the "cuda" BERT backend (LoadBertOnDevice). Called by RegisterCudaBackends.
-void RegisterCudaBert();
+// CreateCudaBert as a BertBackend (available = a CUDA GPU is visible), for Backends::cuda_bert
+// (CudaBackends(), engine/cuda/cuda_backends.h).
+BertBackend CudaBertBackend();
 
 }  // namespace stoke

@@ -12,6 +12,7 @@
 #include <random>
 #include <thread>
 
+#include "engine/cuda/cuda_backends.h"
 #include "engine/cuda/cuda_bert.h"
 #include "engine/loader/model_registry.h"
 #include "engine/model/bert.h"
@@ -223,21 +224,25 @@ TEST(CudaBertTest, ErrorsAndLimits) {
   EXPECT_TRUE(out.empty());
 }
 
-TEST(CudaBertTest, RegisteredBackendThroughLoadBertOnDevice) {
+TEST(CudaBertTest, BackendsValueThroughLoadBertOnDevice) {
   SKIP_WITHOUT_GPU();
-  RegisterCudaBert();
+  const Backends backends = CudaBackends();
   const fs::path dir = testing::WriteRandomBert(testing::RandomBertShape{}, 7, "registry");
   auto enc = BertEncoder::Load(dir.string());
   ASSERT_TRUE(enc.ok());
   std::shared_ptr<const BertEncoder> cpu = std::move(enc).value();
-  auto dev = LoadBertOnDevice(cpu, {.device = "auto"});
+  auto dev = LoadBertOnDevice(cpu, {.device = "auto"}, backends);
   ASSERT_TRUE(dev.ok()) << dev.status().ToString();
   ASSERT_TRUE(*dev) << "auto should pick the GPU when one is visible";
   std::printf("  [registry] device: %s\n", (*dev)->device_name().c_str());
-  auto none = LoadBertOnDevice(cpu, {.device = "cpu"});
+  auto none = LoadBertOnDevice(cpu, {.device = "cpu"}, backends);
   ASSERT_TRUE(none.ok());
   EXPECT_FALSE(*none);
-  EXPECT_EQ(LoadBertOnDevice(cpu, {.device = "tpu"}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(LoadBertOnDevice(cpu, {.device = "tpu"}, backends).status().code(), StatusCode::kInvalidArgument);
+  // The CPU-only value never reaches the GPU, even with one visible.
+  auto cpu_only = LoadBertOnDevice(cpu, {.device = "auto"}, CpuBackends());
+  ASSERT_TRUE(cpu_only.ok());
+  EXPECT_FALSE(*cpu_only);
 }
 
 TEST(CudaBertTest, MiniLmFiftySentencesMatchCpu) {

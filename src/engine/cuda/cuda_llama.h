@@ -108,6 +108,11 @@ class CudaLlama final : public DecoderModel {
   static constexpr int kLogitsRows = 256;
 
  private:
+  // Context classes of the decode buckets: a bucket's block-table width and split count cover this many
+  // positions, so one captured graph serves every step whose longest context fits the class.
+  static constexpr int kContextClasses[] = {2048, 8192, 32768, 131072};
+  static constexpr int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
   // A projection y = x·W^T: W bf16 [rows, cols] on the device, plus (when every row range came from Q4_1 or
   // Q8_0) the raw blocks of each part for the 1-token GEMV.
   struct Linear {
@@ -177,6 +182,9 @@ class CudaLlama final : public DecoderModel {
   LlamaConfig config_;
   std::string device_name_;
   device::Stream stream_;
+  // StepInput::time_device: events around a step's work on stream_ (created at the first timed step).
+  device::Event step_events_[2];
+  bool step_events_ready_ = false;
   std::unique_ptr<cuda::BlasLtGemm> gemm_tuned_;  // decode buckets (timed candidates)
   std::unique_ptr<cuda::BlasLtGemm> gemm_heur_;   // other steps (heuristic's first: no tuning syncs)
   std::vector<void*> allocations_;                // cudaMalloc'd weight buffers, freed at destruction
@@ -219,7 +227,7 @@ class CudaLlama final : public DecoderModel {
   // Decode buckets: (bucket rows, context class) -> graph.
   std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
   std::map<std::pair<int, int>, bool> bucket_seen_;  // true: ran eagerly once (tuned); false: capture failed
-  int gemv_max_rows_ = 0;  // options_.gemv_max_rows after the environment override, clamped to [0, 8]
+  int gemv_max_rows_ = 0;                            // options_.gemv_max_rows (Create checks it is in [0, 8])
   int64_t graph_replays_ = 0;
   int64_t bucket_steps_ = 0;
 };

@@ -529,24 +529,47 @@ TEST(CudaLlamaTest, StepLargerThanScratchIsRefused) {
   EXPECT_EQ((*gpu)->Step(bad, &out).code(), StatusCode::kInvalidArgument);
 }
 
+// StepInput::time_device: the step's device time from CUDA events, only when asked; logits unchanged.
+TEST(CudaLlamaTest, TimedStepsReportDeviceTime) {
+  SKIP_WITHOUT_GPU();
+  const TinyLlama m = MakeModel(16, false, false, 2);
+  auto gpu = CudaLlama::Create(m.ToWeights(true), TestOptions());
+  ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+  ASSERT_TRUE((*gpu)->AllocateKvCache(kBlocks, kBlockSize).ok());
+  StepInput prefill{std::vector<int32_t>(8, 5), {Seq(0, 8, 0, {0})}};
+  StepOutput plain, timed;
+  ASSERT_TRUE((*gpu)->Step(prefill, &plain).ok());
+  EXPECT_EQ(plain.device_ns, 0);
+  prefill.time_device = true;
+  ASSERT_TRUE((*gpu)->Step(prefill, &timed).ok());
+  EXPECT_GT(timed.device_ns, 0);
+  EXPECT_LT(timed.device_ns, int64_t{10'000'000'000});  // an 8-token step of a tiny model: not 10 s
+  EXPECT_EQ(timed.logits, plain.logits);
+  StepInput dec{{7}, {Seq(0, 1, 8, {0})}, /*time_device=*/true};  // a decode bucket (CUDA graph) step
+  StepOutput d;
+  ASSERT_TRUE((*gpu)->Step(dec, &d).ok());
+  EXPECT_GT(d.device_ns, 0);
+}
+
 TEST(CudaLlamaTest, FactoryLoadsHfFolderOnCuda) {
   SKIP_WITHOUT_GPU();
-  RegisterCudaBackends();
+  const Backends backends = CudaBackends();
   const TinyLlama m = MakeModel(17, false, false, 2);
   const fs::path dir = TempDir("hf");
   m.WriteHfFolder(dir);
   DecoderOptions o;
   o.device = "auto";
-  EXPECT_EQ(ResolveDecoderDevice("auto"), "cuda");
+  EXPECT_EQ(ResolveDecoderDevice("auto", backends), "cuda");
+  EXPECT_EQ(ResolveDecoderDevice("auto", CpuBackends()), "cpu");
   o.gpu_memory_fraction = 0.5;
-  auto model = LoadDecoder(dir.string(), o);
+  auto model = LoadDecoder(dir.string(), o, backends);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   EXPECT_EQ((*model)->device_name().rfind("cuda:0", 0), 0u) << (*model)->device_name();
   size_t free_b = 0, total_b = 0;
   ASSERT_EQ(cudaMemGetInfo(&free_b, &total_b), cudaSuccess);
   EXPECT_GT((*model)->KvBudgetBytes(), 0);
   EXPECT_LT((*model)->KvBudgetBytes(), static_cast<int64_t>(0.5 * total_b));
-  auto cpu = LoadDecoder(dir.string(), DecoderOptions{});
+  auto cpu = LoadDecoder(dir.string(), DecoderOptions{}, backends);
   ASSERT_TRUE(cpu.ok());
   const std::vector<int32_t> ids = {1, 50, 99, 400, 7, 8, 9, 1000, 3, 17, 256, 511};
   auto want = ScoreLogits(**cpu, ids, 5);
@@ -568,13 +591,13 @@ TEST(CudaLlamaRealModelTest, SmolLm2MatchesCpu) {
   SKIP_WITHOUT_GPU();
   const std::string path = SmolLmPath();
   if (!fs::exists(path)) GTEST_SKIP() << "model not on disk: " << path;
-  RegisterCudaBackends();
+  const Backends backends = CudaBackends();
   auto tok = LoadTokenizer(path);
   ASSERT_TRUE(tok.ok()) << tok.status().ToString();
-  auto cpu = LoadDecoder(path, DecoderOptions{});
+  auto cpu = LoadDecoder(path, DecoderOptions{}, backends);
   DecoderOptions co;
   co.device = "cuda";
-  auto gpu = LoadDecoder(path, co);
+  auto gpu = LoadDecoder(path, co, backends);
   ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
   ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
 

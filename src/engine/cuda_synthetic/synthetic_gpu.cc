@@ -275,8 +275,8 @@ StatusOr<std::unique_ptr<SyntheticRunner>> NewSyntheticCudaRunner(std::shared_pt
   return std::unique_ptr<SyntheticRunner>(std::move(r));
 }
 
-void RegisterSyntheticCuda() {
-  RegisterSyntheticCudaBackend({.create = &CreateForBackend, .available = &Available});
+SyntheticCudaBackend CudaSyntheticBackend() {
+  return {.create = &CreateForBackend, .available = &Available};
 }
 
 }  // namespace stoke

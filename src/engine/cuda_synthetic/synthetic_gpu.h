@@ -5,7 +5,8 @@
 // host time before each) -> D2H -> postprocess (CPU busy wait + copy out). h2d / compute / d2h come from
 // the events; preprocess / postprocess from the host clock.
 //
-//   RegisterSyntheticCuda();   // once, before NewSyntheticRunner meets a "device": "cuda" model
+//   Backends b = CpuBackends(); b.cuda_synthetic = CudaSyntheticBackend();   // CudaBackends() fills it too
+//   ASSIGN_OR_RETURN(auto runner, NewSyntheticRunner(model, max_rows, b));    // "device": "cuda" or "auto"
 //
 // A configured kernel becomes SynthLaunch's (synthetic_kernels.h): `flops` as 8 independent FMA chains per
 // thread, `bytes` as an in-place read + write of bytes/2 of the runner's device buffer (so `bytes` is the
@@ -23,8 +24,9 @@
 
 namespace stoke {
 
-// Registers the CUDA runner with RegisterSyntheticCudaBackend. Idempotent.
-void RegisterSyntheticCuda();
+// The CUDA runner as a SyntheticCudaBackend (available = a CUDA GPU is visible), for
+// Backends::cuda_synthetic.
+SyntheticCudaBackend CudaSyntheticBackend();
 
 // A CUDA runner for `model` whatever its "device" key says (tests, benchmarks); buffers sized for max_rows.
 StatusOr<std::unique_ptr<SyntheticRunner>> NewSyntheticCudaRunner(std::shared_ptr<const SyntheticModel> model,

@@ -11,6 +11,7 @@
 #include <random>
 #include <thread>
 
+#include "engine/model/backends.h"
 #include "kernels/cuda/device.h"
 
 namespace stoke {
@@ -68,17 +69,21 @@ TEST(SyntheticGpuPlanTest, BlocksGrowWithWorkUpToTheCap) {
   EXPECT_EQ(mem.blocks, 1056);
 }
 
-TEST(SyntheticGpuTest, RegisteredBackendServesDeviceCuda) {
+TEST(SyntheticGpuTest, BackendServesDeviceCuda) {
   SKIP_WITHOUT_GPU();
-  RegisterSyntheticCuda();
+  Backends backends = CpuBackends();
+  backends.cuda_synthetic = CudaSyntheticBackend();
   auto m = Model(R"({"input_bytes": 8, "output_bytes": 8, "device": "cuda"})");
-  auto r = NewSyntheticRunner(m, 4);
+  auto r = NewSyntheticRunner(m, 4, backends);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ((*r)->device(), "cuda");
   auto a = Model(R"({"input_bytes": 8, "output_bytes": 8, "device": "auto"})");
-  auto ra = NewSyntheticRunner(a, 4);
+  auto ra = NewSyntheticRunner(a, 4, backends);
   ASSERT_TRUE(ra.ok()) << ra.status().ToString();
   EXPECT_EQ((*ra)->device(), "cuda");
+  auto rc = NewSyntheticRunner(a, 4, CpuBackends());  // "auto" without the CUDA backend: the CPU
+  ASSERT_TRUE(rc.ok()) << rc.status().ToString();
+  EXPECT_EQ((*rc)->device(), "cpu");
 }
 
 TEST(SyntheticGpuTest, OutputsEqualTheCpuModelForEveryBatchSize) {

@@ -1,8 +1,9 @@
 // The compute backends one stoke process may use: the CPU always, CUDA where this build compiled it and a GPU
-// is present. Built once in main() (apps/stoke/main.cc: CpuBackends(), or engine/cuda's CudaBackends() in a
-// CUDA build) and passed down as a value to whatever loads a model (LoadDecoder, LoadBertOnDevice,
-// NewSyntheticRunner, the server's model repository). No registries, no build macros in the call paths: a
-// library below apps/ learns about CUDA only through this value, so the CPU-only libraries never link CUDA.
+// is present. Built once in main() (MakeBackends(), apps/stoke/make_backends.h: CpuBackends(), or engine/cuda's
+// CudaBackends() in a CUDA build, as CMake picks) and passed down as a value to whatever loads a model
+// (LoadDecoder, LoadBertOnDevice, NewSyntheticRunner, the server's model repository). No registries, no build
+// macros in the call paths: a library below apps/ learns about CUDA only through this value, so the CPU-only
+// libraries never link CUDA.
 //
 //   const Backends backends = CudaBackends();          // main(), CUDA build
 //   LoadDecoder(path, options, backends);               // device "auto" -> cuda when backends.cuda_usable()

@@ -1,18 +1,8 @@
 #include "engine/model/bert_backend.h"
 
+#include "engine/model/backends.h"
+
 namespace stoke {
-namespace {
-
-BertBackend& CudaBert() {
-  static BertBackend backend;
-  return backend;
-}
-
-}  // namespace
-
-void RegisterCudaBertBackend(BertBackend backend) {
-  CudaBert() = backend;
-}
 
 Status ValidateBertDeviceOptions(const BertDeviceOptions& options) {
   const std::string& a = options.attention;
@@ -23,9 +13,10 @@ Status ValidateBertDeviceOptions(const BertDeviceOptions& options) {
 }
 
 StatusOr<std::shared_ptr<BertDeviceModel>> LoadBertOnDevice(std::shared_ptr<const BertEncoder> encoder,
-                                                            const BertDeviceOptions& options) {
+                                                            const BertDeviceOptions& options,
+                                                            const Backends& backends) {
   RETURN_IF_ERROR(ValidateBertDeviceOptions(options));
-  const BertBackend& b = CudaBert();
+  const BertBackend& b = backends.cuda_bert;
   const bool usable = b.create != nullptr && (b.available == nullptr || b.available());
   std::string device = options.device;
   if (device == "auto") device = usable ? "cuda" : "cpu";

@@ -1,8 +1,10 @@
 // A BERT encoder on another device than the CPU (the CUDA backend, engine/cuda/cuda_bert.h), behind an
-// interface this CPU-only library can name: the backend registers itself at startup (RegisterCudaBackends in
-// CUDA builds), so callers (stoke embed, the classic serving path) select a device without linking CUDA.
+// interface this CPU-only library can name: the backend travels in the Backends value main() builds
+// (engine/model/backends.h; CudaBackends() in CUDA builds), so callers (stoke embed, the classic serving
+// path) select a device without linking CUDA.
 //
-//   ASSIGN_OR_RETURN(auto dev, LoadBertOnDevice(encoder, {.device = "cuda"}));  // weights uploaded once
+//   // weights uploaded once:
+//   ASSIGN_OR_RETURN(auto dev, LoadBertOnDevice(encoder, {.device = "cuda"}, backends));
 //   ASSIGN_OR_RETURN(auto runner, dev->CreateRunner());   // one per instance: its own stream + scratch
 //   RETURN_IF_ERROR(runner->Embed(batch_ids, &out, &times));
 #pragma once
@@ -16,6 +18,8 @@
 #include "engine/model/bert.h"
 
 namespace stoke {
+
+struct Backends;  // engine/model/backends.h
 
 // Where one batch's time went on the device, ns (events on the runner's stream). prepare/finish are host
 // time inside Embed before the first copy (flatten, validate, stage into pinned memory) and after the last
@@ -65,16 +69,19 @@ struct BertDeviceOptions {
 // InvalidArgument naming the flag for an unknown `attention`.
 Status ValidateBertDeviceOptions(const BertDeviceOptions& options);
 
+// A device encoder backend (engine/cuda: CudaBertBackend()), carried in Backends::cuda_bert. `available`: a
+// usable GPU is visible (null = always).
 struct BertBackend {
   StatusOr<std::shared_ptr<BertDeviceModel>> (*create)(std::shared_ptr<const BertEncoder> encoder,
                                                        const BertDeviceOptions& options) = nullptr;
   bool (*available)() = nullptr;
 };
-void RegisterCudaBertBackend(BertBackend backend);
 
-// "cpu" (or "auto" without a usable GPU): nullptr, run BertEncoder::Embed. "cuda": the uploaded model, or
-// FailedPrecondition saying why not (built without CUDA, no GPU). Anything else: InvalidArgument.
+// "cpu" (or "auto" without a usable backends.cuda_bert): nullptr, run BertEncoder::Embed. "cuda": the model
+// uploaded by backends.cuda_bert, or FailedPrecondition saying why not (built without CUDA, no GPU). Anything
+// else: InvalidArgument.
 StatusOr<std::shared_ptr<BertDeviceModel>> LoadBertOnDevice(std::shared_ptr<const BertEncoder> encoder,
-                                                            const BertDeviceOptions& options);
+                                                            const BertDeviceOptions& options,
+                                                            const Backends& backends);
 
 }  // namespace stoke

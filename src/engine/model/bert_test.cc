@@ -10,6 +10,7 @@
 #include <random>
 
 #include "base/half.h"
+#include "engine/model/backends.h"
 #include "engine/model/bert_backend.h"
 
 namespace stoke {
@@ -426,7 +427,7 @@ TEST(BertDeviceOptionsTest, UnknownEncoderAttentionIsInvalidArgument) {
     EXPECT_TRUE(ValidateBertDeviceOptions({.attention = ok}).ok()) << ok;
   }
   // Checked before the device is resolved, so a CPU build says so too.
-  auto r = LoadBertOnDevice(nullptr, {.device = "cpu", .attention = "fast"});
+  auto r = LoadBertOnDevice(nullptr, {.device = "cpu", .attention = "fast"}, CpuBackends());
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("--encoder-attention 'fast'"), std::string::npos)

@@ -1,20 +1,13 @@
 #include "engine/model/factory.h"
 
-#include <cstdlib>
-#include <cstring>
-
 #include "engine/loader/gguf_reader.h"
 #include "engine/loader/hf_folder.h"
 #include "engine/loader/model_registry.h"
+#include "engine/model/backends.h"
 #include "engine/model/llama.h"
 
 namespace stoke {
 namespace {
-
-DecoderBackend& CudaBackend() {
-  static DecoderBackend backend;
-  return backend;
-}
 
 StatusOr<LlamaWeights> LoadWeights(const std::string& path) {
   ASSIGN_OR_RETURN(ModelFormat format, DetectModelFormat(path));
@@ -28,12 +21,9 @@ StatusOr<LlamaWeights> LoadWeights(const std::string& path) {
 
 }  // namespace
 
-void RegisterCudaDecoderBackend(DecoderBackend backend) { CudaBackend() = backend; }
-
-std::string ResolveDecoderDevice(const std::string& device) {
+std::string ResolveDecoderDevice(const std::string& device, const Backends& backends) {
   if (device != "auto") return device;
-  const DecoderBackend& b = CudaBackend();
-  return b.create != nullptr && b.available != nullptr && b.available() ? "cuda" : "cpu";
+  return backends.cuda_usable() ? "cuda" : "cpu";
 }
 
 Status ValidateCudaDecoderTuning(const CudaDecoderTuning& t) {
@@ -52,14 +42,15 @@ Status ValidateCudaDecoderTuning(const CudaDecoderTuning& t) {
   return OkStatus();
 }
 
-StatusOr<std::unique_ptr<DecoderModel>> LoadDecoder(const std::string& path, const DecoderOptions& options) {
+StatusOr<std::unique_ptr<DecoderModel>> LoadDecoder(const std::string& path, const DecoderOptions& options,
+                                                    const Backends& backends) {
   RETURN_IF_ERROR(ValidateCudaDecoderTuning(options.cuda));
-  const std::string device = ResolveDecoderDevice(options.device);
+  const std::string device = ResolveDecoderDevice(options.device, backends);
   if (device != "cpu" && device != "cuda") {
     return InvalidArgumentError("unknown device '{}' (expected cpu, cuda or auto)", options.device);
   }
   if (device == "cuda") {
-    const DecoderBackend& b = CudaBackend();
+    const DecoderBackend& b = backends.cuda_decoder;
     if (b.create == nullptr) {
       return FailedPreconditionError("--device cuda: this stoke was built without CUDA (configure with the "
                                      "release-cuda preset on a machine with nvcc)");
@@ -70,7 +61,7 @@ StatusOr<std::unique_ptr<DecoderModel>> LoadDecoder(const std::string& path, con
     }
   }
   ASSIGN_OR_RETURN(LlamaWeights weights, LoadWeights(path));
-  if (device == "cuda") return CudaBackend().create(std::move(weights), options);
+  if (device == "cuda") return backends.cuda_decoder.create(std::move(weights), options);
   const bool ggml = options.ggml_compatible_numerics && weights.from_gguf;
   ASSIGN_OR_RETURN(std::unique_ptr<CpuLlama> model, CpuLlama::Create(std::move(weights), options.pool, ggml));
   return std::unique_ptr<DecoderModel>(std::move(model));
@@ -79,7 +70,7 @@ StatusOr<std::unique_ptr<DecoderModel>> LoadDecoder(const std::string& path, con
 StatusOr<std::unique_ptr<DecoderModel>> LoadDecoder(const std::string& path, ThreadPool* pool) {
   DecoderOptions options;
   options.pool = pool;
-  return LoadDecoder(path, options);
+  return LoadDecoder(path, options, CpuBackends());
 }
 
 }  // namespace stoke

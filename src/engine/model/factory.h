@@ -1,5 +1,5 @@
 // Builds the right decoder for a model path: a GGUF file or an HF folder holding a Llama-family model, on the
-// CPU or (when this binary was built with CUDA and a GPU is present) on the GPU.
+// CPU or, when the Backends value passed in has a CUDA decoder and a GPU is present, on the GPU.
 #pragma once
 
 #include <memory>
@@ -11,6 +11,8 @@
 #include "engine/model/llama_weights.h"
 
 namespace stoke {
+
+struct Backends;  // engine/model/backends.h
 
 // CUDA decoder tuning, copied into CudaLlama::Options (engine/cuda/cuda_llama.h, which documents each
 // measurement) and from there into the kernels' cuda::AttentionLaunchOptions. Plain C++ so that this CPU-only
@@ -43,7 +45,7 @@ Status ValidateCudaDecoderTuning(const CudaDecoderTuning& t);
 
 // Where and how a decoder runs.
 struct DecoderOptions {
-  // "cpu", "cuda", or "auto" (cuda when a CUDA backend is registered and a GPU is visible, else cpu).
+  // "cpu", "cuda", or "auto" (cuda when the Backends have a CUDA decoder and a GPU is visible, else cpu).
   std::string device = "cpu";
   int gpu_index = 0;
   // CUDA: the fraction of the GPU's total memory stoke may use (weights, activations, KV cache). The KV
@@ -62,20 +64,24 @@ struct DecoderOptions {
   CudaDecoderTuning cuda;
 };
 
-// `path` is a GGUF file or an HF folder (already resolved: see loader/model_registry.h ResolveModel).
-// Errors name the file and what is wrong; an unavailable device says why (built without CUDA, no GPU).
-StatusOr<std::unique_ptr<DecoderModel>> LoadDecoder(const std::string& path, const DecoderOptions& options);
+// `path` is a GGUF file or an HF folder (already resolved: see loader/model_registry.h ResolveModel). The
+// device comes from `options.device`, resolved against `backends` (ResolveDecoderDevice); a "cuda" decoder is
+// made by `backends.cuda_decoder.create`. Errors name the file and what is wrong; an unavailable device says
+// why (built without CUDA, no GPU).
+StatusOr<std::unique_ptr<DecoderModel>> LoadDecoder(const std::string& path, const DecoderOptions& options,
+                                                    const Backends& backends);
 // CPU, computing on `pool` (null = ThreadPool::Default()).
 StatusOr<std::unique_ptr<DecoderModel>> LoadDecoder(const std::string& path, ThreadPool* pool = nullptr);
 
-// The GPU backend registers itself here (engine/cuda, linked only into CUDA builds) so this CPU-only
-// library never depends on CUDA. `available` says whether a usable GPU is present (for device "auto").
+// A CUDA decoder backend (engine/cuda: CudaBackends(), linked only into CUDA builds), carried in a Backends
+// value so this CPU-only library never depends on CUDA. `available` says whether a usable GPU is present (for
+// device "auto"); null = always.
 struct DecoderBackend {
   StatusOr<std::unique_ptr<DecoderModel>> (*create)(LlamaWeights weights, const DecoderOptions& options) = nullptr;
   bool (*available)() = nullptr;
 };
-void RegisterCudaDecoderBackend(DecoderBackend backend);
-// The device "auto" resolves to on this machine: "cuda" or "cpu".
-std::string ResolveDecoderDevice(const std::string& device);
+// The device `device` means with these backends: "auto" becomes "cuda" when backends.cuda_usable(), else
+// "cpu"; any other string is returned as it is (LoadDecoder rejects unknown ones).
+std::string ResolveDecoderDevice(const std::string& device, const Backends& backends);
 
 }  // namespace stoke

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/loader/gguf_reader.h"
+#include "engine/model/backends.h"
 #include "engine/model/factory.h"
 #include "engine/model/llama.h"
 #include "engine/model/llama_test_util.h"
@@ -68,7 +69,7 @@ TEST(LlamaLoaderTest, GgufAndHfFolderMatchReference) {
       EXPECT_LT(RelErr(ScoreAll(**hf, kIds), ref), 2e-5) << "hf tied " << tied << " bias " << bias;
       DecoderOptions exact;  // stoke's own numerics; ggml's (the default for GGUF) keep an fp16 KV cache
       exact.ggml_compatible_numerics = false;
-      auto gg = LoadDecoder(gguf.string(), exact);
+      auto gg = LoadDecoder(gguf.string(), exact, CpuBackends());
       ASSERT_TRUE(gg.ok()) << gg.status().ToString();
       EXPECT_EQ((*gg)->config().architecture, bias ? "qwen2" : "llama");
       EXPECT_EQ((*gg)->config().tie_word_embeddings, tied);
@@ -298,7 +299,7 @@ TEST(LoadDecoderTest, RejectsOutOfRangeCudaTuning) {
   for (const Case& c : cases) {
     DecoderOptions o;
     c.set(&o.cuda);
-    auto model = LoadDecoder("/nonexistent/model.gguf", o);
+    auto model = LoadDecoder("/nonexistent/model.gguf", o, CpuBackends());
     ASSERT_FALSE(model.ok()) << c.flag;
     EXPECT_EQ(model.status().code(), StatusCode::kInvalidArgument) << c.flag;
     EXPECT_NE(model.status().message().find(c.flag), std::string::npos) << model.status().ToString();

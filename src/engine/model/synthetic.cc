@@ -9,6 +9,8 @@
 #include <mutex>
 #include <thread>
 
+#include "engine/model/backends.h"
+
 namespace stoke {
 
 namespace {
@@ -93,11 +95,6 @@ uint64_t ReadBytes(const uint64_t* buf, size_t words, double bytes) {
 // volatile read-modify-write here was a data race, found by ThreadSanitizer under `stoke serve --instances`).
 std::atomic<uint64_t> g_sink{0};
 
-SyntheticCudaBackend& CudaBackend() {
-  static SyntheticCudaBackend backend;
-  return backend;
-}
-
 class CpuRunner final : public SyntheticRunner {
  public:
   explicit CpuRunner(std::shared_ptr<const SyntheticModel> model)
@@ -115,13 +112,9 @@ class CpuRunner final : public SyntheticRunner {
 
 }  // namespace
 
-void RegisterSyntheticCudaBackend(SyntheticCudaBackend backend) {
-  CudaBackend() = backend;
-}
-
 StatusOr<std::unique_ptr<SyntheticRunner>> NewSyntheticRunner(std::shared_ptr<const SyntheticModel> model,
-                                                              int64_t max_rows) {
-  const SyntheticCudaBackend& b = CudaBackend();
+                                                              int64_t max_rows, const Backends& backends) {
+  const SyntheticCudaBackend& b = backends.cuda_synthetic;
   const bool usable = b.create != nullptr && (b.available == nullptr || b.available());
   std::string device = model->config().device;
   if (device == "auto") device = usable ? "cuda" : "cpu";

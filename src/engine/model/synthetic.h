@@ -57,6 +57,8 @@
 
 namespace stoke {
 
+struct Backends;  // engine/model/backends.h
+
 struct SyntheticKernel {
   std::string name = "kernel";
   int count = 1;  // launches per batch
@@ -132,20 +134,20 @@ class SyntheticRunner {
   virtual std::string device() const = 0;  // "cpu" | "cuda"
 };
 
-// The CUDA build registers its runner here (engine/cuda_synthetic: RegisterSyntheticCuda) so this CPU library
-// never depends on CUDA. `available`: a usable GPU is visible.
+// The synthetic model's CUDA runner (engine/cuda_synthetic: CudaSyntheticBackend()), carried in
+// Backends::cuda_synthetic so this CPU library never depends on CUDA. `available`: a usable GPU is visible
+// (null = always).
 struct SyntheticCudaBackend {
   StatusOr<std::unique_ptr<SyntheticRunner>> (*create)(std::shared_ptr<const SyntheticModel> model,
                                                        int64_t max_rows) = nullptr;
   bool (*available)() = nullptr;
 };
-void RegisterSyntheticCudaBackend(SyntheticCudaBackend backend);
 
-// A runner on the model's configured device ("auto" resolved here). max_rows: the largest batch it will get
-// (buffers are sized for it up front; a larger one grows them). FailedPrecondition when "cuda" cannot be had,
-// saying why (built without CUDA, no GPU visible).
+// A runner on the model's configured device ("auto" resolved here against backends.cuda_synthetic). max_rows:
+// the largest batch it will get (buffers are sized for it up front; a larger one grows them).
+// FailedPrecondition when "cuda" cannot be had, saying why (built without CUDA, no GPU visible).
 StatusOr<std::unique_ptr<SyntheticRunner>> NewSyntheticRunner(std::shared_ptr<const SyntheticModel> model,
-                                                              int64_t max_rows);
+                                                              int64_t max_rows, const Backends& backends);
 
 // Spins (no sleep) for `us` microseconds: CPU time that really occupies a core.
 void BusyWaitMicros(double us);

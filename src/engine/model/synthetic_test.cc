@@ -6,6 +6,8 @@
 #include <thread>
 #include <vector>
 
+#include "engine/model/backends.h"
+
 namespace stoke {
 namespace {
 
@@ -138,12 +140,12 @@ TEST(SyntheticModelTest, SpendsTheConfiguredCpuTime) {
   EXPECT_LT(t.h2d, t.preprocess);  // 4 bytes vs 100 ms: the preprocess spin is not in h2d, even on a busy CPU
 }
 
-// This test binary links no CUDA runner: "cpu" and "auto" run on the CPU, "cuda" says why it cannot.
+// The CPU-only Backends value: "cpu" and "auto" run on the CPU, "cuda" says why it cannot.
 TEST(SyntheticModelTest, RunnerFollowsTheDeviceKey) {
   for (const char* device : {"cpu", "auto"}) {
     auto m = std::make_shared<const SyntheticModel>(Parse(
         (std::string(R"({"input_bytes": 3, "output_bytes": 3, "device": ")") + device + "\"}").c_str()));
-    auto r = NewSyntheticRunner(m, 4);
+    auto r = NewSyntheticRunner(m, 4, CpuBackends());
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_EQ((*r)->device(), "cpu");
     const std::vector<uint8_t> in = {1, 2, 3};
@@ -153,7 +155,7 @@ TEST(SyntheticModelTest, RunnerFollowsTheDeviceKey) {
     EXPECT_EQ(out, (std::vector<uint8_t>{1 ^ 0x5A, 2 ^ 0x5A, 3 ^ 0x5A}));
   }
   auto m = std::make_shared<const SyntheticModel>(Parse(R"({"device": "cuda"})"));
-  auto r = NewSyntheticRunner(m, 1);
+  auto r = NewSyntheticRunner(m, 1, CpuBackends());
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(r.status().message().find("without CUDA"), std::string::npos) << r.status().message();

@@ -238,34 +238,35 @@ Status EncodeGrpcOutputs(const inference::ModelInferRequest& req, std::vector<In
   return OkStatus();
 }
 
-void FillModelMetadata(const ServedModel& m, inference::ModelMetadataResponse* resp) {
+void FillModelMetadata(const ServedModel& m, const ClassicModel& model,
+                       inference::ModelMetadataResponse* resp) {
   resp->set_name(m.name());
   resp->add_versions(m.version());
-  resp->set_platform(m.model().platform());
+  resp->set_platform(model.platform());
   auto fill = [&](const TensorSpec& s, inference::ModelMetadataResponse::TensorMetadata* t) {
     t->set_name(s.name);
     t->set_datatype(std::string(TensorTypeName(s.type)));
     if (m.config().max_batch_size > 0) t->add_shape(-1);
     for (int64_t d : s.dims) t->add_shape(d);
   };
-  for (const TensorSpec& s : m.model().signature().inputs) fill(s, resp->add_inputs());
-  for (const TensorSpec& s : m.model().signature().outputs) fill(s, resp->add_outputs());
+  for (const TensorSpec& s : model.signature().inputs) fill(s, resp->add_inputs());
+  for (const TensorSpec& s : model.signature().outputs) fill(s, resp->add_outputs());
 }
 
-void FillModelConfig(const ServedModel& m, inference::ModelConfig* c) {
+void FillModelConfig(const ServedModel& m, const ClassicModel& model, inference::ModelConfig* c) {
   const BatcherConfig& b = m.config();
   c->set_name(m.name());
-  c->set_platform(m.model().platform());
+  c->set_platform(model.platform());
   c->set_backend("stoke");
   c->mutable_version_policy()->mutable_latest()->set_num_versions(1);
   c->set_max_batch_size(b.max_batch_size);
-  for (const TensorSpec& s : m.model().signature().inputs) {
+  for (const TensorSpec& s : model.signature().inputs) {
     auto* in = c->add_input();
     in->set_name(s.name);
     in->set_data_type(ConfigType(s.type));
     for (int64_t d : s.dims) in->add_dims(d);
   }
-  for (const TensorSpec& s : m.model().signature().outputs) {
+  for (const TensorSpec& s : model.signature().outputs) {
     auto* out = c->add_output();
     out->set_name(s.name);
     out->set_data_type(ConfigType(s.type));

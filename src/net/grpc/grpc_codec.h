@@ -7,7 +7,7 @@
 #include "base/status.h"
 #include "net/grpc/grpc_service.pb.h"
 #include "serve/batcher/infer_tensor.h"
-#include "serve/batcher/model_repository.h"
+#include "serve/batcher/served_model.h"
 
 namespace stoke {
 
@@ -28,8 +28,10 @@ StatusOr<GrpcInferOptions> DecodeGrpcParameters(const inference::ModelInferReque
 Status EncodeGrpcOutputs(const inference::ModelInferRequest& req, std::vector<InferTensor> outputs,
                          inference::ModelInferResponse* resp);
 
-void FillModelMetadata(const ServedModel& m, inference::ModelMetadataResponse* resp);
-void FillModelConfig(const ServedModel& m, inference::ModelConfig* config);
+// `model`: m's loaded model (ServedModel::Acquire).
+void FillModelMetadata(const ServedModel& m, const ClassicModel& model,
+                       inference::ModelMetadataResponse* resp);
+void FillModelConfig(const ServedModel& m, const ClassicModel& model, inference::ModelConfig* config);
 void FillModelStatistics(const ServedModel& m, inference::ModelStatistics* stats);
 
 }  // namespace stoke

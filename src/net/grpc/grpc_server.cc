@@ -126,7 +126,7 @@ class GrpcInferenceServer::Service final : public inference::GRPCInferenceServic
   grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* ctx,
                                        const inference::ModelReadyRequest* req,
                                        inference::ModelReadyResponse* resp) override {
-    auto m = repo_->Find(req->name(), req->version());
+    auto m = Find(req->name(), req->version());
     if (!m.ok()) return Fail(ctx, m.status());
     resp->set_ready((*m)->ready());
     return Ok(ctx);
@@ -142,27 +142,31 @@ class GrpcInferenceServer::Service final : public inference::GRPCInferenceServic
   grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* ctx,
                                           const inference::ModelMetadataRequest* req,
                                           inference::ModelMetadataResponse* resp) override {
-    auto m = Ready(req->name(), req->version());
+    auto m = Find(req->name(), req->version());
     if (!m.ok()) return Fail(ctx, m.status());
-    FillModelMetadata(**m, resp);
+    ServedModel::Use use = (*m)->Acquire();
+    if (!use) return Fail(ctx, UnavailableError("model '{}' is not ready", req->name()));
+    FillModelMetadata(**m, *use, resp);
     return Ok(ctx);
   }
   grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* ctx,
                                         const inference::ModelConfigRequest* req,
                                         inference::ModelConfigResponse* resp) override {
-    auto m = Ready(req->name(), req->version());
+    auto m = Find(req->name(), req->version());
     if (!m.ok()) return Fail(ctx, m.status());
-    FillModelConfig(**m, resp->mutable_config());
+    ServedModel::Use use = (*m)->Acquire();
+    if (!use) return Fail(ctx, UnavailableError("model '{}' is not ready", req->name()));
+    FillModelConfig(**m, *use, resp->mutable_config());
     return Ok(ctx);
   }
   grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* ctx,
                                             const inference::ModelStatisticsRequest* req,
                                             inference::ModelStatisticsResponse* resp) override {
     if (req->name().empty()) {
-      for (ServedModel* m : repo_->models()) FillModelStatistics(*m, resp->add_model_stats());
+      for (ServedModel* m : repo_->served_models()) FillModelStatistics(*m, resp->add_model_stats());
       return Ok(ctx);
     }
-    auto m = repo_->Find(req->name(), req->version());
+    auto m = Find(req->name(), req->version());
     if (!m.ok()) return Fail(ctx, m.status());
     FillModelStatistics(**m, resp->add_model_stats());
     return Ok(ctx);
@@ -170,14 +174,38 @@ class GrpcInferenceServer::Service final : public inference::GRPCInferenceServic
   grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* ctx,
                                             const inference::RepositoryIndexRequest* req,
                                             inference::RepositoryIndexResponse* resp) override {
-    for (ServedModel* m : repo_->models()) {
-      if (req->ready() && !m->ready()) continue;
-      auto* e = resp->add_models();
-      e->set_name(m->name());
-      e->set_version(m->version());
-      e->set_state(m->ready() ? "READY" : "LOADING");
+    for (const auto& m : repo_->models()) {
+      const ModelState state = m->state();
+      if (req->ready() && state != ModelState::kReady) continue;
+      auto add = [&](const std::string& name) {
+        auto* e = resp->add_models();
+        e->set_name(name);
+        e->set_version("1");
+        e->set_state(ModelStateName(state));
+        if (state == ModelState::kUnavailable) e->set_reason(m->reason());
+      };
+      if (m->served().empty()) add(m->name());
+      for (const auto& s : m->served()) add(s->name());
     }
     return Ok(ctx);
+  }
+
+  // Load / unload run on the repository's worker, which finishes the call when done.
+  grpc::ServerUnaryReactor* RepositoryModelLoad(grpc::CallbackServerContext* ctx,
+                                                const inference::RepositoryModelLoadRequest* req,
+                                                inference::RepositoryModelLoadResponse*) override {
+    auto* reactor = ctx->DefaultReactor();
+    Status queued = repo_->Load(req->model_name(), [reactor](Status s) { reactor->Finish(ToGrpc(s)); });
+    if (!queued.ok()) reactor->Finish(ToGrpc(queued));
+    return reactor;
+  }
+  grpc::ServerUnaryReactor* RepositoryModelUnload(grpc::CallbackServerContext* ctx,
+                                                  const inference::RepositoryModelUnloadRequest* req,
+                                                  inference::RepositoryModelUnloadResponse*) override {
+    auto* reactor = ctx->DefaultReactor();
+    Status queued = repo_->Unload(req->model_name(), [reactor](Status s) { reactor->Finish(ToGrpc(s)); });
+    if (!queued.ok()) reactor->Finish(ToGrpc(queued));
+    return reactor;
   }
 
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx,
@@ -200,16 +228,18 @@ class GrpcInferenceServer::Service final : public inference::GRPCInferenceServic
   // into `resp`. `req` and `resp` must outlive that call.
   void StartInfer(const inference::ModelInferRequest* req, inference::ModelInferResponse* resp, Nanos arrival,
                   InferDone done) {
-    auto found = Ready(req->model_name(), req->model_version());
+    auto found = Find(req->model_name(), req->model_version());
     if (!found.ok()) return done(found.status(), nullptr, {}, 0);
     ServedModel* m = *found;
+    ServedModel::Use use = m->Acquire();  // an unload waits until the request is queued
+    if (!use) return done(UnavailableError("model '{}' is not ready", m->name()), nullptr, {}, 0);
     auto params = DecodeGrpcParameters(*req);
     if (!params.ok()) return done(params.status(), nullptr, {}, 0);
     auto inputs = DecodeGrpcInputs(*req);
     if (!inputs.ok()) return done(inputs.status(), nullptr, {}, 0);
     for (const auto& o : req->outputs()) {
       bool known = false;
-      for (const TensorSpec& s : m->model().signature().outputs) known |= s.name == o.name();
+      for (const TensorSpec& s : use->signature().outputs) known |= s.name == o.name();
       if (!known) {
         return done(
             InvalidArgumentError("unexpected inference output '{}' for model '{}'", o.name(), m->name()),
@@ -239,10 +269,19 @@ class GrpcInferenceServer::Service final : public inference::GRPCInferenceServic
   bool record_ledger() const { return options_.record_ledger; }
 
  private:
-  StatusOr<ServedModel*> Ready(const std::string& name, const std::string& version) {
-    ASSIGN_OR_RETURN(ServedModel * m, repo_->Find(name, version));
-    if (!m->ready()) return UnavailableError("model '{}' is not ready", name);
-    return m;
+  // A batched served name and version ("" or "1"); NotFound names what is wrong.
+  StatusOr<ServedModel*> Find(const std::string& name, const std::string& version) {
+    const ModelRepository::Entry* e = repo_->Find(name);
+    if (e == nullptr) return NotFoundError("unknown model '{}'", name);
+    if (e->served == nullptr) {
+      return NotFoundError("model '{}' is a {} model: it is served over the OpenAI routes, not KServe infer",
+                           name, ModelKindName(e->model->kind()));
+    }
+    if (!version.empty() && version != e->served->version()) {
+      return NotFoundError("model '{}' has no version '{}' (served: '{}')", name, version,
+                           e->served->version());
+    }
+    return e->served;
   }
   static grpc::ServerUnaryReactor* Ok(grpc::CallbackServerContext* ctx) {
     auto* r = ctx->DefaultReactor();

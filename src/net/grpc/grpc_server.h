@@ -1,6 +1,7 @@
-// inference.GRPCInferenceService (KServe v2 gRPC + Triton's ModelConfig/ModelStatistics/RepositoryIndex)
-// over the classic model repository, on gRPC's callback API: ModelInfer never blocks a gRPC thread; the
-// batcher's instance thread finishes the call.
+// inference.GRPCInferenceService (KServe v2 gRPC + Triton's ModelConfig/ModelStatistics/RepositoryIndex and
+// RepositoryModelLoad/Unload)
+// over the server's model repository (its batched models), on gRPC's callback API: ModelInfer never blocks a
+// gRPC thread; the batcher's instance thread finishes the call.
 //
 //   GrpcInferenceServer grpc({.host = "127.0.0.1", .port = 8001}, &repo);
 //   RETURN_IF_ERROR(grpc.Start());      // port 0: any free port, see port()
@@ -18,7 +19,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "serve/batcher/model_repository.h"
+#include "serve/repository/model_repository.h"
 #include "telemetry/request_log.h"
 
 namespace grpc {

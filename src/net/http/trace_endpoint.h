@@ -7,7 +7,7 @@
 //   TraceEndpoint trace({.max_seconds = 60});
 //   trace.Register(server);   // before server.Start(); `trace` must outlive the server's handlers
 //
-// Both serving paths (apps/stoke/cmd_serve.cc, net/kserve/classic_server.cc) register it.
+// The one serving lifecycle (src/server/server.cc) registers it.
 #pragma once
 
 #include <condition_variable>

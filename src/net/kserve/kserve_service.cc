@@ -70,26 +70,26 @@ json KserveService::ServerMetadataJson() const {
               {"extensions", KserveExtensions()}};
 }
 
-json KserveService::ModelMetadataJson(const ServedModel& m) {
+json KserveService::ModelMetadataJson(const ServedModel& m, const ClassicModel& model) {
   json inputs = json::array(), outputs = json::array();
   const int mbs = m.config().max_batch_size;
-  for (const TensorSpec& s : m.model().signature().inputs) inputs.push_back(TensorMetadata(s, mbs));
-  for (const TensorSpec& s : m.model().signature().outputs) outputs.push_back(TensorMetadata(s, mbs));
+  for (const TensorSpec& s : model.signature().inputs) inputs.push_back(TensorMetadata(s, mbs));
+  for (const TensorSpec& s : model.signature().outputs) outputs.push_back(TensorMetadata(s, mbs));
   return json{{"name", m.name()},
               {"versions", json::array({m.version()})},
-              {"platform", m.model().platform()},
+              {"platform", model.platform()},
               {"inputs", inputs},
               {"outputs", outputs}};
 }
 
-json KserveService::ModelConfigJson(const ServedModel& m) {
+json KserveService::ModelConfigJson(const ServedModel& m, const ClassicModel& model) {
   json j = m.config().ToJson();
   j["name"] = m.name();
-  j["platform"] = m.model().platform();
+  j["platform"] = model.platform();
   j["backend"] = "stoke";
   j["version_policy"] = json{{"latest", json{{"num_versions", 1}}}};
   json in = json::array(), out = json::array();
-  for (const TensorSpec& s : m.model().signature().inputs) {
+  for (const TensorSpec& s : model.signature().inputs) {
     in.push_back(json{{"name", s.name},
                       {"data_type", std::string(TensorTypeConfigName(s.type))},
                       {"format", "FORMAT_NONE"},
@@ -98,7 +98,7 @@ json KserveService::ModelConfigJson(const ServedModel& m) {
                       {"allow_ragged_batch", false},
                       {"optional", false}});
   }
-  for (const TensorSpec& s : m.model().signature().outputs) {
+  for (const TensorSpec& s : model.signature().outputs) {
     out.push_back(json{{"name", s.name},
                        {"data_type", std::string(TensorTypeConfigName(s.type))},
                        {"dims", s.dims},
@@ -139,6 +139,26 @@ json KserveService::ModelStatsJson(const ServedModel& m) {
               {"memory_usage", json::array()}};
 }
 
+json KserveService::RepositoryIndexJson(const ModelRepository& repo, bool ready_only) {
+  json all = json::array();
+  auto add = [&](const std::string& name, const RepositoryModel& m) {
+    const ModelState state = m.state();
+    if (ready_only && state != ModelState::kReady) return;
+    json e{{"name", name}, {"version", "1"}, {"state", ModelStateName(state)}};
+    const std::string reason = m.reason();
+    e["reason"] = state == ModelState::kUnavailable ? reason : "";
+    all.push_back(std::move(e));
+  };
+  for (const auto& m : repo.models()) {
+    if (m->served().empty()) {
+      add(m->name(), *m);
+    } else {
+      for (const auto& s : m->served()) add(s->name(), *m);
+    }
+  }
+  return all;
+}
+
 void KserveService::RegisterRoutes(HttpServer& server) {
   ModelRepository* repo = repo_;
   server.Handle("GET", "/v2/health/live",
@@ -151,23 +171,56 @@ void KserveService::RegisterRoutes(HttpServer& server) {
   });
   server.Handle("GET", "/v2/models/stats", [repo](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
     json all = json::array();
-    for (ServedModel* m : repo->models()) all.push_back(ModelStatsJson(*m));
+    for (ServedModel* m : repo->served_models()) all.push_back(ModelStatsJson(*m));
     r->Send(JsonReply(200, json{{"model_stats", all}}.dump()));
   });
-  server.Handle("POST", "/v2/repository/index", [repo](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
-    json all = json::array();
-    for (ServedModel* m : repo->models()) {
-      all.push_back(
-          json{{"name", m->name()}, {"version", m->version()}, {"state", m->ready() ? "READY" : "LOADING"}});
+  server.Handle(
+      "POST", "/v2/repository/index", [repo](const HttpRequest& req, std::shared_ptr<HttpResponder> r) {
+        // Body: optional {"ready": true} (only the ready ones).
+        bool ready_only = false;
+        if (!req.body.empty()) {
+          json j = json::parse(req.body, nullptr, false);
+          if (j.is_discarded() || !j.is_object()) {
+            return r->Send(ErrorReply(InvalidArgumentError("the request body must be a JSON object")));
+          }
+          if (j.contains("ready")) {
+            if (!j["ready"].is_boolean())
+              return r->Send(ErrorReply(InvalidArgumentError("'ready' must be a boolean")));
+            ready_only = j["ready"].get<bool>();
+          }
+        }
+        r->Send(JsonReply(200, RepositoryIndexJson(*repo, ready_only).dump()));
+      });
+  // Load and unload, per model name (and each served name, which acts on its model). They run on the
+  // repository's worker; the answer goes out when they are done.
+  std::vector<std::string> names;
+  for (const auto& m : repo_->models()) {
+    names.push_back(m->name());
+    for (const auto& s : m->served()) {
+      if (s->name() != m->name()) names.push_back(s->name());
     }
-    r->Send(JsonReply(200, all.dump()));
-  });
-  for (ServedModel* m : repo_->models()) {
+  }
+  for (const std::string& name : names) {
+    for (const bool load : {true, false}) {
+      const std::string path = "/v2/repository/models/" + name + (load ? "/load" : "/unload");
+      server.Handle("POST", path, [repo, name, load](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
+        auto done = [r](Status s) {
+          r->Send(s.ok() ? JsonReply(200, "{}")
+                         : JsonReply(s.code() == StatusCode::kUnavailable ? 503 : 400,
+                                     KserveErrorBody(s.message())));
+        };
+        Status queued = load ? repo->Load(name, done) : repo->Unload(name, done);
+        if (!queued.ok()) r->Send(ErrorReply(queued));
+      });
+    }
+  }
+  for (ServedModel* m : repo_->served_models()) {
     const std::string base = "/v2/models/" + m->name();
     for (const std::string& prefix : {base, base + "/versions/" + m->version()}) {
       server.Handle("GET", prefix, [m](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
-        if (!m->ready()) return r->Send(ErrorReply(UnavailableError("model '{}' is not ready", m->name())));
-        r->Send(JsonReply(200, ModelMetadataJson(*m).dump()));
+        ServedModel::Use use = m->Acquire();
+        if (!use) return r->Send(ErrorReply(UnavailableError("model '{}' is not ready", m->name())));
+        r->Send(JsonReply(200, ModelMetadataJson(*m, *use).dump()));
       });
       server.Handle("GET", prefix + "/ready", [m](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
         if (m->ready()) {
@@ -177,8 +230,9 @@ void KserveService::RegisterRoutes(HttpServer& server) {
         }
       });
       server.Handle("GET", prefix + "/config", [m](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
-        if (!m->ready()) return r->Send(ErrorReply(UnavailableError("model '{}' is not ready", m->name())));
-        r->Send(JsonReply(200, ModelConfigJson(*m).dump()));
+        ServedModel::Use use = m->Acquire();
+        if (!use) return r->Send(ErrorReply(UnavailableError("model '{}' is not ready", m->name())));
+        r->Send(JsonReply(200, ModelConfigJson(*m, *use).dump()));
       });
       server.Handle("GET", prefix + "/stats", [m](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
         r->Send(JsonReply(200, json{{"model_stats", json::array({ModelStatsJson(*m)})}}.dump()));
@@ -192,7 +246,9 @@ void KserveService::RegisterRoutes(HttpServer& server) {
 }
 
 void KserveService::HandleInfer(ServedModel* m, const HttpRequest& req, std::shared_ptr<HttpResponder> r) {
-  if (!m->ready()) {
+  // Holds the model loaded (an unload waits) until the request is queued.
+  ServedModel::Use use = m->Acquire();
+  if (!use) {
     r->Send(ErrorReply(UnavailableError("model '{}' is not ready", m->name())));
     return;
   }
@@ -209,7 +265,7 @@ void KserveService::HandleInfer(ServedModel* m, const HttpRequest& req, std::sha
   }
   StatusOr<RestInferRequest> parsed =
       (*header_length && **header_length == 0)
-          ? ParseRawBinaryRequest(req.body, m->model().signature(), m->config().max_batch_size)
+          ? ParseRawBinaryRequest(req.body, use->signature(), m->config().max_batch_size)
           : ParseRestInferRequest(req.body, *header_length);
   if (!parsed.ok()) {
     r->Send(ErrorReply(parsed.status()));
@@ -217,7 +273,7 @@ void KserveService::HandleInfer(ServedModel* m, const HttpRequest& req, std::sha
   }
   for (const RequestedOutput& o : parsed->outputs) {
     bool known = false;
-    for (const TensorSpec& s : m->model().signature().outputs) known |= s.name == o.name;
+    for (const TensorSpec& s : use->signature().outputs) known |= s.name == o.name;
     if (!known) {
       r->Send(ErrorReply(
           InvalidArgumentError("unexpected inference output '{}' for model '{}'", o.name, m->name())));

@@ -7,9 +7,13 @@
 //   GET  /v2/models/{m}[/versions/1]/config          Triton ModelConfig as JSON
 //   POST /v2/models/{m}[/versions/1]/infer           JSON and binary tensor data
 //   GET  /v2/models[/{m}[/versions/1]]/stats         statistics extension (what perf_analyzer diffs)
-//   POST /v2/repository/index                        the served models
+//   POST /v2/repository/index                        every model: name, version, state, reason
+//   POST /v2/repository/models/{m}/load              load (again) and answer when done: 200, or 400 why
+//   POST /v2/repository/models/{m}/unload            refuse new requests, drain, free: 200 when done
 //
-// Routes are exact paths (http_server.h), registered per model name before the server starts. Errors are
+// The models are the server's repository (serve/repository/model_repository.h): its batched models serve
+// here; a decoder is listed by the index and can be loaded and unloaded, but infers over the OpenAI routes.
+// Routes are exact paths (http_server.h), registered per served name before the server starts. Errors are
 // {"error": "..."} with Triton's status mapping. An infer request's path: parse (strand) -> validate,
 // tokenise, submit -> batcher -> instance -> the result is posted back to the strand, encoded and sent; when
 // the last byte is written the ledger (recv ... send) goes to the model's metrics.
@@ -20,7 +24,7 @@
 #include <string>
 
 #include "net/http/http_server.h"
-#include "serve/batcher/model_repository.h"
+#include "serve/repository/model_repository.h"
 #include "telemetry/request_log.h"
 
 namespace stoke {
@@ -38,12 +42,17 @@ class KserveService {
   // repo must outlive the service and have its models added (not necessarily started).
   KserveService(KserveServiceOptions options, ModelRepository* repo);
 
+  // The model routes of every batched served name, and the repository extension.
+
   void RegisterRoutes(HttpServer& server);
 
   // JSON documents, shared with the gRPC front end's tests and the /config route.
-  static nlohmann::json ModelMetadataJson(const ServedModel& m);
-  static nlohmann::json ModelConfigJson(const ServedModel& m);
+  // `model` is m's loaded model (ServedModel::Acquire).
+  static nlohmann::json ModelMetadataJson(const ServedModel& m, const ClassicModel& model);
+  static nlohmann::json ModelConfigJson(const ServedModel& m, const ClassicModel& model);
   static nlohmann::json ModelStatsJson(const ServedModel& m);
+  // POST /v2/repository/index's body: every name with its state (and the reason when UNAVAILABLE).
+  static nlohmann::json RepositoryIndexJson(const ModelRepository& repo, bool ready_only);
   nlohmann::json ServerMetadataJson() const;
 
   void HandleInfer(ServedModel* m, const HttpRequest& req, std::shared_ptr<HttpResponder> r);

@@ -617,4 +617,21 @@ std::string ModelListJson(const std::string& model, int64_t created, int max_mod
   return Dump(out);
 }
 
+std::string ModelListJson(const std::vector<ModelListEntry>& models, int64_t created) {
+  ojson data = ojson::array();
+  for (const ModelListEntry& e : models) {
+    ojson m;
+    m["id"] = e.id;
+    m["object"] = "model";
+    m["created"] = created;
+    m["owned_by"] = "stoke";
+    if (e.max_model_len > 0) m["max_model_len"] = e.max_model_len;
+    data.push_back(std::move(m));
+  }
+  ojson out;
+  out["object"] = "list";
+  out["data"] = std::move(data);
+  return Dump(out);
+}
+
 }  // namespace stoke

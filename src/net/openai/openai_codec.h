@@ -100,5 +100,11 @@ inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
 // /v1/models: {"object": "list", "data": [{"id", "object": "model", "created", "owned_by",
 // "max_model_len"}]}.
 std::string ModelListJson(const std::string& model, int64_t created, int max_model_len);
+// Several models; max_model_len 0 is left out (batched models, decoders not loaded).
+struct ModelListEntry {
+  std::string id;
+  int max_model_len = 0;
+};
+std::string ModelListJson(const std::vector<ModelListEntry>& models, int64_t created);
 
 }  // namespace stoke

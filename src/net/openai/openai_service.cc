@@ -284,9 +284,58 @@ class Generation {
 
 }  // namespace
 
-OpenAiService::OpenAiService(OpenAiServiceOptions options, ServerMetrics* metrics)
+ApiError UnknownModelError(const ModelRepository& repo, const std::string& model) {
+  std::string served;
+  for (const auto& m : repo.models()) {
+    served += fmt::format("{}`{}`", served.empty() ? "" : ", ", m->name());
+  }
+  return {.status = 404,
+          .message = fmt::format("The model `{}` does not exist (this server serves {}).", model, served),
+          .param = "model",
+          .code = "model_not_found"};
+}
+
+const ModelRepository::Entry* FindRequestModel(const ModelRepository& repo, const std::string& name,
+                                               ModelKind kind, std::string_view route, ApiError* error) {
+  const bool want_decoder = kind == ModelKind::kDecoder;
+  if (name.empty()) {
+    for (const auto& m : repo.models()) {
+      if ((m->kind() == ModelKind::kDecoder) == want_decoder && (want_decoder || m->kind() == kind)) {
+        return repo.Find(m->name());
+      }
+    }
+    *error = {
+        .status = 404,
+        .message = fmt::format("this server serves no {} model for {} (it serves: {}); name one in 'model'",
+                               ModelKindName(kind), route, repo.NameList()),
+        .param = "model",
+        .code = "model_not_found"};
+    return nullptr;
+  }
+  const ModelRepository::Entry* e = repo.Find(name);
+  if (e == nullptr) {
+    *error = UnknownModelError(repo, name);
+    return nullptr;
+  }
+  if (e->model->kind() != kind) {
+    *error = {
+        .status = 400,
+        .message = fmt::format(
+            "the model `{}` is {} {} model: it does not serve {}{}", name,
+            e->model->kind() == ModelKind::kEncoder ? "an" : "a", ModelKindName(e->model->kind()), route,
+            e->model->kind() == ModelKind::kDecoder   ? " (use /v1/chat/completions or /v1/completions)"
+            : e->model->kind() == ModelKind::kEncoder ? " (use /v1/embeddings or KServe infer)"
+                                                      : " (use KServe infer)"),
+        .param = "model",
+        .code = "model_not_supported"};
+    return nullptr;
+  }
+  return e;
+}
+
+OpenAiService::OpenAiService(OpenAiServiceOptions options, const ModelRepository* repo)
     : options_(std::move(options)),
-      metrics_(metrics),
+      repo_(repo),
       created_(static_cast<int64_t>(std::time(nullptr))),
       id_base_(std::random_device{}() * 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(MonotonicNanos())) {}
 
@@ -299,37 +348,6 @@ void OpenAiService::RegisterRoutes(HttpServer& server) {
   server.Handle("POST", "/v1/chat/completions", bind(&OpenAiService::HandleChatCompletions));
   server.Handle("POST", "/v1/completions", bind(&OpenAiService::HandleCompletions));
   server.Handle("GET", "/v1/models", bind(&OpenAiService::HandleModels));
-  server.Handle("GET", "/health/live", bind(&OpenAiService::HandleLive));
-  server.Handle("GET", "/health/ready", bind(&OpenAiService::HandleReady));
-  server.Handle("GET", "/health", bind(&OpenAiService::HandleReady));
-  if (metrics_ != nullptr) server.Handle("GET", "/metrics", bind(&OpenAiService::HandleMetrics));
-}
-
-void OpenAiService::SetReady(std::shared_ptr<LlmEngine> engine, std::shared_ptr<const Tokenizer> tokenizer,
-                             std::optional<ChatTemplate> chat_template) {
-  auto l = std::make_shared<Loaded>();
-  l->engine = std::move(engine);
-  l->tokenizer = std::move(tokenizer);
-  l->chat_template = std::move(chat_template);
-  std::lock_guard lock(mu_);
-  loaded_ = std::move(l);
-}
-
-std::shared_ptr<const OpenAiService::Loaded> OpenAiService::loaded() const {
-  std::lock_guard lock(mu_);
-  return loaded_;
-}
-
-bool OpenAiService::ready() const {
-  return loaded() != nullptr;
-}
-
-bool OpenAiService::KnownModel(const std::string& name) const {
-  if (name.empty() || name == options_.served_model_name) return true;
-  for (const auto& alias : options_.model_aliases) {
-    if (name == alias) return true;
-  }
-  return false;
 }
 
 std::string OpenAiService::NewRequestId(ApiKind kind) {
@@ -361,18 +379,23 @@ void OpenAiService::HandleGeneration(ApiKind kind, const HttpRequest& req, std::
     return;
   }
   OpenAiRequest& oreq = *parsed;
-  if (!KnownModel(oreq.model)) {
-    SendError(*r, {.status = 404,
-                   .message = fmt::format("The model `{}` does not exist (this server serves `{}`).",
-                                          oreq.model, options_.served_model_name),
-                   .param = "model",
-                   .code = "model_not_found"});
+  ApiError lookup_error;
+  const ModelRepository::Entry* entry =
+      FindRequestModel(*repo_, oreq.model, ModelKind::kDecoder,
+                       kind == ApiKind::kChat ? "/v1/chat/completions" : "/v1/completions", &lookup_error);
+  if (entry == nullptr) {
+    SendError(*r, lookup_error);
     return;
   }
-  std::shared_ptr<const Loaded> l = loaded();
+  const RepositoryModel& model = *entry->model;
+  std::shared_ptr<const DecoderHandle> l = model.decoder();
   if (l == nullptr) {
-    SendError(*r,
-              {.status = 503, .message = "the model is still loading; retry shortly", .code = "not_ready"});
+    const bool loading = model.state() == ModelState::kLoading;
+    SendError(*r, {.status = 503,
+                   .message = loading ? std::string("the model is still loading; retry shortly")
+                                      : fmt::format("the model `{}` is not loaded ({})", model.name(),
+                                                    ModelStateName(model.state())),
+                   .code = "not_ready"});
     return;
   }
 
@@ -444,15 +467,14 @@ void OpenAiService::HandleGeneration(ApiKind kind, const HttpRequest& req, std::
   oreq.sampling.max_tokens = max_tokens;
 
   // 4. Submit. Events come on the engine thread and are handed to this connection's strand.
-  ResponseHeader header{.id = NewRequestId(kind),
-                        .created = static_cast<int64_t>(std::time(nullptr)),
-                        .model = options_.served_model_name};
+  ResponseHeader header{
+      .id = NewRequestId(kind), .created = static_cast<int64_t>(std::time(nullptr)), .model = model.name()};
   auto gen =
       std::make_shared<Generation>(kind, oreq, header, prompt_tokens, l->tokenizer, r,
-                                   LedgerSinks{.metrics = metrics_,
+                                   LedgerSinks{.metrics = l->metrics,
                                                .log = options_.request_log,
                                                .in_flight = &in_flight_,
-                                               .model = options_.served_model_name,
+                                               .model = model.name(),
                                                .want_ledger = LedgerRequested(req.Header(kLedgerHeader)),
                                                .record = options_.record_ledger,
                                                .parsed = parsed_at});
@@ -488,29 +510,17 @@ void OpenAiService::HandleGeneration(ApiKind kind, const HttpRequest& req, std::
 }
 
 void OpenAiService::HandleModels(const HttpRequest&, std::shared_ptr<HttpResponder> r) {
-  std::shared_ptr<const Loaded> l = loaded();
-  if (l == nullptr) {
-    SendError(*r, {.status = 503, .message = "the model is still loading", .code = "not_ready"});
-    return;
+  std::vector<ModelListEntry> list;
+  for (const auto& m : repo_->models()) {
+    if (m->kind() == ModelKind::kDecoder) {
+      std::shared_ptr<const DecoderHandle> d = m->decoder();
+      list.push_back({.id = m->name(), .max_model_len = d ? d->engine->context_length() : 0});
+      continue;
+    }
+    // Batched models: every served name (an encoder's text form and its -ids form).
+    for (const auto& s : m->served()) list.push_back({.id = s->name()});
   }
-  r->Send(
-      JsonResponse(200, ModelListJson(options_.served_model_name, created_, l->engine->context_length())));
-}
-
-void OpenAiService::HandleLive(const HttpRequest&, std::shared_ptr<HttpResponder> r) {
-  r->Send(JsonResponse(200, R"({"status":"live"})"));
-}
-
-void OpenAiService::HandleReady(const HttpRequest&, std::shared_ptr<HttpResponder> r) {
-  if (ready()) {
-    r->Send(JsonResponse(200, R"({"status":"ready"})"));
-  } else {
-    r->Send(JsonResponse(503, R"({"status":"loading"})", {{"Retry-After", "1"}}));
-  }
-}
-
-void OpenAiService::HandleMetrics(const HttpRequest&, std::shared_ptr<HttpResponder> r) {
-  r->Send({.status = 200, .content_type = kPrometheusContentType, .body = metrics_->ExposeText()});
+  r->Send(JsonResponse(200, ModelListJson(list, created_)));
 }
 
 }  // namespace stoke

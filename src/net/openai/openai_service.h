@@ -1,14 +1,16 @@
-// The OpenAI-compatible endpoints on top of an LlmEngine:
+// The OpenAI-compatible endpoints over the server's model repository (serve/repository/model_repository.h):
 //
-//   POST /v1/chat/completions   messages -> chat template -> tokens -> engine; JSON or SSE back
-//   POST /v1/completions        prompt (text or token ids) -> tokens -> engine
-//   GET  /v1/models             the served model
-//   GET  /health/live           200 once the process serves HTTP
-//   GET  /health/ready, /health 503 until SetReady(), then 200
-//   GET  /metrics               Prometheus text (ServerMetrics)
+//   POST /v1/chat/completions   messages -> chat template -> tokens -> the decoder named by "model"
+//   POST /v1/completions        prompt (text or token ids) -> tokens -> the decoder named by "model"
+//   GET  /v1/models             every model in the repository (and each batched model's served names)
+//
+// "model" picks the model by name or alias: unknown -> 404 naming the models served; an encoder or
+// synthetic model -> 400 (use /v1/embeddings or KServe); not loaded (loading, unloaded) -> 503. An omitted
+// "model" means the first decoder. /v1/embeddings is EmbeddingsService (embeddings_service.h); /health and
+// /metrics belong to the server's lifecycle (src/server/).
 //
 // A request's path through here (net thread = the connection's strand):
-//   parse + validate (400) -> model name (404) -> ready? (503) -> template + tokenize -> context check (400)
+//   parse + validate (400) -> model lookup (404/400/503) -> template + tokenize -> context check (400)
 //   -> LlmEngine::Submit (queue full: 503 + Retry-After) -> engine thread calls on_event -> posted to the
 //   strand
 //   -> JSON at the end, or one SSE chunk per event -> last byte written: metrics (e2e, ledger stages) and
@@ -32,16 +34,13 @@
 #include "net/http/http_server.h"
 #include "net/openai/openai_codec.h"
 #include "serve/llm_engine.h"
+#include "serve/repository/model_repository.h"
 #include "telemetry/request_log.h"
 #include "telemetry/server_metrics.h"
 
 namespace stoke {
 
 struct OpenAiServiceOptions {
-  // The name /v1/models lists and requests' "model" must match (an omitted "model" means this one).
-  std::string served_model_name;
-  // Other names accepted in "model" (e.g. the --model path or alias given on the command line).
-  std::vector<std::string> model_aliases;
   // Finished requests with their ledgers go here (GET /v1/debug/requests); null: not recorded.
   RequestLog* request_log = nullptr;
   // false (`stoke serve --no-ledger`): finished requests' ledgers are not recorded (no
@@ -51,47 +50,38 @@ struct OpenAiServiceOptions {
 
 class OpenAiService {
  public:
-  // metrics may be null (no /metrics, nothing recorded). It must outlive the service.
-  OpenAiService(OpenAiServiceOptions options, ServerMetrics* metrics);
+  // `repo` must outlive the service. Each decoder's metrics come with its handle (DecoderHandle::metrics).
+  OpenAiService(OpenAiServiceOptions options, const ModelRepository* repo);
 
+  // /v1/chat/completions, /v1/completions, /v1/models.
   void RegisterRoutes(HttpServer& server);
-
-  // The model is loaded: from now on requests are served. template_ may be empty (chat then answers 400).
-  void SetReady(std::shared_ptr<LlmEngine> engine, std::shared_ptr<const Tokenizer> tokenizer,
-                std::optional<ChatTemplate> chat_template);
-  bool ready() const;
 
   // Route handlers (public for tests that drive them with a fake responder).
   void HandleChatCompletions(const HttpRequest& req, std::shared_ptr<HttpResponder> r);
   void HandleCompletions(const HttpRequest& req, std::shared_ptr<HttpResponder> r);
   void HandleModels(const HttpRequest& req, std::shared_ptr<HttpResponder> r);
-  void HandleLive(const HttpRequest& req, std::shared_ptr<HttpResponder> r);
-  void HandleReady(const HttpRequest& req, std::shared_ptr<HttpResponder> r);
-  void HandleMetrics(const HttpRequest& req, std::shared_ptr<HttpResponder> r);
 
-  // Requests submitted to the engine whose response is not finished yet.
+  // Requests submitted to an engine whose response is not finished yet.
   int in_flight() const { return in_flight_.load(); }
 
  private:
-  struct Loaded {
-    std::shared_ptr<LlmEngine> engine;
-    std::shared_ptr<const Tokenizer> tokenizer;
-    std::optional<ChatTemplate> chat_template;
-  };
-
   void HandleGeneration(ApiKind kind, const HttpRequest& req, std::shared_ptr<HttpResponder> r);
-  std::shared_ptr<const Loaded> loaded() const;
-  bool KnownModel(const std::string& name) const;
   std::string NewRequestId(ApiKind kind);
 
   const OpenAiServiceOptions options_;
-  ServerMetrics* const metrics_;
+  const ModelRepository* const repo_;
   const int64_t created_;  // unix seconds, for "created" of /v1/models
   const uint64_t id_base_;
   std::atomic<uint64_t> id_counter_{0};
   std::atomic<int> in_flight_{0};
-  mutable std::mutex mu_;
-  std::shared_ptr<const Loaded> loaded_;  // guarded by mu_; null until SetReady
 };
+
+// 404 for a "model" the repository does not hold: "The model `x` does not exist (this server serves `a`,
+// `b`)." (OpenAI's wording), code model_not_found.
+ApiError UnknownModelError(const ModelRepository& repo, const std::string& model);
+// The model a request to `route` names, or (name empty) the first model of `kind`; null: none, and *error
+// says why (404 unknown, 400 a model of another kind).
+const ModelRepository::Entry* FindRequestModel(const ModelRepository& repo, const std::string& name,
+                                               ModelKind kind, std::string_view route, ApiError* error);
 
 }  // namespace stoke

@@ -171,15 +171,36 @@ class OpenAiServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
     metrics_ = std::move(ServerMetrics::Create("smol", 64).value());
-    service_ = std::make_unique<OpenAiService>(
-        OpenAiServiceOptions{
-            .served_model_name = "smol", .model_aliases = {"/models/smol.gguf"}, .request_log = &log_},
-        metrics_.get());
     engine_ = std::make_shared<FakeEngine>();
     auto tmpl =
         ChatTemplate::FromString("{% for m in messages %}<|im_start|>{{ m.role }}<|im_end|>{% endfor %}", "");
     ASSERT_TRUE(tmpl.ok()) << tmpl.status().ToString();
-    service_->SetReady(engine_, std::make_shared<ByteTokenizer>(), *tmpl);
+    auto handle = std::make_shared<DecoderHandle>();
+    handle->engine = engine_;
+    handle->tokenizer = std::make_shared<ByteTokenizer>();
+    handle->chat_template = *tmpl;
+    handle->metrics = metrics_.get();
+    ASSERT_TRUE(
+        repo_
+            .Add({.name = "smol",
+                  .kind = ModelKind::kDecoder,
+                  .aliases = {"/models/smol.gguf"},
+                  .load = [handle]() -> StatusOr<LoadedModel> { return LoadedModel{.decoder = handle}; }})
+            .ok());
+    // An encoder that is never loaded: its name is known, its kind is not a decoder's.
+    BatcherConfig c;
+    c.max_batch_size = 4;
+    ASSERT_TRUE(repo_
+                    .Add({.name = "minilm",
+                          .kind = ModelKind::kEncoder,
+                          .served = {{.name = "minilm", .config = c}},
+                          .load = []() -> StatusOr<LoadedModel> { return UnavailableError("not here"); },
+                          .load_at_start = false})
+                    .ok());
+    repo_.Start();
+    repo_.WaitIdle();
+    ASSERT_TRUE(repo_.ready());
+    service_ = std::make_unique<OpenAiService>(OpenAiServiceOptions{.request_log = &log_}, &repo_);
   }
 
   HttpResponse Call(ApiKind kind, const std::string& body, std::shared_ptr<FakeResponder> r = nullptr,
@@ -204,8 +225,9 @@ class OpenAiServiceTest : public ::testing::Test {
 
   RequestLog log_{16};
   std::unique_ptr<ServerMetrics> metrics_;
-  std::unique_ptr<OpenAiService> service_;
   std::shared_ptr<FakeEngine> engine_;
+  ModelRepository repo_{{}};
+  std::unique_ptr<OpenAiService> service_;
 };
 
 TEST_F(OpenAiServiceTest, ChatNonStreaming) {
@@ -341,7 +363,9 @@ TEST_F(OpenAiServiceTest, Errors) {
   const std::vector<Case> cases = {
       {ApiKind::kChat, "{bad json", 400, "not valid JSON", ""},
       {ApiKind::kChat, R"({"messages": [{"role": "user", "content": "x"}], "model": "gpt-4"})", 404,
-       "The model `gpt-4` does not exist", "model"},
+       "The model `gpt-4` does not exist (this server serves `smol`, `minilm`).", "model"},
+      {ApiKind::kChat, R"({"messages": [{"role": "user", "content": "x"}], "model": "minilm"})", 400,
+       "the model `minilm` is an encoder model: it does not serve /v1/chat/completions", "model"},
       {ApiKind::kChat, R"({"messages": [{"role": "user", "content": "x"}], "temperature": "x"})", 400,
        "'temperature' must be a number", "temperature"},
       {ApiKind::kCompletion, R"({"prompt": "x", "max_tokens": 70})", 400,
@@ -379,19 +403,16 @@ TEST_F(OpenAiServiceTest, QueueFullIs503WithRetryAfter) {
   EXPECT_EQ(json::parse(res.body)["error"]["code"], "queue_full");
 }
 
-TEST_F(OpenAiServiceTest, NotReadyIs503) {
-  OpenAiService cold(OpenAiServiceOptions{.served_model_name = "smol"}, nullptr);
-  auto r = std::make_shared<FakeResponder>();
-  HttpRequest req;
-  req.body = R"({"prompt": "x"})";
-  cold.HandleCompletions(req, r);
-  EXPECT_EQ(r->Wait().status, 503);
-  auto r2 = std::make_shared<FakeResponder>();
-  cold.HandleReady(req, r2);
-  EXPECT_EQ(r2->Wait().status, 503);
-  auto r3 = std::make_shared<FakeResponder>();
-  service_->HandleReady(req, r3);
-  EXPECT_EQ(r3->Wait().status, 200);
+TEST_F(OpenAiServiceTest, NotLoadedIs503AndLoadedAgainServes) {
+  ASSERT_TRUE(repo_.Unload("smol").ok());
+  repo_.WaitIdle();
+  HttpResponse res = Call(ApiKind::kCompletion, R"({"prompt": "x"})");
+  EXPECT_EQ(res.status, 503);
+  EXPECT_EQ(json::parse(res.body)["error"]["code"], "not_ready");
+  EXPECT_THAT(json::parse(res.body)["error"]["message"].get<std::string>(), HasSubstr("not loaded"));
+  ASSERT_TRUE(repo_.Load("smol").ok());
+  repo_.WaitIdle();
+  EXPECT_EQ(Call(ApiKind::kCompletion, R"({"prompt": "x"})").status, 200);
 }
 
 TEST_F(OpenAiServiceTest, DisconnectCancelsAndCountsAsAbort) {
@@ -429,19 +450,18 @@ TEST_F(OpenAiServiceTest, MetricsAfterRequests) {
                           stage + "\"} 2"))
         << stage;
   }
-  auto r = std::make_shared<FakeResponder>();
-  service_->HandleMetrics(HttpRequest{}, r);
-  HttpResponse m = r->Wait();
-  EXPECT_EQ(m.content_type, kPrometheusContentType);
-  EXPECT_THAT(m.body, HasSubstr("# TYPE stoke:e2e_request_latency_seconds histogram"));
+  EXPECT_THAT(text, HasSubstr("# TYPE stoke:e2e_request_latency_seconds histogram"));
 }
 
 TEST_F(OpenAiServiceTest, ModelsList) {
   auto r = std::make_shared<FakeResponder>();
   service_->HandleModels(HttpRequest{}, r);
   json j = json::parse(r->Wait().body);
+  ASSERT_EQ(j["data"].size(), 2u);
   EXPECT_EQ(j["data"][0]["id"], "smol");
   EXPECT_EQ(j["data"][0]["max_model_len"], 64);
+  EXPECT_EQ(j["data"][1]["id"], "minilm");
+  EXPECT_FALSE(j["data"][1].contains("max_model_len"));
 }
 
 }  // namespace

@@ -23,14 +23,9 @@
 
 namespace stoke {
 
-// Token-id rows, one per sentence ([CLS] ... [SEP]).
-struct TokenRows : PreparedInput {
-  std::vector<std::vector<int32_t>> rows;
-};
-
 enum class BertInputForm { kText, kTokenIds };
 
-class BertClassicModel final : public ClassicModel {
+class BertClassicModel final : public ClassicModel, public TextEmbedder {
  public:
   // threads: compute threads for all instances together (0: ThreadPool::Default()'s size).
   // device: run on this device model (one runner per instance) instead of the CPU encoder; null = CPU.
@@ -46,11 +41,15 @@ class BertClassicModel final : public ClassicModel {
   // For the OpenAI embeddings API: texts -> rows (truncated to max_seq_length), ids checked against the
   // vocabulary. `what` names the input in errors ("input[2]"). *tokens: longest row; *total: sum of rows.
   StatusOr<std::unique_ptr<TokenRows>> TokenizeTexts(const std::vector<std::string>& texts, int64_t* tokens,
-                                                     int64_t* total) const;
+                                                     int64_t* total) const override;
   StatusOr<std::unique_ptr<TokenRows>> CheckIds(std::vector<std::vector<int32_t>> rows, int64_t* tokens,
-                                                int64_t* total) const;
+                                                int64_t* total) const override;
+  // The text form serves /v1/embeddings.
+  const TextEmbedder* text_embedder() const override {
+    return form_ == BertInputForm::kText ? this : nullptr;
+  }
 
-  int hidden_size() const { return encoder_->hidden_size(); }
+  int hidden_size() const override { return encoder_->hidden_size(); }
   const BertEncoder& encoder() const { return *encoder_; }
   std::string device_name() const { return device_ ? device_->device_name() : "cpu"; }
 

@@ -10,6 +10,7 @@
 #include <future>
 #include <vector>
 
+#include "engine/model/backends.h"
 #include "engine/model/bert_test_util.h"
 #include "serve/batcher/bert_classic_model.h"
 #include "serve/batcher/dynamic_batcher.h"
@@ -113,15 +114,16 @@ TEST(BertDeviceInstanceTest, LoadBertOnDeviceWithoutABackend) {
   auto loaded = BertEncoder::Load(dir.string());
   ASSERT_TRUE(loaded.ok());
   std::shared_ptr<const BertEncoder> enc = std::move(loaded).value();
-  auto cpu = LoadBertOnDevice(enc, {.device = "cpu"});
+  auto cpu = LoadBertOnDevice(enc, {.device = "cpu"}, CpuBackends());
   ASSERT_TRUE(cpu.ok());
   EXPECT_EQ(*cpu, nullptr);
-  EXPECT_EQ(LoadBertOnDevice(enc, {.device = "npu"}).status().code(), StatusCode::kInvalidArgument);
-  // This test binary registers no CUDA backend: auto falls back to the CPU, cuda says why it cannot.
-  auto a = LoadBertOnDevice(enc, {.device = "auto"});
+  EXPECT_EQ(LoadBertOnDevice(enc, {.device = "npu"}, CpuBackends()).status().code(),
+            StatusCode::kInvalidArgument);
+  // The CPU-only Backends value: auto falls back to the CPU, cuda says why it cannot.
+  auto a = LoadBertOnDevice(enc, {.device = "auto"}, CpuBackends());
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(*a, nullptr);
-  auto c = LoadBertOnDevice(enc, {.device = "cuda"});
+  auto c = LoadBertOnDevice(enc, {.device = "cuda"}, CpuBackends());
   EXPECT_EQ(c.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(c.status().message().find("built without CUDA"), std::string::npos) << c.status().ToString();
 }

@@ -60,6 +60,25 @@ class ModelInstance {
                          std::vector<std::vector<InferTensor>>* outputs, ExecTimes* times) = 0;
 };
 
+// Token-id rows, one per sentence (e.g. [CLS] ... [SEP]): the prepared input of text models.
+struct TokenRows : PreparedInput {
+  std::vector<std::vector<int32_t>> rows;
+};
+
+// What /v1/embeddings (net/openai/embeddings_service.h) needs of a model that turns text into one vector per
+// row: tokenising on the net thread, then its TokenRows go to the model's batcher like any request.
+class TextEmbedder {
+ public:
+  virtual ~TextEmbedder() = default;
+  virtual int hidden_size() const = 0;
+  // Texts -> rows (truncated to the model's length); ids checked against the vocabulary. *tokens: the
+  // longest row; *total: the sum of rows. InvalidArgument names the input ("input[2]").
+  virtual StatusOr<std::unique_ptr<TokenRows>> TokenizeTexts(const std::vector<std::string>& texts,
+                                                             int64_t* tokens, int64_t* total) const = 0;
+  virtual StatusOr<std::unique_ptr<TokenRows>> CheckIds(std::vector<std::vector<int32_t>> rows,
+                                                        int64_t* tokens, int64_t* total) const = 0;
+};
+
 class ClassicModel {
  public:
   virtual ~ClassicModel() = default;
@@ -75,6 +94,8 @@ class ClassicModel {
   // How the host side of its copies is allocated, for the timeline: "pinned" | "pageable" | "" (no copies,
   // or not known).
   virtual const char* copy_memory() const { return ""; }
+  // Non-null for models /v1/embeddings can serve (text in, one vector per row out).
+  virtual const TextEmbedder* text_embedder() const { return nullptr; }
 };
 
 // Checks `inputs` against the signature: every input present once, no unknown ones, datatype, rank and

@@ -58,8 +58,9 @@ class SyntheticInstance final : public ModelInstance {
 
 }  // namespace
 
-SyntheticClassicModel::SyntheticClassicModel(std::shared_ptr<const SyntheticModel> model, int64_t max_rows)
-    : model_(std::move(model)), max_rows_(max_rows) {
+SyntheticClassicModel::SyntheticClassicModel(std::shared_ptr<const SyntheticModel> model, int64_t max_rows,
+                                             const Backends& backends)
+    : model_(std::move(model)), max_rows_(max_rows), backends_(backends) {
   signature_.inputs = {{"INPUT0", TensorType::kUint8, {model_->config().input_bytes}}};
   signature_.outputs = {{"OUTPUT0", TensorType::kUint8, {model_->config().output_bytes}}};
 }
@@ -73,7 +74,7 @@ StatusOr<std::unique_ptr<PreparedInput>> SyntheticClassicModel::Prepare(std::vec
 }
 
 StatusOr<std::unique_ptr<ModelInstance>> SyntheticClassicModel::CreateInstance(int index, int count) {
-  ASSIGN_OR_RETURN(std::unique_ptr<SyntheticRunner> runner, NewSyntheticRunner(model_, max_rows_));
+  ASSIGN_OR_RETURN(std::unique_ptr<SyntheticRunner> runner, NewSyntheticRunner(model_, max_rows_, backends_));
   LOG_INFO("synthetic: instance {} of {} runs on {}", index, count, runner->device());
   return std::unique_ptr<ModelInstance>(new SyntheticInstance(model_, std::move(runner)));
 }

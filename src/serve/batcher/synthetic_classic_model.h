@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/model/backends.h"
 #include "engine/model/synthetic.h"
 #include "serve/batcher/classic_model.h"
 
@@ -15,7 +16,9 @@ namespace stoke {
 class SyntheticClassicModel final : public ClassicModel {
  public:
   // max_rows: the largest batch an instance gets (max_batch_size, or 1); device buffers are sized for it.
-  explicit SyntheticClassicModel(std::shared_ptr<const SyntheticModel> model, int64_t max_rows = 1);
+  // backends: where each instance's runner comes from (NewSyntheticRunner; the model's "device" key picks).
+  SyntheticClassicModel(std::shared_ptr<const SyntheticModel> model, int64_t max_rows,
+                        const Backends& backends);
 
   std::string platform() const override { return "stoke_synthetic"; }
   const ModelSignature& signature() const override { return signature_; }
@@ -27,6 +30,7 @@ class SyntheticClassicModel final : public ClassicModel {
  private:
   std::shared_ptr<const SyntheticModel> model_;
   int64_t max_rows_ = 1;
+  Backends backends_;  // a copy: a few function pointers
   ModelSignature signature_;
 };
 

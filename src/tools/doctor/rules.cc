@@ -384,7 +384,13 @@ std::optional<Verdict> UnderFed(const Signals& s, const Thresholds& t) {
   const double busy = Has(s.instance_busy) ? s.instance_busy : GpuBusy(s);
   const double q = Ratio(s.queue_s, s.latency_s);
   const bool no_traffic = s.requests == 0;
-  if (!no_traffic && (!Lt(busy, t.idle_busy) || Ge(q, t.idle_queue_share))) return std::nullopt;
+  // A lone request waits out the batching delay for companions that never come: that queue is the missing
+  // traffic, not a policy holding work back (while it stays under queue_share; above, queue_bound speaks).
+  const bool delay_waits = !IsLlm(s) && Lt(q, t.queue_share) && Share(s.close_share, "delay") >= 0.5 &&
+                           s.max_batch_size > 0 && Has(s.mean_batch_size) &&
+                           s.mean_batch_size < 0.5 * s.max_batch_size;
+  if (!no_traffic && (!Lt(busy, t.idle_busy) || (Ge(q, t.idle_queue_share) && !delay_waits)))
+    return std::nullopt;
   if (IsLlm(s) && Ge(s.waiting_mean, 1)) return std::nullopt;
   // With the doctor's own sweep: more clients must have brought more throughput, else something saturated.
   const double scaling = SweepScaling(s);
@@ -403,6 +409,17 @@ std::optional<Verdict> UnderFed(const Signals& s, const Thresholds& t) {
                             "throughput at the last sweep point / the first"));
   v.next_step = "send more concurrent requests (clients, or a larger client pool)";
   if (!IsLlm(s) && s.max_batch_size == 0) v.next_step += "; then turn batching on: " + BatchingKnob(16, 2000);
+  if (delay_waits && Ge(q, t.idle_queue_share)) {
+    v.evidence.push_back(Ev("batcher.close_share.delay", Share(s.close_share, "delay"), ">=", 0.5, "ratio",
+                            fmt::format("batches close on the delay with {:.1f} of {} rows: lone requests wait "
+                                        "it out",
+                                        s.mean_batch_size, s.max_batch_size)));
+    v.next_step += Has(s.max_queue_delay_us)
+                       ? fmt::format("; at this traffic the batching delay ({} us) only adds latency: "
+                                     "\"max_queue_delay_microseconds\": 0 until the load grows",
+                                     static_cast<long>(s.max_queue_delay_us))
+                       : "; at this traffic the batching delay only adds latency";
+  }
   if (Has(busy) && busy > 0.01)
     v.next_step += fmt::format(" -- at this rate the server could take ~{:.0f}x the load", 0.8 / busy);
   v.why = "nothing in the server limits throughput yet; the offered load does";

@@ -12,7 +12,9 @@
 //                       saturated with device stages dominating the service time (lower confidence)
 //   queue_bound         queue >= queue_share of latency while instances / GPU are not saturated
 //   under_fed           only when nothing above fired: instances (or the GPU) busy < idle_busy, the queue
-//                       < idle_queue_share, and the doctor's sweep (if any) scaled >= min_scaling
+//                       < idle_queue_share (or < queue_share when batches close on the delay half-empty:
+//                       lone requests waiting out the batching delay), and the sweep (if any) scaled
+//                       >= min_scaling
 //   throttled           power/thermal violation time >= throttle_share of the window (or, without the
 //                       counters, a power/thermal clock reason in >= reason_share of the samples)
 //   none                nothing above fired

@@ -85,6 +85,31 @@ TEST(DoctorRules, UnderFed) {
   EXPECT_EQ(Top(idle), "under_fed");
 }
 
+// Sparse traffic against a model with a batching delay (the H200's "sparse" scenario: 10 req/s, 500 us
+// delay): each lone request waits the delay out, so the queue is 35 % of a short latency; still under-fed.
+TEST(DoctorRules, UnderFedWhileLoneRequestsWaitOutTheBatchingDelay) {
+  Signals s = Classic(/*queue*/ 0.64, 0, 0, /*compute*/ 1.2, /*busy*/ 0.005);
+  s.max_batch_size = 8;
+  s.max_queue_delay_us = 500;
+  s.mean_batch_size = 1.0;
+  s.close_share = {{"delay", 1.0}};
+  std::vector<Verdict> v = Diagnose(s);
+  ASSERT_EQ(v.front().bottleneck, "under_fed");
+  EXPECT_NE(v.front().next_step.find("\"max_queue_delay_microseconds\": 0"), std::string::npos)
+      << v.front().next_step;
+  // Batches that fill (or close for another reason) with the same queue share: not explained by the delay.
+  s.close_share = {{"full", 1.0}};
+  s.mean_batch_size = 8;
+  EXPECT_NE(Diagnose(s).front().bottleneck, "under_fed");
+  // A queue that dominates is the policy's: queue_bound, as before.
+  Signals q = Classic(/*queue*/ 40, 0, 0, 1, /*busy*/ 0.005);
+  q.max_batch_size = 64;
+  q.max_queue_delay_us = 30000;
+  q.mean_batch_size = 2;
+  q.close_share = {{"delay", 1.0}};
+  EXPECT_EQ(Diagnose(q).front().bottleneck, "queue_bound");
+}
+
 TEST(DoctorRules, LaunchBoundWhenGpuUtilLiesAboutSmActivity) {
   Signals s = Classic(5, 0.1, 0.1, /*compute*/ 5, 0.9);
   s.gpu_samples = 5;

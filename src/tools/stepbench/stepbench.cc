@@ -16,6 +16,7 @@
 #include "engine/loader/gguf_reader.h"
 #include "engine/loader/hf_folder.h"
 #include "engine/loader/model_registry.h"
+#include "engine/model/backends.h"
 
 #ifndef STOKE_BUILD_DESCRIBE
 #define STOKE_BUILD_DESCRIBE "unknown"
@@ -25,11 +26,6 @@ namespace stoke::stepbench {
 namespace {
 
 using Json = nlohmann::ordered_json;
-
-RooflineProbe& Probe() {
-  static RooflineProbe probe = nullptr;
-  return probe;
-}
 
 void Log(std::FILE* f, const std::string& s) {
   if (f == nullptr) return;
@@ -99,13 +95,6 @@ std::vector<int32_t> Blocks(int first, int count) {
 
 }  // namespace
 
-void RegisterRooflineProbe(RooflineProbe probe) {
-  Probe() = probe;
-}
-RooflineProbe GetRooflineProbe() {
-  return Probe();
-}
-
 double Percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -143,7 +132,7 @@ std::string CpuModel() {
   return "";
 }
 
-StatusOr<Json> RunStepBench(const StepBenchOptions& o, std::FILE* progress) {
+StatusOr<Json> RunStepBench(const StepBenchOptions& o, const Backends& backends, std::FILE* progress) {
   if (o.decode_batch < 0 || o.context < 1 || o.prefill < 0 || o.iters < 1 || o.warmup < 0 || o.chunk < 1 ||
       o.block_size < 1) {
     return InvalidArgumentError(
@@ -152,7 +141,7 @@ StatusOr<Json> RunStepBench(const StepBenchOptions& o, std::FILE* progress) {
   ASSIGN_OR_RETURN(std::string path, ResolveModel(o.model));
   Log(progress, fmt::format("bench step: loading {} on {}", path, o.decoder.device));
   const Nanos load_start = MonotonicNanos();
-  ASSIGN_OR_RETURN(std::unique_ptr<DecoderModel> model, LoadDecoder(path, o.decoder));
+  ASSIGN_OR_RETURN(std::unique_ptr<DecoderModel> model, LoadDecoder(path, o.decoder, backends));
   const double load_s = (MonotonicNanos() - load_start) / 1e9;
   const LlamaConfig& c = model->config();
   const std::string device = model->device_name();
@@ -339,7 +328,7 @@ StatusOr<Json> RunStepBench(const StepBenchOptions& o, std::FILE* progress) {
 
   // ---- the device's own limits (CUDA) --------------------------------------------------------------------
   if (cuda) {
-    RooflineProbe probe = GetRooflineProbe();
+    RooflineProbe probe = o.roofline;
     if (probe == nullptr) {
       report["device_roofline"] = {{"error", "this build has no CUDA roofline probe"}};
     } else {

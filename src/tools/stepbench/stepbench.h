@@ -8,8 +8,8 @@
 //             (2 * matmul params * tokens + causal attention 2 * T^2 * layers * heads * head_dim). CUDA:
 //             fraction of the measured bf16 GEMM rate on the prefill's largest GEMM shape (and 8192^3).
 //
-// The device limits come from a probe the CUDA build registers (tools/stepbench/cuda); a CPU-only build
-// reports no roofline fields.
+// The device limits come from StepBenchOptions::roofline, the CUDA build's probe (tools/stepbench/cuda,
+// passed in by apps/stoke); without one the report's device_roofline says so.
 #pragma once
 
 #include <cstdint>
@@ -19,25 +19,10 @@
 #include <vector>
 
 #include "base/status.h"
+#include "engine/model/backends.h"
 #include "engine/model/factory.h"
 
 namespace stoke::stepbench {
-
-struct StepBenchOptions {
-  std::string model;  // alias or path (resolved with ResolveModel)
-  DecoderOptions decoder;
-  int decode_batch = 1;
-  int context = 512;
-  int prefill = 2048;
-  int chunk = 8192;  // max tokens per prefill step
-  int iters = 20;    // timed decode steps (prefill: max(3, iters / 4) timed runs)
-  int warmup = 3;
-  int block_size = 16;
-  // Decode steps draw their tokens on the device (Logits::kToken, greedy) when the model can, as `stoke
-  // serve` does; false: every row of logits is copied to the host (the step as it was before device sampling).
-  bool device_sampling = true;
-  std::string command;  // for the report
-};
 
 // A bf16 GEMM y[m, n] = x[m, k] w[n, k]^T.
 struct GemmShape {
@@ -56,15 +41,35 @@ struct DeviceRoofline {
   double d2d_gbps = 0;  // read + write bytes (2 x size) per second, as cuda_bench counts
   std::vector<GemmRate> gemms;
 };
-// gemm_cache_path: the cuBLASLt algorithm cache (DecoderOptions::cuda.gemm_cache_path; "" = in memory).
+// Measures the device (D2D copy bandwidth, bf16 GEMM rates). gemm_cache_path: the cuBLASLt algorithm cache
+// (DecoderOptions::cuda.gemm_cache_path; "" = in memory).
 using RooflineProbe = StatusOr<DeviceRoofline> (*)(int gpu_index, const std::vector<GemmShape>& shapes,
                                                    const std::string& gemm_cache_path);
-// The CUDA build registers its probe at static initialisation (tools/stepbench/cuda).
-void RegisterRooflineProbe(RooflineProbe probe);
-RooflineProbe GetRooflineProbe();
 
-// Runs the benchmark; progress lines go to `progress` (may be null). The result is the report JSON.
-StatusOr<nlohmann::ordered_json> RunStepBench(const StepBenchOptions& options, std::FILE* progress);
+struct StepBenchOptions {
+  std::string model;  // alias or path (resolved with ResolveModel)
+  DecoderOptions decoder;
+  int decode_batch = 1;
+  int context = 512;
+  int prefill = 2048;
+  int chunk = 8192;  // max tokens per prefill step
+  int iters = 20;    // timed decode steps (prefill: max(3, iters / 4) timed runs)
+  int warmup = 3;
+  int block_size = 16;
+  // Decode steps draw their tokens on the device (Logits::kToken, greedy) when the model can, as `stoke
+  // serve` does; false: every row of logits is copied to the host (the step as it was before device
+  // sampling).
+  bool device_sampling = true;
+  std::string command;  // for the report
+  // The CUDA roofline probe (tools/stepbench/cuda/roofline_cuda.h CudaRooflineProbe; null: none, as in a
+  // CPU-only build). Called only when the model runs on CUDA.
+  RooflineProbe roofline = nullptr;
+};
+
+// Runs the benchmark on the device options.decoder.device names, resolved against `backends` (LoadDecoder);
+// progress lines go to `progress` (may be null). The result is the report JSON.
+StatusOr<nlohmann::ordered_json> RunStepBench(const StepBenchOptions& options, const Backends& backends,
+                                              std::FILE* progress);
 
 // p-th percentile (0..100) by linear interpolation of the sorted values; 0 for none.
 double Percentile(std::vector<double> values, double p);

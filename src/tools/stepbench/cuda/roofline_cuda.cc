@@ -1,7 +1,8 @@
 // The CUDA roofline probe for `stoke bench step`: D2D copy bandwidth (cudaMemcpyAsync of 1 GiB, read + write
 // counted, as cuda_bench does) and bf16 GEMM rates through the same BlasLtGemm the engine uses (tuned first).
-// Registered at static initialisation; this object is linked straight into the stoke binary (an OBJECT
-// library), so the registrar is never dropped by the static linker.
+// Passed to RunStepBench through StepBenchOptions::roofline (apps/stoke/backends/cuda.cc).
+#include "tools/stepbench/cuda/roofline_cuda.h"
+
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -106,9 +107,9 @@ StatusOr<DeviceRoofline> MeasureCuda(int gpu, const std::vector<GemmShape>& shap
   return r;
 }
 
-struct Registrar {
-  Registrar() { RegisterRooflineProbe(&MeasureCuda); }
-} kRegistrar;
-
 }  // namespace
+
+RooflineProbe CudaRooflineProbe() {
+  return &MeasureCuda;
+}
 }  // namespace stoke::stepbench

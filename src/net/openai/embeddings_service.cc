@@ -1,4 +1,4 @@
-#include "net/kserve/embeddings_service.h"
+#include "net/openai/embeddings_service.h"
 
 #include <fmt/format.h>
 
@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "net/openai/openai_codec.h"
+#include "net/openai/openai_service.h"
 #include "serve/batcher/classic_metrics.h"
 
 namespace stoke {
@@ -52,10 +53,7 @@ struct EmbeddingsRequest {
 };
 
 // Parse + validate; on error *param names the field.
-StatusOr<EmbeddingsRequest> ParseEmbeddingsRequest(std::string_view body, int hidden, std::string* param) {
-  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object())
-    return InvalidArgumentError("the request body must be a JSON object");
+StatusOr<EmbeddingsRequest> ParseEmbeddingsRequest(const json& j, int hidden, std::string* param) {
   EmbeddingsRequest r;
   if (j.contains("model")) {
     *param = "model";
@@ -173,84 +171,62 @@ std::string EmbeddingsResponseJson(const EmbeddingsCall& c) {
 
 }  // namespace
 
-EmbeddingsService::EmbeddingsService(EmbeddingsServiceOptions options, ModelRepository* repo,
-                                     const MetricsRegistry* registry)
-    : options_(std::move(options)),
-      repo_(repo),
-      registry_(registry),
-      created_(std::chrono::duration_cast<std::chrono::seconds>(
-                   std::chrono::system_clock::now().time_since_epoch())
-                   .count()) {}
-
-void EmbeddingsService::SetModel(std::shared_ptr<const BertClassicModel> model) {
-  std::lock_guard lock(mu_);
-  model_ = std::move(model);
-}
+EmbeddingsService::EmbeddingsService(EmbeddingsServiceOptions options, const ModelRepository* repo)
+    : options_(std::move(options)), repo_(repo) {}
 
 void EmbeddingsService::RegisterRoutes(HttpServer& server) {
-  ModelRepository* repo = repo_;
-  if (options_.embeddings) {
-    server.Handle("POST", "/v1/embeddings", [this](const HttpRequest& req, std::shared_ptr<HttpResponder> r) {
-      HandleEmbeddings(req, std::move(r));
-    });
-  }
-  server.Handle("GET", "/v1/models", [this, repo](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
-    json data = json::array();
-    for (ServedModel* m : repo->models()) {
-      data.push_back(
-          json{{"id", m->name()}, {"object", "model"}, {"created", created_}, {"owned_by", "stoke"}});
-    }
-    r->Send({.body = json{{"object", "list"}, {"data", data}}.dump()});
+  server.Handle("POST", "/v1/embeddings", [this](const HttpRequest& req, std::shared_ptr<HttpResponder> r) {
+    HandleEmbeddings(req, std::move(r));
   });
-  server.Handle("GET", "/health/live", [](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
-    r->Send({.body = R"({"status":"live"})"});
-  });
-  for (const char* path : {"/health/ready", "/health"}) {
-    server.Handle("GET", path, [repo](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
-      if (repo->ready()) {
-        r->Send({.body = R"({"status":"ready"})"});
-      } else {
-        r->Send({.status = 503, .body = R"({"status":"loading"})", .headers = {{"Retry-After", "1"}}});
-      }
-    });
-  }
-  if (registry_ != nullptr) {
-    server.Handle("GET", "/metrics", [this](const HttpRequest&, std::shared_ptr<HttpResponder> r) {
-      r->Send({.status = 200, .content_type = kPrometheusContentType, .body = registry_->ExposeText()});
-    });
-  }
 }
 
 void EmbeddingsService::HandleEmbeddings(const HttpRequest& req, std::shared_ptr<HttpResponder> r) {
-  std::shared_ptr<const BertClassicModel> model;
-  {
-    std::lock_guard lock(mu_);
-    model = model_;
-  }
-  auto served = repo_->Find(options_.served_model_name, "");
-  if (model == nullptr || !served.ok() || !(*served)->ready()) {
-    SendError(*r, UnavailableError("the model is still loading"));
+  const json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded() || !body.is_object()) {
+    SendError(*r, InvalidArgumentError("the request body must be a JSON object"));
     return;
   }
-  ServedModel* m = *served;
+  // The model first (its hidden size checks 'dimensions').
+  std::string requested;
+  if (auto it = body.find("model"); it != body.end()) {
+    if (!it->is_string()) {
+      SendError(*r, InvalidArgumentError("'model' must be a string"), "model");
+      return;
+    }
+    requested = it->get<std::string>();
+  }
+  ApiError lookup_error;
+  const ModelRepository::Entry* entry =
+      FindRequestModel(*repo_, requested, ModelKind::kEncoder, "/v1/embeddings", &lookup_error);
+  if (entry == nullptr) {
+    r->Send({.status = lookup_error.status, .body = ErrorJson(lookup_error)});
+    return;
+  }
+  ServedModel* m = entry->served;
+  ServedModel::Use use = m->Acquire();
+  if (!use) {
+    const bool loading = entry->model->state() == ModelState::kLoading;
+    SendError(*r, UnavailableError(
+                      "{}", loading ? std::string("the model is still loading")
+                                    : fmt::format("the model '{}' is not loaded ({})", entry->model->name(),
+                                                  ModelStateName(entry->model->state()))));
+    return;
+  }
+  const TextEmbedder* model = use->text_embedder();
+  if (model == nullptr) {
+    SendError(*r,
+              InvalidArgumentError("the model '{}' takes token ids (input_ids, attention_mask), not text: "
+                                   "use KServe infer, or '{}' for /v1/embeddings",
+                                   m->name(), entry->model->name()),
+              "model");
+    return;
+  }
   std::string param;
-  auto parsed = ParseEmbeddingsRequest(req.body, model->hidden_size(), &param);
+  auto parsed = ParseEmbeddingsRequest(body, model->hidden_size(), &param);
   const Nanos parsed_at = MonotonicNanos();
   if (!parsed.ok()) {
     SendError(*r, parsed.status(), param);
     return;
-  }
-  if (!parsed->model.empty() && parsed->model != m->name()) {
-    bool alias = false;
-    for (const auto& a : options_.model_aliases) alias |= a == parsed->model;
-    if (!alias) {
-      ApiError e{.status = 404,
-                 .message = fmt::format("The model '{}' does not exist", parsed->model),
-                 .param = "model",
-                 .code = "model_not_found"};
-      r->Send({.status = 404, .body = ErrorJson(e)});
-      return;
-    }
   }
   int64_t longest = 0, total = 0;
   auto rows = parsed->texts.empty() ? model->CheckIds(std::move(parsed->token_rows), &longest, &total)

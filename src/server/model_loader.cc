@@ -1,0 +1,338 @@
+#include "server/model_loader.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "base/file_util.h"
+#include "base/logging.h"
+#include "engine/loader/model_registry.h"
+#include "engine/model/bert.h"
+#include "engine/model/bert_backend.h"
+#include "engine/model/factory.h"
+#include "engine/model/synthetic.h"
+#include "engine/tokenizer/chat_template.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "serve/batcher/bert_classic_model.h"
+#include "serve/batcher/synthetic_classic_model.h"
+#include "serve/llm_loop.h"
+#include "telemetry/step_trace.h"
+
+namespace stoke {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+bool IsBertFolder(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return false;
+  auto text = ReadFileToString((fs::path(dir) / "config.json").string());
+  if (!text.ok()) return false;
+  json j = json::parse(*text, nullptr, false);
+  if (!j.is_object()) return false;
+  if (j.value("model_type", "") == "bert") return true;
+  if (j.contains("architectures") && j["architectures"].is_array()) {
+    for (const json& a : j["architectures"]) {
+      if (a.is_string() && a.get<std::string>().starts_with("Bert")) return true;
+    }
+  }
+  return false;
+}
+
+BatcherConfig DefaultBatcherConfig() {
+  BatcherConfig c;
+  c.max_batch_size = 32;
+  c.dynamic_batching = DynamicBatchingOptions{};
+  return c;
+}
+
+std::string BaseName(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  std::string name = fs::path(path).filename().string();
+  if (name.ends_with(".json")) name.resize(name.size() - 5);
+  return name;
+}
+
+// The batching settings a model gets: its own (stoke.toml), else the server's flags. max_batch_size and
+// max_queue_delay win over the model file; either turns dynamic batching on.
+struct BatchingOverrides {
+  int instances = 0;
+  int max_batch_size = 0;
+  int64_t max_queue_delay_us = -1;
+};
+
+void ApplyBatching(const BatchingOverrides& o, BatcherConfig* c) {
+  if (o.instances > 0) c->instance_count = o.instances;
+  if (o.max_batch_size > 0) {
+    c->max_batch_size = o.max_batch_size;
+    if (!c->dynamic_batching) c->dynamic_batching = DynamicBatchingOptions{};
+  }
+  if (o.max_queue_delay_us >= 0) {
+    if (!c->dynamic_batching) c->dynamic_batching = DynamicBatchingOptions{};
+    c->dynamic_batching->max_queue_delay_us = o.max_queue_delay_us;
+  }
+}
+
+// A batched model before loading: what the model file (or the defaults) and the settings say.
+struct BatchedSpec {
+  ModelKind kind = ModelKind::kEncoder;
+  std::string name;
+  std::string model;  // encoder: alias or folder
+  BatcherConfig config;
+  json file;  // synthetic keys live there
+  std::string source;
+  int threads = 0;
+  std::string device = "auto";  // encoder: auto = cuda when the build has CUDA and a GPU is visible
+  std::string encoder_attention = "auto";
+};
+
+StatusOr<BatchedSpec> ReadBatchedSpec(const ModelSettings& m, const ServerOptions& o) {
+  const BatchingOverrides batching{.instances = m.instances.value_or(o.instances),
+                                   .max_batch_size = m.max_batch_size.value_or(o.max_batch_size),
+                                   .max_queue_delay_us = m.max_queue_delay_us.value_or(o.max_queue_delay_us)};
+  // "" = the model file's "device" key (else auto): an explicit --device or stoke.toml device overrides it.
+  const std::string device = m.device.value_or(o.batched_device);
+  BatchedSpec s;
+  s.encoder_attention = o.encoder_attention;
+  s.threads = o.threads;
+  if (!m.source.ends_with(".json")) {
+    s.kind = ModelKind::kEncoder;
+    s.model = m.source;
+    s.name = m.name.empty() ? BaseName(m.source) : m.name;
+    s.config = DefaultBatcherConfig();
+    if (!device.empty()) s.device = device;
+    ApplyBatching(batching, &s.config);
+    RETURN_IF_ERROR(s.config.Validate().WithContext(m.origin));
+    return s;
+  }
+  s.source = m.source;
+  ASSIGN_OR_RETURN(std::string text, ReadFileToString(m.source));
+  s.file = json::parse(text, nullptr, false);
+  if (!s.file.is_object()) return InvalidArgumentError("{}: not a JSON object", m.source);
+  const std::string type = s.file.value("type", "");
+  if (type != "bert" && type != "synthetic") {
+    return InvalidArgumentError("{}: \"type\" must be \"bert\" or \"synthetic\", got {}", m.source,
+                                s.file.contains("type") ? s.file["type"].dump() : "nothing");
+  }
+  s.kind = type == "bert" ? ModelKind::kEncoder : ModelKind::kSynthetic;
+  const std::string file_name = s.file.contains("name") && s.file["name"].is_string()
+                                    ? s.file["name"].get<std::string>()
+                                    : BaseName(m.source);
+  s.name = m.name.empty() ? file_name : m.name;
+  if (s.file.contains("threads")) {
+    if (!s.file["threads"].is_number_integer())
+      return InvalidArgumentError("{}: 'threads' must be an integer", m.source);
+    s.threads = s.file["threads"].get<int>();
+  }
+  if (s.kind == ModelKind::kEncoder) {
+    if (!s.file.contains("model") || !s.file["model"].is_string()) {
+      return InvalidArgumentError("{}: a bert model file needs \"model\" (alias or HF folder)", m.source);
+    }
+    s.model = s.file["model"].get<std::string>();
+    const fs::path rel = fs::path(m.source).parent_path() / s.model;
+    std::error_code ec;
+    if (!FindModelSpec(s.model) && fs::path(s.model).is_relative() && fs::exists(rel, ec))
+      s.model = rel.string();
+    // As in Triton, a model file without "dynamic_batching" runs each request alone.
+    if (!s.file.contains("max_batch_size")) s.file["max_batch_size"] = DefaultBatcherConfig().max_batch_size;
+  }
+  ASSIGN_OR_RETURN(s.config, BatcherConfig::FromJson(s.file, m.source));
+  ApplyBatching(batching, &s.config);
+  RETURN_IF_ERROR(s.config.Validate().WithContext("--max-batch-size / --max-queue-delay-us"));
+  if (s.kind == ModelKind::kEncoder) {
+    if (s.file.contains("device") && !s.file["device"].is_string())
+      return InvalidArgumentError("{}: 'device' must be a string (cpu, cuda or auto)", m.source);
+    s.device = !device.empty() ? device : s.file.value("device", std::string("auto"));
+    if (s.config.max_batch_size < 1)
+      return InvalidArgumentError("{}: a bert model needs max_batch_size >= 1", m.source);
+  } else if (!device.empty()) {
+    s.file["device"] = device;  // --device overrides the synthetic model file's "device" too
+  }
+  return s;
+}
+
+std::string BatchingSummary(const BatcherConfig& c) {
+  return fmt::format("max_batch_size {}, dynamic batching {}, {} instance(s)", c.max_batch_size,
+                     c.dynamic_batching
+                         ? fmt::format("on, max_queue_delay {} us", c.dynamic_batching->max_queue_delay_us)
+                         : std::string("off"),
+                     c.instance_count);
+}
+
+StatusOr<LoadedModel> LoadBatched(const BatchedSpec& s, const std::vector<std::string>& names,
+                                  const Backends& backends) {
+  LoadedModel l;
+  std::string path = s.source, device = "cpu";
+  if (s.kind == ModelKind::kSynthetic) {
+    ASSIGN_OR_RETURN(SyntheticConfig sc, SyntheticConfig::FromJson(s.file, s.source));
+    auto model = std::make_shared<const SyntheticModel>(std::move(sc));
+    l.classic.push_back(std::make_shared<SyntheticClassicModel>(model, std::max(1, s.config.max_batch_size), backends));
+  } else {
+    ASSIGN_OR_RETURN(path, ResolveModel(s.model));
+    if (!IsBertFolder(path)) return InvalidArgumentError("{} is not a BERT-family HF folder", path);
+    ASSIGN_OR_RETURN(std::unique_ptr<BertEncoder> enc, BertEncoder::Load(path));
+    ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, LoadTokenizer(path));
+    std::shared_ptr<const BertEncoder> encoder = std::move(enc);
+    std::shared_ptr<const Tokenizer> tokenizer = std::move(tok);
+    // On a device the weights are uploaded once and shared by both forms' instances.
+    BertDeviceOptions dev_opts;
+    dev_opts.device = s.device;
+    dev_opts.attention = s.encoder_attention;
+    dev_opts.max_batch_tokens = std::max<int64_t>(
+        dev_opts.max_batch_tokens, int64_t{s.config.max_batch_size} * encoder->max_seq_length());
+    ASSIGN_OR_RETURN(std::shared_ptr<BertDeviceModel> dev, LoadBertOnDevice(encoder, dev_opts, backends));
+    device = dev ? dev->device_name() : "cpu";
+    l.classic.push_back(
+        std::make_shared<BertClassicModel>(encoder, tokenizer, BertInputForm::kText, s.threads, dev));
+    l.classic.push_back(
+        std::make_shared<BertClassicModel>(encoder, tokenizer, BertInputForm::kTokenIds, s.threads, dev));
+  }
+  l.summary = fmt::format("models {} from {} on {}; {}", fmt::join(names, ", "), path, device,
+                          BatchingSummary(s.config));
+  return l;
+}
+
+struct DecoderSpec {
+  std::string name;
+  std::string source;
+  DecoderOptions options;
+  int64_t kv_cache_bytes = 0;
+  bool kv_cache_bytes_set = false;
+};
+
+StatusOr<LoadedModel> LoadDecoderModel(const DecoderSpec& d, const ServerOptions& o, ServerMetrics* metrics,
+                                       const Backends& backends) {
+  ASSIGN_OR_RETURN(std::string path, ResolveModel(d.source));
+  ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, LoadTokenizer(path));
+  auto handle = std::make_shared<DecoderHandle>();
+  handle->tokenizer = std::move(tok);
+  handle->metrics = metrics;
+  auto tmpl = ChatTemplate::FromModel(path);
+  if (tmpl.ok()) {
+    handle->chat_template = std::move(*tmpl);
+  } else {
+    LOG_WARN("serve: model '{}' has no usable chat template ({}); /v1/chat/completions will answer 400",
+             d.name, tmpl.status().message());
+  }
+  DecoderOptions dopts = d.options;
+  dopts.max_step_tokens = std::max(dopts.max_step_tokens, o.max_num_batched_tokens);
+  ASSIGN_OR_RETURN(std::unique_ptr<DecoderModel> model, LoadDecoder(path, dopts, backends));
+  const std::string device = model->device_name();
+
+  LlmLoopOptions lo;
+  lo.scheduler.max_num_seqs = o.max_num_seqs;
+  lo.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
+  lo.scheduler.enable_chunked_prefill = o.chunked_prefill;
+  lo.block_size = o.block_size;
+  lo.kv_budget_bytes = d.kv_cache_bytes;
+  // A GPU decoder knows the memory left after its weights and scratch (its GPU memory share); an explicit
+  // KV size (or --kv-blocks) still wins.
+  if (!d.kv_cache_bytes_set && model->KvBudgetBytes() > 0) lo.kv_budget_bytes = model->KvBudgetBytes();
+  lo.num_kv_blocks = o.kv_blocks;
+  lo.enable_prefix_caching = o.prefix_cache;
+  lo.device_sampling = o.device_sampling;
+  lo.max_waiting = o.max_waiting;
+  lo.on_step = [metrics, name = d.name](const StepRecord& step) {
+    if (metrics != nullptr) metrics->RecordStep(step);
+    TraceStep(name, step);  // the timeline, while a trace is on (telemetry/step_trace.h)
+  };
+  ASSIGN_OR_RETURN(std::unique_ptr<LlmLoop> created,
+                   LlmLoop::Create(lo, std::move(model), handle->tokenizer));
+  std::shared_ptr<LlmLoop> loop = std::move(created);
+  if (metrics != nullptr) {
+    std::weak_ptr<LlmLoop> weak = loop;
+    metrics->SetSnapshotSource([weak]() -> EngineSnapshot {
+      auto l = weak.lock();
+      return l ? l->Snapshot() : EngineSnapshot{};
+    });
+  }
+  handle->engine = loop;
+  LoadedModel l;
+  l.summary = fmt::format("model '{}' from {} on {}, context {} tokens, {} KV blocks of {}, prefix cache {}",
+                          d.name, path, device, loop->context_length(), loop->num_kv_blocks(),
+                          loop->block_size(), o.prefix_cache ? "on" : "off");
+  l.decoder = std::move(handle);
+  l.drain = [loop](std::chrono::milliseconds drain) {
+    loop->WaitIdle(static_cast<Nanos>(drain.count()) * 1000 * 1000);
+  };
+  return l;
+}
+
+}  // namespace
+
+bool IsBatchedModelSource(const std::string& source) {
+  if (source.ends_with(".json")) return true;
+  if (IsBertFolder(source)) return true;
+  if (const ModelSpec* spec = FindModelSpec(source); spec != nullptr) {
+    const std::string path = ModelEntryPath(*spec, DefaultModelDir());
+    if (ModelPresent(*spec, DefaultModelDir())) return IsBertFolder(path);
+    // Not fetched yet: known encoder aliases are HF folders described as encoders.
+    return spec->entry.empty() && spec->description.find("encoder") != std::string::npos;
+  }
+  return false;
+}
+
+std::string DefaultModelName(const std::string& source) {
+  std::string name = source;
+  while (name.size() > 1 && name.back() == '/') name.pop_back();
+  if (const size_t slash = name.rfind('/'); slash != std::string::npos) name = name.substr(slash + 1);
+  if (name.size() > 5 && name.ends_with(".gguf")) name.resize(name.size() - 5);
+  return name;
+}
+
+StatusOr<ModelConfig> MakeModelConfig(const ModelSettings& m, const ServerOptions& o,
+                                      const Backends& backends, MetricsRegistry* registry,
+                                      std::vector<std::unique_ptr<ServerMetrics>>* keep) {
+  if (m.source.empty()) return InvalidArgumentError("{}: no model source", m.origin);
+  bool batched;
+  if (m.kind.empty()) {
+    batched = IsBatchedModelSource(m.source);
+  } else if (m.kind == "decoder") {
+    batched = false;
+  } else if (m.kind == "encoder" || m.kind == "synthetic") {
+    batched = true;
+  } else {
+    return InvalidArgumentError("{}: kind '{}' must be decoder, encoder or synthetic", m.origin, m.kind);
+  }
+  ModelConfig c;
+  c.load_at_start = m.load;
+  if (!batched) {
+    DecoderSpec d;
+    d.name = m.name.empty() ? DefaultModelName(m.source) : m.name;
+    d.source = m.source;
+    d.options = o.decoder;
+    if (m.device) d.options.device = *m.device;
+    if (m.gpu_memory_fraction) d.options.gpu_memory_fraction = *m.gpu_memory_fraction;
+    d.kv_cache_bytes = m.kv_cache_bytes.value_or(o.kv_cache_bytes);
+    d.kv_cache_bytes_set = m.kv_cache_bytes.has_value() || o.kv_cache_bytes_set;
+    // Token-count histograms need a bound before the model (and its context length) is known.
+    ASSIGN_OR_RETURN(std::unique_ptr<ServerMetrics> metrics,
+                     ServerMetrics::Create(registry, d.name, 1 << 17));
+    ServerMetrics* mp = metrics.get();
+    keep->push_back(std::move(metrics));
+    c.name = d.name;
+    c.kind = ModelKind::kDecoder;
+    if (m.source != d.name) c.aliases.push_back(m.source);
+    c.load = [d, &o, mp, backends]() { return LoadDecoderModel(d, o, mp, backends); };
+    return c;
+  }
+  ASSIGN_OR_RETURN(BatchedSpec s, ReadBatchedSpec(m, o));
+  if (!m.kind.empty() && (m.kind == "synthetic") != (s.kind == ModelKind::kSynthetic)) {
+    return InvalidArgumentError("{}: kind '{}' but {} is a{} model", m.origin, m.kind, m.source,
+                                s.kind == ModelKind::kSynthetic ? " synthetic" : "n encoder");
+  }
+  c.name = s.name;
+  c.kind = s.kind;
+  c.served.push_back({.name = s.name, .config = s.config});
+  if (s.kind == ModelKind::kEncoder) c.served.push_back({.name = s.name + "-ids", .config = s.config});
+  if (m.source != s.name) c.aliases.push_back(m.source);
+  std::vector<std::string> names;
+  for (const auto& sm : c.served) names.push_back(sm.name);
+  c.load = [s, names, backends]() { return LoadBatched(s, names, backends); };
+  return c;
+}
+
+}  // namespace stoke

@@ -1,0 +1,72 @@
+// What `stoke serve` is told (apps/stoke/cmd_serve.cc fills it from the flags and --config): the models, the
+// listeners, and the defaults every model gets unless its own settings (a stoke.toml in the repository
+// folder) say otherwise. Each field's flag is in docs/api.md.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/model/factory.h"
+#include "telemetry/metrics.h"
+
+namespace stoke {
+
+// One model: a --model argument, or one folder of --model-repository. Unset fields take the server's.
+struct ModelSettings {
+  std::string name;    // served name ("" = the file's "name", the alias, or the file/folder name)
+  std::string source;  // alias, GGUF file, HF folder, or model file (*.json)
+  std::string kind;    // "" = from the source | decoder | encoder | synthetic
+  std::optional<std::string> device;          // auto | cpu | cuda
+  std::optional<double> gpu_memory_fraction;  // decoders on CUDA: its share of the GPU's memory
+  std::optional<int64_t> kv_cache_bytes;      // decoders
+  std::optional<int> instances;               // batched models
+  std::optional<int> max_batch_size;          // batched models
+  std::optional<int64_t> max_queue_delay_us;  // batched models
+  bool load = true;                           // loaded at start (false: only by the repository API)
+  std::string origin;                         // for messages: "--model X", "DIR/NAME/stoke.toml"
+};
+
+struct ServerOptions {
+  std::vector<ModelSettings> models;
+  std::string model_repository;  // a folder of model folders (repository_folder.h), read at start
+
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  int grpc_port = 8001;        // 0: any free port; -1: off
+  bool grpc_port_set = false;  // given explicitly (a decoder-only server then warns that it has no gRPC)
+  size_t max_body_bytes = 8u << 20;
+  int http_threads = 2;
+  int threads = 0;  // compute threads; 0 = hardware threads
+  double drain_seconds = 10;
+  double idle_timeout_seconds = 120;
+  bool gpu_telemetry = true;
+  int gpu_telemetry_interval_ms = 1000;
+  MetricNaming metric_naming = MetricNaming::kVllm;
+  int debug_requests = 1000;
+  bool record_ledger = true;
+
+  // Decoders.
+  DecoderOptions decoder;  // device, GPU memory fraction, engine knobs
+  int64_t kv_cache_bytes = int64_t{1} << 30;
+  bool kv_cache_bytes_set = false;  // given explicitly; else cuda sizes the KV itself
+  int kv_blocks = 0;
+  int block_size = 16;
+  int max_num_seqs = 64;
+  int max_num_batched_tokens = 2048;
+  int max_waiting = 1024;
+  bool prefix_cache = true;
+  bool device_sampling = true;
+  bool chunked_prefill = true;
+
+  // Batched models (encoders, synthetic).
+  std::string batched_device;  // "" = the model file's "device" (else auto); set when --device was given
+  std::string encoder_attention = "auto";
+  int instances = 0;
+  int max_batch_size = 0;
+  int64_t max_queue_delay_us = -1;
+};
+
+}  // namespace stoke
