@@ -205,7 +205,9 @@ def decoder(tmp_path_factory):
     r = subprocess.run([str(stoke_bin_path()), "model", "synth", "--shape", "smollm2-135m", "--layers", "1",
                         "--seed", "5", "--out", str(model), "--quiet"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    r = subprocess.run([str(stoke_bin_path()), "tune", "--model", str(model), "--out", str(d / "walk"), *DECODER],
+    # --serve-args reach every point and stoke.toml (prompts are unique: no prefix cache changes nothing here).
+    r = subprocess.run([str(stoke_bin_path()), "tune", "--model", str(model), "--out", str(d / "walk"), *DECODER,
+                        "--serve-args", "--no-prefix-cache --max-waiting 512"],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     return {"dir": d, "model": model, "walk": json.loads((d / "walk" / "tune.json").read_text()),
@@ -247,6 +249,8 @@ def test_decoder_toml_is_read_by_serve_config_unchanged(decoder, tmp_path):
     chosen = decoder["walk"]["chosen"]
     if chosen["max_num_seqs"] != "own":
         assert f"max-num-seqs = {chosen['max_num_seqs']}" in text
+    assert 'no-prefix-cache = true\nmax-waiting = "512"\n' in text, text
+    assert decoder["walk"]["serve_args"] == ["--no-prefix-cache", "--max-waiting", "512"]
     srv = start_decoder(decoder["model"], "--config", toml, log=tmp_path / "serve.log")
     try:
         assert srv.get("/v1/models").status_code == 200
@@ -306,6 +310,7 @@ def test_url_measures_a_running_server_and_names_the_next_flag(decoder, tmp_path
     ([], "give an SLO"),
     (["--slo-tpot-ms", "50", "--max-num-seqs-values", "0,8"], "--max-num-seqs-values"),
     (["--slo-tpot-ms", "50", "--url", "ftp://x"], "--url"),
+    (["--slo-tpot-ms", "50", "--serve-args", "--threads 2 --max-num-seqs 8"], "--max-num-seqs"),
 ])
 def test_slo_options_are_validated(tmp_path, args, needle):
     r = subprocess.run([str(stoke_bin_path()), "tune", "--model", "x", "--out", str(tmp_path), *args],

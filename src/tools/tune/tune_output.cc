@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <set>
 
 #include "tools/bench/svg_chart.h"
 
@@ -22,6 +23,31 @@ std::string TomlString(const std::string& s) {
     out += c;
   }
   return out + "\"";
+}
+
+// --serve-args as stoke.toml keys, so the file serves as the points ran: "--gemm-cache g.json
+// --no-prefix-cache
+// --threads=4" -> gemm-cache = "g.json", no-prefix-cache = true, threads = "4". A key already written (a
+// knob) or repeated is left as a comment: TOML allows a key once.
+std::string ServeArgsToml(const std::vector<std::string>& args, std::set<std::string>* written) {
+  std::string t;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.size() <= 2 || a.rfind("--", 0) != 0) {
+      t += "# --serve-args " + a + ": not a --flag, left out\n";
+      continue;
+    }
+    std::string key = a.substr(2), value = "true";
+    if (const size_t eq = key.find('='); eq != std::string::npos) {
+      value = TomlString(key.substr(eq + 1));
+      key.resize(eq);
+    } else if (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) {
+      value = TomlString(args[++i]);
+    }
+    t += written->insert(key).second ? "" : "# --serve-args, already set above: ";
+    t += key + " = " + value + "\n";
+  }
+  return t;
 }
 
 std::string LoadText(const TuneOptions& o) {
@@ -164,19 +190,21 @@ std::string TuneToml(const TuneOptions& o, const TuneResult& r) {
   if (std::filesystem::exists(model, ec)) model = std::filesystem::absolute(model, ec).string();
   t += "model = " + TomlString(model) + "\n";
   if (!o.device.empty()) t += "device = " + TomlString(o.device) + "\n";
-  const Knobs& k = r.chosen;
-  if (r.kind == ModelKind::kDecoder) {
-    if (k.max_num_seqs > 0) t += fmt::format("max-num-seqs = {}\n", k.max_num_seqs);
-    if (k.max_num_batched_tokens > 0)
-      t += fmt::format("max-num-batched-tokens = {}\n", k.max_num_batched_tokens);
-    if (k.chunked_prefill == 0) t += "no-chunked-prefill = true\n";
-    if (k.cuda_graphs >= 0) t += fmt::format("cuda-graphs = \"{}\"\n", k.cuda_graphs ? "on" : "off");
-  } else {
-    if (k.max_batch_size > 0) t += fmt::format("max-batch-size = {}\n", k.max_batch_size);
-    if (k.max_queue_delay_us >= 0) t += fmt::format("max-queue-delay-us = {}\n", k.max_queue_delay_us);
-    if (k.instances > 0) t += fmt::format("instances = {}\n", k.instances);
+  // The knobs as flags ("--max-num-seqs", "32", "--no-chunked-prefill", ...), written as TOML keys.
+  std::set<std::string> written = {"model", "device"};
+  const std::vector<std::string> flags = r.chosen.Flags(r.kind);
+  for (size_t i = 0; i < flags.size(); ++i) {
+    const std::string key = flags[i].substr(2);
+    written.insert(key);
+    if (i + 1 < flags.size() && flags[i + 1].rfind("--", 0) != 0) {
+      const std::string& v = flags[++i];
+      const bool number = v.find_first_not_of("0123456789") == std::string::npos;
+      t += key + " = " + (number ? v : TomlString(v)) + "\n";
+    } else {
+      t += key + " = true\n";
+    }
   }
-  return t;
+  return t + ServeArgsToml(o.serve_args, &written);
 }
 
 nlohmann::json TuneJson(const TuneOptions& o, const TuneResult& r) {
@@ -194,6 +222,7 @@ nlohmann::json TuneJson(const TuneOptions& o, const TuneResult& r) {
   j["load"] = {{"mode", o.mode == bench::LoadMode::kConcurrency ? "concurrency" : "rate"}, {"value", o.load}};
   j["workload"] = o.workload.Describe();
   j["point"] = {{"warmup_s", o.warmup_s}, {"window_s", o.window_s}, {"windows", o.windows}};
+  j["serve_args"] = o.serve_args;
   j["budget_s"] = o.budget_s;
   j["budget_exhausted"] = r.budget_exhausted;
   j["min_gain"] = o.min_gain;

@@ -446,6 +446,18 @@ Status ValidateTuneOptions(const TuneOptions& o) {
     return InvalidArgumentError("the knob value lists must not be empty");
   if (!o.url.empty() && o.grid)
     return InvalidArgumentError("--grid needs servers tune starts itself, not --url");
+  // The flags tune gives every `stoke serve` itself (ServeArgs, Knobs::Flags): twice would be a usage error
+  // there, and stoke.toml could not hold both. --config: its keys can go in --serve-args.
+  for (const std::string& a : o.serve_args) {
+    const std::string name = a.substr(0, a.find('='));
+    for (const char* own : {"--model", "--port", "--grpc-port", "--drain-seconds", "--device", "--config",
+                            "--max-batch-size", "--max-queue-delay-us", "--instances", "--max-num-seqs",
+                            "--max-num-batched-tokens", "--no-chunked-prefill", "--cuda-graphs"}) {
+      if (name == own)
+        return InvalidArgumentError("--serve-args '{}': tune sets {} itself{}", a, own,
+                                    std::string(own) == "--device" ? " (give tune --device)" : "");
+    }
+  }
   return OkStatus();
 }
 

@@ -215,6 +215,13 @@ TEST(TuneFilesTest, ServeHelpDefaultsAndDecoderToml) {
                    "cuda-graphs = \"off\"\n"),
             std::string::npos)
       << t;
+  // --serve-args become keys of their own; a knob tune sets is not written twice (TOML allows a key once).
+  o.serve_args = {"--gemm-cache", "/x/g.json", "--no-prefix-cache", "--threads=4", "--max-num-seqs", "8"};
+  const std::string with_args = TuneToml(o, r);
+  EXPECT_NE(with_args.find("cuda-graphs = \"off\"\ngemm-cache = \"/x/g.json\"\nno-prefix-cache = true\n"
+                           "threads = \"4\"\n# --serve-args, already set above: max-num-seqs = \"8\"\n"),
+            std::string::npos)
+      << with_args;
   EXPECT_EQ(r.chosen.Flags(ModelKind::kDecoder),
             (std::vector<std::string>{"--max-num-seqs", "32", "--max-num-batched-tokens", "4096",
                                       "--no-chunked-prefill", "--cuda-graphs", "off"}));
