@@ -39,6 +39,7 @@ struct BenchCliOptions {
   int shared_prefix = 0;
   double duration = 60, warmup = 5, window = 5, stability = 0.10, timeout = 600, drain_timeout = 30;
   double max_send_lag_ms = 10, late_ms = 2, max_cpu = 90;
+  int prebuilt = 0;
   int max_connections = 2048;
   uint64_t seed = 1;
   double temperature = -1;
@@ -133,6 +134,7 @@ StatusOr<bench::BenchOptions> ToBenchOptions(const BenchCliOptions& c) {
   o.point.max_send_lag_ms = c.max_send_lag_ms;
   o.point.late_threshold_ms = c.late_ms;
   o.point.max_cpu_percent = c.max_cpu;
+  o.point.prebuilt_requests = c.prebuilt;
   o.point.seed = c.seed;
   o.stream = !c.no_stream;
   o.ignore_eos = !c.no_ignore_eos;
@@ -227,6 +229,12 @@ CommandRun SetupBench(CLI::App* cmd) {
   cmd->add_option("--max-send-lag-ms", c->max_send_lag_ms, "p99 send lag above which a point is invalid")
       ->capture_default_str();
   cmd->add_option("--late-ms", c->late_ms, "A send later than this counts as late")->capture_default_str();
+  cmd->add_option(
+         "--prebuilt-requests", c->prebuilt,
+         "Build (and serialize) N requests before each point and send them in turn (0: build as they "
+         "go); they repeat after N, which a server's prefix cache would notice")
+      ->check(CLI::Range(0, 1000000))
+      ->capture_default_str();
   cmd->add_option("--max-generator-cpu", c->max_cpu, "Generator CPU % above which a point is invalid")
       ->capture_default_str();
   cmd->add_flag("--no-stream", c->no_stream, "Chat/completions without streaming (no TTFT/ITL)");

@@ -6,16 +6,35 @@
 #             synthetic model over KServe HTTP at c=64; a SmolLM2-135M-shaped decoder made by `stoke model
 #             synth` on the GPU at c=16)
 #   tune      stoke tune on a BERT-base-shaped encoder (`stoke model synth --shape bert-base`) on the GPU,
-#             ~128-token inputs, SLO p99 20 ms (TUNE_GRID=1: also every combination of the same values)
+#             ~128-token inputs, c=16, SLO p99 20 ms, 1 s warm-up + 4 s window, pre-built requests (tune's
+#             default), budget 2.5 min. TUNE_GRID=1: also every combination of the same values (46 points,
+#             budget 5 min), then bench/tune_compare.py measures the walk's choice and the grid's best two again,
+#             alternated over 3 rounds: within 5 % of the grid or not (tune_bert_compare.json). ~7 min in all
+#             with the grid (at most ~9: the budgets bound it).
+#   tune_llm  stoke tune on the Llama-3.1-8B shape (`stoke model synth --shape llama-3.1-8b`, bf16, random
+#             weights) on the GPU: streamed chat, 512 in / 128 out, c=64, SLO TPOT p99 50 ms; the decoder walk
+#             (max-num-seqs, max-num-batched-tokens, chunked prefill, CUDA graphs) with the doctor on every
+#             point, 2 s warm-up + 5 s window, budget 5 min. Each point restarts `stoke serve` (~11 s to load
+#             the 8B). ~6.5 min with the synth.
 # GPU_PARTS picks a subset (default: "serving ledger tune"). Outputs under $OUT: serving_path.json,
-# ledger_gpu.json, tune_bert/ (stoke.toml, tune.json, report.html, logs), log files.
+# ledger_gpu.json, tune_bert/, tune_bert_grid/, tune_bert_compare.json, tune_llm/ (each tune folder: stoke.toml,
+# tune.json, report.html, logs/) and the log files. STOKE=PATH replaces the bundle's binary.
+#
+#   GPU_PARTS=tune TUNE_GRID=1 bash bench/gpu/serving_checks.sh     # issue 14: BERT-base, walk vs grid
+#   GPU_PARTS=tune_llm bash bench/gpu/serving_checks.sh             # issue 14: the 8B decoder walk
+# (together ~14 min: over one 10-minute device command, so two commands.)
+#
+# CPU_DRY_RUN=1: the same steps on the CPU with 1-layer models, short windows and budgets: the plumbing, not a
+# measurement (~2 min on 2 cores):
+#   CPU_DRY_RUN=1 STOKE=build/release/apps/stoke/stoke GPU_PARTS="tune tune_llm" TUNE_GRID=1 OUT=/tmp/dry \
+#     bash bench/gpu/serving_checks.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/stoke_gpu_out}
 mkdir -p "$OUT"
 BUNDLE=${BUNDLE:-.bundle}
 if [[ ! -d "$BUNDLE" && -f "$BUNDLE.tar.gz" ]]; then tar -xzf "$BUNDLE.tar.gz"; fi
-STOKE=$PWD/$BUNDLE/bin/stoke
+STOKE=$(realpath -m "${STOKE:-$BUNDLE/bin/stoke}")
 # The bundle's libraries also serve a CPU-only build of an older commit given as BEFORE.
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$PWD/$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PYTHONUNBUFFERED=1
@@ -23,6 +42,9 @@ PARTS=" ${GPU_PARTS:-serving ledger tune} "
 want() { [[ $PARTS == *" $1 "* ]]; }
 T0=$(date +%s)
 stamp() { echo "=== $* (t=$(( $(date +%s) - T0 )) s)"; }
+DRY=${CPU_DRY_RUN:-}
+DEVICE=cuda
+[[ -n $DRY ]] && DEVICE=cpu
 COMMIT=$(cat "$BUNDLE/COMMIT" 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)
 
 if want serving; then
@@ -45,8 +67,13 @@ if want ledger; then
 fi
 
 if want tune; then
+  if [[ -n $DRY ]]; then
+    bert=/tmp/synth_bert_base_1layer synth_extra=(--layers 1) slo=2000 warmup=0.2 window=0.6 budget=1 gbudget=2.5
+  else
+    bert=/tmp/synth_bert_base synth_extra=() slo=20 warmup=1 window=4 budget=2.5 gbudget=5
+  fi
   stamp "tune bert-base"
-  "$STOKE" model synth --shape bert-base --out /tmp/synth_bert_base > "$OUT/synth_bert.log" 2>&1 ||
+  "$STOKE" model synth --shape bert-base "${synth_extra[@]}" --quiet --out "$bert" > "$OUT/synth_bert.log" 2>&1 ||
     echo "synth failed"
   # ~128 tokens a request: 100 words drawn from a fixed list (the synthetic WordPiece vocabulary splits them).
   python3 - > /tmp/bert_128.jsonl <<'EOF'
@@ -57,16 +84,48 @@ words = ("the model serves requests on the gpu and every batch waits for its tur
 for _ in range(256):
     print(json.dumps({"input": " ".join(random.choice(words) for _ in range(100))}))
 EOF
-  tune_args=(--model /tmp/synth_bert_base --device cuda --slo-p99-ms 20 --workload /tmp/bert_128.jsonl
-    --concurrency "${TUNE_CONCURRENCY:-16}" --warmup 1 --window "${TUNE_WINDOW:-3}" --batch-sizes 1,4,8,16,32,64
-    --queue-delays-us 1000,0,5000 --instance-counts 1,2,4 --confirm-rounds 3 --budget-min "${TUNE_BUDGET_MIN:-5}")
-  "$STOKE" tune "${tune_args[@]}" --out "$OUT/tune_bert" > "$OUT/tune_bert.log" 2>&1 || echo "tune failed"
+  # 4 s windows: 2 s did not separate these configs on the H200 (bench/results/gpu_tune_bert_base_h200_*.json).
+  # Batch 64 is left out (>= 2x the concurrency: the walk never measures it), which keeps the grid to 46 points.
+  window=${TUNE_WINDOW:-$window} warmup=${TUNE_WARMUP:-$warmup}
+  tune_args=(--model "$bert" --device "$DEVICE" --slo-p99-ms "${TUNE_SLO_MS:-$slo}" --workload /tmp/bert_128.jsonl
+    --concurrency "${TUNE_CONCURRENCY:-16}" --warmup "$warmup" --window "$window"
+    --batch-sizes "${TUNE_BATCH_SIZES:-1,4,8,16,32}" --queue-delays-us 1000,0,5000 --instance-counts 1,2,4
+    --confirm-rounds 3)
+  "$STOKE" tune "${tune_args[@]}" --budget-min "${TUNE_BUDGET_MIN:-$budget}" --out "$OUT/tune_bert" \
+    > "$OUT/tune_bert.log" 2>&1 || echo "tune failed"
   tail -n 40 "$OUT/tune_bert.log"
   if [[ -n "${TUNE_GRID:-}" ]]; then  # every combination of the same values, for comparison
     stamp "tune bert-base --grid"
-    "$STOKE" tune "${tune_args[@]}" --grid --out "$OUT/tune_bert_grid" > "$OUT/tune_bert_grid.log" 2>&1 ||
-      echo "tune --grid failed"
+    "$STOKE" tune "${tune_args[@]}" --grid --budget-min "${TUNE_GRID_BUDGET_MIN:-$gbudget}" \
+      --out "$OUT/tune_bert_grid" > "$OUT/tune_bert_grid.log" 2>&1 || echo "tune --grid failed"
     tail -n 12 "$OUT/tune_bert_grid.log"
+    stamp "walk vs grid, head to head"
+    python3 bench/tune_compare.py --stoke "$STOKE" --walk "$OUT/tune_bert" --grid "$OUT/tune_bert_grid" \
+      --workload /tmp/bert_128.jsonl --rounds "${COMPARE_ROUNDS:-3}" --warmup "$warmup" --window "$window" \
+      -o "$OUT/tune_bert_compare.json" > "$OUT/tune_bert_compare.log" 2>&1 || echo "tune_compare failed"
+    tail -n 12 "$OUT/tune_bert_compare.log"
   fi
+fi
+
+if want tune_llm; then
+  if [[ -n $DRY ]]; then
+    shape=(--shape smollm2-135m --layers 1) model_llm=${LLM_MODEL_DIR:-/tmp/stoke_synth_smollm2_1layer}
+    llm_args=(--input-len 16 --output-len 8 --concurrency 4 --warmup 0.2 --window 0.8 --max-num-seqs-values 1,2,4
+      --max-num-batched-tokens-values 32,64 --slo-tpot-ms 2000 --budget-min 1.5)
+  else
+    # c=64: 16 and 32 sequences are below the load, 128 above it (not measured); the default 64 is the baseline.
+    shape=(--shape llama-3.1-8b) model_llm=${LLM_MODEL_DIR:-/tmp/stoke_synth_llama-3.1-8b}
+    llm_args=(--input-len 512 --output-len 128 --concurrency "${TUNE_LLM_CONCURRENCY:-64}" --warmup 2
+      --window "${TUNE_LLM_WINDOW:-5}" --max-num-seqs-values 16,32,64,128
+      --max-num-batched-tokens-values 1024,2048,4096,8192 --slo-tpot-ms "${TUNE_LLM_TPOT_MS:-50}"
+      --budget-min "${TUNE_LLM_BUDGET_MIN:-5}" --serve-args "--gemm-cache $OUT/gemm_cache_8b.json")
+  fi
+  stamp "synth ${shape[*]} -> $model_llm"
+  [[ -f "$model_llm/config.json" ]] || timeout 300 "$STOKE" model synth "${shape[@]}" --seed 1 --quiet \
+    --out "$model_llm" > "$OUT/synth_llm.log" 2>&1 || echo "synth failed"
+  stamp "tune ${shape[1]}"
+  "$STOKE" tune --model "$model_llm" --device "$DEVICE" "${llm_args[@]}" --confirm-rounds 2 \
+    --out "$OUT/tune_llm" > "$OUT/tune_llm.log" 2>&1 || echo "tune llm failed"
+  tail -n 40 "$OUT/tune_llm.log"
 fi
 stamp "done"

@@ -77,6 +77,8 @@ struct GeneratorHealth {
   int64_t dropped_sends = 0;  // scheduled but never sent (no connection could be had in time)
   double cpu_percent = 0;     // the generator's io thread, percent of one core
   double late_threshold_ms = 0;
+  int64_t reused_requests =
+      0;  // sends of a pre-built request already sent once (PointOptions::prebuilt_requests)
 };
 
 struct PointResult {

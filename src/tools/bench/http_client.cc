@@ -4,6 +4,7 @@
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
 #include <chrono>
 #include <limits>
 
@@ -44,6 +45,17 @@ std::string ReadErrorKind(const boost::system::error_code& ec) {
 }
 
 }  // namespace
+
+std::string SerializeHttpRequest(const WireRequest& r, const std::string& host_header) {
+  std::string s = fmt::format("{} {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: stoke-bench\r\n", r.method, r.target,
+                              host_header);
+  if (!r.body.empty() || r.method == "POST")
+    s += fmt::format("Content-Type: {}\r\nContent-Length: {}\r\n", r.content_type, r.body.size());
+  for (const auto& [k, v] : r.headers) s += fmt::format("{}: {}\r\n", k, v);
+  s += "\r\n";
+  s += r.body;
+  return s;
+}
 
 StatusOr<HttpEndpoint> ParseHttpUrl(std::string_view url) {
   HttpEndpoint ep;
@@ -148,8 +160,11 @@ void HttpConnection::Start(const WireRequest& request, ResponseHandlers handlers
   ++generation_;
   timed_out_ = false;
   retried_ = false;
-  FillRequest(&request_, request.method, request.target, host_header_, request.body, request.content_type);
-  for (const auto& [k, v] : request.headers) request_.set(k, v);
+  wire_ = request.wire;
+  if (!wire_) {
+    FillRequest(&request_, request.method, request.target, host_header_, request.body, request.content_type);
+    for (const auto& [k, v] : request.headers) request_.set(k, v);
+  }
 
   // The deadline covers connecting, writing and reading.
   timer_.expires_after(std::chrono::nanoseconds(timeout));
@@ -183,13 +198,18 @@ void HttpConnection::DoWrite() {
   parser_->header_limit(kHeaderLimit);
   if (handlers_.on_sent && !retried_) handlers_.on_sent(MonotonicNanos());
   auto self = shared_from_this();
-  http::async_write(socket_, request_, [self](const boost::system::error_code& ec, size_t) {
+  auto on_written = [self](const boost::system::error_code& ec, size_t) {
     if (ec) {
       if (self->timed_out_) return self->Complete("timeout", "no response in time");
       return self->Complete("write", ec.message());
     }
     self->DoRead();
-  });
+  };
+  if (wire_) {
+    asio::async_write(socket_, asio::buffer(*wire_), std::move(on_written));
+  } else {
+    http::async_write(socket_, request_, std::move(on_written));
+  }
 }
 
 void HttpConnection::DoRead() {

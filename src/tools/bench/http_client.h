@@ -38,6 +38,11 @@ struct SimpleResponse {
 StatusOr<SimpleResponse> HttpFetch(const HttpEndpoint& ep, const std::string& method,
                                    const std::string& target, const std::string& body, double timeout_s);
 
+// The HTTP/1.1 bytes HttpConnection would write for `request` (the same request line and headers as its
+// serializer: Host, User-Agent, Content-Type, Content-Length, the request's own headers), built once so a
+// pre-built request is written with no per-send encoding.
+std::string SerializeHttpRequest(const WireRequest& request, const std::string& host_header);
+
 class HttpConnection : public Connection, public std::enable_shared_from_this<HttpConnection> {
  public:
   using Endpoints = boost::asio::ip::tcp::resolver::results_type;
@@ -65,6 +70,7 @@ class HttpConnection : public Connection, public std::enable_shared_from_this<Ht
   std::string host_header_;
   boost::beast::flat_buffer buffer_;
   boost::beast::http::request<boost::beast::http::string_body> request_;
+  std::shared_ptr<const std::string> wire_;  // a pre-built request's bytes (written as is), else request_
   std::optional<boost::beast::http::response_parser<boost::beast::http::string_body>> parser_;
   ResponseHandlers handlers_;
   bool busy_ = false;

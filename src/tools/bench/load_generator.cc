@@ -43,12 +43,14 @@ class PointRun {
  public:
   // `address` names the server in messages ("http://host:port"); helper_cpu (optional) reads the CPU
   // seconds of a thread that works for the generator besides the io thread (the gRPC poller).
-  PointRun(asio::io_context& io, ConnectionFactory factory, std::string address,
+  // http_host: the Host header of HTTP requests ("" over gRPC), written into pre-built requests.
+  PointRun(asio::io_context& io, ConnectionFactory factory, std::string address, std::string http_host,
            const ProtocolOptions& protocol, PromptSource* prompts, const PointOptions& opts,
            const ProgressFn& progress, std::function<double()> helper_cpu)
       : io_(io),
         factory_(std::move(factory)),
         address_(std::move(address)),
+        http_host_(std::move(http_host)),
         helper_cpu_(std::move(helper_cpu)),
         protocol_(protocol),
         prompts_(prompts),
@@ -64,9 +66,10 @@ class PointRun {
 
  private:
   Status Prepare();
+  Status BuildPool();
   void Begin();
   std::shared_ptr<Connection> NewConnection();
-  WireRequest TakeReady();
+  std::shared_ptr<const WireRequest> TakeReady();
   void Refill();
   void Issue(const std::shared_ptr<Connection>& conn, size_t idx);
   size_t NewRecord(Nanos scheduled);
@@ -87,6 +90,7 @@ class PointRun {
   asio::io_context& io_;
   ConnectionFactory factory_;
   std::string address_;
+  std::string http_host_;
   std::function<double()> helper_cpu_;
   const ProtocolOptions& protocol_;
   PromptSource* prompts_;
@@ -102,8 +106,11 @@ class PointRun {
   std::deque<size_t> pending_;                     // open loop: records waiting for a connection
   std::vector<RequestRecord> records_;
   std::unordered_map<size_t, std::unique_ptr<ResponseReader>> readers_;
-  std::deque<WireRequest> ready_;
+  std::deque<std::shared_ptr<const WireRequest>> ready_;
   bool refill_posted_ = false;
+  std::vector<std::shared_ptr<const WireRequest>> pool_;  // pre-built requests, sent in turn
+  size_t pool_next_ = 0;
+  int64_t reused_ = 0;  // sends of a pool entry already sent once
 
   Nanos t0_ = 0, measure_start_ = 0, measure_end_ = 0, next_arrival_ = 0;
   int windows_closed_ = 0;
@@ -118,9 +125,13 @@ std::shared_ptr<Connection> PointRun::NewConnection() {
   return c;
 }
 
-WireRequest PointRun::TakeReady() {
+std::shared_ptr<const WireRequest> PointRun::TakeReady() {
+  if (!pool_.empty()) {
+    if (pool_next_ >= pool_.size()) ++reused_;
+    return pool_[pool_next_++ % pool_.size()];
+  }
   if (ready_.empty()) Refill();
-  WireRequest w = std::move(ready_.front());
+  std::shared_ptr<const WireRequest> w = std::move(ready_.front());
   ready_.pop_front();
   if (!refill_posted_) {
     refill_posted_ = true;
@@ -136,14 +147,27 @@ void PointRun::Refill() {
   while (ready_.size() < kReadyAhead) {
     StatusOr<WireRequest> w = BuildRequest(protocol_, prompts_->Next(), request_rng_);
     if (!w.ok()) {  // validated on the first request; a later failure is reported per request
-      WireRequest bad;
-      bad.method = "";
-      bad.body = w.status().message();
+      auto bad = std::make_shared<WireRequest>();
+      bad->method = "";
+      bad->body = w.status().message();
       ready_.push_back(std::move(bad));
     } else {
-      ready_.push_back(std::move(w).value());
+      ready_.push_back(std::make_shared<const WireRequest>(std::move(w).value()));
     }
   }
+}
+
+// Builds (and, over HTTP, serializes) opts_.prebuilt_requests requests before the point starts.
+Status PointRun::BuildPool() {
+  pool_.reserve(static_cast<size_t>(opts_.prebuilt_requests));
+  for (int i = 0; i < opts_.prebuilt_requests; ++i) {
+    StatusOr<WireRequest> w = BuildRequest(protocol_, prompts_->Next(), request_rng_);
+    if (!w.ok()) return w.status();
+    if (!http_host_.empty())
+      w->wire = std::make_shared<const std::string>(SerializeHttpRequest(*w, http_host_));
+    pool_.push_back(std::make_shared<const WireRequest>(std::move(w).value()));
+  }
+  return OkStatus();
 }
 
 size_t PointRun::NewRecord(Nanos scheduled) {
@@ -155,15 +179,15 @@ size_t PointRun::NewRecord(Nanos scheduled) {
 }
 
 void PointRun::Issue(const std::shared_ptr<Connection>& conn, size_t idx) {
-  WireRequest req = TakeReady();
-  if (req.method.empty()) {
+  std::shared_ptr<const WireRequest> req = TakeReady();
+  if (req->method.empty()) {
     records_[idx].error = "build";
-    records_[idx].error_detail = req.body;
+    records_[idx].error_detail = req->body;
     records_[idx].done = MonotonicNanos();
     if (opts_.mode == LoadMode::kRate) idle_.push_back(conn);
     return;
   }
-  records_[idx].input_tokens = req.input_tokens;
+  records_[idx].input_tokens = req->input_tokens;
   auto reader = std::make_unique<ResponseReader>(protocol_.api, protocol_.stream);
   ResponseReader* rd = reader.get();
   readers_[idx] = std::move(reader);
@@ -175,7 +199,7 @@ void PointRun::Issue(const std::shared_ptr<Connection>& conn, size_t idx) {
   h.on_complete = [this, idx, conn](const std::string& error, const std::string& detail, Nanos t) {
     OnComplete(idx, conn, error, detail, t);
   };
-  conn->Start(req, std::move(h), Seconds(opts_.request_timeout_s));
+  conn->Start(*req, std::move(h), Seconds(opts_.request_timeout_s));
 }
 
 void PointRun::OnComplete(size_t idx, const std::shared_ptr<Connection>& conn, const std::string& error,
@@ -349,11 +373,15 @@ void PointRun::Begin() {
 }
 
 Status PointRun::Prepare() {
-  // The first request is built now so a workload the API can't carry fails before any load is sent.
-  StatusOr<WireRequest> first = BuildRequest(protocol_, prompts_->Next(), request_rng_);
-  if (!first.ok()) return first.status();
-  ready_.push_back(std::move(first).value());
-  Refill();
+  if (opts_.prebuilt_requests > 0) {
+    RETURN_IF_ERROR(BuildPool());
+  } else {
+    // The first request is built now so a workload the API can't carry fails before any load is sent.
+    StatusOr<WireRequest> first = BuildRequest(protocol_, prompts_->Next(), request_rng_);
+    if (!first.ok()) return first.status();
+    ready_.push_back(std::make_shared<const WireRequest>(std::move(first).value()));
+    Refill();
+  }
   int want = opts_.mode == LoadMode::kConcurrency ? static_cast<int>(opts_.load)
                                                   : std::min(opts_.max_connections, 8);
   for (int i = 0; i < want; ++i) NewConnection();
@@ -414,6 +442,7 @@ PointResult PointRun::Result(double cpu_s, double wall_s) {
   }
   g.send_lag_ms = Summarize(lags);
   g.cpu_percent = wall_s > 0 ? 100.0 * cpu_s / wall_s : 0;
+  g.reused_requests = reused_;
 
   if (g.send_lag_ms.p99 > opts_.max_send_lag_ms) {
     p.invalid_reasons.push_back(
@@ -449,6 +478,8 @@ StatusOr<PointResult> LoadGenerator::RunPoint(const PointOptions& in, const Prog
                                   opts.max_connections);
     }
   }
+  if (opts.prebuilt_requests < 0 || opts.prebuilt_requests > 1'000'000)
+    return InvalidArgumentError("prebuilt requests {} must be in [0, 1000000]", opts.prebuilt_requests);
   if (opts.window_s <= 0 || opts.max_duration_s <= 0) {
     return InvalidArgumentError("window and duration must be > 0");
   }
@@ -465,7 +496,7 @@ StatusOr<PointResult> LoadGenerator::RunPoint(const PointOptions& in, const Prog
     GrpcClient client(io, target, channels);  // outlives the run: its poller delivers into `io`
     RETURN_IF_ERROR(client.WaitConnected(kGrpcConnectTimeoutS));
     PointRun run(
-        io, [&client] { return client.NewConnection(); }, "grpc://" + target, protocol_, prompts_, opts,
+        io, [&client] { return client.NewConnection(); }, "grpc://" + target, "", protocol_, prompts_, opts,
         progress, [&client] { return client.PollerCpuSeconds(); });
     RETURN_IF_ERROR(run.Run(&result));
     return result;
@@ -481,7 +512,7 @@ StatusOr<PointResult> LoadGenerator::RunPoint(const PointOptions& in, const Prog
         [&io, endpoints, host_header] {
           return std::make_shared<HttpConnection>(io, endpoints, host_header);
         },
-        "http://" + host_header, protocol_, prompts_, opts, progress, nullptr);
+        "http://" + host_header, host_header, protocol_, prompts_, opts, progress, nullptr);
     RETURN_IF_ERROR(run.Run(&result));
   }
   return result;

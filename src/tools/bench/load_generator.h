@@ -44,6 +44,11 @@ struct PointOptions {
   double max_cpu_percent = 90;   // the generator's thread busier than this makes the point invalid
   uint64_t seed = 1;
   Slo slo;
+  // > 0: this many requests are built and serialized (HTTP: the whole message, headers and body) before the
+  // point starts and sent in turn, so the generator encodes nothing while it measures. They repeat after that
+  // many sends (GeneratorHealth::reused_requests counts it): a server with a prefix cache would serve a
+  // repeated prompt from it, so size the pool above the requests a point sends. 0: built as they go.
+  int prebuilt_requests = 0;
 };
 
 struct ProgressEvent {

@@ -155,6 +155,21 @@ TEST(LoadGenerator, ConnectionCapDelaysSendsAndMarksThePointInvalid) {
   EXPECT_GT(p->latency_ms.p99, 200);
 }
 
+TEST(LoadGenerator, PrebuiltRequestsAreSentInTurnAndCountedWhenReused) {
+  Fixture f;
+  LoadGenerator gen(f.endpoint, f.proto, &f.prompts);
+  PointOptions o = f.Opts(LoadMode::kConcurrency, 4);
+  o.prebuilt_requests = 3;  // fewer than the point sends: every send after the third reuses one
+  auto p = gen.RunPoint(o, nullptr);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_TRUE(p->errors.empty());  // the server parsed every pre-serialized request
+  EXPECT_GT(p->succeeded, 4);
+  EXPECT_GE(p->latency_ms.min, 20.0);
+  EXPECT_GT(p->generator.reused_requests, 0);
+  o.prebuilt_requests = -1;
+  EXPECT_EQ(gen.RunPoint(o, nullptr).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(LoadGenerator, RefusedConnectionIsAnError) {
   asio::io_context io;
   tcp::acceptor a(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "base/half.h"
 #include "net/grpc/grpc_service.pb.h"
@@ -36,6 +37,104 @@ std::string ErrorMessage(std::string_view body) {
     }
   }
   return Shorten(body);
+}
+
+// The members of a top-level JSON object, each value as its raw text, without building a DOM: a response's
+// success is judged by which members it has, and a KServe response's outputs (thousands of numbers) need no
+// parsing. Strings (with escapes) and nesting are followed exactly; a number or literal is skipped as a run
+// of characters. False when the text is not one object (unbalanced, unterminated, trailing bytes).
+bool ScanTopLevel(std::string_view t, std::vector<std::pair<std::string_view, std::string_view>>* members) {
+  size_t i = 0;
+  auto ws = [&] {
+    while (i < t.size() && (t[i] == ' ' || t[i] == '\n' || t[i] == '\r' || t[i] == '\t')) ++i;
+  };
+  auto string_end = [&](size_t at) -> size_t {  // t[at] == '"'; the index after the closing quote, or npos
+    for (size_t j = at + 1; j < t.size(); ++j) {
+      if (t[j] == '\\') {
+        ++j;
+      } else if (t[j] == '"') {
+        return j + 1;
+      }
+    }
+    return std::string_view::npos;
+  };
+  // One value from t[i]; sets i past it.
+  auto value = [&]() -> bool {
+    if (i >= t.size()) return false;
+    if (t[i] == '"') {
+      i = string_end(i);
+      return i != std::string_view::npos;
+    }
+    if (t[i] == '{' || t[i] == '[') {
+      std::string stack(1, t[i] == '{' ? '}' : ']');
+      ++i;
+      while (i < t.size() && !stack.empty()) {
+        const char c = t[i];
+        if (c == '"') {
+          i = string_end(i);
+          if (i == std::string_view::npos) return false;
+          continue;
+        }
+        if (c == '{' || c == '[') {
+          stack.push_back(c == '{' ? '}' : ']');
+        } else if (c == '}' || c == ']') {
+          if (c != stack.back()) return false;
+          stack.pop_back();
+        }
+        ++i;
+      }
+      return stack.empty();
+    }
+    const size_t start = i;  // number or literal
+    while (i < t.size() && t[i] != ',' && t[i] != '}' && t[i] != ']' && t[i] != ' ' && t[i] != '\n' &&
+           t[i] != '\r' && t[i] != '\t')
+      ++i;
+    return i > start;
+  };
+  ws();
+  if (i >= t.size() || t[i] != '{') return false;
+  ++i;
+  ws();
+  if (i < t.size() && t[i] == '}') {
+    ++i;
+  } else {
+    while (true) {
+      ws();
+      if (i >= t.size() || t[i] != '"') return false;
+      const size_t kend = string_end(i);
+      if (kend == std::string_view::npos) return false;
+      const std::string_view key = t.substr(i + 1, kend - i - 2);
+      i = kend;
+      ws();
+      if (i >= t.size() || t[i] != ':') return false;
+      ++i;
+      ws();
+      const size_t vstart = i;
+      if (!value()) return false;
+      members->emplace_back(key, t.substr(vstart, i - vstart));
+      ws();
+      if (i < t.size() && t[i] == ',') {
+        ++i;
+        continue;
+      }
+      if (i < t.size() && t[i] == '}') {
+        ++i;
+        break;
+      }
+      return false;
+    }
+  }
+  ws();
+  return i == t.size();
+}
+
+// A raw JSON array value with at least one element.
+bool NonEmptyArray(std::string_view v) {
+  if (v.empty() || v.front() != '[') return false;
+  v.remove_prefix(1);
+  while (!v.empty() && (v.front() == ' ' || v.front() == '\n' || v.front() == '\r' || v.front() == '\t'))
+    v.remove_prefix(1);
+  return !v.empty() && v.front() != ']';
 }
 
 int64_t ElementCount(const std::vector<int64_t>& shape) {
@@ -387,33 +486,43 @@ void ResponseReader::End(Nanos t) {
   std::string_view text = buffer_;
   if (json_length_ >= 0 && static_cast<size_t>(json_length_) <= text.size())
     text = text.substr(0, json_length_);
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return Fail("bad_json", std::string(text));
-  if (j.contains("error")) return Fail("bad_response", ErrorMessage(buffer_));
-  if (auto u = j.find("usage"); u != j.end() && u->is_object()) {
-    if (u->contains("prompt_tokens") && (*u)["prompt_tokens"].is_number_integer()) {
-      usage_prompt_ = (*u)["prompt_tokens"].get<int>();
-    }
-    if (u->contains("completion_tokens") && (*u)["completion_tokens"].is_number_integer()) {
-      usage_completion_ = (*u)["completion_tokens"].get<int>();
+  // Judged by its top-level members, without a DOM (ScanTopLevel): parsing every number of a KServe response
+  // was most of the generator's time per request.
+  std::vector<std::pair<std::string_view, std::string_view>> members;
+  if (!ScanTopLevel(text, &members)) return Fail("bad_json", std::string(text));
+  auto member = [&](std::string_view name) -> std::optional<std::string_view> {
+    for (const auto& [k, v] : members)
+      if (k == name) return v;
+    return std::nullopt;
+  };
+  if (member("error")) return Fail("bad_response", ErrorMessage(buffer_));
+  if (std::optional<std::string_view> usage = member("usage")) {
+    json u = json::parse(*usage, nullptr, /*allow_exceptions=*/false);
+    if (u.is_object()) {
+      if (u.contains("prompt_tokens") && u["prompt_tokens"].is_number_integer())
+        usage_prompt_ = u["prompt_tokens"].get<int>();
+      if (u.contains("completion_tokens") && u["completion_tokens"].is_number_integer())
+        usage_completion_ = u["completion_tokens"].get<int>();
     }
   }
   switch (api_) {
     case Api::kOpenAiChat:
-    case Api::kOpenAiCompletions:
-      if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) {
-        return Fail("bad_response", "no choices");
-      }
+    case Api::kOpenAiCompletions: {
+      std::optional<std::string_view> c = member("choices");
+      if (!c || !NonEmptyArray(*c)) return Fail("bad_response", "no choices");
       first_token_ = t;
       break;
-    case Api::kOpenAiEmbeddings:
-      if (!j.contains("data") || !j["data"].is_array() || j["data"].empty()) {
-        return Fail("bad_response", "no embedding data");
-      }
+    }
+    case Api::kOpenAiEmbeddings: {
+      std::optional<std::string_view> d = member("data");
+      if (!d || !NonEmptyArray(*d)) return Fail("bad_response", "no embedding data");
       break;
-    case Api::kKserveHttp:
-      if (!j.contains("outputs") || !j["outputs"].is_array()) return Fail("bad_response", "no outputs");
+    }
+    case Api::kKserveHttp: {
+      std::optional<std::string_view> o = member("outputs");
+      if (!o || o->empty() || o->front() != '[') return Fail("bad_response", "no outputs");
       break;
+    }
     case Api::kKserveGrpc:
       break;
   }

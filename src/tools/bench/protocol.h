@@ -42,9 +42,9 @@ StatusOr<std::vector<KserveInput>> ParseKserveMetadata(std::string_view json);
 struct ProtocolOptions {
   Api api = Api::kOpenAiChat;
   std::string model;
-  std::string base_path;   // URL path prefix ("" or "/prefix")
-  bool stream = true;      // chat/completions
-  bool ignore_eos = true;  // chat/completions: ignore_eos + min_tokens = max_tokens
+  std::string base_path;    // URL path prefix ("" or "/prefix")
+  bool stream = true;       // chat/completions
+  bool ignore_eos = true;   // chat/completions: ignore_eos + min_tokens = max_tokens
   double temperature = -1;  // chat/completions: sent when >= 0 (0 = greedy); < 0 = the server's default
   std::vector<KserveInput> kserve_inputs;
   bool kserve_binary = false;  // the binary tensor extension for inputs
@@ -60,6 +60,9 @@ struct WireRequest {
   int max_tokens = 0;
   // kserve-grpc: the message to send (method, target and body are unused). Shared, never modified.
   std::shared_ptr<const inference::ModelInferRequest> grpc;
+  // HTTP, when pre-built: the whole request as it goes on the wire (request line, headers, body), written as
+  // is (SerializeHttpRequest, http_client.h). Shared, never modified.
+  std::shared_ptr<const std::string> wire;
 };
 
 // KServe inputs are filled with random data (floats in [0, 1), integers in [0, 100), the prompt text for

@@ -7,6 +7,7 @@
 
 #include "net/grpc/grpc_service.pb.h"
 #include "tools/bench/grpc_client.h"
+#include "tools/bench/http_client.h"
 
 namespace stoke::bench {
 namespace {
@@ -194,6 +195,47 @@ TEST(Protocol, KserveJsonAndBinaryRequests) {
   EXPECT_EQ(w->body.substr(hlen + 20), "hello");
 
   EXPECT_FALSE(ParseKserveMetadata(R"({"inputs": [{"name": "X"}]})").ok());
+}
+
+// Responses are judged by their top-level members without a DOM: nesting and strings followed exactly.
+TEST(Protocol, ResponsesAreCheckedByTheirTopLevelMembers) {
+  auto read = [](Api api, const std::string& body) {
+    ResponseReader r(api, false);
+    r.OnStatus(200);
+    r.OnBody(body, 1);
+    r.End(2);
+    RequestRecord rec;
+    r.Finish(&rec);
+    return rec;
+  };
+  EXPECT_EQ(read(Api::kKserveHttp, R"({"model_name": "m", "outputs": [{"name": "Y", "data": [1, 2.5e3, -3],
+      "shape": [1, 3], "parameters": {"s": "a \"}\" b"}}]} )")
+                .error,
+            "");
+  EXPECT_EQ(read(Api::kKserveHttp, R"({"outputs": [{"data": [1, 2)").error, "bad_json");  // cut short
+  EXPECT_EQ(read(Api::kKserveHttp, R"({"outputs": [1]]})").error, "bad_json");            // unbalanced
+  EXPECT_EQ(read(Api::kKserveHttp, R"({"outputs": []} x)").error, "bad_json");            // trailing
+  EXPECT_EQ(read(Api::kKserveHttp, "not json").error, "bad_json");
+  EXPECT_EQ(read(Api::kKserveHttp, R"({"model_name": "m"})").error, "bad_response");  // no outputs
+  EXPECT_EQ(read(Api::kKserveHttp, R"({"error": "boom", "outputs": []})").error, "bad_response");
+  EXPECT_EQ(read(Api::kOpenAiChat, R"({"choices": []})").error, "bad_response");
+  RequestRecord c = read(Api::kOpenAiChat, R"({"choices": [ {"message": {"content": "}"}} ],
+      "usage": {"prompt_tokens": 7, "completion_tokens": 3}})");
+  EXPECT_EQ(c.error, "");
+  EXPECT_EQ(c.output_tokens, 3);
+  EXPECT_EQ(c.input_tokens, 7);
+}
+
+TEST(Protocol, SerializedRequestIsTheWholeHttpMessage) {
+  WireRequest w;
+  w.target = "/v2/models/m/infer";
+  w.body = R"({"inputs": []})";
+  w.headers.emplace_back("Inference-Header-Content-Length", "14");
+  EXPECT_EQ(
+      SerializeHttpRequest(w, "127.0.0.1:8000"),
+      "POST /v2/models/m/infer HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nUser-Agent: stoke-bench\r\n"
+      "Content-Type: application/json\r\nContent-Length: 14\r\nInference-Header-Content-Length: 14\r\n\r\n"
+      R"({"inputs": []})");
 }
 
 TEST(Protocol, KserveBinaryResponseReadsTheJsonHeaderOnly) {

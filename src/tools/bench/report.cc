@@ -177,7 +177,8 @@ json ReportToJson(const BenchReport& report) {
           {"late_sends", g.late_sends},
           {"late_threshold_ms", g.late_threshold_ms},
           {"dropped_sends", g.dropped_sends},
-          {"cpu_percent", g.cpu_percent}}},
+          {"cpu_percent", g.cpu_percent},
+          {"reused_requests", g.reused_requests}}},
     });
   }
   json server = {{"available", report.server.available},
@@ -268,6 +269,7 @@ StatusOr<BenchReport> ReportFromJson(const json& j) {
     p.generator.late_threshold_ms = Num(gen, "late_threshold_ms");
     p.generator.dropped_sends = static_cast<int64_t>(Num(gen, "dropped_sends"));
     p.generator.cpu_percent = Num(gen, "cpu_percent");
+    p.generator.reused_requests = static_cast<int64_t>(Num(gen, "reused_requests"));
     rep.points.push_back(std::move(p));
   }
   const json& sm = Obj(j, "server_metrics");

@@ -7,11 +7,12 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <memory>
 #include <numeric>
 
 #include "tools/bench/bench_runner.h"
 #include "tools/bench/http_client.h"
-#include "tools/doctor/doctor_runner.h"
+#include "tools/tune/doctor_probe.h"
 #include "tools/tune/server_process.h"
 
 namespace stoke::tune {
@@ -20,20 +21,18 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::vector<std::string> ServeArgs(const TuneOptions& o, const Knobs& k) {
+std::vector<std::string> ServeArgs(const TuneOptions& o, ModelKind kind, const Knobs& k) {
   std::vector<std::string> a = {"--model",     o.model, "--port",          "0",
                                 "--grpc-port", "-1",    "--drain-seconds", "1"};
   if (!o.device.empty()) a.insert(a.end(), {"--device", o.device});
-  if (k.max_batch_size > 0) a.insert(a.end(), {"--max-batch-size", std::to_string(k.max_batch_size)});
-  if (k.max_queue_delay_us >= 0)
-    a.insert(a.end(), {"--max-queue-delay-us", std::to_string(k.max_queue_delay_us)});
-  if (k.instances > 0) a.insert(a.end(), {"--instances", std::to_string(k.instances)});
+  const std::vector<std::string> f = k.Flags(kind);
+  a.insert(a.end(), f.begin(), f.end());
   a.insert(a.end(), o.serve_args.begin(), o.serve_args.end());
   return a;
 }
 
 StatusOr<std::string> FirstModel(const bench::HttpEndpoint& ep) {
-  ASSIGN_OR_RETURN(bench::SimpleResponse r, bench::HttpFetch(ep, "GET", "/v1/models", "", 10));
+  ASSIGN_OR_RETURN(bench::SimpleResponse r, bench::HttpFetch(ep, "GET", ep.base_path + "/v1/models", "", 10));
   nlohmann::json j = nlohmann::json::parse(r.body, nullptr, false);
   if (r.status != 200 || !j.is_object() || !j.contains("data") || !j["data"].is_array() || j["data"].empty())
     return UnavailableError("GET /v1/models: HTTP {}, no model listed", r.status);
@@ -41,18 +40,48 @@ StatusOr<std::string> FirstModel(const bench::HttpEndpoint& ep) {
 }
 
 // The model's own batching config as the server reports it (Triton-shaped /v2/models/M/config).
-Knobs ReadConfigKnobs(const bench::HttpEndpoint& ep, const std::string& model) {
+Knobs ConfigKnobs(const nlohmann::json& j) {
   Knobs k;
-  StatusOr<bench::SimpleResponse> r = bench::HttpFetch(ep, "GET", "/v2/models/" + model + "/config", "", 10);
-  if (!r.ok() || r->status != 200) return k;
-  nlohmann::json j = nlohmann::json::parse(r->body, nullptr, false);
-  if (!j.is_object()) return k;
   k.max_batch_size = j.value("max_batch_size", 0);
   if (j.contains("dynamic_batching") && j["dynamic_batching"].is_object())
     k.max_queue_delay_us = j["dynamic_batching"].value("max_queue_delay_microseconds", int64_t{0});
   if (j.contains("instance_group") && j["instance_group"].is_array() && !j["instance_group"].empty())
     k.instances = j["instance_group"][0].value("count", 1);
   return k;
+}
+
+// The workload's longest prompt in tokens.
+int WorkloadMaxInput(const bench::WorkloadSpec& w) {
+  switch (w.input.kind) {
+    case bench::LengthDist::Kind::kFixed:
+      return static_cast<int>(w.input.a);
+    case bench::LengthDist::Kind::kUniform:
+      return static_cast<int>(w.input.b);
+    case bench::LengthDist::Kind::kNormal:
+      return static_cast<int>(w.input.a + 4 * w.input.b);
+  }
+  return 0;
+}
+
+// The longest prompt in tokens as the server counts them: the workload's longest, plus what the server added
+// to the mean (a chat template: the baseline's usage.prompt_tokens against the workload's mean); 0 when not
+// known.
+int MaxInputTokens(const bench::WorkloadSpec& w, double served_mean) {
+  if (!w.file.empty()) return 0;
+  const double extra = served_mean > w.input.Mean() ? served_mean - w.input.Mean() : 0;
+  return static_cast<int>(WorkloadMaxInput(w) + extra);
+}
+
+double Mean(const std::vector<double>& v) {
+  return v.empty() ? 0 : std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+}
+// The standard error of the mean, relative to the mean.
+double RelSem(const std::vector<double>& v) {
+  if (v.size() < 2) return 0.0;
+  const double m = Mean(v);
+  double ss = 0;
+  for (double x : v) ss += (x - m) * (x - m);
+  return m > 0 ? std::sqrt(ss / static_cast<double>(v.size() - 1)) / m / std::sqrt(double(v.size())) : 0.0;
 }
 
 class Tuner {
@@ -63,24 +92,36 @@ class Tuner {
   double PointCost() const { return o_.warmup_s + o_.window_s * o_.windows + 2; }
   bool BudgetLeft() const { return Elapsed() + PointCost() <= o_.budget_s; }
 
-  // Starts a server with `k`, measures one point, stops it. `after` runs while the server is still up.
-  Measurement Measure(
-      const std::string& step, const Knobs& k,
-      const std::function<void(const std::string& url, const std::string& model)>& after = {}) {
+  // Starts a server with `k` (or uses --url's), measures one point with the doctor watching, stops it.
+  Measurement Measure(const std::string& step, const Knobs& k) {
     Measurement m;
     m.index = static_cast<int>(r_.measurements.size());
     m.step = step;
     m.knobs = k;
     ServerProcess server;
-    const std::string log = fmt::format("{}/logs/serve-{:03d}.log", o_.out_dir, m.index);
-    Status s = server.Start(o_.stoke_exe, ServeArgs(o_, k), log, 120);
-    if (s.ok()) s = Bench(server.url(), &m);
-    if (s.ok() && after) after(server.url(), r_.served_name);
+    Status s = OkStatus();
+    std::string url = o_.url;
+    if (url.empty()) {
+      const std::string log = fmt::format("{}/logs/serve-{:03d}.log", o_.out_dir, m.index);
+      s = server.Start(o_.stoke_exe, ServeArgs(o_, r_.kind, k), log, 300);
+      url = server.url();
+    }
+    if (s.ok()) s = Discover(url);
+    if (s.code() == StatusCode::kInvalidArgument) fatal_ = s;
+    if (s.ok()) {
+      std::unique_ptr<DoctorProbe> probe;
+      if (o_.doctor && !o_.grid)  // the measured window, less a margin at its end
+        probe =
+            std::make_unique<DoctorProbe>(url, r_.served_name, o_.warmup_s, 0.9 * o_.window_s * o_.windows);
+      s = Bench(url, &m);
+      if (probe) m.doctor = probe->Join();
+    }
     server.Stop();
     if (!s.ok()) {
       m.error = s.message();
       m.why = "failed: " + s.message().substr(0, 200);
     }
+    Judge(o_.slos, &m);
     m.elapsed_s = Elapsed();
     r_.measuring_s += m.warmup_s + m.measured_s;
     Print(m);
@@ -88,26 +129,44 @@ class Tuner {
     return m;
   }
 
-  Status Bench(const std::string& url, Measurement* m) {
+  // Once: the served name, the kind of model, its own knobs.
+  Status Discover(const std::string& url) {
+    if (!r_.served_name.empty()) return OkStatus();
     ASSIGN_OR_RETURN(bench::HttpEndpoint ep, bench::ParseHttpUrl(url));
-    if (r_.served_name.empty()) {
-      ASSIGN_OR_RETURN(r_.served_name, FirstModel(ep));
-      StatusOr<bench::SimpleResponse> cfg =
-          bench::HttpFetch(ep, "GET", "/v2/models/" + r_.served_name + "/config", "", 10);
-      if (!cfg.ok() || cfg->status != 200) {
-        const std::string name = r_.served_name;
-        r_.served_name.clear();
-        return InvalidArgumentError(
-            "{} ('{}') is not a batched model (no /v2/models/{}/config): stoke tune walks encoders and model "
-            "files; decoders: not yet",
-            o_.model, name, name);
+    ASSIGN_OR_RETURN(std::string name, FirstModel(ep));
+    StatusOr<bench::SimpleResponse> cfg =
+        bench::HttpFetch(ep, "GET", ep.base_path + "/v2/models/" + name + "/config", "", 10);
+    nlohmann::json j = cfg.ok() ? nlohmann::json::parse(cfg->body, nullptr, false) : nlohmann::json();
+    if (cfg.ok() && cfg->status == 200 && j.is_object()) {
+      r_.kind = ModelKind::kBatched;
+      r_.baseline_knobs = ConfigKnobs(j);
+    } else {
+      r_.kind = ModelKind::kDecoder;  // no batcher config: the OpenAI path, continuous batching
+      if (o_.url.empty()) {           // the defaults of the stoke serve tune starts (not --url's server)
+        const ServeDefaults d = ReadServeDefaults(o_.stoke_exe);
+        r_.baseline_knobs.max_num_seqs = d.max_num_seqs;
+        r_.baseline_knobs.max_num_batched_tokens = d.max_num_batched_tokens;
+        has_kv_cache_dtype_ = d.has_kv_cache_dtype;
       }
-      r_.baseline_knobs = ReadConfigKnobs(ep, r_.served_name);
     }
+    if (r_.kind == ModelKind::kBatched && (o_.slos.ttft_ms > 0 || o_.slos.tpot_ms > 0))
+      return InvalidArgumentError(
+          "--slo-ttft-ms / --slo-tpot-ms apply to decoders (streamed tokens); '{}' is a batched model: use "
+          "--slo-p99-ms",
+          name);
+    if (r_.kind == ModelKind::kBatched && o_.slos.p99_ms <= 0)
+      return InvalidArgumentError("'{}' is a batched model: give --slo-p99-ms", name);
+    r_.served_name = name;
+    return OkStatus();
+  }
+
+  Status Bench(const std::string& url, Measurement* m) {
+    const bool decoder = r_.kind == ModelKind::kDecoder;
     bench::BenchOptions b;
     b.url = url;
     b.model = r_.served_name;
-    b.api = bench::Api::kKserveHttp;
+    b.api = decoder ? bench::Api::kOpenAiChat : bench::Api::kKserveHttp;
+    b.stream = true;  // chat: TTFT and TPOT need the tokens as they come
     b.mode = o_.mode;
     b.loads = {o_.load};
     b.workload = o_.workload;
@@ -117,7 +176,13 @@ class Tuner {
     b.point.max_duration_s = o_.window_s * o_.windows;
     b.point.stability = 0;  // a fixed measuring time: what the options say, never the machine's speed
     b.point.drain_timeout_s = 30;
-    b.point.slo.e2e_ms = o_.slo_p99_ms;
+    b.point.slo = o_.slos.ForBench();
+    // Requests built before the point, so the generator encodes nothing while it measures (-1: off). A
+    // decoder's pool is larger: a repeated prompt would come from the server's prefix cache.
+    b.point.prebuilt_requests = o_.prebuilt_requests > 0   ? o_.prebuilt_requests
+                                : o_.prebuilt_requests < 0 ? 0
+                                : decoder                  ? 2048
+                                                           : 512;
     b.scrape = false;
     b.quiet = true;
     bench::ProgressPrinter quiet(stderr, /*quiet=*/true);
@@ -129,32 +194,34 @@ class Tuner {
     m->goodput_rps = p.goodput_rps;
     m->p50_ms = p.latency_ms.p50;
     m->p99_ms = p.latency_ms.p99;
+    m->ttft_p99_ms = p.ttft_ms.p99;
+    m->tpot_p99_ms = p.tpot_ms.p99;
+    m->output_tokens_per_s = p.output_tokens_per_s;
+    m->mean_input_tokens = p.mean_input_tokens;
     m->succeeded = p.succeeded;
     for (const auto& [kind, n] : p.errors) m->errors += n;
+    if (m->errors > 0 && !p.error_examples.empty())
+      m->error = p.error_examples.begin()->first + ": " + p.error_examples.begin()->second;
     m->valid = p.valid;
+    if (!p.invalid_reasons.empty()) m->invalid_reason = p.invalid_reasons[0];
     m->warmup_s = p.warmup_s;
     m->measured_s = p.measured_s;
-    if (!p.valid) {
-      m->why = "invalid: " + (p.invalid_reasons.empty() ? std::string("?") : p.invalid_reasons[0]);
-    } else if (m->errors > 0) {
-      m->why = fmt::format("{} failed requests", m->errors);
-    } else if (m->succeeded == 0) {
-      m->why = "no request finished";
-    } else if (m->p99_ms > o_.slo_p99_ms) {
-      m->why = fmt::format("p99 {:.1f} ms > SLO {:.1f} ms", m->p99_ms, o_.slo_p99_ms);
-    } else {
-      m->accepted = true;
-    }
+    m->generator_cpu_percent = p.generator.cpu_percent;
     return OkStatus();
   }
 
   void Print(const Measurement& m) const {
     if (o_.progress == nullptr) return;
-    fmt::print(o_.progress, "tune #{:<3} {:<18} {:<40} ", m.index, m.step, m.knobs.Describe());
+    fmt::print(o_.progress, "tune #{:<3} {:<22} {:<44} ", m.index, m.step, m.knobs.Describe(r_.kind));
     if (m.ok) {
-      fmt::print(o_.progress, "{:8.1f} req/s  p50 {:7.1f} ms  p99 {:7.1f} ms  goodput {:8.1f}/s  {}",
-                 m.requests_per_s, m.p50_ms, m.p99_ms, m.goodput_rps,
+      fmt::print(o_.progress, "{:8.1f} req/s  p50 {:7.1f} ms  p99 {:7.1f} ms  ", m.requests_per_s, m.p50_ms,
+                 m.p99_ms);
+      if (r_.kind == ModelKind::kDecoder)
+        fmt::print(o_.progress, "TTFT p99 {:7.1f} ms  TPOT p99 {:6.2f} ms  ", m.ttft_p99_ms, m.tpot_p99_ms);
+      fmt::print(o_.progress, "goodput {:8.1f}/s  {}", m.goodput_rps,
                  m.accepted ? "accepted" : "rejected: " + m.why);
+      if (m.doctor.is_array() && !m.doctor.empty())
+        fmt::print(o_.progress, "  doctor: {}", m.doctor[0].value("bottleneck", "?"));
     } else {
       fmt::print(o_.progress, "{}", m.why);
     }
@@ -162,171 +229,97 @@ class Tuner {
     std::fflush(o_.progress);
   }
 
-  // One step of the walk: `values` of one knob applied to `base`; updates best_/best_score_.
-  void Step(const std::string& knob, const std::vector<Knobs>& candidates,
-            const std::vector<std::string>& names, bool ordered = true) {
+  // The model's own values made explicit where known (for the next step's candidates and comparisons).
+  Knobs Explicit(Knobs k) const {
+    const Knobs& own = r_.baseline_knobs;
+    if (r_.kind == ModelKind::kDecoder) {
+      if (k.max_num_seqs <= 0) k.max_num_seqs = own.max_num_seqs;
+      if (k.max_num_batched_tokens <= 0) k.max_num_batched_tokens = own.max_num_batched_tokens;
+      return k;  // chunked prefill and CUDA graphs stay "own" until a step moves them
+    }
+    if (k.max_batch_size <= 0) k.max_batch_size = std::max(1, own.max_batch_size);
+    if (k.max_queue_delay_us < 0) k.max_queue_delay_us = std::max<int64_t>(0, own.max_queue_delay_us);
+    if (k.instances <= 0) k.instances = std::max(1, own.instances);
+    return k;
+  }
+
+  WalkContext Context() const {
+    WalkContext c;
+    c.kind = r_.kind;
+    c.mode = o_.mode;
+    c.load = o_.load;
+    c.device = o_.device;
+    c.batch_sizes = o_.batch_sizes;
+    c.queue_delays_us = o_.queue_delays_us;
+    c.instance_counts = o_.instance_counts;
+    c.max_num_seqs = o_.max_num_seqs;
+    c.max_num_batched_tokens = o_.max_num_batched_tokens;
+    c.max_input_tokens =
+        MaxInputTokens(o_.workload, r_.measurements.empty() ? 0 : r_.measurements[0].mean_input_tokens);
+    c.own = Explicit(Knobs{});
+    c.has_kv_cache_dtype = has_kv_cache_dtype_;
+    return c;
+  }
+
+  const nlohmann::json& VerdictsOf(int point) const {
+    static const nlohmann::json kNull;
+    return point >= 0 ? r_.measurements[static_cast<size_t>(point)].doctor : kNull;
+  }
+
+  // One step of the walk: the plan's candidates measured through WalkValues; updates best_ / best_score_.
+  void Step(const std::string& knob, const StepPlan& plan) {
     StepReport st;
     st.knob = knob;
     st.from_point = r_.chosen_index;
+    st.doctor = VerdictsOf(st.from_point);
+    st.doctor_note = plan.doctor_note;
+    if (!plan.skip.empty()) {
+      st.skipped = true;
+      st.stopped = plan.skip;
+      st.best = best_;
+      st.best_point = r_.chosen_index;
+      if (o_.progress) fmt::print(o_.progress, "tune {}: skipped: {}\n", knob, plan.skip);
+      r_.steps.push_back(st);
+      return;
+    }
     std::vector<int> idx;
     const int b = WalkValues(
-        candidates.size(), best_score_, o_.min_gain,
+        plan.candidates.size(), best_score_, o_.min_gain,
         [&](size_t i) -> std::optional<double> {
           if (!BudgetLeft()) {
             r_.budget_exhausted = true;
             return std::nullopt;
           }
-          Measurement m = Measure(knob, candidates[i]);
+          Measurement m = Measure(knob, plan.candidates[i]);
           st.points.push_back(m.index);
           idx.push_back(m.index);
           return m.score();
         },
-        [&](size_t i) { return names[i]; }, &st.stopped, ordered);
+        [&](size_t i) { return plan.names[i]; }, &st.stopped, plan.ordered);
     if (b >= 0) {
-      best_ = candidates[static_cast<size_t>(b)];
+      best_ = plan.candidates[static_cast<size_t>(b)];
       best_score_ = r_.measurements[static_cast<size_t>(idx[static_cast<size_t>(b)])].score();
       r_.chosen_index = idx[static_cast<size_t>(b)];
     }
+    if (!plan.not_measured.empty())
+      st.stopped += fmt::format("; not measured: {}", fmt::join(plan.not_measured, ", "));
     st.best = best_;
     st.best_point = r_.chosen_index;
     r_.steps.push_back(st);
   }
 
-  void Skip(const std::string& knob, const std::string& why) {
-    r_.steps.push_back({.knob = knob, .points = {}, .skipped = true, .stopped = why, .best = best_});
-    if (o_.progress) fmt::print(o_.progress, "tune {}: skipped: {}\n", knob, why);
-  }
-
-  // Resolved knobs: the model's own values made explicit (for the next step's candidates).
-  Knobs Explicit(Knobs k) const {
-    if (k.max_batch_size <= 0) k.max_batch_size = std::max(1, r_.baseline_knobs.max_batch_size);
-    if (k.max_queue_delay_us < 0)
-      k.max_queue_delay_us = std::max<int64_t>(0, r_.baseline_knobs.max_queue_delay_us);
-    if (k.instances <= 0) k.instances = std::max(1, r_.baseline_knobs.instances);
-    return k;
-  }
-
   void Walk() {
     r_.mode = "walk";
-    // 1. baseline, and the doctor's verdict on it (while that server is up).
-    double doctor_s = 0;
-    Measurement base = Measure("baseline", Knobs{}, [&](const std::string& url, const std::string& model) {
-      if (!o_.doctor) return;
-      doctor::DoctorOptions d;
-      d.url = url;
-      d.model = model;
-      d.api = "kserve-http";
-      d.duration_s = o_.window_s;
-      d.concurrency = {o_.mode == bench::LoadMode::kConcurrency ? o_.load : 8};
-      d.progress = nullptr;
-      StatusOr<doctor::DoctorReport> rep = doctor::RunDoctor(d);
-      // Its one load point: a warm-up of min(1 s, 0.2 x duration) then the window (doctor_runner.cc).
-      doctor_s = d.duration_s + std::min(1.0, 0.2 * d.duration_s);
-      if (!rep.ok()) {
-        r_.doctor = {{"error", rep.status().message()}};
-        return;
-      }
-      r_.doctor = nlohmann::json::array();
-      for (const doctor::Verdict& v : rep->verdicts) {
-        // Only GPU counters make "bandwidth/compute bound" a reason to skip instances: the doctor's blind
-        // compute_bound (instances saturated, no counters) says nothing about what another instance adds.
-        bool gpu_evidence = false;
-        nlohmann::json ev = nlohmann::json::array();
-        for (const doctor::Evidence& e : v.evidence) {
-          gpu_evidence = gpu_evidence || e.signal.starts_with("gpu.");
-          ev.push_back({{"signal", e.signal},
-                        {"value", std::isfinite(e.value) ? nlohmann::json(e.value) : nlohmann::json()},
-                        {"op", e.op},
-                        {"threshold", e.threshold}});
-        }
-        r_.doctor.push_back({{"bottleneck", v.bottleneck},
-                             {"confidence", v.confidence},
-                             {"summary", v.summary},
-                             {"next_step", v.next_step},
-                             {"gpu_evidence", gpu_evidence},
-                             {"evidence", ev}});
-      }
-    });
-    r_.measuring_s += doctor_s;
-    if (o_.progress && r_.doctor.is_array() && !r_.doctor.empty())
-      fmt::print(o_.progress, "tune doctor on the baseline: {} ({})\n",
-                 r_.doctor[0]["bottleneck"].get<std::string>(), r_.doctor[0]["summary"].get<std::string>());
+    Measurement base = Measure("baseline", Knobs{});
+    r_.doctor = base.doctor;
     r_.chosen_index = base.index;
     best_score_ = base.score();
     best_ = Knobs{};
     if (!base.ok) return;
-
-    // 2. max batch size, with the first queue delay.
-    {
-      std::vector<Knobs> c;
-      std::vector<std::string> names, skipped;
-      const Knobs own = Explicit(Knobs{});
-      for (int bs : o_.batch_sizes) {
-        Knobs k = own;
-        k.max_batch_size = bs;
-        k.max_queue_delay_us = o_.queue_delays_us[0];
-        if (k == own || bs == own.max_batch_size) {  // the baseline measured this batch size
-          skipped.push_back(fmt::format("{} (the baseline's)", bs));
-          continue;
-        }
-        if (o_.mode == bench::LoadMode::kConcurrency && bs > 1 && bs / 2 >= o_.load) {
-          skipped.push_back(fmt::format("{} (>= 2x the {} requests in flight)", bs, o_.load));
-          continue;
-        }
-        c.push_back(k);
-        names.push_back(fmt::format("batch {}", bs));
-      }
-      Step("max_batch_size", c, names);
-      if (!skipped.empty())
-        r_.steps.back().stopped += fmt::format("; not measured: {}", fmt::join(skipped, ", "));
+    const WalkContext ctx = Context();
+    for (const std::string& step : StepOrder(r_.kind)) {
+      Step(step, PlanStep(step, ctx, Explicit(best_), VerdictsOf(r_.chosen_index)));
     }
-    // 3. the other queue delays with the best batch.
-    if (o_.queue_delays_us.size() > 1 && Explicit(best_).max_batch_size > 1) {
-      std::vector<Knobs> c;
-      std::vector<std::string> names;
-      for (int64_t d : o_.queue_delays_us) {
-        Knobs k = Explicit(best_);
-        if (k.max_queue_delay_us == d) continue;
-        k.max_queue_delay_us = d;
-        c.push_back(k);
-        names.push_back(fmt::format("delay {} us", d));
-      }
-      Step("max_queue_delay_us", c, names, /*ordered=*/false);  // delays: no monotone axis
-    } else if (o_.queue_delays_us.size() > 1) {
-      Skip("max_queue_delay_us", "the best max_batch_size is 1: no batch to wait for");
-    }
-    // 4. instances, unless the doctor says more instances cannot help.
-    std::string why_not;
-    if (r_.doctor.is_array()) {
-      for (const auto& v : r_.doctor) {
-        const std::string b = v.value("bottleneck", "");
-        if ((b == "bandwidth_bound" || b == "compute_bound") && v.value("gpu_evidence", false))
-          why_not = fmt::format(
-              "the doctor names the baseline {} ({}): more instances share the same saturated "
-              "GPU and will not help",
-              b, v.value("summary", ""));
-      }
-    }
-    if (!why_not.empty()) {
-      Skip("instances", why_not);
-    } else {
-      std::vector<Knobs> c;
-      std::vector<std::string> names;
-      const Knobs cur = Explicit(best_);
-      for (int n : o_.instance_counts) {
-        if (n <= cur.instances) continue;
-        Knobs k = cur;
-        k.instances = n;
-        c.push_back(k);
-        names.push_back(fmt::format("{} instances", n));
-      }
-      Step("instances", c, names);
-    }
-    // 5. precision.
-    Skip("precision", o_.device == "cuda"
-                          ? "not yet: the precision step (with its output-consistency gate) is "
-                            "not built for classic models"
-                          : "no lower precision for this backend (CPU)");
     r_.chosen = best_;
     Confirm();
   }
@@ -334,7 +327,7 @@ class Tuner {
   void Confirm() {
     Confirmation& c = r_.confirmation;
     if (best_ == Knobs{}) {
-      c.verdict = "no change: nothing beat the baseline by 5 %";
+      c.verdict = fmt::format("no change: nothing beat the baseline by {:.0f} %", 100 * o_.min_gain);
       return;
     }
     for (int round = 0; round < o_.confirm_rounds; ++round) {
@@ -346,24 +339,15 @@ class Tuner {
       c.best.push_back(Measure("confirm:best", best_).score());
     }
     c.ran = true;
-    auto mean = [](const std::vector<double>& v) {
-      return std::accumulate(v.begin(), v.end(), 0.0) / v.size();
-    };
-    auto sem = [&](const std::vector<double>& v) {  // standard error of the mean, relative
-      if (v.size() < 2) return 0.0;
-      const double m = mean(v);
-      double ss = 0;
-      for (double x : v) ss += (x - m) * (x - m);
-      return m > 0 ? std::sqrt(ss / (v.size() - 1)) / m / std::sqrt(double(v.size())) : 0.0;
-    };
-    const double mb = mean(c.baseline), mw = mean(c.best);
-    c.spread = std::sqrt(sem(c.baseline) * sem(c.baseline) + sem(c.best) * sem(c.best));
+    const double mb = Mean(c.baseline), mw = Mean(c.best);
+    c.spread = std::hypot(RelSem(c.baseline), RelSem(c.best));
     if (mb <= 0) {
       c.gain = mw > 0 ? INFINITY : 0;
-      c.verdict =
-          mw > 0 ? fmt::format(
-                       "the baseline meets the SLO in no round; the best gives {:.1f} req/s of goodput", mw)
-                 : "no gain: neither meets the SLO in the confirmation rounds";
+      c.verdict = mw > 0 ? fmt::format(
+                               "the baseline meets the SLO in no round; the best gives {:.1f} req/s of "
+                               "goodput",
+                               mw)
+                         : "no gain: neither meets the SLO in the confirmation rounds";
       return;
     }
     c.gain = mw / mb - 1;
@@ -375,32 +359,58 @@ class Tuner {
                             100 * c.gain, 100 * c.spread, mb, mw, c.baseline.size());
   }
 
+  // Every combination of the kind's ordered knobs (batched: batch x delay x instances; decoders: seqs x
+  // tokens).
   void Grid() {
     r_.mode = "grid";
     Measurement base = Measure("baseline", Knobs{});
     if (!base.ok) return;
-    double best = -1;
-    for (int bs : o_.batch_sizes)
-      for (int64_t d : o_.queue_delays_us)
-        for (int n : o_.instance_counts) {
-          if (!BudgetLeft()) {
-            r_.budget_exhausted = true;
-            break;
-          }
-          Measurement m = Measure("grid", Knobs{bs, d, n});
-          if (m.score() > best) {
-            best = m.score();
-            r_.chosen = m.knobs;
-            r_.chosen_index = m.index;
-          }
-        }
+    std::vector<Knobs> all;
+    if (r_.kind == ModelKind::kDecoder) {
+      for (int s : o_.max_num_seqs)
+        for (int t : o_.max_num_batched_tokens)
+          all.push_back(Knobs{.max_num_seqs = s, .max_num_batched_tokens = t});
+    } else {
+      for (int bs : o_.batch_sizes)
+        for (int64_t d : o_.queue_delays_us)
+          for (int n : o_.instance_counts)
+            all.push_back(Knobs{.max_batch_size = bs, .max_queue_delay_us = d, .instances = n});
+    }
+    double best = base.score();
+    r_.chosen_index = base.index;
+    for (const Knobs& k : all) {
+      if (!BudgetLeft()) {
+        r_.budget_exhausted = true;
+        break;
+      }
+      Measurement m = Measure("grid", k);
+      if (m.score() > best) {
+        best = m.score();
+        r_.chosen = m.knobs;
+        r_.chosen_index = m.index;
+      }
+    }
+  }
+
+  // --url: the baseline there, the doctor's verdict, and the next flag to try.
+  void UrlMode() {
+    r_.mode = "url";
+    r_.url = o_.url;
+    Measurement base = Measure("baseline", Knobs{});
+    r_.doctor = base.doctor;
+    r_.chosen_index = base.index;
+    if (!base.ok) return;
+    r_.advice = AdviseNext(Context(), Explicit(Knobs{}), base.doctor);
+    r_.confirmation.verdict = "not run: --url measures one server as it is";
   }
 
   TuneResult Run() {
     r_.model = o_.model;
     r_.device = o_.device.empty() ? "model's own" : o_.device;
     r_.started_at = bench::NowIso8601();
-    if (o_.grid) {
+    if (!o_.url.empty()) {
+      UrlMode();
+    } else if (o_.grid) {
       Grid();
     } else {
       Walk();
@@ -414,69 +424,55 @@ class Tuner {
   TuneResult r_;
   Knobs best_;
   double best_score_ = 0;
+  bool has_kv_cache_dtype_ = false;
+
+ public:
+  Status fatal_ = OkStatus();  // a usage error found once the model is known (an SLO its kind has not)
 };
 
 }  // namespace
 
-std::string Knobs::Describe() const {
-  return fmt::format("batch {}, delay {}, instances {}",
-                     max_batch_size > 0 ? std::to_string(max_batch_size) : "own",
-                     max_queue_delay_us >= 0 ? std::to_string(max_queue_delay_us) + " us" : "own",
-                     instances > 0 ? std::to_string(instances) : "own");
-}
-
-int WalkValues(size_t count, double reference, double min_gain,
-               const std::function<std::optional<double>(size_t)>& measure,
-               const std::function<std::string(size_t)>& name, std::string* stopped, bool ordered) {
-  int best = -1;
-  double best_score = reference;
-  // The climb compares each value with the one before it on the axis (a step may start below the previous
-  // step's best: batch 1 after a baseline of 32); the step's best is adopted only if it beats `reference`.
-  bool have_prev = false;
-  double prev = 0;
-  std::string prev_name;
-  for (size_t i = 0; i < count; ++i) {
-    std::optional<double> s = measure(i);
-    if (!s) {
-      *stopped = fmt::format("the budget is spent before {}", name(i));
-      return best;
-    }
-    if (*s > 0 && *s >= best_score * (1 + min_gain)) {
-      best = static_cast<int>(i);
-      best_score = *s;
-    }
-    if (ordered && have_prev && prev > 0 && *s < prev * (1 + min_gain)) {
-      *stopped = fmt::format("{} gains {:+.1f} % goodput over {} (< {:.0f} %)", name(i), 100 * (*s / prev - 1),
-                             prev_name, 100 * min_gain);
-      if (best < 0 && reference > 0)
-        *stopped += fmt::format("; no value beat the previous step's best ({:.1f}/s) by {:.0f} %", reference,
-                                100 * min_gain);
-      return best;
-    }
-    have_prev = true;
-    prev = *s;
-    prev_name = name(i);
+Status ValidateTuneOptions(const TuneOptions& o) {
+  for (const auto& [flag, v] : {std::pair<const char*, double>{"--slo-p99-ms", o.slos.p99_ms},
+                                {"--slo-ttft-ms", o.slos.ttft_ms},
+                                {"--slo-tpot-ms", o.slos.tpot_ms}}) {
+    if (!std::isfinite(v) || v < 0) return InvalidArgumentError("{} {}: must be a number > 0 (ms)", flag, v);
   }
-  *stopped = count == 0 ? "no value to try" : "every value measured";
-  if (best < 0 && best_score <= 0 && count > 0) *stopped = "no value meets the SLO";
-  if (best < 0 && reference > 0 && count > 0)
-    *stopped += fmt::format("; no value beat the previous step's best ({:.1f}/s) by {:.0f} %", reference,
-                            100 * min_gain);
-  return best;
+  if (!o.slos.any())
+    return InvalidArgumentError(
+        "give an SLO: --slo-p99-ms (end-to-end, every model), --slo-ttft-ms / --slo-tpot-ms (decoders)");
+  if (o.queue_delays_us.empty() || o.batch_sizes.empty() || o.instance_counts.empty() ||
+      o.max_num_seqs.empty() || o.max_num_batched_tokens.empty())
+    return InvalidArgumentError("the knob value lists must not be empty");
+  if (!o.url.empty() && o.grid)
+    return InvalidArgumentError("--grid needs servers tune starts itself, not --url");
+  // The flags tune gives every `stoke serve` itself (ServeArgs, Knobs::Flags): twice would be a usage error
+  // there, and stoke.toml could not hold both. --config: its keys can go in --serve-args.
+  for (const std::string& a : o.serve_args) {
+    const std::string name = a.substr(0, a.find('='));
+    for (const char* own : {"--model", "--port", "--grpc-port", "--drain-seconds", "--device", "--config",
+                            "--max-batch-size", "--max-queue-delay-us", "--instances", "--max-num-seqs",
+                            "--max-num-batched-tokens", "--no-chunked-prefill", "--cuda-graphs"}) {
+      if (name == own)
+        return InvalidArgumentError("--serve-args '{}': tune sets {} itself{}", a, own,
+                                    std::string(own) == "--device" ? " (give tune --device)" : "");
+    }
+  }
+  return OkStatus();
 }
 
 StatusOr<TuneResult> RunTune(const TuneOptions& opts) {
-  if (opts.slo_p99_ms <= 0) return InvalidArgumentError("--slo-p99-ms must be > 0");
-  if (opts.queue_delays_us.empty() || opts.batch_sizes.empty() || opts.instance_counts.empty())
-    return InvalidArgumentError("the knob value lists must not be empty");
+  RETURN_IF_ERROR(ValidateTuneOptions(opts));
   std::error_code ec;
   std::filesystem::create_directories(opts.out_dir + "/logs", ec);
   if (ec) return InvalidArgumentError("--out {}: {}", opts.out_dir, ec.message());
   Tuner t(opts);
   TuneResult r = t.Run();
-  if (r.measurements.empty() || !r.measurements[0].ok)
+  if (r.measurements.empty() || !r.measurements[0].ok) {
+    if (!t.fatal_.ok()) return t.fatal_;
     return UnavailableError("the baseline could not be measured: {}",
                             r.measurements.empty() ? "no measurement" : r.measurements[0].error);
+  }
   return r;
 }
 

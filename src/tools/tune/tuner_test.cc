@@ -89,5 +89,23 @@ TEST(TuneWalkTest, NoValueMeetsTheSlo) {
   EXPECT_EQ(why, "no value meets the SLO");
 }
 
+TEST(TuneOptionsTest, ServeArgsMayNotSetWhatTuneSets) {
+  TuneOptions o;
+  o.slos.p99_ms = 50;
+  o.batch_sizes = {1};
+  o.queue_delays_us = {0};
+  o.instance_counts = {1};
+  o.max_num_seqs = {8};
+  o.max_num_batched_tokens = {512};
+  o.serve_args = {"--gemm-cache", "g.json", "--no-prefix-cache"};
+  EXPECT_TRUE(ValidateTuneOptions(o).ok());
+  for (const char* a : {"--max-num-seqs", "--port=9000", "--config", "--device"}) {
+    o.serve_args = {a, "1"};
+    const Status s = ValidateTuneOptions(o);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << a;
+    EXPECT_NE(s.message().find("tune sets"), std::string::npos) << s.message();
+  }
+}
+
 }  // namespace
 }  // namespace stoke::tune

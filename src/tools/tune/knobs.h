@@ -1,0 +1,59 @@
+// What stoke tune turns: the serving knobs of one `stoke serve`, for the two kinds of model it serves.
+//
+//   kind      knob                     stoke serve flag            "own" (the server's default) when
+//   batched   max_batch_size           --max-batch-size N          0
+//             max_queue_delay_us       --max-queue-delay-us US     -1
+//             instances                --instances N               0
+//   decoder   max_num_seqs             --max-num-seqs N            0
+//             max_num_batched_tokens   --max-num-batched-tokens N  0
+//             chunked_prefill          --no-chunked-prefill (off)  -1 (0 off, 1 on)
+//             cuda_graphs              --cuda-graphs on|off        -1 (0 off, 1 on)
+//
+// A knob left at "own" is not passed, so the server (or the model file) decides.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace stoke::tune {
+
+// Batched: KServe with /v2/models/M/config (the dynamic batcher). Decoder: the OpenAI API, continuous
+// batching.
+enum class ModelKind : uint8_t { kUnknown, kBatched, kDecoder };
+const char* KindName(ModelKind k);  // "unknown" | "batched" | "decoder"
+
+struct Knobs {
+  int max_batch_size = 0;
+  int64_t max_queue_delay_us = -1;
+  int instances = 0;
+  int max_num_seqs = 0;
+  int max_num_batched_tokens = 0;
+  int chunked_prefill = -1;
+  int cuda_graphs = -1;
+  bool operator==(const Knobs&) const = default;
+  // "batch 8, delay 1000 us, instances 2" | "seqs 64, tokens 2048, chunked on, graphs own"; "own" where
+  // unset.
+  std::string Describe(ModelKind kind) const;
+  // The flags that set it, after "serve" (only the knobs that are not "own").
+  std::vector<std::string> Flags(ModelKind kind) const;
+};
+
+// The knob's value for charts; "own" reads as the server's default when known (`own`).
+double KnobValue(const std::string& knob, const Knobs& k);
+nlohmann::json KnobsJson(const Knobs& k, ModelKind kind);
+
+// The defaults `stoke serve --help` shows for the decoder knobs (the server does not report its scheduler
+// settings over HTTP), and whether it has a --kv-cache-dtype flag yet. 0 / -1 where the help does not say.
+struct ServeDefaults {
+  int max_num_seqs = 0;
+  int max_num_batched_tokens = 0;
+  int cuda_graphs = -1;
+  bool has_kv_cache_dtype = false;
+};
+ServeDefaults ParseServeHelp(const std::string& help_text);
+// Runs `exe serve --help` and parses it.
+ServeDefaults ReadServeDefaults(const std::string& exe);
+
+}  // namespace stoke::tune
