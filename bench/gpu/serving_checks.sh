@@ -12,10 +12,10 @@
 #             alternated over 3 rounds: within 5 % of the grid or not (tune_bert_compare.json). ~7 min in all
 #             with the grid (at most ~9: the budgets bound it).
 #   tune_llm  stoke tune on the Llama-3.1-8B shape (`stoke model synth --shape llama-3.1-8b`, bf16, random
-#             weights) on the GPU: streamed chat, 512 in / 128 out, c=64, SLO TPOT p99 50 ms; the decoder walk
-#             (max-num-seqs, max-num-batched-tokens, chunked prefill, CUDA graphs) with the doctor on every
-#             point, 2 s warm-up + 5 s window, budget 5 min. Each point restarts `stoke serve` (~11 s to load
-#             the 8B). ~6.5 min with the synth.
+#             weights) on the GPU: streamed chat, 100 words (~520 tokens) in / 128 out, c=64, SLO TPOT p99
+#             50 ms; the decoder walk (max-num-seqs, max-num-batched-tokens, chunked prefill, CUDA graphs) with
+#             the doctor on every point, 4 s warm-up + 10 s window, budget 5 min (TUNE_LLM_* override). Each
+#             point restarts `stoke serve` (~11 s to load the 8B). ~6.5 min with the synth.
 # GPU_PARTS picks a subset (default: "serving ledger tune"). Outputs under $OUT: serving_path.json,
 # ledger_gpu.json, tune_bert/, tune_bert_grid/, tune_bert_compare.json, tune_llm/ (each tune folder: stoke.toml,
 # tune.json, report.html, logs/) and the log files. STOKE=PATH replaces the bundle's binary.
@@ -115,9 +115,13 @@ if want tune_llm; then
   else
     # c=64: 16 and 32 sequences are below the load, 128 above it (not measured); the default 64 is the baseline.
     shape=(--shape llama-3.1-8b) model_llm=${LLM_MODEL_DIR:-/tmp/stoke_synth_llama-3.1-8b}
-    llm_args=(--input-len 512 --output-len 128 --concurrency "${TUNE_LLM_CONCURRENCY:-64}" --warmup 2
-      --window "${TUNE_LLM_WINDOW:-5}" --max-num-seqs-values 16,32,64,128
-      --max-num-batched-tokens-values 1024,2048,4096,8192 --slo-tpot-ms "${TUNE_LLM_TPOT_MS:-50}"
+    # --input-len counts words of chat text: the synthetic model's tokenizer makes ~5 tokens of each, so 100
+    # words are ~520 prompt tokens (tune.json: mean_input_tokens; 512 words were ~2,620 on the H200, and 5 s
+    # windows then ended before any request at c=64 did). Windows must outlast a request (~4 s here).
+    llm_args=(--input-len "${TUNE_LLM_INPUT_LEN:-100}" --output-len 128 --concurrency "${TUNE_LLM_CONCURRENCY:-64}"
+      --warmup "${TUNE_LLM_WARMUP:-4}" --window "${TUNE_LLM_WINDOW:-10}"
+      --max-num-seqs-values "${TUNE_LLM_SEQS:-16,32,64,128}"
+      --max-num-batched-tokens-values "${TUNE_LLM_TOKENS:-1024,2048,4096,8192}" --slo-tpot-ms "${TUNE_LLM_TPOT_MS:-50}"
       --budget-min "${TUNE_LLM_BUDGET_MIN:-5}" --serve-args "--gemm-cache $OUT/gemm_cache_8b.json")
   fi
   stamp "synth ${shape[*]} -> $model_llm"

@@ -609,9 +609,15 @@ TEST(CudaLlamaTest, QuantizedKvMatchesCpuQuantizedKv) {
     ASSERT_TRUE(want.ok()) << want.status().ToString();
     auto got = RunScript(**gpu, script);
     ASSERT_TRUE(got.ok()) << got.status().ToString();
-    ExpectClose(CompareLogits(*want, *got, vocab, &script), 0.1, 0.97,
+    // The kernels match the reference quantiser on identical inputs (CudaQuant* in stoke_kernels_cuda_test);
+    // here the K/V rows come from each engine's own GEMMs, and a last-bit difference there can move a value
+    // across a rounding step of the 8-bit grid. E4M3 keeps 3 mantissa bits (steps of up to 1/8 relative, vs
+    // int8's 1/127 of the row's scale), so fp8 gets the wider bound: measured on the H200, int8 0.070 std vs
+    // the CPU and 0.055 vs bf16; fp8 0.170 and 0.193, top-1 81/81 and 82/83.
+    const bool fp8 = dtype == KvCacheDtype::kFp8;
+    ExpectClose(CompareLogits(*want, *got, vocab, &script), fp8 ? 0.3 : 0.1, 0.97,
                 ("kv " + name + " vs cpu kv " + name).c_str());
-    ExpectClose(CompareLogits(*bf16_out, *got, vocab), 0.15, 0.95,
+    ExpectClose(CompareLogits(*bf16_out, *got, vocab), fp8 ? 0.3 : 0.15, 0.95,
                 ("kv " + name + " vs gpu kv bf16").c_str());
     EXPECT_GT((*gpu)->graph_replays(), 0);
   }
