@@ -239,8 +239,15 @@ def test_decoder_walk_records_every_step_with_the_doctors_verdict(decoder):
             assert by_index[i]["step"] == s["knob"]
     steps = {s["knob"]: s for s in walk["steps"]}
     assert steps["cuda_graphs"]["skipped"] and steps["cuda_graphs"]["stopped"] == "CPU"
-    for k in ("kv_cache_dtype", "weight_precision"):
-        assert steps[k]["skipped"] and "not yet" in steps[k]["stopped"] and "issue 15" in steps[k]["stopped"]
+    assert steps["weight_precision"]["skipped"] and "issue 15" in steps["weight_precision"]["stopped"]
+    # The KV-cache step tries the 8-bit caches; each server ran the consistency gate at load (a failing
+    # precision would not start, so it could not be kept).
+    kv = steps["kv_cache_dtype"]
+    assert not kv["skipped"] and kv["points"], kv
+    assert sorted(by_index[i]["knobs"]["kv_cache_dtype"] for i in kv["points"]) == ["fp8", "int8"]
+    for i in kv["points"]:
+        m = by_index[i]
+        assert m["accepted"] or m["why"], m
     assert not steps["max_num_seqs"]["skipped"] and steps["max_num_seqs"]["points"]
     for m in walk["measurements"]:  # rejected exactly when a p99 is over its SLO (or it failed)
         if m["ok"] and m["errors"] == 0 and m["valid"]:
@@ -266,7 +273,7 @@ def test_decoder_toml_is_read_by_serve_config_unchanged(decoder, tmp_path):
     # Every decoder key tune can write, in the form it writes them.
     every = tmp_path / "every.toml"
     every.write_text(f'model = "{decoder["model"]}"\ndevice = "cpu"\nmax-num-seqs = 4\nmax-num-batched-tokens = 64\n'
-                     'no-chunked-prefill = true\ncuda-graphs = "off"\n')
+                     'no-chunked-prefill = true\ncuda-graphs = "off"\nkv-cache-dtype = "int8"\n')
     srv = start_decoder(decoder["model"], "--config", every, log=tmp_path / "serve2.log")
     srv.stop()
 

@@ -38,8 +38,9 @@ const char* KindName(ModelKind k) {
 
 std::string Knobs::Describe(ModelKind kind) const {
   if (kind == ModelKind::kDecoder)
-    return fmt::format("seqs {}, tokens {}, chunked {}, graphs {}", Own(max_num_seqs, 0),
-                       Own(max_num_batched_tokens, 0), OnOff(chunked_prefill), OnOff(cuda_graphs));
+    return fmt::format("seqs {}, tokens {}, chunked {}, graphs {}{}", Own(max_num_seqs, 0),
+                       Own(max_num_batched_tokens, 0), OnOff(chunked_prefill), OnOff(cuda_graphs),
+                       kv_cache_dtype.empty() ? "" : ", kv " + kv_cache_dtype);
   return fmt::format("batch {}, delay {}, instances {}", Own(max_batch_size, 0),
                      Own(max_queue_delay_us, -1, " us"), Own(instances, 0));
 }
@@ -52,6 +53,7 @@ std::vector<std::string> Knobs::Flags(ModelKind kind) const {
       a.insert(a.end(), {"--max-num-batched-tokens", std::to_string(max_num_batched_tokens)});
     if (chunked_prefill == 0) a.push_back("--no-chunked-prefill");
     if (cuda_graphs >= 0) a.insert(a.end(), {"--cuda-graphs", cuda_graphs ? "on" : "off"});
+    if (!kv_cache_dtype.empty()) a.insert(a.end(), {"--kv-cache-dtype", kv_cache_dtype});
     return a;
   }
   if (max_batch_size > 0) a.insert(a.end(), {"--max-batch-size", std::to_string(max_batch_size)});
@@ -69,6 +71,7 @@ double KnobValue(const std::string& knob, const Knobs& k) {
   if (knob == "max_num_batched_tokens") return k.max_num_batched_tokens;
   if (knob == "chunked_prefill") return k.chunked_prefill;
   if (knob == "cuda_graphs") return k.cuda_graphs;
+  if (knob == "kv_cache_dtype") return k.kv_cache_dtype == "int8" ? 1 : k.kv_cache_dtype == "fp8" ? 2 : 0;
   return 0;
 }
 
@@ -77,7 +80,8 @@ nlohmann::json KnobsJson(const Knobs& k, ModelKind kind) {
     return {{"max_num_seqs", OwnJson(k.max_num_seqs, 0)},
             {"max_num_batched_tokens", OwnJson(k.max_num_batched_tokens, 0)},
             {"chunked_prefill", OnOffJson(k.chunked_prefill)},
-            {"cuda_graphs", OnOffJson(k.cuda_graphs)}};
+            {"cuda_graphs", OnOffJson(k.cuda_graphs)},
+            {"kv_cache_dtype", k.kv_cache_dtype.empty() ? nlohmann::json("own") : nlohmann::json(k.kv_cache_dtype)}};
   return {{"max_batch_size", OwnJson(k.max_batch_size, 0)},
           {"max_queue_delay_us", OwnJson(k.max_queue_delay_us, -1)},
           {"instances", OwnJson(k.instances, 0)}};

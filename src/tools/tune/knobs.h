@@ -8,6 +8,8 @@
 //             max_num_batched_tokens   --max-num-batched-tokens N  0
 //             chunked_prefill          --no-chunked-prefill (off)  -1 (0 off, 1 on)
 //             cuda_graphs              --cuda-graphs on|off        -1 (0 off, 1 on)
+//             kv_cache_dtype           --kv-cache-dtype int8|fp8   "" (the model's own: bf16); the server
+//                                                                  runs the consistency gate at load
 //
 // A knob left at "own" is not passed, so the server (or the model file) decides.
 #pragma once
@@ -32,6 +34,7 @@ struct Knobs {
   int max_num_batched_tokens = 0;
   int chunked_prefill = -1;
   int cuda_graphs = -1;
+  std::string kv_cache_dtype;  // "" = own; "int8" | "fp8" (docs/precision.md)
   bool operator==(const Knobs&) const = default;
   // "batch 8, delay 1000 us, instances 2" | "seqs 64, tokens 2048, chunked on, graphs own"; "own" where
   // unset.
@@ -40,7 +43,8 @@ struct Knobs {
   std::vector<std::string> Flags(ModelKind kind) const;
 };
 
-// The knob's value for charts; "own" reads as the server's default when known (`own`).
+// The knob's value for charts; "own" reads as the server's default when known (`own`). kv_cache_dtype is an
+// index: 0 own (bf16), 1 int8, 2 fp8.
 double KnobValue(const std::string& knob, const Knobs& k);
 nlohmann::json KnobsJson(const Knobs& k, ModelKind kind);
 

@@ -5,8 +5,8 @@
 //                                     -> instances -> precision (skipped: not yet / no lower precision on
 //                                     CPU)
 //   decoders (GGUF / HF Llama-family): baseline -> max_num_seqs -> max_num_batched_tokens -> chunked prefill
-//                                     -> CUDA graphs (--device cuda only) -> KV cache dtype, weight precision
-//                                     (not yet: the consistency gate, issue 15)
+//                                     -> CUDA graphs (--device cuda only) -> KV cache dtype (int8, fp8: the
+//                                     server gates each at load) -> weight precision (not yet, issue 15)
 //   then the confirmation: baseline and best alternated, the gain with its spread ("no gain" within the
 //   noise).
 //

@@ -184,11 +184,24 @@ void DecoderSteps(const std::string& step, const WalkContext& c, const Knobs& cu
     if (Find(verdicts, "launch_bound") != nullptr)
       p->doctor_note = "the doctor names the current best launch_bound: CUDA graphs are the knob for it";
   } else if (step == "kv_cache_dtype") {
-    p->skip = c.has_kv_cache_dtype
-                  ? "not yet: needs the consistency gate (issue 15) before a lower KV precision may be kept"
-                  : "not yet: needs the consistency gate (issue 15); stoke serve has no --kv-cache-dtype";
+    if (!c.has_kv_cache_dtype) {
+      p->skip = "this stoke serve has no --kv-cache-dtype";
+      return;
+    }
+    // Each candidate's server runs the output-consistency gate at load against the bf16 cache and refuses
+    // to start on a failing precision (docs/precision.md): such a point fails and is never kept.
+    p->ordered = false;
+    for (const char* d : {"int8", "fp8"}) {
+      if (cur.kv_cache_dtype == d) continue;
+      Knobs k = cur;
+      k.kv_cache_dtype = d;
+      p->candidates.push_back(k);
+      p->names.push_back(fmt::format("kv {} (gated)", d));
+    }
+    if (Find(verdicts, "kv_capacity_bound") != nullptr)
+      p->doctor_note = "the doctor names the current best kv_capacity_bound: an 8-bit cache holds ~1.9x the tokens";
   } else if (step == "weight_precision") {
-    p->skip = "not yet: needs the consistency gate (issue 15)";
+    p->skip = "not yet: stoke serve has no --quantization (FP8/INT8 weights, issue 15)";
   }
 }
 

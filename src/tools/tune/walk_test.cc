@@ -106,12 +106,30 @@ TEST(TunePlanTest, CudaGraphsOnlyOnCuda) {
   EXPECT_NE(p.doctor_note.find("launch_bound"), std::string::npos);
 }
 
-TEST(TunePlanTest, PrecisionStepsWaitForTheConsistencyGate) {
+TEST(TunePlanTest, KvCacheDtypeStepTriesTheGatedEightBitCaches) {
   WalkContext c = Decoder();
-  EXPECT_NE(PlanStep("kv_cache_dtype", c, c.own, json()).skip.find("not yet"), std::string::npos);
   EXPECT_NE(PlanStep("kv_cache_dtype", c, c.own, json()).skip.find("no --kv-cache-dtype"), std::string::npos);
   c.has_kv_cache_dtype = true;
-  EXPECT_NE(PlanStep("kv_cache_dtype", c, c.own, json()).skip.find("issue 15"), std::string::npos);
+  StepPlan p = PlanStep("kv_cache_dtype", c, c.own, json());
+  EXPECT_TRUE(p.skip.empty()) << p.skip;
+  EXPECT_FALSE(p.ordered);
+  ASSERT_EQ(p.candidates.size(), 2u);
+  EXPECT_EQ(p.candidates[0].kv_cache_dtype, "int8");
+  EXPECT_EQ(p.candidates[1].kv_cache_dtype, "fp8");
+  // The flag reaches the server (which runs the consistency gate at load), and the other knobs stay.
+  const std::vector<std::string> f = p.candidates[1].Flags(ModelKind::kDecoder);
+  ASSERT_GE(f.size(), 2u);
+  EXPECT_EQ(std::vector<std::string>(f.end() - 2, f.end()), (std::vector<std::string>{"--kv-cache-dtype", "fp8"}));
+  EXPECT_EQ(std::vector<std::string>(f.begin(), f.end() - 2), c.own.Flags(ModelKind::kDecoder));
+  EXPECT_EQ(KnobValue("kv_cache_dtype", p.candidates[1]), 2);
+  EXPECT_NE(p.candidates[0].Describe(ModelKind::kDecoder).find("kv int8"), std::string::npos);
+  // From an int8 best only fp8 is left; a KV-bound server is told why the step matters.
+  Knobs int8 = c.own;
+  int8.kv_cache_dtype = "int8";
+  p = PlanStep("kv_cache_dtype", c, int8, Verdict("kv_capacity_bound", true));
+  ASSERT_EQ(p.candidates.size(), 1u);
+  EXPECT_EQ(p.candidates[0].kv_cache_dtype, "fp8");
+  EXPECT_NE(p.doctor_note.find("kv_capacity_bound"), std::string::npos);
   EXPECT_NE(PlanStep("weight_precision", c, c.own, json()).skip.find("issue 15"), std::string::npos);
 }
 
