@@ -115,11 +115,14 @@ def test_classic_drain_and_second_signal(stoke_bin, tmp_path):
                 out.append(repr(e))
 
         stream = None if second else open_grpc_stream(srv)
+        dispatched = srv.metric("stoke:batch_close_total")
         threads = [threading.Thread(target=post) for _ in range(2)]
         for t in threads:
             t.start()
-        # One request executes, the other waits in the queue: both are inside the server.
-        wait_for(lambda: srv.metric("stoke:inference_pending_request_count") >= 1, "a queued request")
+        # One request executes (its batch dispatched) and the other waits in the queue: both are inside the
+        # server. (A queued request alone is not enough: the second client may not have arrived yet.)
+        wait_for(lambda: srv.metric("stoke:batch_close_total") >= dispatched + 1
+                 and srv.metric("stoke:inference_pending_request_count") >= 1, "one request running, one queued")
         srv.proc.send_signal(signal.SIGTERM)
         if second:
             wait_for(lambda: "draining" in srv.log(), "the drain to start")
