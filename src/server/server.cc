@@ -195,8 +195,15 @@ int RunServer(const ServerOptions& o, const Backends& backends) {
 
   // Load on the repository's worker so a signal during a long load (or fetch) still stops the process.
   repo.Start();
+  int early_signal = 0;
   while (!repo.idle()) {
-    if (server.WaitForSignal(std::chrono::milliseconds(50)) != 0) {
+    if (const int sig = server.WaitForSignal(std::chrono::milliseconds(50)); sig != 0) {
+      // Every model is READY (and may be serving: "ready on" is printed from the worker before it goes
+      // idle), so this signal drains like any other.
+      if (repo.ready()) {
+        early_signal = sig;
+        break;
+      }
       // Nothing is in flight yet; the load can't be interrupted cleanly, so leave without unwinding it.
       fmt::print(stderr, "stoke serve: interrupted while loading the model\n");
       if (grpc) grpc->Shutdown(std::chrono::milliseconds(0));
@@ -214,7 +221,7 @@ int RunServer(const ServerOptions& o, const Backends& backends) {
   }
   started = true;
 
-  const int signo = server.WaitForSignal();
+  const int signo = early_signal != 0 ? early_signal : server.WaitForSignal();
   fmt::print(stderr, "stoke serve: {} received; draining (up to {} s)\n",
              signo == SIGTERM ? "SIGTERM" : "SIGINT", o.drain_seconds);
   const auto drain = Millis(o.drain_seconds);
