@@ -221,7 +221,7 @@ class Planner {
       }
       case OpKind::kChannelAffine: {
         ASSIGN_OR_RETURN(int x, Runtime(n, 0));
-        const std::vector<int64_t>& d = Dims(x);
+        const std::vector<int64_t> d = Dims(x);  // a copy: NewValue may reallocate values_
         if (d.size() < 2 || d[1] != static_cast<int64_t>(n.scale.size())) {
           return InvalidArgumentError("{}: input {} does not have {} channels", what, DimsString(d),
                                       n.scale.size());
@@ -241,7 +241,7 @@ class Planner {
       case OpKind::kSoftmax: {
         ASSIGN_OR_RETURN(int x, Runtime(n, 0));
         x = Plain(x);
-        const std::vector<int64_t>& d = Dims(x);
+        const std::vector<int64_t> d = Dims(x);  // a copy: NewValue may reallocate values_
         ASSIGN_OR_RETURN(int64_t axis, NormalizeAxis(n.axis, static_cast<int64_t>(d.size()), what));
         const int out = NewValue(d, false);
         rt_[n.outputs[0]] = out;
@@ -427,7 +427,7 @@ class Planner {
   Status PlanGemm(const CnnNode& n) {
     ASSIGN_OR_RETURN(int x, Runtime(n, 0));
     x = Plain(x);
-    const std::vector<int64_t>& d = Dims(x);
+    const std::vector<int64_t> d = Dims(x);  // a copy: NewValue may reallocate values_
     if (d.empty() || d.back() != n.gemm.k || (n.src.op_type == "Gemm" && d.size() != 2)) {
       return InvalidArgumentError("{}: input {} does not match the weights' K = {}", n.src.Describe(),
                                   DimsString(d), n.gemm.k);
@@ -485,7 +485,7 @@ class Planner {
     od[axis] = 0;
     for (int& x : xs) {
       if (!nhwc) x = Plain(x);
-      const std::vector<int64_t>& d = Dims(x);
+      const std::vector<int64_t> d = Dims(x);  // a copy: NewValue may reallocate values_
       for (int64_t k = 0; k < rank; ++k) {
         if (k != axis && d[k] != Dims(xs[0])[k]) {
           return InvalidArgumentError("{}: inputs {} and {} differ off the axis", n.src.Describe(),
