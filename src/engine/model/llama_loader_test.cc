@@ -19,6 +19,7 @@ namespace stoke {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::RelErr;
 using testing::TinyLlama;
 
 fs::path TempDir(const std::string& name) {
@@ -38,17 +39,6 @@ std::vector<float> ScoreAll(DecoderModel& model, const std::vector<int32_t>& ids
   Status st = model.Step(in, &out);
   EXPECT_TRUE(st.ok()) << st.ToString();
   return out.logits;
-}
-
-double RelErr(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    if (std::isnan(a[i])) return 1e9;
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
 }
 
 const std::vector<int32_t> kIds = {1, 17, 42, 5, 88, 3, 64, 9, 33, 71, 2, 50, 11, 95, 0, 27, 60, 8, 14};

@@ -13,19 +13,8 @@
 namespace stoke {
 namespace {
 
+using testing::RelErr;
 using testing::TinyLlama;
-
-// Relative L2 error ||a - b|| / ||b||; NaN never passes.
-double RelErr(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    if (std::isnan(a[i])) return 1e9;
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
 
 double MaxAbsDiff(const float* a, const float* b, size_t n) {
   double m = 0;

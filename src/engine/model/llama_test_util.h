@@ -3,6 +3,7 @@
 // converter does), and a double-precision reference forward pass that shares no code with CpuLlama.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -12,6 +13,8 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "engine/model/llama_config.h"
 #include "engine/model/llama_weights.h"
@@ -344,5 +347,17 @@ struct TinyLlama {
     std::ofstream(path, std::ios::binary) << out;
   }
 };
+
+// Relative L2 error ||a - b|| / ||b||; NaN never passes.
+inline double RelErr(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    if (std::isnan(a[i])) return 1e9;
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
 
 }  // namespace stoke::testing
