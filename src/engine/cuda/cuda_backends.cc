@@ -25,6 +25,7 @@ StatusOr<std::unique_ptr<DecoderModel>> CreateCudaDecoder(LlamaWeights weights, 
   co.attention.decode_pipeline = o.cuda.decode_pipeline;
   co.attention.prefill_force_warp = o.cuda.prefill_attention == "warp";
   co.kv_cache_dtype = o.kv_cache.dtype;
+  co.quantization = o.quantization;
   ASSIGN_OR_RETURN(std::unique_ptr<CudaLlama> model, CudaLlama::Create(std::move(weights), co));
   return std::unique_ptr<DecoderModel>(std::move(model));
 }

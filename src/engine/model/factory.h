@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "api/weight_quantization.h"
 #include "base/status.h"
 #include "base/thread_pool.h"
 #include "engine/model/decoder.h"
@@ -62,6 +63,8 @@ struct DecoderOptions {
   bool ggml_compatible_numerics = true;
   // KV cache storage (--kv-cache-dtype): auto | bf16 | int8 | fp8 (KvCacheOptions, decoder.h).
   KvCacheOptions kv_cache;
+  // Weight precision (--quantization): none | fp8 (api/weight_quantization.h; docs/precision.md).
+  WeightQuantization quantization = WeightQuantization::kNone;
   // CUDA: kernel choices (see CudaDecoderTuning); ignored on the CPU.
   CudaDecoderTuning cuda;
 };
