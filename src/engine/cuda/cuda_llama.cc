@@ -162,6 +162,15 @@ StatusOr<std::unique_ptr<CudaLlama>> CudaLlama::Create(LlamaWeights weights, con
                                 options.attention.decode_min_partition, cuda::kDecodePartition);
   }
   RETURN_IF_ERROR(CheckWeights(weights));
+  if (options.quantization == WeightQuantization::kFp8) {
+    const LlamaConfig& c = weights.config;
+    if (c.hidden_size % 16 != 0 || c.intermediate_size % 16 != 0 || (c.num_heads * c.head_dim) % 16 != 0) {
+      return InvalidArgumentError(
+          "--quantization fp8: hidden {}, intermediate {} and q dim {} must be multiples of 16 (the FP8 "
+          "GEMM's alignment)",
+          c.hidden_size, c.intermediate_size, c.num_heads * c.head_dim);
+    }
+  }
   std::unique_ptr<CudaLlama> m(new CudaLlama(options));
   m->gemv_max_rows_ = options.gemv_max_rows;
   RETURN_IF_ERROR(m->Init(std::move(weights)));
@@ -202,11 +211,11 @@ Status CudaLlama::Init(LlamaWeights weights) {
         static_cast<int64_t>(arena_->capacity()) / kMiB, options_.gpu_memory_fraction, kReserveBytes / kMiB);
   }
   LOG_INFO(
-      "cuda llama: {}: weights {:.1f} MiB, scratch {:.1f} MiB for steps of up to {} tokens, KV budget {:.1f} "
+      "cuda llama: {}: weights {} {:.1f} MiB, scratch {:.1f} MiB for steps of up to {} tokens, KV budget {:.1f} "
       "MiB (gpu memory fraction {} of {:.1f} GiB), cuda graphs {}, "
       "one-token GEMV {} (warps per row {}), PDL {}, decode min partition {}, decode pipeline {}, prefill "
       "attention {}",
-      device_name_, weight_bytes_ / double(kMiB), arena_->capacity() / double(kMiB), max_tokens_,
+      device_name_, fp8_weights() ? "fp8" : "bf16", weight_bytes_ / double(kMiB), arena_->capacity() / double(kMiB), max_tokens_,
       kv_budget_bytes_ / double(kMiB), options_.gpu_memory_fraction, total_bytes / double(kMiB << 10),
       options_.cuda_graphs ? "on" : "off", gemv_max_rows_ >= 1 ? "on" : "off",
       options_.gemv_split == 0 ? std::string("auto") : std::to_string(options_.gemv_split),
@@ -272,7 +281,9 @@ StatusOr<CudaLlama::Linear> CudaLlama::UploadLinear(const std::vector<const Line
                                                     int64_t pad_rows_to) {
   Linear lin;
   lin.cols = parts.front()->cols;
-  bool gemv = pad_rows_to == 1;  // the padded matrices (embedding / lm_head) never take the GEMV path
+  // The padded matrices (embedding / lm_head) never take the GGUF GEMV path, nor do fp8 weights (they are
+  // re-quantised from the bf16 copy).
+  bool gemv = pad_rows_to == 1 && !fp8_weights();
   for (const LinearWeight* p : parts) {
     if (p->cols != lin.cols) return InvalidArgumentError("cuda llama: fused parts differ in columns");
     lin.rows += p->rows;
@@ -314,15 +325,41 @@ StatusOr<CudaLlama::Linear> CudaLlama::UploadLinear(const std::vector<const Line
   return lin;
 }
 
+void CudaLlama::DeviceFree(void* p, size_t bytes) {
+  auto it = std::find(allocations_.begin(), allocations_.end(), p);
+  if (it == allocations_.end()) return;
+  allocations_.erase(it);
+  cudaFree(p);
+  weight_bytes_ -= static_cast<int64_t>(bytes);
+}
+
+Status CudaLlama::QuantizeLinearFp8(Linear* lin, int64_t alloc_rows, bool free_bf16) {
+  ASSIGN_OR_RETURN(void* q, DeviceAlloc(alloc_rows * lin->cols));
+  ASSIGN_OR_RETURN(void* sc, DeviceAlloc(alloc_rows * sizeof(float)));
+  lin->q = static_cast<uint8_t*>(q);
+  lin->scale = static_cast<float*>(sc);
+  RETURN_IF_ERROR(cuda::QuantizeRowsFp8(lin->w, alloc_rows, lin->cols, lin->cols, lin->q, lin->scale,
+                                        options_.fp8_scale_multiplier, stream_.get()));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_.get()));
+  if (free_bf16) {
+    DeviceFree(lin->w, alloc_rows * lin->cols * sizeof(uint16_t));
+    lin->w = nullptr;
+  }
+  lin->quant.clear();
+  return OkStatus();
+}
+
 Status CudaLlama::UploadWeights(const LlamaWeights& w) {
   const LlamaConfig& c = config_;
   vocab_pad_ = RoundUp(c.vocab_size, kVocabAlign);
   ASSIGN_OR_RETURN(Linear emb, UploadLinear({&w.embedding}, kVocabAlign));
   embedding_ = emb.w;
   if (w.lm_head.data == w.embedding.data && w.lm_head.dtype == w.embedding.dtype) {
-    lm_head_ = emb;  // tied
+    lm_head_ = emb;  // tied (fp8: the lm_head gets its own bytes; the embedding stays bf16 for the gather)
+    if (fp8_weights()) RETURN_IF_ERROR(QuantizeLinearFp8(&lm_head_, vocab_pad_, /*free_bf16=*/false));
   } else {
     ASSIGN_OR_RETURN(lm_head_, UploadLinear({&w.lm_head}, kVocabAlign));
+    if (fp8_weights()) RETURN_IF_ERROR(QuantizeLinearFp8(&lm_head_, vocab_pad_, /*free_bf16=*/true));
   }
   ASSIGN_OR_RETURN(final_norm_, UploadFloats(w.final_norm));
   ASSIGN_OR_RETURN(inv_freq_, UploadFloats(RopeInverseFrequencies(c)));
@@ -347,6 +384,10 @@ Status CudaLlama::UploadWeights(const LlamaWeights& w) {
       ASSIGN_OR_RETURN(l.gate_up, UploadLinear({&lw.gate, &lw.up}, 1));
     }
     ASSIGN_OR_RETURN(l.down, UploadLinear({&lw.down}, 1));
+    if (fp8_weights()) {
+      for (Linear* lin : {&l.qkv, &l.o, &l.gate_up, &l.down})
+        RETURN_IF_ERROR(QuantizeLinearFp8(lin, lin->rows, /*free_bf16=*/true));
+    }
   }
   return OkStatus();
 }
@@ -363,6 +404,9 @@ Status CudaLlama::AllocateScratch() {
                                                   c.num_heads, c.head_dim, longest, options_.attention),
                        256));
   ints_capacity_ = 8 * RoundUp(T + 1, 64) + kBlockTableCapacity;
+  // fp8 weights: the FP8 GEMMs' per-token activation bytes (the widest GEMM input: hidden, q dim or ffn; the
+  // lm_head's up to kLogitsRows rows).
+  const int64_t act_rows = std::max<int64_t>(T, kLogitsRows), act_cols = std::max({H, qd, F});
   const std::vector<size_t> sizes = {static_cast<size_t>(T * H * 4),                     // x
                                      static_cast<size_t>(T * H * 2),                     // h
                                      static_cast<size_t>(T * (qd + 2 * kvd) * 2),        // qkv
@@ -377,7 +421,9 @@ Status CudaLlama::AllocateScratch() {
                                      static_cast<size_t>(ints_capacity_ * 4),
                                      static_cast<size_t>(kLogitsRows * 4),                          // row ids
                                      static_cast<size_t>(kLogitsRows * sizeof(cuda::RowSampling)),  // draws
-                                     static_cast<size_t>(kLogitsRows * 4)};                         // tokens
+                                     static_cast<size_t>(kLogitsRows * 4),                          // tokens
+                                     static_cast<size_t>(fp8_weights() ? act_rows * act_cols : 0),  // act q
+                                     static_cast<size_t>(fp8_weights() ? act_rows * 4 : 0)};  // act scales
   size_t capacity = 0;
   for (size_t s : sizes)
     capacity += (s + device::DeviceArena::kAlignment - 1) / device::DeviceArena::kAlignment *
@@ -398,6 +444,10 @@ Status CudaLlama::AllocateScratch() {
   ASSIGN_OR_RETURN(d_row_ids_, arena_->AllocateArray<int32_t>(kLogitsRows));
   ASSIGN_OR_RETURN(d_sampling_, arena_->AllocateArray<cuda::RowSampling>(kLogitsRows));
   ASSIGN_OR_RETURN(d_tokens_, arena_->AllocateArray<int32_t>(kLogitsRows));
+  if (fp8_weights()) {
+    ASSIGN_OR_RETURN(act_q_, arena_->AllocateArray<uint8_t>(act_rows * act_cols));
+    ASSIGN_OR_RETURN(act_scale_, arena_->AllocateArray<float>(act_rows));
+  }
   std::vector<int32_t> ids(kLogitsRows);
   for (int i = 0; i < kLogitsRows; ++i) ids[i] = i;
   RETURN_IF_ERROR(Upload(d_row_ids_, ids.data(), ids.size() * 4));

@@ -1,7 +1,7 @@
 // CudaLlama: the Llama-family decoder (Llama 2/3, SmolLM2, Mistral, Qwen2) on one CUDA GPU, behind the same
 // DecoderModel interface as CpuLlama, so the scheduler, KV block allocator and server drive it unchanged.
 //
-// Numerics: weights bf16 on the device (F32/F16/BF16 converted on the host; GGUF Q4_1/Q8_0 uploaded as raw
+// Numerics: weights bf16 on the device (or fp8 E4M3 with a scale per output channel: Options::quantization) (F32/F16/BF16 converted on the host; GGUF Q4_1/Q8_0 uploaded as raw
 // blocks and dequantised on the device, the raw blocks kept for the fused dequant GEMV of 1-token steps;
 // other GGML quants dequantised on the host), norm weights fp32, the residual stream fp32, activations bf16,
 // GEMMs through cuBLASLt with fp32 accumulation, attention softmax in fp32, logits fp32. KV cache bf16.
@@ -40,6 +40,7 @@
 #include <utility>
 #include <vector>
 
+#include "api/weight_quantization.h"
 #include "engine/device/device_resources.h"
 #include "engine/model/decoder.h"
 #include "engine/model/llama_weights.h"
@@ -105,6 +106,9 @@ class CudaLlama final : public DecoderModel {
   Status Step(const StepInput& input, StepOutput* output) override;
   int64_t KvBudgetBytes() const override { return kv_budget_bytes_; }
   std::string device_name() const override { return device_name_; }
+  std::string quantization_name() const override {
+    return std::string(WeightQuantizationName(options_.quantization));
+  }
   std::string kv_cache_dtype_name() const override {
     return quant_kv() ? std::string(KvCacheDtypeName(options_.kv_cache_dtype)) : "bf16";
   }
@@ -128,9 +132,12 @@ class CudaLlama final : public DecoderModel {
   static constexpr int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
   // A projection y = x·W^T: W bf16 [rows, cols] on the device, plus (when every row range came from Q4_1 or
-  // Q8_0) the raw blocks of each part for the 1-token GEMV.
+  // Q8_0) the raw blocks of each part for the 1-token GEMV. With fp8 weights `w` is null (freed after
+  // quantisation; the embedding keeps it) and q / scale hold the E4M3 bytes and one scale per row.
   struct Linear {
     __nv_bfloat16* w = nullptr;
+    uint8_t* q = nullptr;
+    float* scale = nullptr;
     int64_t rows = 0, cols = 0;
     struct QuantPart {
       DType type = DType::kF32;
@@ -164,7 +171,11 @@ class CudaLlama final : public DecoderModel {
   Status Init(LlamaWeights weights);
   Status UploadWeights(const LlamaWeights& weights);
   StatusOr<Linear> UploadLinear(const std::vector<const LinearWeight*>& parts, int64_t pad_rows_to);
+  // Quantises lin's bf16 rows to fp8 + scales (new allocations); frees the bf16 copy when free_bf16.
+  Status QuantizeLinearFp8(Linear* lin, int64_t alloc_rows, bool free_bf16);
+  bool fp8_weights() const { return options_.quantization == WeightQuantization::kFp8; }
   StatusOr<void*> DeviceAlloc(size_t bytes);
+  void DeviceFree(void* p, size_t bytes);
   Status Upload(void* dst, const void* src, size_t bytes);
   StatusOr<float*> UploadFloats(const std::vector<float>& v);
   Status AllocateScratch();
@@ -222,6 +233,10 @@ class CudaLlama final : public DecoderModel {
   __nv_bfloat16 *h_ = nullptr, *qkv_ = nullptr, *q_ = nullptr, *attn_ = nullptr, *proj_ = nullptr,
                 *gu_ = nullptr, *act_ = nullptr, *sel_ = nullptr;
   float* logits_ = nullptr;  // [kLogitsRows, vocab_pad_]
+  // fp8 weights: a step's activations quantised per token for the FP8 GEMMs ([T, max(hidden, q dim, ffn)]
+  // bytes, [T] scales); null otherwise.
+  uint8_t* act_q_ = nullptr;
+  float* act_scale_ = nullptr;
   void* decode_ws_ = nullptr;
   size_t decode_ws_bytes_ = 0;
   int32_t* d_ints_ = nullptr;

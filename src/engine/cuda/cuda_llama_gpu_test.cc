@@ -30,6 +30,8 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "kernels/cpu/quants.h"
 #include "kernels/cuda/device.h"
+#include "tools/precision/gate.h"
+#include "tools/precision/text_chunker.h"
 
 namespace stoke {
 namespace {
@@ -623,6 +625,36 @@ TEST(CudaLlamaTest, QuantizedKvMatchesCpuQuantizedKv) {
   }
 }
 
+// fp8 weights (--quantization fp8): the one-token GEMV path (gemv_max_rows 1, the default) and the all-GEMM
+// path (0: every projection quantises its activations per token and runs the cuBLASLt FP8 GEMM) both track
+// the bf16 engine; the weights take about half the bytes.
+TEST(CudaLlamaTest, Fp8WeightsTrackBf16) {
+  SKIP_WITHOUT_GPU();
+  const TinyLlama m = MakeModel(15, /*tied=*/true, /*bias=*/true, /*layers=*/2);
+  const int vocab = m.c.vocab_size;
+  const Script script = MakeScript(vocab, 6);
+  auto bf16 = CudaLlama::Create(ToBf16Weights(m, true), TestOptions());
+  ASSERT_TRUE(bf16.ok()) << bf16.status().ToString();
+  auto want = RunScript(**bf16, script);
+  ASSERT_TRUE(want.ok()) << want.status().ToString();
+  for (int gemv_rows : {1, 0}) {
+    CudaLlama::Options o = TestOptions();
+    o.quantization = WeightQuantization::kFp8;
+    o.gemv_max_rows = gemv_rows;
+    auto fp8 = CudaLlama::Create(ToBf16Weights(m, true), o);
+    ASSERT_TRUE(fp8.ok()) << fp8.status().ToString();
+    EXPECT_EQ((*fp8)->quantization_name(), "fp8");
+    // Layers at 1 byte + a scale per row, the lm_head (tied) as its own fp8 copy, the embedding bf16.
+    EXPECT_LT((*fp8)->weight_bytes(), (*bf16)->weight_bytes());
+    auto got = RunScript(**fp8, script);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    const std::string what = "fp8 weights (gemv rows " + std::to_string(gemv_rows) + ") vs bf16";
+    // E4M3 keeps 3 mantissa bits: ~2% relative error per weight, averaging out over a dot product.
+    ExpectClose(CompareLogits(*want, *got, vocab), 0.4, 0.9, what.c_str());
+    EXPECT_GT((*fp8)->graph_replays(), 0);
+  }
+}
+
 // ---- the real SmolLM2 (skips when not on disk) ----
 
 std::string SmolLmPath() {
@@ -712,6 +744,47 @@ TEST(CudaLlamaRealModelTest, SmolLm2MatchesCpu) {
     EXPECT_LT(lead, kNearTie) << "the GPU left the CPU's greedy path where the CPU had a clear best";
   } else {
     std::printf("  greedy: identical for all %zu tokens\n", rc->tokens.size());
+  }
+}
+
+}  // namespace
+}  // namespace stoke
+
+namespace stoke {
+namespace {
+
+// The consistency gate on the real SmolLM2 (dequantised to bf16 on the GPU, then re-quantised to fp8 per
+// output channel): fp8 weights pass it; a deliberately broken quantiser (every scale x1.5) fails it.
+TEST(CudaLlamaRealModelTest, SmolLm2Fp8PassesTheGateAndABrokenQuantiserFailsIt) {
+  SKIP_WITHOUT_GPU();
+  const std::string path = SmolLmPath();
+  if (!fs::exists(path)) GTEST_SKIP() << "model not on disk: " << path;
+  auto tok = LoadTokenizer(path);
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  auto text = precision::ReadGateText("");
+  if (!text.ok()) GTEST_SKIP() << text.status().ToString();
+  auto load = [&](WeightQuantization q, float multiplier) -> StatusOr<std::unique_ptr<CudaLlama>> {
+    ASSIGN_OR_RETURN(LlamaWeights w, LoadGgufWeights(path));
+    CudaLlama::Options o;
+    o.max_step_tokens = 1024;
+    o.gpu_memory_fraction = 0.3;
+    o.quantization = q;
+    o.fp8_scale_multiplier = multiplier;
+    return CudaLlama::Create(std::move(w), o);
+  };
+  auto ref = load(WeightQuantization::kNone, 1.f);
+  ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+  precision::DecoderGateOptions g;
+  g.tokens = 1024;
+  g.greedy_prompts = 2;
+  g.greedy_tokens = 16;
+  for (float multiplier : {1.f, 1.5f}) {
+    auto cand = load(WeightQuantization::kFp8, multiplier);
+    ASSERT_TRUE(cand.ok()) << cand.status().ToString();
+    auto report = precision::RunDecoderGate(**ref, **cand, **tok, *text, g);
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    std::printf("  SmolLM2 fp8 weights, scales x%.1f:\n%s", multiplier, precision::ReportToText(*report).c_str());
+    EXPECT_EQ(report->pass(), multiplier == 1.f);
   }
 }
 

@@ -53,6 +53,15 @@ CudaLlama::StepArgs CudaLlama::ArgsFor(const Layout& l, int64_t T, int S, int W)
 
 Status CudaLlama::EnqueueLinear(const Linear& lin, const __nv_bfloat16* x, int64_t m, __nv_bfloat16* y,
                                 cuda::BlasLtGemm& gemm) {
+  if (lin.q != nullptr) {  // fp8 weights: the fp8 GEMV (bf16 activations), else per-token fp8 activations
+    if (m <= gemv_max_rows_) {
+      return cuda::Fp8Gemv(lin.q, lin.scale, lin.rows, lin.cols, x, m, y, lin.rows, options_.pdl, stream_.get(),
+                           options_.gemv_split);
+    }
+    RETURN_IF_ERROR(cuda::QuantizeRowsFp8(x, m, lin.cols, lin.cols, act_q_, act_scale_, 1.f, stream_.get()));
+    return gemm.RunFp8(act_q_, act_scale_, lin.q, lin.scale, y, DType::kBF16, m, lin.rows, lin.cols,
+                       stream_.get());
+  }
   if (m == 1 && !lin.quant.empty()) {
     for (const Linear::QuantPart& p : lin.quant) {
       RETURN_IF_ERROR(cuda::QuantGemv(p.type, p.raw, p.rows, lin.cols, x, y + p.row_offset, stream_.get()));
@@ -125,7 +134,10 @@ Status CudaLlama::EnqueueLayers(const StepArgs& a, cuda::BlasLtGemm& gemm) {
     }
     RETURN_IF_ERROR(EnqueueLinear(l.o, attn_, T, proj_, gemm));
     RETURN_IF_ERROR(cuda::AddRmsNorm(proj_, x_, l.ffn_norm, T, H, eps, h_, s));
-    if (T <= gemv_max_rows_ && (T > 1 || l.gate_up.quant.empty())) {
+    if (T <= gemv_max_rows_ && l.gate_up.q != nullptr) {
+      RETURN_IF_ERROR(cuda::Fp8GemvSiluMul(l.gate_up.q, l.gate_up.scale, F, H, h_, T, act_, options_.pdl, s,
+                                           options_.gemv_split));
+    } else if (T <= gemv_max_rows_ && (T > 1 || l.gate_up.quant.empty())) {
       RETURN_IF_ERROR(
           cuda::Bf16GemvSiluMul(l.gate_up.w, F, H, h_, T, act_, options_.pdl, s, options_.gemv_split));
     } else {
@@ -142,6 +154,15 @@ Status CudaLlama::EnqueueLogits(const int32_t* rows, int64_t n, cuda::BlasLtGemm
   cudaStream_t s = stream_.get();
   RETURN_IF_ERROR(
       cuda::GatherAddRmsNorm(x_, proj_, rows, n, c.hidden_size, final_norm_, c.rms_norm_eps, sel_, s));
+  if (lm_head_.q != nullptr) {
+    if (n <= gemv_max_rows_) {
+      return cuda::Fp8Gemv(lm_head_.q, lm_head_.scale, vocab_pad_, c.hidden_size, sel_, n, logits_, vocab_pad_,
+                           options_.pdl, s, options_.gemv_split);
+    }
+    RETURN_IF_ERROR(cuda::QuantizeRowsFp8(sel_, n, c.hidden_size, c.hidden_size, act_q_, act_scale_, 1.f, s));
+    return gemm.RunFp8(act_q_, act_scale_, lm_head_.q, lm_head_.scale, logits_, DType::kF32, n, vocab_pad_,
+                       c.hidden_size, s);
+  }
   if (n <= gemv_max_rows_) {
     return cuda::Bf16Gemv(lm_head_.w, vocab_pad_, c.hidden_size, sel_, n, logits_, vocab_pad_, options_.pdl,
                           s, options_.gemv_split);

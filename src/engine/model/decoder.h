@@ -99,6 +99,8 @@ class DecoderModel {
   virtual bool SamplesOnDevice() const { return false; }
   // How the KV cache is stored, resolved: "fp32", "bf16", "int8" or "fp8" (logs, /v1/models, the gate).
   virtual std::string kv_cache_dtype_name() const { return "fp32"; }
+  // The weight precision it was loaded with (--quantization): "none" or "fp8".
+  virtual std::string quantization_name() const { return "none"; }
   // "cpu" or "cuda:N (name)": for logs, /v1/models and `stoke model inspect`.
   virtual std::string device_name() const { return "cpu"; }
 };

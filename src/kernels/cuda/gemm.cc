@@ -148,9 +148,12 @@ Status BlasLtGemm::Save() const {
 
 // Column-major view of the row-major product: Y^T[n, m] = W[n, k] · X^T[k, m]. W's memory is a column-major
 // k x n matrix (op T), X's a column-major k x m (op N), Y's a column-major n x m with ld n.
+// FP8 inputs (`fp8`): A and B are E4M3 with outer-vector scales (w_scale per row of W = per column of Y^T's
+// rows, x_scale per token).
 static Status BuildDescs(int64_t m, int64_t n, int64_t k, DType out_type, size_t workspace,
                          cublasLtMatmulDesc_t* op, cublasLtMatrixLayout_t* a, cublasLtMatrixLayout_t* b,
-                         cublasLtMatrixLayout_t* c, cublasLtMatmulPreference_t* pref) {
+                         cublasLtMatrixLayout_t* c, cublasLtMatmulPreference_t* pref, bool fp8 = false,
+                         const float* w_scale = nullptr, const float* x_scale = nullptr) {
   if (out_type != DType::kBF16 && out_type != DType::kF32) {
     return InvalidArgumentError("BlasLtGemm: output must be BF16 or F32, not {}",
                                 GetDTypeInfo(out_type).name);
@@ -160,8 +163,18 @@ static Status BuildDescs(int64_t m, int64_t n, int64_t k, DType out_type, size_t
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
   LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-  LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(a, CUDA_R_16BF, k, n, k));
-  LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(b, CUDA_R_16BF, k, m, k));
+  const cudaDataType_t in = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
+  if (fp8) {
+    const cublasLtMatmulMatrixScale_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)));
+    LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)));
+    LT_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale, sizeof(w_scale)));
+    LT_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scale, sizeof(x_scale)));
+  }
+  LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(a, in, k, n, k));
+  LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(b, in, k, m, k));
   LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(c, ct, n, m, n));
   LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(pref));
   LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(*pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -242,6 +255,21 @@ Status BlasLtGemm::Run(const __nv_bfloat16* x, const __nv_bfloat16* w, void* y, 
   RETURN_IF_ERROR(BuildDescs(m, n, k, out_type, options_.workspace_bytes, &d.op, &d.a, &d.b, &d.c, &d.pref));
   cublasLtMatmulAlgo_t algo;
   RETURN_IF_ERROR(Choose(d, GemmShapeKey(m, n, k, out_type), x, w, y, stream, &algo));
+  const float alpha = 1.f, beta = 0.f;
+  LT_RETURN_IF_ERROR(cublasLtMatmul(handle_, d.op, &alpha, w, d.a, x, d.b, &beta, y, d.c, y, d.c, &algo,
+                                    workspace_, options_.workspace_bytes, stream));
+  return OkStatus();
+}
+
+Status BlasLtGemm::RunFp8(const uint8_t* x, const float* x_scale, const uint8_t* w, const float* w_scale, void* y,
+                          DType out_type, int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
+  if (m <= 0 || n <= 0) return OkStatus();
+  if (k % 16 != 0) return InvalidArgumentError("BlasLtGemm::RunFp8: k {} must be a multiple of 16", k);
+  Descs d;
+  RETURN_IF_ERROR(BuildDescs(m, n, k, out_type, options_.workspace_bytes, &d.op, &d.a, &d.b, &d.c, &d.pref,
+                             /*fp8=*/true, w_scale, x_scale));
+  cublasLtMatmulAlgo_t algo;
+  RETURN_IF_ERROR(Choose(d, GemmShapeKey(m, n, k, out_type) + ",in=F8_E4M3", x, w, y, stream, &algo));
   const float alpha = 1.f, beta = 0.f;
   LT_RETURN_IF_ERROR(cublasLtMatmul(handle_, d.op, &alpha, w, d.a, x, d.b, &beta, y, d.c, y, d.c, &algo,
                                     workspace_, options_.workspace_bytes, stream));

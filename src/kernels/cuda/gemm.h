@@ -62,6 +62,12 @@ class BlasLtGemm {
   // out_type: DType::kBF16 or DType::kF32. Pointers 16-byte aligned; k and n multiples of 8 for bf16.
   Status Run(const __nv_bfloat16* x, const __nv_bfloat16* w, void* y, DType out_type, int64_t m, int64_t n,
              int64_t k, cudaStream_t stream);
+  // FP8 (--quantization fp8): y[i, j] = x_scale[i] · w_scale[j] · Σ_l e4m3(x[i, l]) · e4m3(w[j, l]) with
+  // x = [m, k] and w = [n, k] fp8 E4M3 bytes and their fp32 scales per row on the device (cuBLASLt's
+  // outer-vector scale mode: per token x per output channel; cuBLAS 12.9+ on Hopper). fp32 accumulation,
+  // out_type kBF16 or kF32; k % 16 == 0, pointers 16-byte aligned. Algorithms chosen and cached as Run's.
+  Status RunFp8(const uint8_t* x, const float* x_scale, const uint8_t* w, const float* w_scale, void* y,
+                DType out_type, int64_t m, int64_t n, int64_t k, cudaStream_t stream);
   // Tunes (m, n, k, out) now on the given buffers, if not already known.
   Status Tune(const __nv_bfloat16* x, const __nv_bfloat16* w, void* y, DType out_type, int64_t m, int64_t n,
               int64_t k, cudaStream_t stream);

@@ -1,3 +1,6 @@
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemv.h"
@@ -7,8 +10,10 @@ namespace {
 
 constexpr int kWarps = 8;               // warps per block
 constexpr int kInFlight = 8;            // 16-byte weight loads in flight per lane per row
-constexpr int kChunk = 8;               // bf16 values per 16-byte load
 constexpr int kRound = 32 * kInFlight;  // chunks a warp reads per round
+// Weight values per 16-byte load (a "chunk"): 8 bf16 or 16 fp8.
+template <bool kFp8>
+constexpr int kChunkValues = kFp8 ? 16 : 8;
 
 // Weights are read once per step: stream them past L1 (x, re-read by every warp, stays there).
 __device__ __forceinline__ uint4 LoadWeights(const uint4* p) {
@@ -31,6 +36,35 @@ __device__ __forceinline__ float Dot8(const uint4& a, const uint4& b, float acc)
   return acc;
 }
 
+// Σ of 16 fp8 E4M3 weights (one 16-byte chunk) times 16 bf16 activations (two 16-byte loads of x): each
+// byte pair is converted to half2 by one cvt (sm_89+) and multiplied in fp32 (the weights are exact in half).
+__device__ __forceinline__ float Dot16Fp8(const uint4& w, const uint4& xa, const uint4& xb, float acc) {
+  const uint32_t* pw = reinterpret_cast<const uint32_t*>(&w);
+  const __nv_bfloat162* px[2] = {reinterpret_cast<const __nv_bfloat162*>(&xa),
+                                 reinterpret_cast<const __nv_bfloat162*>(&xb)};
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t word = pw[i / 2];
+    const auto pair = static_cast<__nv_fp8x2_storage_t>(i % 2 == 0 ? word & 0xffffu : word >> 16);
+    const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
+    const float2 fw = __half22float2(*reinterpret_cast<const __half2*>(&hr));
+    const float2 fx = __bfloat1622float2(px[i / 4][i % 4]);
+    acc = fmaf(fw.x, fx.x, acc);
+    acc = fmaf(fw.y, fx.y, acc);
+  }
+  return acc;
+}
+
+// One chunk's contribution: the weights `wv` against the x values of chunk c of row r (xr in 16-byte units).
+template <bool kFp8>
+__device__ __forceinline__ float DotChunk(const uint4& wv, const uint4* xr, int64_t c, float acc) {
+  if constexpr (kFp8) {
+    return Dot16Fp8(wv, __ldg(xr + 2 * c), __ldg(xr + 2 * c + 1), acc);
+  } else {
+    return Dot8(wv, __ldg(xr + c), acc);
+  }
+}
+
 __device__ __forceinline__ float Silu(float g) {
   return g / (1.f + expf(-g));
 }
@@ -41,22 +75,28 @@ __device__ __forceinline__ float Silu(float g) {
 // order (deterministic). Every thread reaches PdlWait: a PDL kernel must not finish before the grid it
 // depends on (the next kernel's wait relies on that chain). Dependents may launch once the main loop is done:
 // earlier, their waiting blocks would take the SM slots of this kernel's later waves.
-template <int M, typename OutT, bool kSilu, int kSplit>
+//
+// kFp8: w holds fp8 E4M3 bytes and `scale` one fp32 per row of w; a row's sum is multiplied by its scale
+// (gate and up rows by their own). Otherwise w is bf16 and scale unused.
+template <int M, typename OutT, bool kSilu, int kSplit, bool kFp8>
 __global__ void __launch_bounds__(kWarps * 32)
-    GemvKernel(const __nv_bfloat16* __restrict__ w, int64_t n, int64_t k, const __nv_bfloat16* __restrict__ x,
-               OutT* __restrict__ y, int64_t ldy, int64_t up_rows) {
+    GemvKernel(const void* __restrict__ w, const float* __restrict__ scale, int64_t n, int64_t k,
+               const __nv_bfloat16* __restrict__ x, OutT* __restrict__ y, int64_t ldy, int64_t up_rows) {
   constexpr int kRowsPerBlock = kWarps / kSplit;
   __shared__ float part[kSplit > 1 ? kWarps : 1][M][kSilu ? 2 : 1];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int slice = warp % kSplit;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + warp / kSplit;
   const bool active = row < n;
+  constexpr int kChunk = kChunkValues<kFp8>;
+  constexpr int kBytes = kFp8 ? 1 : 2;  // per weight value
   const int64_t chunks = k / kChunk;
   const int64_t per = (chunks + kSplit - 1) / kSplit;
   const int64_t begin = slice * per;
   const int64_t end = begin + per < chunks ? begin + per : chunks;
-  const uint4* wr = reinterpret_cast<const uint4*>(w + (active ? row : 0) * k);
-  const uint4* ur = reinterpret_cast<const uint4*>(w + (active ? row + up_rows : 0) * k);
+  const uint8_t* wb = static_cast<const uint8_t*>(w);
+  const uint4* wr = reinterpret_cast<const uint4*>(wb + (active ? row : 0) * k * kBytes);
+  const uint4* ur = reinterpret_cast<const uint4*>(wb + (active ? row + up_rows : 0) * k * kBytes);
   const uint4* xr = reinterpret_cast<const uint4*>(x);
 
   float acc[M], accu[M];
@@ -80,9 +120,9 @@ __global__ void __launch_bounds__(kWarps * 32)
       if (c < end) {
 #pragma unroll
         for (int r = 0; r < M; ++r) {
-          const uint4 xv = __ldg(xr + r * chunks + c);
-          acc[r] = Dot8(wv[u], xv, acc[r]);
-          if constexpr (kSilu) accu[r] = Dot8(uv[u], xv, accu[r]);
+          const uint4* xrow = xr + r * (k / 8);  // x rows in 16-byte units (8 bf16)
+          acc[r] = DotChunk<kFp8>(wv[u], xrow, c, acc[r]);
+          if constexpr (kSilu) accu[r] = DotChunk<kFp8>(uv[u], xrow, c, accu[r]);
         }
       }
     }
@@ -127,6 +167,15 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   }
   if (lane == 0 && active) {
+    if constexpr (kFp8) {
+      const float sw = scale[row];
+      const float su = kSilu ? scale[row + up_rows] : 0.f;
+#pragma unroll
+      for (int r = 0; r < M; ++r) {
+        acc[r] *= sw;
+        if constexpr (kSilu) accu[r] *= su;
+      }
+    }
 #pragma unroll
     for (int r = 0; r < M; ++r) {
       if constexpr (kSilu) {
@@ -148,13 +197,20 @@ int GemvSplitFor(int64_t m, int64_t k, int split) {
   // Auto: two warps per row when each half keeps at least a full round of loads (k >= 4096). Measured on the
   // H200 (8B shapes, batch-1 step, bench/results/gpu_llm_8b_decode_h200_2026-12-03.json): 2 warps everywhere
   // 4.65 ms, 1 everywhere 4.89 ms, 4 everywhere 4.81 ms.
-  return k / kChunk >= 2 * kRound ? 2 : 1;
+  return k / kChunkValues<false> >= 2 * kRound ? 2 : 1;
+}
+
+int Fp8GemvSplitFor(int64_t m, int64_t k, int split) {
+  if (m != 1) return 1;
+  if (split == 1 || split == 2 || split == 4 || split == 8) return split;
+  // Auto: the bf16 rule in chunks (a 16-byte load holds twice the values, so a row has half the chunks).
+  return k / kChunkValues<true> >= 2 * kRound ? 2 : 1;
 }
 
 namespace {
 
-template <int M, typename OutT, bool kSilu, int kSplit>
-cudaError_t LaunchM(const __nv_bfloat16* w, int64_t n, int64_t k, const __nv_bfloat16* x, OutT* y,
+template <int M, typename OutT, bool kSilu, int kSplit, bool kFp8>
+cudaError_t LaunchM(const void* w, const float* scale, int64_t n, int64_t k, const __nv_bfloat16* x, OutT* y,
                     int64_t ldy, int64_t up_rows, bool pdl, cudaStream_t stream) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(CeilDiv(n, kWarps / kSplit));
@@ -166,41 +222,52 @@ cudaError_t LaunchM(const __nv_bfloat16* w, int64_t n, int64_t k, const __nv_bfl
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = pdl ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, GemvKernel<M, OutT, kSilu, kSplit>, w, n, k, x, y, ldy, up_rows);
+  return cudaLaunchKernelEx(&cfg, GemvKernel<M, OutT, kSilu, kSplit, kFp8>, w, scale, n, k, x, y, ldy,
+                            up_rows);
 }
 
 // Picks the instantiation for m rows (M counts up to m) and, at one row, `split` warps per row.
-template <int M, typename OutT, bool kSilu>
-cudaError_t LaunchRows(int m, int split, const __nv_bfloat16* w, int64_t n, int64_t k, const __nv_bfloat16* x,
-                       OutT* y, int64_t ldy, int64_t up_rows, bool pdl, cudaStream_t stream) {
+template <int M, typename OutT, bool kSilu, bool kFp8>
+cudaError_t LaunchRows(int m, int split, const void* w, const float* scale, int64_t n, int64_t k,
+                       const __nv_bfloat16* x, OutT* y, int64_t ldy, int64_t up_rows, bool pdl,
+                       cudaStream_t stream) {
   if constexpr (M < kGemvMaxRows) {
-    if (m > M) return LaunchRows<M + 1, OutT, kSilu>(m, split, w, n, k, x, y, ldy, up_rows, pdl, stream);
+    if (m > M) {
+      return LaunchRows<M + 1, OutT, kSilu, kFp8>(m, split, w, scale, n, k, x, y, ldy, up_rows, pdl, stream);
+    }
   }
   if constexpr (M == 1) {
-    if (split == 2) return LaunchM<1, OutT, kSilu, 2>(w, n, k, x, y, ldy, up_rows, pdl, stream);
-    if (split == 4) return LaunchM<1, OutT, kSilu, 4>(w, n, k, x, y, ldy, up_rows, pdl, stream);
-    if (split == 8) return LaunchM<1, OutT, kSilu, 8>(w, n, k, x, y, ldy, up_rows, pdl, stream);
+    if (split == 2) return LaunchM<1, OutT, kSilu, 2, kFp8>(w, scale, n, k, x, y, ldy, up_rows, pdl, stream);
+    if (split == 4) return LaunchM<1, OutT, kSilu, 4, kFp8>(w, scale, n, k, x, y, ldy, up_rows, pdl, stream);
+    if (split == 8) return LaunchM<1, OutT, kSilu, 8, kFp8>(w, scale, n, k, x, y, ldy, up_rows, pdl, stream);
   }
-  return LaunchM<M, OutT, kSilu, 1>(w, n, k, x, y, ldy, up_rows, pdl, stream);
+  return LaunchM<M, OutT, kSilu, 1, kFp8>(w, scale, n, k, x, y, ldy, up_rows, pdl, stream);
 }
 
-template <typename OutT, bool kSilu>
-Status Launch(const char* what, const __nv_bfloat16* w, int64_t n, int64_t k, const __nv_bfloat16* x,
-              int64_t m, OutT* y, int64_t ldy, int64_t up_rows, bool pdl, int split, cudaStream_t stream) {
+template <typename OutT, bool kSilu, bool kFp8>
+Status Launch(const char* what, const void* w, const float* scale, int64_t n, int64_t k,
+              const __nv_bfloat16* x, int64_t m, OutT* y, int64_t ldy, int64_t up_rows, bool pdl, int split,
+              cudaStream_t stream) {
   if (m < 1 || m > kGemvMaxRows) {
     return Status(StatusCode::kInvalidArgument, std::string(what) + ": rows must be in [1, 8]");
   }
-  if (k % kChunk != 0 || (reinterpret_cast<uintptr_t>(w) | reinterpret_cast<uintptr_t>(x)) % 16 != 0) {
+  if (k % kChunkValues<kFp8> != 0 ||
+      (reinterpret_cast<uintptr_t>(w) | reinterpret_cast<uintptr_t>(x)) % 16 != 0) {
     return Status(StatusCode::kInvalidArgument,
-                  std::string(what) + ": k must be a multiple of 8 and w, x 16-byte aligned");
+                  std::string(what) + (kFp8 ? ": k must be a multiple of 16" : ": k must be a multiple of 8") +
+                      " and w, x 16-byte aligned");
+  }
+  if (kFp8 && scale == nullptr) {
+    return Status(StatusCode::kInvalidArgument, std::string(what) + ": fp8 weights need their scales");
   }
   if (ldy < n) return Status(StatusCode::kInvalidArgument, std::string(what) + ": ldy < n");
   if (n <= 0 || k <= 0) return OkStatus();
   if (n > 0x7fffffff) {
     return Status(StatusCode::kInvalidArgument, std::string(what) + ": too many rows");
   }
-  const cudaError_t e = LaunchRows<1, OutT, kSilu>(static_cast<int>(m), GemvSplitFor(m, k, split), w, n, k, x,
-                                                   y, ldy, up_rows, pdl, stream);
+  const int s = kFp8 ? Fp8GemvSplitFor(m, k, split) : GemvSplitFor(m, k, split);
+  const cudaError_t e =
+      LaunchRows<1, OutT, kSilu, kFp8>(static_cast<int>(m), s, w, scale, n, k, x, y, ldy, up_rows, pdl, stream);
   CUDA_RETURN_IF_ERROR(e);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return OkStatus();
@@ -210,16 +277,30 @@ Status Launch(const char* what, const __nv_bfloat16* w, int64_t n, int64_t k, co
 
 Status Bf16Gemv(const __nv_bfloat16* w, int64_t n, int64_t k, const __nv_bfloat16* x, int64_t m,
                 __nv_bfloat16* y, int64_t ldy, bool pdl, cudaStream_t stream, int split) {
-  return Launch<__nv_bfloat16, false>("Bf16Gemv", w, n, k, x, m, y, ldy, 0, pdl, split, stream);
+  return Launch<__nv_bfloat16, false, false>("Bf16Gemv", w, nullptr, n, k, x, m, y, ldy, 0, pdl, split, stream);
 }
 Status Bf16Gemv(const __nv_bfloat16* w, int64_t n, int64_t k, const __nv_bfloat16* x, int64_t m, float* y,
                 int64_t ldy, bool pdl, cudaStream_t stream, int split) {
-  return Launch<float, false>("Bf16Gemv", w, n, k, x, m, y, ldy, 0, pdl, split, stream);
+  return Launch<float, false, false>("Bf16Gemv", w, nullptr, n, k, x, m, y, ldy, 0, pdl, split, stream);
 }
 Status Bf16GemvSiluMul(const __nv_bfloat16* w, int64_t inter, int64_t k, const __nv_bfloat16* x, int64_t m,
                        __nv_bfloat16* y, bool pdl, cudaStream_t stream, int split) {
-  return Launch<__nv_bfloat16, true>("Bf16GemvSiluMul", w, inter, k, x, m, y, inter, inter, pdl, split,
-                                     stream);
+  return Launch<__nv_bfloat16, true, false>("Bf16GemvSiluMul", w, nullptr, inter, k, x, m, y, inter, inter, pdl,
+                                            split, stream);
+}
+
+Status Fp8Gemv(const uint8_t* w, const float* w_scale, int64_t n, int64_t k, const __nv_bfloat16* x, int64_t m,
+               __nv_bfloat16* y, int64_t ldy, bool pdl, cudaStream_t stream, int split) {
+  return Launch<__nv_bfloat16, false, true>("Fp8Gemv", w, w_scale, n, k, x, m, y, ldy, 0, pdl, split, stream);
+}
+Status Fp8Gemv(const uint8_t* w, const float* w_scale, int64_t n, int64_t k, const __nv_bfloat16* x, int64_t m,
+               float* y, int64_t ldy, bool pdl, cudaStream_t stream, int split) {
+  return Launch<float, false, true>("Fp8Gemv", w, w_scale, n, k, x, m, y, ldy, 0, pdl, split, stream);
+}
+Status Fp8GemvSiluMul(const uint8_t* w, const float* w_scale, int64_t inter, int64_t k, const __nv_bfloat16* x,
+                      int64_t m, __nv_bfloat16* y, bool pdl, cudaStream_t stream, int split) {
+  return Launch<__nv_bfloat16, true, true>("Fp8GemvSiluMul", w, w_scale, inter, k, x, m, y, inter, inter, pdl,
+                                           split, stream);
 }
 
 }  // namespace stoke::cuda

@@ -49,4 +49,19 @@ Status Bf16Gemv(const __nv_bfloat16* w, int64_t n, int64_t k, const __nv_bfloat1
 Status Bf16GemvSiluMul(const __nv_bfloat16* w, int64_t inter, int64_t k, const __nv_bfloat16* x, int64_t m,
                        __nv_bfloat16* y, bool pdl, cudaStream_t stream, int split = 0);
 
+// fp8 E4M3 weights (--quantization fp8): w = [n, k] bytes with one fp32 scale per row (w_scale[n]), x bf16:
+//   y[r, c] = w_scale[c] · Σ_j e4m3(w[c, j]) · x[r, j]
+// The same kernel as the bf16 GEMV reading 16 weights per 16-byte load (half the bytes per row); each byte
+// pair is converted by one cvt to half2 and multiplied in fp32. k % 16 == 0, w and x 16-byte aligned.
+// split = 0 (auto, Fp8GemvSplitFor): 2 warps per row when a row has at least two rounds of loads (k >= 8192).
+// Checked against the dequantised weights' product (kernels/cuda/fp8_gpu_test.cc).
+int Fp8GemvSplitFor(int64_t m, int64_t k, int split);
+Status Fp8Gemv(const uint8_t* w, const float* w_scale, int64_t n, int64_t k, const __nv_bfloat16* x, int64_t m,
+               __nv_bfloat16* y, int64_t ldy, bool pdl, cudaStream_t stream, int split = 0);
+Status Fp8Gemv(const uint8_t* w, const float* w_scale, int64_t n, int64_t k, const __nv_bfloat16* x, int64_t m,
+               float* y, int64_t ldy, bool pdl, cudaStream_t stream, int split = 0);
+// Bf16GemvSiluMul over fp8 weights: w = [2 inter, k] (gate rows, then up rows), w_scale = [2 inter].
+Status Fp8GemvSiluMul(const uint8_t* w, const float* w_scale, int64_t inter, int64_t k, const __nv_bfloat16* x,
+                      int64_t m, __nv_bfloat16* y, bool pdl, cudaStream_t stream, int split = 0);
+
 }  // namespace stoke::cuda

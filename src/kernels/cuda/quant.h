@@ -25,4 +25,15 @@ Status QuantGemv(DType t, const void* w, int64_t n, int64_t k, const float* x, f
 Status QuantGemv(DType t, const void* w, int64_t n, int64_t k, const __nv_bfloat16* x, __nv_bfloat16* y,
                  cudaStream_t stream);
 
+// fp8 E4M3 rows with one fp32 scale per row (--quantization fp8: weights per output channel at load,
+// activations per token before an FP8 GEMM), exactly as cpu::QuantizeKvRow(kFp8) (kernels/cpu/kv_quant.h):
+//   amax = max |x[r, :]|, q[r, j] = e4m3_rne_satfinite(x[r, j] · (448 / amax)), scale[r] = amax / 448
+// (an all-zero or non-finite row: q 0, scale 0), then scale[r] *= scale_multiplier (1 except in the tests'
+// deliberately broken quantiser). x = [rows, cols] bf16 with row stride ldx, q = [rows, cols] (stride cols).
+Status QuantizeRowsFp8(const __nv_bfloat16* x, int64_t rows, int64_t cols, int64_t ldx, uint8_t* q, float* scale,
+                       float scale_multiplier, cudaStream_t stream);
+// The inverse into bf16: y[r, j] = bf16(e4m3(q[r, j]) · scale[r]).
+Status DequantizeRowsFp8(const uint8_t* q, const float* scale, int64_t rows, int64_t cols, __nv_bfloat16* y,
+                         cudaStream_t stream);
+
 }  // namespace stoke::cuda
