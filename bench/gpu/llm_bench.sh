@@ -9,7 +9,8 @@
 #   5. $OUT/llm_bench_summary.json: output tokens/s, TTFT and TPOT p50/p99 of both, and stoke / HF ratios
 # Everything lands in $OUT (default /tmp/stoke_gpu_out); progress on stderr, all of it in $OUT/llm_bench.log.
 # Budget: about 7 minutes on an H200. Knobs (env): LLM_SHAPE, LLM_CONCURRENCY ("64 256"), LLM_INPUT (1000),
-# LLM_OUTPUT (1000), LLM_WARMUP_S (15), LLM_DURATION_S (45), LLM_DRAIN_S (5), HF_BUDGET_S (60), SKIP_HF=1, SKIP_SERVE=1,
+# LLM_OUTPUT (1000), LLM_SERVE_ARGS (more `stoke serve` flags, e.g. "--quantization fp8 --kv-cache-dtype fp8"),
+# LLM_TAG (suffix of the serve_* output folders), SKIP_STEP=1 (no bench step), LLM_WARMUP_S (15), LLM_DURATION_S (45), LLM_DRAIN_S (5), HF_BUDGET_S (60), SKIP_HF=1, SKIP_SERVE=1,
 # STEP_AB=1 (decode step with one switch flipped at a time: cuBLASLt instead of the GEMV, PDL on, GEMV
 # warps per row, decode-attention split size and load pipelining, the 2026-12-03 changes all off ("before"),
 # no CUDA graphs, host sampling; batch 1, 8 and 64; or a list of variant names; STEP_AB_ROUNDS, STEP_AB_ITERS), SERVE_SAMPLING (device | host, passed to serve --sampling); for a
@@ -49,10 +50,12 @@ main() {
       || { echo "synth failed"; return 1; }
   fi
 
+  if [[ -z "${SKIP_STEP:-}" ]]; then
   stamp "bench step: decode batch 1 ctx 512, prefill 2048"
   timeout 240 "$STOKE" bench step --model "$MODEL" --device "$DEVICE" --gemm-cache "$GEMM_CACHE" --decode-batch 1 --context 512 --prefill 2048 \
     --iters 40 --json "$OUT/step_${SHAPE}_b1.json" >/dev/null || echo "bench step (b1) failed: exit $?"
-  if [[ -z "${SKIP_STEP_B64:-}" ]]; then
+  fi
+  if [[ -z "${SKIP_STEP_B64:-}${SKIP_STEP:-}" ]]; then
     stamp "bench step: decode batch 64 ctx 1024 (no prefill)"
     timeout 180 "$STOKE" bench step --model "$MODEL" --device "$DEVICE" --gemm-cache "$GEMM_CACHE" --decode-batch 64 --context 1024 \
       --prefill 0 --iters 20 --json "$OUT/step_${SHAPE}_b64.json" >/dev/null || echo "bench step (b64) failed: exit $?"
@@ -105,7 +108,7 @@ main() {
     stamp "serve --device $DEVICE (max-num-seqs $max_conc)"
     local log="$OUT/llm_serve.log"
     "$STOKE" serve --model "$MODEL" --device "$DEVICE" --gemm-cache "$GEMM_CACHE" --host 127.0.0.1 --port 0 --max-num-seqs "$max_conc" \
-      --max-num-batched-tokens 8192 --max-waiting 4096 --sampling "${SERVE_SAMPLING:-device}" 2> "$log" &
+      --max-num-batched-tokens 8192 --max-waiting 4096 --sampling "${SERVE_SAMPLING:-device}" ${LLM_SERVE_ARGS:-} 2> "$log" &
     local pid=$!
     local port="" url=""
     for _ in $(seq 1 600); do
@@ -135,8 +138,8 @@ PY
         timeout 300 "$STOKE" bench --url "$url" --api openai-completions --concurrency "$c" --temperature 0 \
           --input-len "$IN" --output-len "$OUTLEN" --warmup "$WARMUP" --duration "$DURATION" --window 5 \
           --stability 0 --drain-timeout "${LLM_DRAIN_S:-5}" --timeout 600 --label "$SHAPE synth, stoke cuda, c=$c" \
-          --output-dir "$OUT/serve_${SHAPE}_c$c" >/dev/null || echo "stoke bench c=$c failed: exit $?"
-        python3 -c "import json,sys; p=json.load(open(sys.argv[1]))['points'][0]; print('c=%s: %.0f output tok/s, TTFT p50 %.0f ms, TPOT p50 %.1f ms' % (sys.argv[2], p['throughput']['output_tokens_per_s'], p['ttft_ms']['p50'], p['tpot_ms']['p50']))" "$OUT/serve_${SHAPE}_c$c/bench.json" "$c" || true
+          --output-dir "$OUT/serve_${SHAPE}${LLM_TAG:-}_c$c" >/dev/null || echo "stoke bench c=$c failed: exit $?"
+        python3 -c "import json,sys; p=json.load(open(sys.argv[1]))['points'][0]; print('c=%s: %.0f output tok/s, TTFT p50 %.0f ms, TPOT p50 %.1f ms' % (sys.argv[2], p['throughput']['output_tokens_per_s'], p['ttft_ms']['p50'], p['tpot_ms']['p50']))" "$OUT/serve_${SHAPE}${LLM_TAG:-}_c$c/bench.json" "$c" || true
       done
       grep -E "device|loaded|kv" "$log" | head -5
     fi

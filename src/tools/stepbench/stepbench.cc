@@ -155,7 +155,9 @@ StatusOr<Json> RunStepBench(const StepBenchOptions& o, const Backends& backends,
   const int64_t matmul_params = L * layer_matmul;
   const int64_t other_params = L * (2 * H + (c.attention_bias ? qd + 2 * kvd : 0)) + H;
   const int64_t lm_head_params = V * H;
-  double bytes_per_param = 2.0;  // the CUDA backend holds every weight as bf16
+  // The CUDA backend holds every weight as bf16, or (--quantization fp8) the projections and lm_head as one
+  // byte (their per-row scales are negligible).
+  double bytes_per_param = model->quantization_name() == "fp8" ? 1.0 : 2.0;
   if (!cuda) {
     ASSIGN_OR_RETURN(bytes_per_param, FileBytesPerParam(path));
   }
@@ -201,7 +203,8 @@ StatusOr<Json> RunStepBench(const StepBenchOptions& o, const Backends& backends,
               {"decode_min_partition", t.decode_min_partition},
               {"decode_pipeline", t.decode_pipeline},
               {"prefill_attention", t.prefill_attention},
-              {"kv_cache_dtype", model->kv_cache_dtype_name()}};
+              {"kv_cache_dtype", model->kv_cache_dtype_name()},
+              {"quantization", model->quantization_name()}};
   report["engine"] = engine;
   report["model"] = {{"path", path},
                      {"layers", L},
