@@ -76,6 +76,11 @@ void AddEngineTuningFlags(CLI::App* cmd, EngineTuningFlags* flags) {
          "token and KV head; docs/precision.md)")
       ->check(CLI::IsMember({"auto", "bf16", "int8", "fp8"}))
       ->capture_default_str();
+  cmd->add_option("--quantization", flags->quantization,
+                  "Weight precision: none (the checkpoint's: bf16 on cuda, fp32 on cpu) or fp8 (E4M3, one scale "
+                  "per output channel; docs/precision.md)")
+      ->check(CLI::IsMember({"none", "fp8"}))
+      ->capture_default_str();
 }
 
 Status ApplyEngineTuningFlags(const EngineTuningFlags& flags, DecoderOptions* o) {
@@ -87,6 +92,7 @@ Status ApplyEngineTuningFlags(const EngineTuningFlags& flags, DecoderOptions* o)
   }
   o->ggml_compatible_numerics = flags.ggml_numerics == "on";
   ASSIGN_OR_RETURN(o->kv_cache.dtype, ParseKvCacheDtype(flags.kv_cache_dtype));
+  ASSIGN_OR_RETURN(o->quantization, ParseWeightQuantization(flags.quantization));
   CudaDecoderTuning& t = o->cuda;
   t.gemm_cache_path = flags.gemm_cache;
   t.gemv_max_rows = flags.gemv_max_rows;

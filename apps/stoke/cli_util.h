@@ -32,6 +32,7 @@ struct EngineTuningFlags {
   // Not a kernel choice but a precision (DecoderOptions::kv_cache): carried here so that every command with
   // the engine knobs has it. docs/precision.md.
   std::string kv_cache_dtype = "auto";  // auto | bf16 | int8 | fp8
+  std::string quantization = "none";    // none | fp8 (DecoderOptions::quantization)
 };
 void AddEngineTuningFlags(CLI::App* cmd, EngineTuningFlags* flags);
 // Copies the flags into `o` (InvalidArgument naming the flag when a value is out of range).

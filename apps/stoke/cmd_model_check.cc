@@ -34,7 +34,6 @@ namespace {
 struct CheckCliOptions {
   std::string model;
   std::string data;                   // "" = precision::kDefaultGateText
-  std::string quantization = "none";  // weight precision: only "none" so far
   int tokens = 0;                     // 0 = 256 on the CPU, 4096 on CUDA
   int greedy_prompts = precision::DecoderGateOptions{}.greedy_prompts;
   int greedy_tokens = precision::DecoderGateOptions{}.greedy_tokens;
@@ -60,18 +59,6 @@ bool IsEncoderFolder(const std::string& dir) {
   return false;
 }
 
-// The weight precisions --quantization will name. None is implemented yet (issue 15's second half).
-Status CheckQuantization(const std::string& q) {
-  if (q == "none") return OkStatus();
-  if (q == "fp8" || q == "int8") {
-    return UnimplementedError(
-        "--quantization {}: weight quantisation is not implemented yet (only none); "
-        "compare a KV cache precision with --kv-cache-dtype",
-        q);
-  }
-  return InvalidArgumentError("--quantization '{}': expected none (fp8 and int8 weights: not yet)", q);
-}
-
 StatusOr<precision::GateReport> CheckDecoder(const CheckCliOptions& o, const std::string& path,
                                              const std::string& text, const Backends& backends) {
   ASSIGN_OR_RETURN(DecoderOptions cand, DecoderOptionsFromFlags(o.device));
@@ -80,7 +67,7 @@ StatusOr<precision::GateReport> CheckDecoder(const CheckCliOptions& o, const std
   if (!precision::DiffersFromReference(cand, cand.device)) {
     return InvalidArgumentError(
         "nothing to compare: --kv-cache-dtype {} is the reference precision on {} "
-        "(give --kv-cache-dtype bf16, int8 or fp8)",
+        "(give --quantization fp8, or --kv-cache-dtype bf16, int8 or fp8)",
         KvCacheDtypeName(cand.kv_cache.dtype), cand.device);
   }
   ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, LoadTokenizer(path));
@@ -131,7 +118,6 @@ int RunCheck(const CheckCliOptions& o, const Backends& backends) {
                : 1;
   };
   if (o.threads > 0) ThreadPool::SetDefaultThreads(o.threads);
-  if (Status s = CheckQuantization(o.quantization); !s.ok()) return fail(s);
   if (o.tokens < 0 || o.greedy_prompts < 0 || o.greedy_tokens < 0 || o.sentences < 1) {
     return fail(
         InvalidArgumentError("--tokens, --greedy-prompts, --greedy-tokens must be >= 0, --sentences >= 1"));
@@ -161,9 +147,6 @@ CLI::App* AddModelCheckCommand(CLI::App* model, CommandRun* run) {
   CLI::App* cmd = model->add_subcommand(
       "check", "Output-consistency gate: the model at a lower precision against its reference precision");
   cmd->add_option("--model", o->model, "Alias, GGUF file or HF folder (decoder or BERT encoder)")->required();
-  cmd->add_option("--quantization", o->quantization,
-                  "Weight precision of the candidate: none (more: not yet)")
-      ->capture_default_str();
   cmd->add_option("--data", o->data,
                   std::string("English text to compare on (default: ") + precision::kDefaultGateText + ")");
   cmd->add_option("--tokens", o->tokens, "Decoders: teacher-forced tokens (0: 256 on cpu, 4096 on cuda)")

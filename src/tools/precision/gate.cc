@@ -21,7 +21,8 @@ MetricResult AtMost(std::string name, double value, double threshold, std::strin
 }
 
 std::string Label(const DecoderModel& m) {
-  return fmt::format("{}, kv {}", m.device_name(), m.kv_cache_dtype_name());
+  const std::string q = m.quantization_name();
+  return fmt::format("{}{}, kv {}", m.device_name(), q == "none" ? "" : ", weights " + q, m.kv_cache_dtype_name());
 }
 
 // One window through both models, chunk by chunk, into `cmp`. next = the text's token after each position.
@@ -111,10 +112,12 @@ std::string ReportToText(const GateReport& r) {
 DecoderOptions ReferenceOptions(const DecoderOptions& candidate) {
   DecoderOptions o = candidate;
   o.kv_cache = KvCacheOptions{};
+  o.quantization = WeightQuantization::kNone;
   return o;
 }
 
 bool DiffersFromReference(const DecoderOptions& candidate, const std::string& device) {
+  if (candidate.quantization != WeightQuantization::kNone) return true;
   const KvCacheDtype kv = candidate.kv_cache.dtype;
   if (kv == KvCacheDtype::kAuto) return false;
   return !(device == "cuda" && kv == KvCacheDtype::kBf16);
