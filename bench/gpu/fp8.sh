@@ -12,7 +12,8 @@
 #   4. check   stoke model check --quantization fp8 (and with --kv-cache-dtype fp8) on the 8B shape
 #   5. $OUT/fp8_summary.json: decode tok/s per point and the fp8 / bf16 ratios; the gate's metrics
 # Usage: bench/gpu/fp8.sh [BIN_DIR]  (default .bundle/bin). Knobs (env): FP8_PARTS ("tests step check"),
-# FP8_REPS (2), FP8_BATCHES ("64 256"), FP8_ITERS (40), FP8_CHECK_TOKENS (1024), LLM_SHAPE, LLM_LAYERS.
+# FP8_REPS (2), FP8_BATCHES ("64 256"), FP8_ITERS (40), FP8_CHECK_TOKENS (1024), FP8_CHECK_KV ("auto fp8"),
+# LLM_SHAPE, LLM_LAYERS.
 # CPU dry run of the plumbing: FP8_DEVICE=cpu FP8_PARTS="step check" LLM_SHAPE=smollm2-135m LLM_LAYERS=2
 #   FP8_BATCHES=2 FP8_ITERS=2 FP8_CHECK_TOKENS=64 bench/gpu/fp8.sh build/release/apps/stoke
 set -uo pipefail
@@ -94,7 +95,7 @@ if want check; then
     cat docs/*.md > "$OUT/gate_text.txt"
     DATA_ARG=(--data "$OUT/gate_text.txt")
   fi
-  for kv in auto fp8; do
+  for kv in ${FP8_CHECK_KV:-auto fp8}; do
     stamp "model check --quantization fp8 --kv-cache-dtype $kv ($CHECK_TOKENS tokens)"
     timeout 240 "$STOKE" model check --model "$MODEL" --device "$DEVICE" --gemm-cache "$GEMM_CACHE" \
       --quantization fp8 --kv-cache-dtype "$kv" --tokens "$CHECK_TOKENS" "${DATA_ARG[@]}" \
