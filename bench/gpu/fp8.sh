@@ -13,6 +13,10 @@
 #   5. $OUT/fp8_summary.json: decode tok/s per point and the fp8 / bf16 ratios; the gate's metrics
 # Usage: bench/gpu/fp8.sh [BIN_DIR]  (default .bundle/bin). Knobs (env): FP8_PARTS ("tests step check"),
 # FP8_REPS (2), FP8_BATCHES ("64 256"), FP8_ITERS (40), FP8_CHECK_TOKENS (1024), FP8_CHECK_KV ("auto fp8"),
+# FP8_SPLITS (fp8 GEMV warps per row to try at batch 1, e.g. "1 2 4"), FP8_SERVE_CONC (256),
+# FP8_SERVE_WARMUP_S (10), FP8_SERVE_DURATION_S (30); part "serve" (not in the default parts): 1000/1000 served
+# with bf16, fp8 weights, and fp8 weights + fp8 KV (bench/gpu/llm_bench.sh); part "check" also gates the real
+# SmolLM2 when it is on disk;
 # LLM_SHAPE, LLM_LAYERS.
 # CPU dry run of the plumbing: FP8_DEVICE=cpu FP8_PARTS="step check" LLM_SHAPE=smollm2-135m LLM_LAYERS=2
 #   FP8_BATCHES=2 FP8_ITERS=2 FP8_CHECK_TOKENS=64 bench/gpu/fp8.sh build/release/apps/stoke
@@ -82,6 +86,9 @@ if want step; then
     step "b1_bf16_r$r" --decode-batch 1 --context 512 --quantization none
     step "b1_fp8_r$r" --decode-batch 1 --context 512 --quantization fp8
   done
+  for sp in ${FP8_SPLITS:-}; do  # the fp8 GEMV's warps per row (auto: Fp8GemvSplitFor)
+    step "b1_fp8_split$sp" --decode-batch 1 --context 512 --quantization fp8 --gemv-split "$sp"
+  done
   for b in $BATCHES; do
     step "b${b}_bf16" --decode-batch "$b" --context 1000 --quantization none --kv-cache-dtype bf16
     step "b${b}_fp8_kvfp8" --decode-batch "$b" --context 1000 --quantization fp8 --kv-cache-dtype fp8
@@ -102,6 +109,28 @@ if want check; then
       --json "$OUT/fp8_check_kv$kv.json" > "$OUT/fp8_check_kv$kv.log" 2>&1
     echo "model check fp8 weights, kv $kv: exit $? (0 pass, 1 fail, 2 usage)"
     grep -E 'PASS|FAIL|error' "$OUT/fp8_check_kv$kv.log" | sed 's/^/  /'
+  done
+fi
+
+if want check && [[ -f "${STOKE_MODEL_DIR:-$HOME/.cache/stoke/models}/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf" ]]; then
+  stamp "model check: the real SmolLM2 (Q4_1 dequantised to bf16 on the GPU, then fp8), --quantization fp8"
+  timeout 120 "$STOKE" model check --model smollm2-135m-instruct --device "$DEVICE" --quantization fp8 \
+    "${DATA_ARG[@]}" --json "$OUT/fp8_check_smollm2.json" > "$OUT/fp8_check_smollm2.log" 2>&1
+  echo "model check smollm2 fp8 weights: exit $?"; grep -E 'PASS|FAIL|error' "$OUT/fp8_check_smollm2.log" | sed 's/^/  /'
+fi
+
+if want serve; then
+  # 1000 in / 1000 out at FP8_SERVE_CONC (bench/gpu/llm_bench.sh's serving part): bf16, fp8 weights, fp8 weights +
+  # fp8 KV, one server after the other on the same synthetic 8B.
+  for cfg in "bf16|" "fp8|--quantization fp8" "fp8_kvfp8|--quantization fp8 --kv-cache-dtype fp8"; do
+    IFS='|' read -r tag args <<< "$cfg"
+    stamp "serving 1000/1000, c=${FP8_SERVE_CONC:-256}: $tag"
+    OUT=$OUT STOKE_BIN=$STOKE LLM_MODEL_DIR=$MODEL LLM_SHAPE=$SHAPE SKIP_STEP=1 SKIP_HF=1 \
+      LLM_CONCURRENCY=${FP8_SERVE_CONC:-256} LLM_WARMUP_S=${FP8_SERVE_WARMUP_S:-10} \
+      LLM_DURATION_S=${FP8_SERVE_DURATION_S:-30} LLM_TAG="_$tag" LLM_SERVE_ARGS="$args" \
+      timeout 200 bash bench/gpu/llm_bench.sh > "$OUT/fp8_serve_$tag.log" 2>&1
+    grep -E '^c=|did not start|failed' "$OUT/fp8_serve_$tag.log" | sed 's/^/  /'
+    cp "$OUT/llm_serve.log" "$OUT/fp8_serve_${tag}_server.log" 2>/dev/null
   done
 fi
 
@@ -134,15 +163,29 @@ for b in batches:
         if base and row[t]["tokens_per_s"]:
             row[t]["tokens_per_s_vs_bf16"] = row[t]["tokens_per_s"] / base
     s["batched"][f"b{b}"] = row
-for kv in ("auto", "fp8"):
-    c = load(f"fp8_check_kv{kv}.json")
+for sp in ("1", "2", "4"):
+    j = load(f"fp8_step_b1_fp8_split{sp}.json")
+    if j:
+        s["b1"][f"fp8_split{sp}"] = point(j)
+s["serving"] = {}
+for tag in ("bf16", "fp8", "fp8_kvfp8"):
+    for d in sorted(out.glob(f"serve_*_{tag}_c*")):
+        j = load(f"{d.name}/bench.json")
+        if j and j.get("points"):
+            p = j["points"][0]
+            s["serving"][d.name] = {"output_tokens_per_s": p["throughput"]["output_tokens_per_s"],
+                                    "ttft_ms": p.get("ttft_ms"), "tpot_ms": p.get("tpot_ms")}
+for kv, name in (("auto", "fp8_check_kvauto.json"), ("fp8", "fp8_check_kvfp8.json"),
+                 ("smollm2", "fp8_check_smollm2.json")):
+    c = load(name)
     if c:
-        s["check"][f"weights fp8, kv {kv}"] = {
+        s["check"][f"weights fp8, kv {kv}" if kv != "smollm2" else "smollm2 real, weights fp8"] = {
             "pass": c.get("pass"), "positions": c.get("positions"), "candidate": c.get("candidate"),
             "metrics": {m["name"]: {"value": m["value"], "pass": m["pass"]} for m in c.get("metrics", [])}}
 json.dump(s, open(out / "fp8_summary.json", "w"), indent=1)
 print(json.dumps({"b1": {k: v.get("tokens_per_s_median") if isinstance(v, dict) else v for k, v in s["b1"].items()},
                   "batched": {b: {t: r.get("tokens_per_s") for t, r in row.items()} for b, row in s["batched"].items()},
+                  "serving": {k: v["output_tokens_per_s"] for k, v in s["serving"].items()},
                   "check": {k: v["pass"] for k, v in s["check"].items()}}, indent=1))
 PY
 stamp "done"

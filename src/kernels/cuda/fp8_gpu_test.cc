@@ -168,7 +168,9 @@ TEST(CudaFp8, GemmWithPerTokenAndPerChannelScalesMatchesDequantisedProduct) {
     STATUS_ASSERT((*gemm)->RunFp8(dxq.get(), dxs.get(), dwq.get(), dws.get(), yb.get(), DType::kBF16, m, n, k, nullptr));
     STATUS_ASSERT((*gemm)->RunFp8(dxq.get(), dxs.get(), dwq.get(), dws.get(), yf.get(), DType::kF32, m, n, k, nullptr));
     const std::string what = "fp8 gemm " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
-    EXPECT_CLOSE(yf.Download(), want, 1e-4, (what + " -> f32").c_str());
+    // Hopper's FP8 tensor cores accumulate with fewer than fp32's mantissa bits between cuBLASLt's fp32
+    // promotions: measured rel_l2 1.1e-4 to 1.2e-4 against the exact product of the dequantised operands.
+    EXPECT_CLOSE(yf.Download(), want, 1e-3, (what + " -> f32").c_str());
     EXPECT_CLOSE(FromBf16(yb.Download()), want, kTolBf16, (what + " -> bf16").c_str());
   }
 }

@@ -38,10 +38,13 @@ __device__ __forceinline__ float Dot8(const uint4& a, const uint4& b, float acc)
 
 // Σ of 16 fp8 E4M3 weights (one 16-byte chunk) times 16 bf16 activations (two 16-byte loads of x): each
 // byte pair is converted to half2 by one cvt (sm_89+) and multiplied in fp32 (the weights are exact in half).
+// Four independent partial sums: one chain of 16 dependent FMAs per chunk left the warp waiting on FMA
+// latency (measured on the H200: the 8B batch-1 step at 2.37 TB/s with one chain vs 3.26 for bf16).
 __device__ __forceinline__ float Dot16Fp8(const uint4& w, const uint4& xa, const uint4& xb, float acc) {
   const uint32_t* pw = reinterpret_cast<const uint32_t*>(&w);
   const __nv_bfloat162* px[2] = {reinterpret_cast<const __nv_bfloat162*>(&xa),
                                  reinterpret_cast<const __nv_bfloat162*>(&xb)};
+  float s[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     const uint32_t word = pw[i / 2];
@@ -49,10 +52,10 @@ __device__ __forceinline__ float Dot16Fp8(const uint4& w, const uint4& xa, const
     const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
     const float2 fw = __half22float2(*reinterpret_cast<const __half2*>(&hr));
     const float2 fx = __bfloat1622float2(px[i / 4][i % 4]);
-    acc = fmaf(fw.x, fx.x, acc);
-    acc = fmaf(fw.y, fx.y, acc);
+    s[i % 4] = fmaf(fw.x, fx.x, s[i % 4]);
+    s[i % 4] = fmaf(fw.y, fx.y, s[i % 4]);
   }
-  return acc;
+  return acc + ((s[0] + s[1]) + (s[2] + s[3]));
 }
 
 // One chunk's contribution: the weights `wv` against the x values of chunk c of row r (xr in 16-byte units).
