@@ -33,6 +33,10 @@ struct FakeDecoderCalls {
   int creates = 0;
   int gpu_index = -1;  // DecoderOptions::gpu_index of the last create
   int num_layers = 0;  // of the weights it was handed
+  // --quantization: what the options asked, and whether the weights arrived already rounded (never: the
+  // device quantises its own copies).
+  WeightQuantization asked = WeightQuantization::kNone;
+  WeightQuantization weights = WeightQuantization::kNone;
 };
 FakeDecoderCalls g_decoder_calls;
 bool g_gpu_visible = true;
@@ -47,6 +51,8 @@ StatusOr<std::unique_ptr<DecoderModel>> FakeCreateDecoder(LlamaWeights weights,
   ++g_decoder_calls.creates;
   g_decoder_calls.gpu_index = options.gpu_index;
   g_decoder_calls.num_layers = weights.config.num_layers;
+  g_decoder_calls.asked = options.quantization;
+  g_decoder_calls.weights = weights.quantization;
   ASSIGN_OR_RETURN(std::unique_ptr<CpuLlama> model, CpuLlama::Create(std::move(weights), nullptr, false));
   return std::unique_ptr<DecoderModel>(std::move(model));
 }
@@ -112,6 +118,32 @@ TEST(BackendsTest, LoadDecoderUsesTheDecoderBackendItIsGiven) {
   o.device = "cpu";  // an explicit cpu stays on the CPU even with a usable backend
   ASSERT_TRUE(LoadDecoder(dir.string(), o, fake).ok());
   EXPECT_EQ(g_decoder_calls.creates, 1);
+  fs::remove_all(dir);
+}
+
+// --quantization fp8: the CPU rounds the weights at load (weight_quant.h); a CUDA backend gets them as
+// they are in the file, with the option, and quantises on its device.
+TEST(BackendsTest, Fp8WeightsAreRoundedOnTheCpuOnly) {
+  const fs::path dir = WriteTinyHfFolder("fp8");
+  DecoderOptions o;
+  o.device = "cpu";
+  o.quantization = WeightQuantization::kFp8;
+  auto cpu = LoadDecoder(dir.string(), o, CpuBackends());
+  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+  EXPECT_EQ((*cpu)->quantization_name(), "fp8");
+  o.quantization = WeightQuantization::kNone;
+  auto plain = LoadDecoder(dir.string(), o, CpuBackends());
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_EQ((*plain)->quantization_name(), "none");
+
+  g_decoder_calls = {};
+  g_gpu_visible = true;
+  o.device = "cuda";
+  o.quantization = WeightQuantization::kFp8;
+  ASSERT_TRUE(LoadDecoder(dir.string(), o, FakeCudaBackends()).ok());
+  EXPECT_EQ(g_decoder_calls.creates, 1);
+  EXPECT_EQ(g_decoder_calls.asked, WeightQuantization::kFp8);
+  EXPECT_EQ(g_decoder_calls.weights, WeightQuantization::kNone);
   fs::remove_all(dir);
 }
 

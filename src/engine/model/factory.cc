@@ -1,10 +1,12 @@
 #include "engine/model/factory.h"
 
+#include "base/logging.h"
 #include "engine/loader/gguf_reader.h"
 #include "engine/loader/hf_folder.h"
 #include "engine/loader/model_registry.h"
 #include "engine/model/backends.h"
 #include "engine/model/llama.h"
+#include "engine/model/weight_quant.h"
 
 namespace stoke {
 namespace {
@@ -17,6 +19,19 @@ StatusOr<LlamaWeights> LoadWeights(const std::string& path) {
   }
   ASSIGN_OR_RETURN(std::unique_ptr<HfFolder> folder, HfFolder::Open(path));
   return LoadLlamaWeights(std::shared_ptr<const HfFolder>(std::move(folder)));
+}
+
+// --quantization fp8 on the CPU (weight_quant.h): the matrices become F32, which every CPU matmul takes, so
+// ggml-compatible numerics stay on for the rest of the model (norms, RoPE, attention); the matmuls then run
+// stoke's fp32 kernel instead of ggml's quantised-activation ones.
+Status QuantizeCpuWeightsFp8(LlamaWeights* weights, const DecoderOptions& options) {
+  RETURN_IF_ERROR(QuantizeLlamaWeightsFp8(weights, {.pool = options.pool}));
+  LOG_INFO(
+      "cpu: --quantization fp8: projections and lm_head rounded to E4M3 with a scale per output row, "
+      "held as fp32 ({} layers){}",
+      weights->layers.size(),
+      weights->from_gguf && options.ggml_compatible_numerics ? "; their matmuls leave ggml's numerics" : "");
+  return OkStatus();
 }
 
 }  // namespace
@@ -61,8 +76,11 @@ StatusOr<std::unique_ptr<DecoderModel>> LoadDecoder(const std::string& path, con
     }
   }
   ASSIGN_OR_RETURN(LlamaWeights weights, LoadWeights(path));
+  // The CUDA engine quantises its own device copies (options.quantization); the CPU rounds the weights here.
   if (device == "cuda") return backends.cuda_decoder.create(std::move(weights), options);
   const bool ggml = options.ggml_compatible_numerics && weights.from_gguf;
+  if (options.quantization == WeightQuantization::kFp8)
+    RETURN_IF_ERROR(QuantizeCpuWeightsFp8(&weights, options));
   ASSIGN_OR_RETURN(std::unique_ptr<CpuLlama> model,
                    CpuLlama::Create(std::move(weights), options.pool, ggml, options.kv_cache));
   return std::unique_ptr<DecoderModel>(std::move(model));

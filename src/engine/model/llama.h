@@ -40,6 +40,10 @@ class CpuLlama final : public DecoderModel {
   Status AllocateKvCache(int num_blocks, int block_size) override;
   KvCacheShape kv_shape() const override;
   std::string kv_cache_dtype_name() const override;
+  // "fp8" when the weights came through QuantizeLlamaWeightsFp8 (engine/model/weight_quant.h), else "none".
+  std::string quantization_name() const override {
+    return std::string(WeightQuantizationName(weights_.quantization));
+  }
   int64_t KvBytesPerToken() const override;
   Status CopyKvBlock(int32_t src, int32_t dst) override;
   Status Step(const StepInput& input, StepOutput* output) override;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "api/dtype.h"
+#include "api/weight_quantization.h"
 #include "base/status.h"
 #include "engine/model/llama_config.h"
 
@@ -51,6 +52,9 @@ struct LlamaWeights {
   // adjacent-pair order, which its attention sums in: the CPU model's ggml-compatible numerics need it).
   bool from_gguf = false;
   bool gguf_qk_interleaved = false;
+  // kFp8 once QuantizeLlamaWeightsFp8 (engine/model/weight_quant.h) has rounded the projections and lm_head
+  // (CPU only: the CUDA engine quantises its own copies on the device).
+  WeightQuantization quantization = WeightQuantization::kNone;
   // Buffers the LinearWeights above may point into, and the mapped file(s) the others point into.
   std::vector<std::unique_ptr<uint8_t[]>> owned;
   std::shared_ptr<const void> source;

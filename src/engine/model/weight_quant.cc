@@ -1,0 +1,81 @@
+#include "engine/model/weight_quant.h"
+
+#include <algorithm>
+#include <atomic>
+#include <set>
+#include <vector>
+
+#include "kernels/cpu/kv_quant.h"
+#include "kernels/cpu/quants.h"
+
+namespace stoke {
+namespace {
+
+// W' = the fp8 round trip of `in`, row by row, into a new F32 buffer `owner` keeps.
+StatusOr<LinearWeight> RoundTripFp8(const LinearWeight& in, const Fp8WeightOptions& o, ThreadPool& pool,
+                                    LlamaWeights* owner) {
+  if (in.empty() || in.rows <= 0 || in.cols <= 0) return in;  // an absent matrix (q/k/v when fused)
+  ASSIGN_OR_RETURN(size_t row_bytes, RowBytes(in.dtype, in.cols));
+  const int64_t rows = in.rows, cols = in.cols;
+  auto buf = std::make_unique<uint8_t[]>(static_cast<size_t>(rows * cols) * sizeof(float));
+  float* out = reinterpret_cast<float*>(buf.get());
+  const auto* src = static_cast<const uint8_t*>(in.data);
+  std::atomic<bool> failed{false};
+  pool.ParallelFor(rows, 16, [&](int64_t r0, int64_t r1) {
+    std::vector<float> row(cols);
+    std::vector<uint8_t> q(cols);
+    for (int64_t r = r0; r < r1; ++r) {
+      if (!cpu::DequantizeRow(in.dtype, src + r * row_bytes, row.data(), cols).ok()) {
+        failed = true;
+        return;
+      }
+      const float scale =
+          cpu::QuantizeKvRow(row.data(), static_cast<int>(cols), KvCacheDtype::kFp8, q.data());
+      cpu::DequantizeKvRow(q.data(), static_cast<int>(cols), scale * o.testing_scale_multiplier,
+                           KvCacheDtype::kFp8, out + r * cols);
+    }
+  });
+  if (failed) {
+    return InvalidArgumentError("--quantization fp8: cannot widen a [{}, {}] {} matrix to fp32", rows, cols,
+                                GetDTypeInfo(in.dtype).name);
+  }
+  LinearWeight w{buf.get(), DType::kF32, rows, cols};
+  owner->owned.push_back(std::move(buf));
+  return w;
+}
+
+// The projection matrices of `w` (absent ones included: RoundTripFp8 passes them through).
+std::vector<LinearWeight*> Projections(LlamaWeights* w) {
+  std::vector<LinearWeight*> all = {&w->lm_head};
+  for (LlamaLayerWeights& l : w->layers) {
+    for (LinearWeight* m : {&l.qkv, &l.q, &l.k, &l.v, &l.o, &l.gate_up, &l.gate, &l.up, &l.down})
+      all.push_back(m);
+  }
+  return all;
+}
+
+// Drops the owned buffers no matrix points at any more (a fused qkv / gate_up the loader built, replaced).
+// Every owned buffer holds one whole matrix from its first byte (ConcatRows, RoundTripFp8).
+void FreeUnused(LlamaWeights* w) {
+  std::set<const void*> used = {w->embedding.data};
+  for (LinearWeight* m : Projections(w)) used.insert(m->data);
+  std::erase_if(w->owned, [&](const std::unique_ptr<uint8_t[]>& b) { return !used.contains(b.get()); });
+}
+
+}  // namespace
+
+Status QuantizeLlamaWeightsFp8(LlamaWeights* w, const Fp8WeightOptions& options) {
+  if (w->quantization != WeightQuantization::kNone) {
+    return FailedPreconditionError("--quantization fp8: the weights are already quantised ({})",
+                                   WeightQuantizationName(w->quantization));
+  }
+  ThreadPool& pool = options.pool != nullptr ? *options.pool : ThreadPool::Default();
+  for (LinearWeight* m : Projections(w)) {
+    ASSIGN_OR_RETURN(*m, RoundTripFp8(*m, options, pool, w));
+  }
+  FreeUnused(w);
+  w->quantization = WeightQuantization::kFp8;
+  return OkStatus();
+}
+
+}  // namespace stoke
