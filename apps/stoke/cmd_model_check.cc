@@ -1,7 +1,7 @@
 // stoke model check: is the model at a lower precision consistent with the same model at its reference
 // precision, on the same device? (tools/precision/gate.h; thresholds and metrics in docs/precision.md)
 //
-//   stoke model check --model M [--kv-cache-dtype auto|bf16|int8|fp8] [--quantization none] [--data FILE]
+//   stoke model check --model M [--kv-cache-dtype auto|bf16|int8|fp8] [--quantization none|fp8] [--data FILE]
 //       [--device cpu|cuda] [--tokens N] [--greedy-prompts N] [--greedy-tokens N] [--json FILE]
 //
 // Decoders: teacher-forced top-1 agreement, mean KL, perplexity of both and greedy-text agreement over the
@@ -40,7 +40,7 @@ struct CheckCliOptions {
   int sentences = precision::EncoderGateOptions{}.sentences;
   int threads = 0;
   std::string json_out;
-  DeviceFlags device;  // --device and the engine knobs, --kv-cache-dtype among them (cli_util.h)
+  DeviceFlags device;  // --device and the engine knobs, --kv-cache-dtype and --quantization among them
 };
 
 bool IsEncoderFolder(const std::string& dir) {
@@ -66,7 +66,7 @@ StatusOr<precision::GateReport> CheckDecoder(const CheckCliOptions& o, const std
   const DecoderOptions ref = precision::ReferenceOptions(cand);
   if (!precision::DiffersFromReference(cand, cand.device)) {
     return InvalidArgumentError(
-        "nothing to compare: --kv-cache-dtype {} is the reference precision on {} "
+        "nothing to compare: --quantization none with --kv-cache-dtype {} is the reference precision on {} "
         "(give --quantization fp8, or --kv-cache-dtype bf16, int8 or fp8)",
         KvCacheDtypeName(cand.kv_cache.dtype), cand.device);
   }
@@ -84,6 +84,11 @@ StatusOr<precision::GateReport> CheckEncoder(const CheckCliOptions& o, const std
                                              const std::string& text, const Backends& backends) {
   if (o.device.tuning.kv_cache_dtype != "auto") {
     return InvalidArgumentError("--kv-cache-dtype: {} is an encoder, which has no KV cache", path);
+  }
+  if (o.device.tuning.quantization != "none") {
+    return UnimplementedError(
+        "--quantization {}: {} is an encoder; INT8/FP8 encoders are not implemented yet",
+        o.device.tuning.quantization, path);
   }
   ASSIGN_OR_RETURN(std::unique_ptr<BertEncoder> loaded, BertEncoder::Load(path));
   std::shared_ptr<const BertEncoder> enc = std::move(loaded);

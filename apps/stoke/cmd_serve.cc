@@ -361,9 +361,9 @@ CommandRegistrar kServe(
                       "/metrics family names: vllm (stoke:name; promtool lints the colon) or prometheus "
                       "(stoke_name; lint-clean)")
           ->capture_default_str();
-      cmd->add_flag(
-          "--allow-inconsistent", o->allow_inconsistent,
-          "Serve a --kv-cache-dtype the output-consistency gate at load rejects (docs/precision.md)");
+      cmd->add_flag("--allow-inconsistent", o->allow_inconsistent,
+                    "Serve a --kv-cache-dtype or --quantization the output-consistency gate at load rejects "
+                    "(docs/precision.md)");
       cmd->add_option("--debug-requests", o->debug_requests,
                       "Finished requests (with their time ledgers) GET /v1/debug/requests keeps (0: off)")
           ->capture_default_str();

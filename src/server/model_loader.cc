@@ -226,12 +226,12 @@ struct DecoderSpec {
 
 // The precision goes to the model's /v1/models entry; the report of the output-consistency gate run at load
 // (if it ran: tools/precision/serve_gate.h) there too and to its gauges.
-void PublishPrecision(const DecoderSpec& d, const std::string& kv_cache_dtype,
+void PublishPrecision(const DecoderSpec& d, const precision::ServedPrecision& served,
                       const std::optional<precision::GateReport>& gate, ServerMetrics* metrics,
                       DecoderHandle* handle) {
-  handle->model_fields = precision::PrecisionModelFields(kv_cache_dtype, gate);
+  handle->model_fields = precision::PrecisionModelFields(served, gate);
   if (!gate || metrics == nullptr) return;
-  if (Status s = precision::PublishGateMetrics(*gate, d.name, kv_cache_dtype, metrics->registry()); !s.ok())
+  if (Status s = precision::PublishGateMetrics(*gate, d.name, served, metrics->registry()); !s.ok())
     LOG_WARN("serve: model '{}': consistency gate metrics: {}", d.name, s.message());
 }
 
@@ -251,14 +251,14 @@ StatusOr<LoadedModel> LoadDecoderModel(const DecoderSpec& d, const ServerOptions
   }
   DecoderOptions dopts = d.options;
   dopts.max_step_tokens = std::max(dopts.max_step_tokens, o.max_num_batched_tokens);
-  // A KV precision other than the backend's reference is compared with it first; a failing one is refused
-  // unless allowed (FailedPrecondition with the report).
+  // A KV precision or weight quantisation other than the backend's reference is compared with it first; a
+  // failing one is refused unless allowed (FailedPrecondition with the report).
   ASSIGN_OR_RETURN(std::optional<precision::GateReport> gate,
                    precision::RunServeGate(path, dopts, *handle->tokenizer, d.allow_inconsistent, backends));
   ASSIGN_OR_RETURN(std::unique_ptr<DecoderModel> model, LoadDecoder(path, dopts, backends));
   const std::string device = model->device_name();
-  const std::string kv_cache_dtype = model->kv_cache_dtype_name();
-  PublishPrecision(d, kv_cache_dtype, gate, metrics, handle.get());
+  const precision::ServedPrecision served{model->kv_cache_dtype_name(), model->quantization_name()};
+  PublishPrecision(d, served, gate, metrics, handle.get());
 
   LlmLoopOptions lo;
   lo.scheduler.max_num_seqs = o.max_num_seqs;
@@ -289,7 +289,8 @@ StatusOr<LoadedModel> LoadDecoderModel(const DecoderSpec& d, const ServerOptions
   }
   handle->engine = loop;
   LoadedModel l;
-  std::string kv = kv_cache_dtype;
+  std::string kv = served.kv_cache_dtype;
+  if (served.quantization != "none") kv += ", weights " + served.quantization;
   if (gate) kv += gate->pass() ? ", consistency gate passed" : ", consistency gate FAILED";
   l.summary =
       fmt::format("model '{}' from {} on {}, context {} tokens, {} KV blocks of {} ({}), prefix cache {}",
@@ -349,6 +350,7 @@ StatusOr<ModelConfig> MakeModelConfig(const ModelSettings& m, const ServerOption
     if (m.device) d.options.device = *m.device;
     if (m.gpu_memory_fraction) d.options.gpu_memory_fraction = *m.gpu_memory_fraction;
     if (m.kv_cache_dtype) d.options.kv_cache.dtype = *m.kv_cache_dtype;
+    if (m.quantization) d.options.quantization = *m.quantization;
     d.allow_inconsistent = o.allow_inconsistent;
     d.kv_cache_bytes = m.kv_cache_bytes.value_or(o.kv_cache_bytes);
     d.kv_cache_bytes_set = m.kv_cache_bytes.has_value() || o.kv_cache_bytes_set;

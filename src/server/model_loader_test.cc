@@ -128,5 +128,29 @@ TEST_F(ModelLoaderTest, RepositoryFolderTakesItsOnnxFile) {
   EXPECT_EQ(ServedNames(*c), (std::vector<std::string>{"cls", "cls-tensor"}));
 }
 
+// A decoder's precisions in its stoke.toml (`-` or `_`): parsed into its settings; a bad value names the key,
+// the value and the file.
+TEST_F(ModelLoaderTest, RepositoryFolderReadsThePrecisionKeys) {
+  Write("repo/q/stoke.toml",
+        "source = \"smollm2-135m-instruct\"\nquantization = \"fp8\"\nkv-cache-dtype = \"int8\"\n");
+  Write("repo/r/stoke.toml", "source = \"smollm2-135m-instruct\"\n");
+  auto folder = ReadRepositoryFolder((dir_ / "repo").string());
+  ASSERT_TRUE(folder.ok()) << folder.status().message();
+  ASSERT_EQ(folder->size(), 2u);
+  EXPECT_EQ((*folder)[0].quantization, WeightQuantization::kFp8);
+  EXPECT_EQ((*folder)[0].kv_cache_dtype, KvCacheDtype::kInt8);
+  EXPECT_FALSE((*folder)[1].quantization.has_value());
+
+  for (const char* bad : {"int4", "FP8"}) {
+    Write("repo/r/stoke.toml",
+          std::string("source = \"smollm2-135m-instruct\"\nquantization = \"") + bad + "\"\n");
+    auto r = ReadRepositoryFolder((dir_ / "repo").string());
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find(std::string("quantization '") + bad + "'"), std::string::npos)
+        << r.status().message();
+    EXPECT_NE(r.status().message().find("stoke.toml"), std::string::npos) << r.status().message();
+  }
+}
+
 }  // namespace
 }  // namespace stoke

@@ -109,6 +109,12 @@ Status ApplyToml(const fs::path& file, const fs::path& dir, ModelSettings* m) {
       if (!dtype.ok())
         return InvalidArgumentError("{}: kv_cache_dtype '{}' must be auto, bf16, int8 or fp8", where, s);
       m->kv_cache_dtype = *dtype;
+    } else if (key == "quantization") {
+      const std::string s = str(&error);
+      RETURN_IF_ERROR(error);
+      auto q = ParseWeightQuantization(s);
+      if (!q.ok()) return InvalidArgumentError("{}: quantization '{}' must be none or fp8", where, s);
+      m->quantization = *q;
     } else if (key == "instances") {
       ASSIGN_OR_RETURN(int64_t v, integer());
       if (v < 1 || v > 256) return InvalidArgumentError("{}: instances {} must be in [1, 256]", where, v);
@@ -129,7 +135,7 @@ Status ApplyToml(const fs::path& file, const fs::path& dir, ModelSettings* m) {
     } else {
       return InvalidArgumentError(
           "{}: unknown key '{}' (name, source, kind, device, gpu_memory_fraction, kv_cache_bytes, "
-          "kv_cache_dtype, instances, max_batch_size, max_queue_delay_us, load)",
+          "kv_cache_dtype, quantization, instances, max_batch_size, max_queue_delay_us, load)",
           where, std::string(k.str()));
     }
   }

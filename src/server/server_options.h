@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "api/kv_cache_dtype.h"
+#include "api/weight_quantization.h"
 #include "engine/model/factory.h"
 #include "telemetry/metrics.h"
 
@@ -24,6 +25,7 @@ struct ModelSettings {
   std::optional<double> gpu_memory_fraction;   // decoders on CUDA: its share of the GPU's memory
   std::optional<int64_t> kv_cache_bytes;       // decoders
   std::optional<KvCacheDtype> kv_cache_dtype;  // decoders: its KV precision (docs/precision.md)
+  std::optional<WeightQuantization> quantization;  // decoders: its weight precision (docs/precision.md)
   std::optional<int> instances;                // batched models
   std::optional<int> max_batch_size;           // batched models
   std::optional<int64_t> max_queue_delay_us;   // batched models

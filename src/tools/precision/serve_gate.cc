@@ -1,6 +1,7 @@
 #include "tools/precision/serve_gate.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <nlohmann/json.hpp>
 
@@ -10,6 +11,20 @@
 namespace stoke::precision {
 
 using GateResult = std::optional<precision::GateReport>;
+
+namespace {
+
+// "kv int8", "weights fp8", "weights fp8, kv int8": what the candidate changes against the reference.
+std::string Asked(const DecoderOptions& o) {
+  std::vector<std::string> parts;
+  if (o.quantization != WeightQuantization::kNone)
+    parts.push_back(fmt::format("weights {}", WeightQuantizationName(o.quantization)));
+  if (o.kv_cache.dtype != KvCacheDtype::kAuto)
+    parts.push_back(fmt::format("kv {}", KvCacheDtypeName(o.kv_cache.dtype)));
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+}  // namespace
 
 StatusOr<std::optional<precision::GateReport>> RunServeGate(const std::string& path,
                                                             const DecoderOptions& serving,
@@ -22,16 +37,14 @@ StatusOr<std::optional<precision::GateReport>> RunServeGate(const std::string& p
   auto text = precision::ReadGateText("");
   if (!text.ok()) {
     if (!allow_inconsistent) {
-      return FailedPreconditionError(
-          "consistency gate for --kv-cache-dtype {}: {} (or pass --allow-inconsistent)",
-          KvCacheDtypeName(candidate.kv_cache.dtype), text.status().message());
+      return FailedPreconditionError("consistency gate for {}: {} (or pass --allow-inconsistent)",
+                                     Asked(candidate), text.status().message());
     }
     LOG_WARN("serve: consistency gate skipped ({}); serving unchecked (--allow-inconsistent)",
              text.status().message());
     return GateResult();
   }
-  LOG_INFO("serve: consistency gate: kv {} against the reference on {} ...",
-           KvCacheDtypeName(candidate.kv_cache.dtype), candidate.device);
+  LOG_INFO("serve: consistency gate: {} against the reference on {} ...", Asked(candidate), candidate.device);
   auto load = [&](const DecoderOptions& o) { return LoadDecoder(path, o, backends); };
   ASSIGN_OR_RETURN(precision::GateReport report,
                    precision::CheckDecoderPrecision(load, precision::ReferenceOptions(candidate), candidate,
@@ -51,10 +64,11 @@ StatusOr<std::optional<precision::GateReport>> RunServeGate(const std::string& p
   return GateResult(std::move(report));
 }
 
-std::string PrecisionModelFields(const std::string& kv_cache_dtype,
+std::string PrecisionModelFields(const ServedPrecision& precision,
                                  const std::optional<precision::GateReport>& gate) {
   nlohmann::ordered_json p;
-  p["kv_cache_dtype"] = kv_cache_dtype;
+  p["kv_cache_dtype"] = precision.kv_cache_dtype;
+  p["quantization"] = precision.quantization;
   p["consistency_gate"] = gate ? precision::ReportToJson(*gate) : nlohmann::ordered_json(nullptr);
   nlohmann::ordered_json out;
   out["precision"] = std::move(p);
@@ -62,22 +76,24 @@ std::string PrecisionModelFields(const std::string& kv_cache_dtype,
 }
 
 Status PublishGateMetrics(const precision::GateReport& gate, const std::string& model_name,
-                          const std::string& kv_cache_dtype, MetricsRegistry& registry) {
+                          const ServedPrecision& precision, MetricsRegistry& registry) {
+  const MetricLabels labels = {{"model_name", model_name},
+                               {"kv_cache_dtype", precision.kv_cache_dtype},
+                               {"quantization", precision.quantization}};
   ASSIGN_OR_RETURN(
       GaugeFamily pass,
       registry.AddGauge("stoke:precision_gate_pass",
                         "1 when the output-consistency gate run at load passed, 0 when it failed "
                         "(served with --allow-inconsistent)."));
-  ASSIGN_OR_RETURN(Gauge g,
-                   pass.TryWithLabels({{"model_name", model_name}, {"kv_cache_dtype", kv_cache_dtype}}));
+  ASSIGN_OR_RETURN(Gauge g, pass.TryWithLabels(labels));
   g.Set(gate.pass() ? 1.0 : 0.0);
   ASSIGN_OR_RETURN(GaugeFamily metric,
                    registry.AddGauge("stoke:precision_gate_metric",
                                      "Each metric of the consistency gate run at load (docs/precision.md)."));
   for (const precision::MetricResult& m : gate.metrics) {
-    ASSIGN_OR_RETURN(
-        Gauge mg, metric.TryWithLabels(
-                      {{"model_name", model_name}, {"kv_cache_dtype", kv_cache_dtype}, {"metric", m.name}}));
+    MetricLabels with_metric = labels;
+    with_metric["metric"] = m.name;
+    ASSIGN_OR_RETURN(Gauge mg, metric.TryWithLabels(with_metric));
     mg.Set(m.value);
   }
   return OkStatus();

@@ -27,22 +27,32 @@ GateReport HandMadeReport(bool pass) {
 }
 
 TEST(ServeGateTest, ModelFields) {
-  const auto with = nlohmann::json::parse(PrecisionModelFields("int8", HandMadeReport(true)));
+  const auto with = nlohmann::json::parse(PrecisionModelFields({"int8", "fp8"}, HandMadeReport(true)));
   EXPECT_EQ(with["precision"]["kv_cache_dtype"], "int8");
+  EXPECT_EQ(with["precision"]["quantization"], "fp8");
   EXPECT_EQ(with["precision"]["consistency_gate"]["pass"], true);
   EXPECT_EQ(with["precision"]["consistency_gate"]["metrics"][0]["name"], "top1_agreement");
-  const auto without = nlohmann::json::parse(PrecisionModelFields("bf16", std::nullopt));
+  const auto without = nlohmann::json::parse(PrecisionModelFields({"bf16"}, std::nullopt));
+  EXPECT_EQ(without["precision"]["quantization"], "none");
   EXPECT_TRUE(without["precision"]["consistency_gate"].is_null());
 }
 
 TEST(ServeGateTest, Gauges) {
   MetricsRegistry registry;
-  ASSERT_TRUE(PublishGateMetrics(HandMadeReport(false), "smol", "int8", registry).ok());
+  ASSERT_TRUE(PublishGateMetrics(HandMadeReport(false), "smol", {"int8", "none"}, registry).ok());
+  ASSERT_TRUE(PublishGateMetrics(HandMadeReport(true), "smol8", {"fp32", "fp8"}, registry).ok());
   const std::string text = registry.ExposeText();
-  EXPECT_NE(text.find("stoke:precision_gate_pass{kv_cache_dtype=\"int8\",model_name=\"smol\"} 0"),
+  EXPECT_NE(text.find("stoke:precision_gate_pass{kv_cache_dtype=\"int8\",model_name=\"smol\","
+                      "quantization=\"none\"} 0"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("metric=\"top1_agreement\",model_name=\"smol\"} 0.5"), std::string::npos) << text;
+  EXPECT_NE(text.find("stoke:precision_gate_pass{kv_cache_dtype=\"fp32\",model_name=\"smol8\","
+                      "quantization=\"fp8\"} 1"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("metric=\"top1_agreement\",model_name=\"smol\",quantization=\"none\"} 0.5"),
+            std::string::npos)
+      << text;
 }
 
 class SmolLm2ServeGate : public ::testing::Test {
