@@ -174,7 +174,7 @@ CommandRun SetupTune(CLI::App* cmd) {
       "  decoders (GGUF / HF Llama-family): baseline -> --max-num-seqs (--max-num-seqs-values) -> "
       "--max-num-batched-tokens (--max-num-batched-tokens-values) -> chunked prefill off -> CUDA graphs "
       "(--device cuda only) -> --kv-cache-dtype int8, fp8 (each server runs the consistency gate at load and "
-      "refuses a failing precision) -> weight precision (not yet: no --quantization, issue 15)\n"
+      "refuses a failing precision) -> --quantization fp8 (weights; gated at load the same way)\n"
       "  -> confirmation: baseline and best alternated --confirm-rounds times; a gain within the spread is "
       "\"no gain\".\n"
       "Each point is a fresh `stoke serve` child (this binary) on a free port, measured by stoke bench's "

@@ -18,6 +18,9 @@ std::string Own(int64_t v, int64_t unset, const std::string& unit = "") {
 nlohmann::json OwnJson(int64_t v, int64_t unset) {
   return v == unset ? nlohmann::json("own") : nlohmann::json(v);
 }
+nlohmann::json OwnText(const std::string& v) {
+  return v.empty() ? nlohmann::json("own") : nlohmann::json(v);
+}
 nlohmann::json OnOffJson(int v) {
   return v < 0 ? nlohmann::json("own") : nlohmann::json(v ? "on" : "off");
 }
@@ -38,9 +41,10 @@ const char* KindName(ModelKind k) {
 
 std::string Knobs::Describe(ModelKind kind) const {
   if (kind == ModelKind::kDecoder)
-    return fmt::format("seqs {}, tokens {}, chunked {}, graphs {}{}", Own(max_num_seqs, 0),
+    return fmt::format("seqs {}, tokens {}, chunked {}, graphs {}{}{}", Own(max_num_seqs, 0),
                        Own(max_num_batched_tokens, 0), OnOff(chunked_prefill), OnOff(cuda_graphs),
-                       kv_cache_dtype.empty() ? "" : ", kv " + kv_cache_dtype);
+                       kv_cache_dtype.empty() ? "" : ", kv " + kv_cache_dtype,
+                       quantization.empty() ? "" : ", weights " + quantization);
   return fmt::format("batch {}, delay {}, instances {}", Own(max_batch_size, 0),
                      Own(max_queue_delay_us, -1, " us"), Own(instances, 0));
 }
@@ -54,6 +58,7 @@ std::vector<std::string> Knobs::Flags(ModelKind kind) const {
     if (chunked_prefill == 0) a.push_back("--no-chunked-prefill");
     if (cuda_graphs >= 0) a.insert(a.end(), {"--cuda-graphs", cuda_graphs ? "on" : "off"});
     if (!kv_cache_dtype.empty()) a.insert(a.end(), {"--kv-cache-dtype", kv_cache_dtype});
+    if (!quantization.empty()) a.insert(a.end(), {"--quantization", quantization});
     return a;
   }
   if (max_batch_size > 0) a.insert(a.end(), {"--max-batch-size", std::to_string(max_batch_size)});
@@ -72,6 +77,7 @@ double KnobValue(const std::string& knob, const Knobs& k) {
   if (knob == "chunked_prefill") return k.chunked_prefill;
   if (knob == "cuda_graphs") return k.cuda_graphs;
   if (knob == "kv_cache_dtype") return k.kv_cache_dtype == "int8" ? 1 : k.kv_cache_dtype == "fp8" ? 2 : 0;
+  if (knob == "weight_precision") return k.quantization == "fp8" ? 1 : 0;
   return 0;
 }
 
@@ -81,7 +87,8 @@ nlohmann::json KnobsJson(const Knobs& k, ModelKind kind) {
             {"max_num_batched_tokens", OwnJson(k.max_num_batched_tokens, 0)},
             {"chunked_prefill", OnOffJson(k.chunked_prefill)},
             {"cuda_graphs", OnOffJson(k.cuda_graphs)},
-            {"kv_cache_dtype", k.kv_cache_dtype.empty() ? nlohmann::json("own") : nlohmann::json(k.kv_cache_dtype)}};
+            {"kv_cache_dtype", OwnText(k.kv_cache_dtype)},
+            {"quantization", OwnText(k.quantization)}};
   return {{"max_batch_size", OwnJson(k.max_batch_size, 0)},
           {"max_queue_delay_us", OwnJson(k.max_queue_delay_us, -1)},
           {"instances", OwnJson(k.instances, 0)}};
@@ -96,6 +103,7 @@ ServeDefaults ParseServeHelp(const std::string& help) {
     d.max_num_batched_tokens = std::stoi(m[1]);
   if (std::regex_search(help, m, std::regex(R"(--cuda-graphs\s+\S*=(on|off))"))) d.cuda_graphs = m[1] == "on";
   d.has_kv_cache_dtype = help.find("--kv-cache-dtype") != std::string::npos;
+  d.has_quantization = help.find("--quantization") != std::string::npos;
   return d;
 }
 

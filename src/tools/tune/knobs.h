@@ -10,6 +10,9 @@
 //             cuda_graphs              --cuda-graphs on|off        -1 (0 off, 1 on)
 //             kv_cache_dtype           --kv-cache-dtype int8|fp8   "" (the model's own: bf16); the server
 //                                                                  runs the consistency gate at load
+//             quantization             --quantization fp8          "" (none: the checkpoint's weights); gated
+//                                                                  at load as kv_cache_dtype (step
+//                                                                  "weight_precision")
 //
 // A knob left at "own" is not passed, so the server (or the model file) decides.
 #pragma once
@@ -35,6 +38,7 @@ struct Knobs {
   int chunked_prefill = -1;
   int cuda_graphs = -1;
   std::string kv_cache_dtype;  // "" = own; "int8" | "fp8" (docs/precision.md)
+  std::string quantization;    // "" = own (none); "fp8" (docs/precision.md)
   bool operator==(const Knobs&) const = default;
   // "batch 8, delay 1000 us, instances 2" | "seqs 64, tokens 2048, chunked on, graphs own"; "own" where
   // unset.
@@ -44,17 +48,19 @@ struct Knobs {
 };
 
 // The knob's value for charts; "own" reads as the server's default when known (`own`). kv_cache_dtype is an
-// index: 0 own (bf16), 1 int8, 2 fp8.
+// index: 0 own (bf16), 1 int8, 2 fp8; weight_precision (the quantization knob's step): 0 own, 1 fp8.
 double KnobValue(const std::string& knob, const Knobs& k);
 nlohmann::json KnobsJson(const Knobs& k, ModelKind kind);
 
 // The defaults `stoke serve --help` shows for the decoder knobs (the server does not report its scheduler
-// settings over HTTP), and whether it has a --kv-cache-dtype flag yet. 0 / -1 where the help does not say.
+// settings over HTTP), and whether it has the --kv-cache-dtype and --quantization flags. 0 / -1 where the
+// help does not say.
 struct ServeDefaults {
   int max_num_seqs = 0;
   int max_num_batched_tokens = 0;
   int cuda_graphs = -1;
   bool has_kv_cache_dtype = false;
+  bool has_quantization = false;
 };
 ServeDefaults ParseServeHelp(const std::string& help_text);
 // Runs `exe serve --help` and parses it.

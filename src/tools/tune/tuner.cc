@@ -147,6 +147,7 @@ class Tuner {
         r_.baseline_knobs.max_num_seqs = d.max_num_seqs;
         r_.baseline_knobs.max_num_batched_tokens = d.max_num_batched_tokens;
         has_kv_cache_dtype_ = d.has_kv_cache_dtype;
+        has_quantization_ = d.has_quantization;
       }
     }
     if (r_.kind == ModelKind::kBatched && (o_.slos.ttft_ms > 0 || o_.slos.tpot_ms > 0))
@@ -258,6 +259,7 @@ class Tuner {
         MaxInputTokens(o_.workload, r_.measurements.empty() ? 0 : r_.measurements[0].mean_input_tokens);
     c.own = Explicit(Knobs{});
     c.has_kv_cache_dtype = has_kv_cache_dtype_;
+    c.has_quantization = has_quantization_;
     return c;
   }
 
@@ -425,6 +427,7 @@ class Tuner {
   Knobs best_;
   double best_score_ = 0;
   bool has_kv_cache_dtype_ = false;
+  bool has_quantization_ = false;
 
  public:
   Status fatal_ = OkStatus();  // a usage error found once the model is known (an SLO its kind has not)

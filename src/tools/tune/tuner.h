@@ -6,7 +6,8 @@
 //                                     CPU)
 //   decoders (GGUF / HF Llama-family): baseline -> max_num_seqs -> max_num_batched_tokens -> chunked prefill
 //                                     -> CUDA graphs (--device cuda only) -> KV cache dtype (int8, fp8: the
-//                                     server gates each at load) -> weight precision (not yet, issue 15)
+//                                     server gates each at load) -> weight precision (--quantization
+//                                     fp8, gated at load the same way)
 //   then the confirmation: baseline and best alternated, the gain with its spread ("no gain" within the
 //   noise).
 //

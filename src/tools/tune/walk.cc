@@ -201,7 +201,21 @@ void DecoderSteps(const std::string& step, const WalkContext& c, const Knobs& cu
     if (Find(verdicts, "kv_capacity_bound") != nullptr)
       p->doctor_note = "the doctor names the current best kv_capacity_bound: an 8-bit cache holds ~1.9x the tokens";
   } else if (step == "weight_precision") {
-    p->skip = "not yet: stoke serve has no --quantization (FP8/INT8 weights, issue 15)";
+    if (!c.has_quantization) {
+      p->skip = "this stoke serve has no --quantization";
+      return;
+    }
+    if (cur.quantization == "fp8") {
+      p->skip = "the weights are fp8 already";
+      return;
+    }
+    // As the KV step: the candidate's server runs the consistency gate at load against the checkpoint's
+    // weights and refuses to start when fp8 weights fail it, so such a point fails and is never kept.
+    p->ordered = false;
+    Knobs k = cur;
+    k.quantization = "fp8";
+    p->candidates.push_back(k);
+    p->names.push_back("weights fp8 (gated)");
   }
 }
 

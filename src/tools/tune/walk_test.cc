@@ -130,7 +130,34 @@ TEST(TunePlanTest, KvCacheDtypeStepTriesTheGatedEightBitCaches) {
   ASSERT_EQ(p.candidates.size(), 1u);
   EXPECT_EQ(p.candidates[0].kv_cache_dtype, "fp8");
   EXPECT_NE(p.doctor_note.find("kv_capacity_bound"), std::string::npos);
-  EXPECT_NE(PlanStep("weight_precision", c, c.own, json()).skip.find("issue 15"), std::string::npos);
+}
+
+TEST(TunePlanTest, WeightPrecisionStepTriesGatedFp8Weights) {
+  WalkContext c = Decoder();
+  c.has_kv_cache_dtype = true;
+  EXPECT_NE(PlanStep("weight_precision", c, c.own, json()).skip.find("no --quantization"), std::string::npos);
+  c.has_quantization = true;
+  Knobs cur = c.own;
+  cur.kv_cache_dtype = "int8";  // the KV step's winner stays
+  StepPlan p = PlanStep("weight_precision", c, cur, json());
+  EXPECT_TRUE(p.skip.empty()) << p.skip;
+  EXPECT_FALSE(p.ordered);
+  ASSERT_EQ(p.candidates.size(), 1u);
+  EXPECT_EQ(Joined(p.names), "weights fp8 (gated)|");
+  EXPECT_EQ(p.candidates[0].quantization, "fp8");
+  EXPECT_EQ(p.candidates[0].kv_cache_dtype, "int8");
+  // The flag reaches the server (which runs the consistency gate at load), after the other knobs.
+  const std::vector<std::string> f = p.candidates[0].Flags(ModelKind::kDecoder);
+  ASSERT_GE(f.size(), 4u);
+  EXPECT_EQ(std::vector<std::string>(f.end() - 4, f.end()),
+            (std::vector<std::string>{"--kv-cache-dtype", "int8", "--quantization", "fp8"}));
+  EXPECT_EQ(KnobValue("weight_precision", p.candidates[0]), 1);
+  EXPECT_EQ(KnobValue("weight_precision", cur), 0);
+  EXPECT_NE(p.candidates[0].Describe(ModelKind::kDecoder).find("kv int8, weights fp8"), std::string::npos);
+  EXPECT_EQ(KnobsJson(p.candidates[0], ModelKind::kDecoder)["quantization"], "fp8");
+  EXPECT_EQ(KnobsJson(cur, ModelKind::kDecoder)["quantization"], "own");
+  // Nothing left to try from fp8 weights.
+  EXPECT_FALSE(PlanStep("weight_precision", c, p.candidates[0], json()).skip.empty());
 }
 
 TEST(TunePlanTest, BandwidthBoundFromGpuCountersSkipsInstances) {
@@ -222,6 +249,11 @@ TEST(TuneFilesTest, ServeHelpDefaultsAndDecoderToml) {
   EXPECT_EQ(d.max_num_batched_tokens, 2048);
   EXPECT_EQ(d.cuda_graphs, 1);
   EXPECT_FALSE(d.has_kv_cache_dtype);
+  EXPECT_FALSE(d.has_quantization);
+  const ServeDefaults with = ParseServeHelp(
+      "  --kv-cache-dtype TEXT:{auto,bf16,int8,fp8}=auto\n  --quantization TEXT:{none,fp8}=none  Weight\n");
+  EXPECT_TRUE(with.has_kv_cache_dtype);
+  EXPECT_TRUE(with.has_quantization);
   TuneOptions o;
   o.model = "m.gguf";
   o.slos.tpot_ms = 50;
@@ -233,6 +265,10 @@ TEST(TuneFilesTest, ServeHelpDefaultsAndDecoderToml) {
                    "cuda-graphs = \"off\"\n"),
             std::string::npos)
       << t;
+  TuneResult fp8 = r;
+  fp8.chosen.quantization = "fp8";
+  const std::string tq = TuneToml(o, fp8);
+  EXPECT_NE(tq.find("cuda-graphs = \"off\"\nquantization = \"fp8\"\n"), std::string::npos) << tq;
   // --serve-args become keys of their own; a knob tune sets is not written twice (TOML allows a key once).
   o.serve_args = {"--gemm-cache", "/x/g.json", "--no-prefix-cache", "--threads=4", "--max-num-seqs", "8"};
   const std::string with_args = TuneToml(o, r);
