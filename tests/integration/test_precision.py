@@ -1,9 +1,11 @@
 """Precision (docs/precision.md): `stoke model check` passes SmolLM2 with an 8-bit KV cache, writes its report and
 refuses bad input with exit 2; `stoke serve --kv-cache-dtype int8` runs the gate at load (result on /v1/models and
 /metrics), fits more KV blocks into the same --kv-cache-bytes and still serves text; a --model-repository folder
-sets the dtype per decoder (stoke.toml kv_cache_dtype). (A failing precision refused
+sets the dtype per decoder (stoke.toml kv_cache_dtype); fp8 weights (--quantization fp8) go through the same gate,
+in model check and at load. (A failing precision refused
 at load: tools/precision/serve_gate_test.cc, through the test-only broken quantiser no flag reaches.)"""
 import json
+import math
 import subprocess
 
 import pytest
@@ -47,15 +49,35 @@ def test_user_data_file(stoke_bin, smollm2_path, tmp_path):
 
 @pytest.mark.parametrize("args,message", [
     (["--kv-cache-dtype", "int4"], "--kv-cache-dtype"),
-    (["--kv-cache-dtype", "int8", "--quantization", "fp8"], "not implemented yet"),
-    (["--kv-cache-dtype", "int8", "--quantization", "q2"], "--quantization 'q2'"),
+    (["--kv-cache-dtype", "int8", "--quantization", "int8"], "--quantization: int8 not in {none,fp8}"),
+    (["--kv-cache-dtype", "int8", "--quantization", "q2"], "--quantization: q2"),
     (["--kv-cache-dtype", "auto"], "nothing to compare"),
+    (["--quantization", "none"], "give --quantization fp8"),
     (["--kv-cache-dtype", "int8", "--data", "/nonexistent/text"], "--data /nonexistent/text"),
 ])
 def test_usage_errors_exit_2(stoke_bin, smollm2_path, args, message):
     p = run_check(stoke_bin, "--model", smollm2_path, "--device", "cpu", *args)
     assert p.returncode == 2, p.stdout + p.stderr
     assert message in p.stderr
+
+
+def test_fp8_weights_check_reports_its_verdict(stoke_bin, smollm2_path, tmp_path):
+    """--quantization fp8 on the CPU: the weights are rounded at load, so the logits move (KL > 0); the exit code
+    is the report's verdict (this 135M Q4_1 model sits at the thresholds: docs/precision.md)."""
+    out = tmp_path / "fp8.json"
+    p = run_check(stoke_bin, "--model", smollm2_path, "--device", "cpu", "--quantization", "fp8", "--tokens", 64,
+                  "--greedy-prompts", 1, "--greedy-tokens", 8, "--json", out)
+    assert p.returncode in (0, 1), p.stdout + p.stderr
+    report = json.loads(out.read_text())
+    assert p.returncode == (0 if report["pass"] else 1), (p.returncode, report)
+    assert report["candidate"] == "cpu, weights fp8, kv fp32" and report["reference"] == "cpu, kv fp32", report
+    assert report["positions"] == 64
+    metrics = {m["name"]: m for m in report["metrics"]}
+    assert list(metrics) == ["top1_agreement", "mean_kl", "perplexity_ratio", "greedy_agreement"]
+    assert all(math.isfinite(m["value"]) for m in metrics.values()), metrics
+    assert report["pass"] == all(m["pass"] for m in metrics.values())
+    assert metrics["mean_kl"]["value"] > 0  # another precision, not the reference again
+    assert 0 < metrics["top1_agreement"]["value"] <= 1
 
 
 def test_serve_int8_kv_fits_more_blocks(start_server):
@@ -81,10 +103,39 @@ def test_serve_int8_kv_fits_more_blocks(start_server):
     assert blocks["int8"] >= 1.8 * blocks["bf16"]
 
 
+def test_serve_fp8_weights_runs_the_gate_at_load(stoke_bin, smollm2_path, start_server, tmp_path):
+    """stoke serve --quantization fp8: the gate runs at load; /v1/models, the gauges and the summary line name the
+    weight precision. Served with --allow-inconsistent (the gate may reject fp8 on this tiny Q4_1 model); when it
+    did, the same server without the flag refuses to start."""
+    srv = start_server("--device", "cpu", "--kv-cache-bytes", 16 << 20, "--quantization", "fp8",
+                       "--allow-inconsistent")
+    entry = srv.get("/v1/models").json()["data"][0]
+    assert entry["precision"]["quantization"] == "fp8"
+    assert entry["precision"]["kv_cache_dtype"] == "fp32"
+    gate = entry["precision"]["consistency_gate"]
+    assert gate["candidate"] == "cpu, weights fp8, kv fp32" and gate["reference"] == "cpu, kv fp32", gate
+    assert all(math.isfinite(m["value"]) for m in gate["metrics"]), gate
+    assert srv.metric("stoke:precision_gate_pass", quantization="fp8") == (1 if gate["pass"] else 0)
+    assert "(fp32, weights fp8, consistency gate " in srv.log()
+    body = {"model": srv.model_name(), "prompt": "The capital of France is", "max_tokens": 4, "temperature": 0}
+    r = srv.post("/v1/completions", json=body)
+    assert r.status_code == 200 and r.json()["choices"][0]["text"], r.text
+    srv.stop()
+    if gate["pass"]:
+        assert "consistency gate rejects" not in srv.log()
+        return
+    assert "serving a precision the consistency gate rejects (--allow-inconsistent)" in srv.log()
+    p = subprocess.run([str(stoke_bin), "serve", "--model", str(smollm2_path), "--device", "cpu", "--port", "0",
+                        "--kv-cache-bytes", str(16 << 20), "--quantization", "fp8"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode != 0 and "the consistency gate rejects this precision" in p.stderr, p.stderr[-2000:]
+
+
 def test_serve_reference_precision_runs_no_gate(server):
     entry = server.get("/v1/models").json()["data"][0]
     assert entry["precision"]["consistency_gate"] is None
     assert entry["precision"]["kv_cache_dtype"] in ("fp32", "bf16")
+    assert entry["precision"]["quantization"] == "none"
     assert "precision_gate_pass" not in server.metrics_text()
 
 
@@ -99,6 +150,8 @@ def test_encoder_gate_compares_embeddings(stoke_bin, minilm_path, tmp_path):
     assert report["metrics"][0]["value"] == pytest.approx(1.0, abs=1e-6)
     p = run_check(stoke_bin, "--model", minilm_path, "--kv-cache-dtype", "int8")
     assert p.returncode == 2 and "no KV cache" in p.stderr
+    p = run_check(stoke_bin, "--model", minilm_path, "--quantization", "fp8")
+    assert p.returncode == 2 and "INT8/FP8 encoders are not implemented yet" in p.stderr, p.stderr
 
 
 def test_repository_folder_sets_the_kv_dtype_per_model(stoke_bin, smollm2_path, minilm_path, tmp_path):
@@ -118,7 +171,8 @@ def test_repository_folder_sets_the_kv_dtype_per_model(stoke_bin, smollm2_path, 
         entries = {m["id"]: m for m in s.get("/v1/models").json()["data"]}
         assert entries["q8"]["precision"]["kv_cache_dtype"] == "int8"
         assert entries["q8"]["precision"]["consistency_gate"]["pass"] is True
-        assert entries["ref"]["precision"] == {"kv_cache_dtype": "fp32", "consistency_gate": None}
+        assert entries["ref"]["precision"] == {"kv_cache_dtype": "fp32", "quantization": "none",
+                                               "consistency_gate": None}
         assert "precision" not in entries["minilm"]
         assert s.metric("stoke:precision_gate_pass", model_name="q8", kv_cache_dtype="int8") == 1
         assert not any(n.startswith("stoke:precision_gate") and ("model_name", "ref") in ls
@@ -136,9 +190,12 @@ def test_repository_folder_sets_the_kv_dtype_per_model(stoke_bin, smollm2_path, 
         assert s.stop() == 0, s.log()
 
 
-def test_repository_folder_rejects_an_unknown_kv_dtype(stoke_bin, smollm2_path, tmp_path):
+@pytest.mark.parametrize("key,value", [("kv-cache-dtype", "int4"), ("kv_cache_dtype", "int4"),
+                                       ("quantization", "int4"), ("quantization", "int8")])
+def test_repository_folder_rejects_an_unknown_precision(stoke_bin, smollm2_path, tmp_path, key, value):
     (tmp_path / "x").mkdir()
-    (tmp_path / "x" / "stoke.toml").write_text(f'source = "{smollm2_path}"\nkv-cache-dtype = "int4"\n')
+    (tmp_path / "x" / "stoke.toml").write_text(f'source = "{smollm2_path}"\n{key} = "{value}"\n')
     p = subprocess.run([str(stoke_bin), "serve", "--model-repository", str(tmp_path), "--port", "0"],
                        capture_output=True, text=True, timeout=60)
-    assert p.returncode == 2 and "kv_cache_dtype 'int4'" in p.stderr and "stoke.toml" in p.stderr, p.stderr
+    name = key.replace("-", "_")
+    assert p.returncode == 2 and f"{name} '{value}'" in p.stderr and "stoke.toml" in p.stderr, p.stderr
