@@ -239,7 +239,6 @@ def test_decoder_walk_records_every_step_with_the_doctors_verdict(decoder):
             assert by_index[i]["step"] == s["knob"]
     steps = {s["knob"]: s for s in walk["steps"]}
     assert steps["cuda_graphs"]["skipped"] and steps["cuda_graphs"]["stopped"] == "CPU"
-    assert steps["weight_precision"]["skipped"] and "issue 15" in steps["weight_precision"]["stopped"]
     # The KV-cache step tries the 8-bit caches; each server ran the consistency gate at load (a failing
     # precision would not start, so it could not be kept).
     kv = steps["kv_cache_dtype"]
@@ -250,6 +249,13 @@ def test_decoder_walk_records_every_step_with_the_doctors_verdict(decoder):
         # Either the server passed its gate and the point was measured, or the gate refused it at load.
         assert m["ok"] or "consistency gate" in m["why"], m
         assert not (m["accepted"] and not m["ok"]), m
+    # The weight step tries fp8 weights, gated at load the same way: measured, or refused by the gate.
+    wp = steps["weight_precision"]
+    assert not wp["skipped"] and len(wp["points"]) == 1, wp
+    m = by_index[wp["points"][0]]
+    assert m["knobs"]["quantization"] == "fp8", m
+    assert m["ok"] or "consistency gate" in m["why"], m
+    assert not (m["accepted"] and not m["ok"]), m
     assert not steps["max_num_seqs"]["skipped"] and steps["max_num_seqs"]["points"]
     for m in walk["measurements"]:  # rejected exactly when a p99 is over its SLO (or it failed)
         if m["ok"] and m["errors"] == 0 and m["valid"]:
@@ -272,10 +278,12 @@ def test_decoder_toml_is_read_by_serve_config_unchanged(decoder, tmp_path):
         assert srv.get("/v1/models").status_code == 200
     finally:
         srv.stop()
-    # Every decoder key tune can write, in the form it writes them.
+    # Every decoder key tune can write, in the form it writes them (allow-inconsistent: the keys are the point
+    # here, not the gate's verdict on a random one-layer model at two lower precisions).
     every = tmp_path / "every.toml"
     every.write_text(f'model = "{decoder["model"]}"\ndevice = "cpu"\nmax-num-seqs = 4\nmax-num-batched-tokens = 64\n'
-                     'no-chunked-prefill = true\ncuda-graphs = "off"\nkv-cache-dtype = "int8"\n')
+                     'no-chunked-prefill = true\ncuda-graphs = "off"\nkv-cache-dtype = "int8"\n'
+                     'quantization = "fp8"\nallow-inconsistent = true\n')
     srv = start_decoder(decoder["model"], "--config", every, log=tmp_path / "serve2.log")
     srv.stop()
 
