@@ -14,6 +14,7 @@ import requests
     ("--prefill-attention", "tiled", b"--prefill-attention"),
     ("--decode-pipeline", "maybe", b"--decode-pipeline"),
     ("--encoder-attention", "fast", b"--encoder-attention"),
+    ("--quantization", "int8", b"--quantization"),
 ])
 def test_bad_engine_knob_is_a_usage_error(stoke_bin, smollm2_path, flag, value, message):
     p = subprocess.run([str(stoke_bin), "serve", "--model", str(smollm2_path), "--port", "0", flag, value],
@@ -60,3 +61,16 @@ def test_bench_step_records_the_knobs(stoke_bin, tmp_path):
     assert (e["gemv_max_rows"], e["decode_pipeline"], e["prefill_attention"]) == (0, False, "warp")
     # the others at their defaults
     assert (e["gemv_split"], e["pdl"], e["decode_min_partition"], e["ggml_numerics"]) == (0, False, 16, True)
+
+
+def test_bench_step_records_fp8_weights(stoke_bin, tmp_path):
+    """--quantization fp8 reaches bench step: the CPU engine it loads names fp8 weights."""
+    model = tmp_path / "smol"
+    r = subprocess.run([str(stoke_bin), "model", "synth", "--shape", "smollm2-135m", "--layers", "1", "--out",
+                        str(model), "--quiet"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([str(stoke_bin), "bench", "step", "--model", str(model), "--device", "cpu", "--decode-batch", "1",
+                        "--context", "8", "--prefill", "0", "--iters", "1", "--warmup", "0", "--threads", "2",
+                        "--quantization", "fp8"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["engine"]["quantization"] == "fp8"

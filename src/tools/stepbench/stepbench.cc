@@ -156,9 +156,13 @@ StatusOr<Json> RunStepBench(const StepBenchOptions& o, const Backends& backends,
   const int64_t other_params = L * (2 * H + (c.attention_bias ? qd + 2 * kvd : 0)) + H;
   const int64_t lm_head_params = V * H;
   // The CUDA backend holds every weight as bf16, or (--quantization fp8) the projections and lm_head as one
-  // byte (their per-row scales are negligible).
-  double bytes_per_param = model->quantization_name() == "fp8" ? 1.0 : 2.0;
-  if (!cuda) {
+  // byte (their per-row scales are negligible). The CPU reads the file's bytes, or with fp8 weights the fp32
+  // matrices it dequantised them into at load (engine/model/weight_quant.h).
+  const bool fp8 = model->quantization_name() == "fp8";
+  double bytes_per_param = fp8 ? 1.0 : 2.0;
+  if (!cuda && fp8) {
+    bytes_per_param = 4.0;
+  } else if (!cuda) {
     ASSIGN_OR_RETURN(bytes_per_param, FileBytesPerParam(path));
   }
   const double weight_bytes = bytes_per_param * static_cast<double>(matmul_params + lm_head_params) +
