@@ -356,10 +356,12 @@ Status CudaLlama::UploadWeights(const LlamaWeights& w) {
   embedding_ = emb.w;
   if (w.lm_head.data == w.embedding.data && w.lm_head.dtype == w.embedding.dtype) {
     lm_head_ = emb;  // tied (fp8: the lm_head gets its own bytes; the embedding stays bf16 for the gather)
-    if (fp8_weights()) RETURN_IF_ERROR(QuantizeLinearFp8(&lm_head_, vocab_pad_, /*free_bf16=*/false));
+    if (fp8_weights() && options_.fp8_lm_head)
+      RETURN_IF_ERROR(QuantizeLinearFp8(&lm_head_, vocab_pad_, /*free_bf16=*/false));
   } else {
     ASSIGN_OR_RETURN(lm_head_, UploadLinear({&w.lm_head}, kVocabAlign));
-    if (fp8_weights()) RETURN_IF_ERROR(QuantizeLinearFp8(&lm_head_, vocab_pad_, /*free_bf16=*/true));
+    if (fp8_weights() && options_.fp8_lm_head)
+      RETURN_IF_ERROR(QuantizeLinearFp8(&lm_head_, vocab_pad_, /*free_bf16=*/true));
   }
   ASSIGN_OR_RETURN(final_norm_, UploadFloats(w.final_norm));
   ASSIGN_OR_RETURN(inv_freq_, UploadFloats(RopeInverseFrequencies(c)));

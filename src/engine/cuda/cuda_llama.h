@@ -84,13 +84,17 @@ class CudaLlama final : public DecoderModel {
     // (slot, kv head), quantised by QkvRopeWriteKvQuant, read by the attention kernels' 8-bit forms.
     KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;
     // Weight precision (--quantization): kNone = bf16; kFp8 = E4M3 with an fp32 scale per output channel,
-    // quantised on the device at load (the bf16 copies are then freed): steps of <= gemv_max_rows tokens
+    // quantised on the device at load (the bf16 copies are then freed; the lm_head stays bf16 unless
+    // fp8_lm_head): steps of <= gemv_max_rows tokens
     // run the fp8 GEMV (bf16 activations), larger ones quantise activations per token and run cuBLASLt
     // FP8 GEMMs. The embedding stays bf16 (rows are gathered, not multiplied).
     WeightQuantization quantization = WeightQuantization::kNone;
     // Tests only (no flag reaches it): every fp8 weight scale is multiplied by this after quantisation. A
     // value other than 1 is a deliberately broken quantiser, which the consistency gate must reject.
     float fp8_scale_multiplier = 1.0f;
+    // fp8 weights: the lm_head too (off: it stays bf16, as in the FP8 checkpoints of vLLM / TensorRT-LLM;
+    // engine/model/weight_quant.h says why). No flag reaches it; tests and experiments turn it on.
+    bool fp8_lm_head = false;
   };
 
   static StatusOr<std::unique_ptr<CudaLlama>> Create(LlamaWeights weights, const Options& options);

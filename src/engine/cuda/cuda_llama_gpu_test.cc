@@ -626,8 +626,8 @@ TEST(CudaLlamaTest, QuantizedKvMatchesCpuQuantizedKv) {
 }
 
 // fp8 weights (--quantization fp8): the one-token GEMV path (gemv_max_rows 1, the default) and the all-GEMM
-// path (0: every projection quantises its activations per token and runs the cuBLASLt FP8 GEMM) both track
-// the bf16 engine; the weights take about half the bytes.
+// path (0: every projection quantises its activations per token and runs the cuBLASLt FP8 GEMM), with the
+// lm_head in bf16 (the default) or fp8, all track the bf16 engine; the weights take fewer bytes.
 TEST(CudaLlamaTest, Fp8WeightsTrackBf16) {
   SKIP_WITHOUT_GPU();
   const TinyLlama m = MakeModel(15, /*tied=*/true, /*bias=*/true, /*layers=*/2);
@@ -637,10 +637,12 @@ TEST(CudaLlamaTest, Fp8WeightsTrackBf16) {
   ASSERT_TRUE(bf16.ok()) << bf16.status().ToString();
   auto want = RunScript(**bf16, script);
   ASSERT_TRUE(want.ok()) << want.status().ToString();
-  for (int gemv_rows : {1, 0}) {
+  for (int variant = 0; variant < 4; ++variant) {
+    const int gemv_rows = variant % 2 == 0 ? 1 : 0;
     CudaLlama::Options o = TestOptions();
     o.quantization = WeightQuantization::kFp8;
     o.gemv_max_rows = gemv_rows;
+    o.fp8_lm_head = variant >= 2;  // the lm_head's fp8 GEMV (float out) and FP8 GEMM (fp32 out) too
     auto fp8 = CudaLlama::Create(ToBf16Weights(m, true), o);
     ASSERT_TRUE(fp8.ok()) << fp8.status().ToString();
     EXPECT_EQ((*fp8)->quantization_name(), "fp8");
@@ -648,7 +650,8 @@ TEST(CudaLlamaTest, Fp8WeightsTrackBf16) {
     EXPECT_LT((*fp8)->weight_bytes(), (*bf16)->weight_bytes());
     auto got = RunScript(**fp8, script);
     ASSERT_TRUE(got.ok()) << got.status().ToString();
-    const std::string what = "fp8 weights (gemv rows " + std::to_string(gemv_rows) + ") vs bf16";
+    const std::string what = "fp8 weights (gemv rows " + std::to_string(gemv_rows) +
+                             (o.fp8_lm_head ? ", fp8 lm_head" : ", bf16 lm_head") + ") vs bf16";
     // E4M3 keeps 3 mantissa bits (RNE: up to 6% relative error per weight, ~3.6% RMS), per-token fp8
     // activations as much again in the GEMM steps, over 2 layers and the lm_head: measured on the H200 max
     // |diff| 0.51 std, mean 0.08 std, top-1 86/88 on both paths.
@@ -756,7 +759,8 @@ namespace stoke {
 namespace {
 
 // The consistency gate on the real SmolLM2 (dequantised to bf16 on the GPU, then re-quantised to fp8 per
-// output channel): fp8 weights pass it; a deliberately broken quantiser (every scale x1.5) fails it.
+// output channel; the lm_head bf16, the default): fp8 weights pass it; a deliberately broken quantiser (every
+// scale x1.5) fails it.
 TEST(CudaLlamaRealModelTest, SmolLm2Fp8PassesTheGateAndABrokenQuantiserFailsIt) {
   SKIP_WITHOUT_GPU();
   const std::string path = SmolLmPath();

@@ -45,8 +45,9 @@ StatusOr<LinearWeight> RoundTripFp8(const LinearWeight& in, const Fp8WeightOptio
 }
 
 // The projection matrices of `w` (absent ones included: RoundTripFp8 passes them through).
-std::vector<LinearWeight*> Projections(LlamaWeights* w) {
-  std::vector<LinearWeight*> all = {&w->lm_head};
+std::vector<LinearWeight*> Projections(LlamaWeights* w, bool lm_head) {
+  std::vector<LinearWeight*> all;
+  if (lm_head) all.push_back(&w->lm_head);
   for (LlamaLayerWeights& l : w->layers) {
     for (LinearWeight* m : {&l.qkv, &l.q, &l.k, &l.v, &l.o, &l.gate_up, &l.gate, &l.up, &l.down})
       all.push_back(m);
@@ -57,8 +58,8 @@ std::vector<LinearWeight*> Projections(LlamaWeights* w) {
 // Drops the owned buffers no matrix points at any more (a fused qkv / gate_up the loader built, replaced).
 // Every owned buffer holds one whole matrix from its first byte (ConcatRows, RoundTripFp8).
 void FreeUnused(LlamaWeights* w) {
-  std::set<const void*> used = {w->embedding.data};
-  for (LinearWeight* m : Projections(w)) used.insert(m->data);
+  std::set<const void*> used = {w->embedding.data, w->lm_head.data};
+  for (LinearWeight* m : Projections(w, /*lm_head=*/false)) used.insert(m->data);
   std::erase_if(w->owned, [&](const std::unique_ptr<uint8_t[]>& b) { return !used.contains(b.get()); });
 }
 
@@ -70,7 +71,7 @@ Status QuantizeLlamaWeightsFp8(LlamaWeights* w, const Fp8WeightOptions& options)
                                    WeightQuantizationName(w->quantization));
   }
   ThreadPool& pool = options.pool != nullptr ? *options.pool : ThreadPool::Default();
-  for (LinearWeight* m : Projections(w)) {
+  for (LinearWeight* m : Projections(w, options.quantize_lm_head)) {
     ASSIGN_OR_RETURN(*m, RoundTripFp8(*m, options, pool, w));
   }
   FreeUnused(w);

@@ -68,7 +68,7 @@ TEST(WeightQuantTest, EveryProjectionIsTheNearestFp8GridPointTimesItsRowScale) {
   TinyLlama m(41);
   LlamaWeights w = m.ToWeights(/*fuse=*/false);
   const void* emb = w.embedding.data;
-  ASSERT_TRUE(QuantizeLlamaWeightsFp8(&w).ok());
+  ASSERT_TRUE(QuantizeLlamaWeightsFp8(&w, {.quantize_lm_head = true}).ok());
   EXPECT_EQ(w.quantization, WeightQuantization::kFp8);
   EXPECT_EQ(w.embedding.data, emb);
   ExpectFp8RoundTrip(F32(w.lm_head), m.W("lm_head.weight").data(), w.lm_head.rows, w.lm_head.cols, "lm_head");
@@ -92,7 +92,7 @@ TEST(WeightQuantTest, FusedMatricesAndATiedLmHead) {
   LlamaWeights w = m.ToWeights(/*fuse=*/true);
   ASSERT_EQ(w.lm_head.data, w.embedding.data);
   const void* emb = w.embedding.data;
-  ASSERT_TRUE(QuantizeLlamaWeightsFp8(&w).ok());
+  ASSERT_TRUE(QuantizeLlamaWeightsFp8(&w, {.quantize_lm_head = true}).ok());
   // The embedding is untouched (same buffer, same values); the lm_head has its own quantised copy.
   const std::vector<float>& e = m.W("model.embed_tokens.weight");
   ASSERT_EQ(w.embedding.data, emb);
@@ -130,15 +130,39 @@ TEST(WeightQuantTest, QuantisedRowsAreWidenedFirstAndZeroRowsStayZero) {
   ASSERT_TRUE(cpu::DequantizeRow(DType::kQ8_0, q8.data(), widened.data(), rows * cols).ok());
   LlamaWeights w;
   w.lm_head = {q8.data(), DType::kQ8_0, rows, cols};
-  ASSERT_TRUE(QuantizeLlamaWeightsFp8(&w).ok());
+  ASSERT_TRUE(QuantizeLlamaWeightsFp8(&w, {.quantize_lm_head = true}).ok());
   ExpectFp8RoundTrip(F32(w.lm_head), widened.data(), rows, cols, "q8_0");
   for (int64_t i = 0; i < cols; ++i) EXPECT_EQ(F32(w.lm_head)[3 * cols + i], 0.0f);
 
   // The test-only multiplier scales every value: a broken quantiser the gate must catch.
   LlamaWeights broken;
   broken.lm_head = {q8.data(), DType::kQ8_0, rows, cols};
-  ASSERT_TRUE(QuantizeLlamaWeightsFp8(&broken, {.testing_scale_multiplier = 2.0f}).ok());
+  ASSERT_TRUE(QuantizeLlamaWeightsFp8(&broken, {.testing_scale_multiplier = 2.0f, .quantize_lm_head = true}).ok());
   for (int64_t i = 0; i < rows * cols; ++i) ASSERT_EQ(F32(broken.lm_head)[i], 2.0f * F32(w.lm_head)[i]);
+}
+
+// By default the lm_head keeps the checkpoint's precision (its matrix and buffer untouched); the layers are
+// quantised.
+TEST(WeightQuantTest, TheLmHeadKeepsItsPrecisionByDefault) {
+  for (bool tied : {false, true}) {
+    TinyLlama m(44, tied);
+    LlamaWeights w = m.ToWeights(/*fuse=*/true);
+    const LinearWeight before = w.lm_head;
+    const void* emb = w.embedding.data;
+    ASSERT_TRUE(QuantizeLlamaWeightsFp8(&w).ok());
+    EXPECT_EQ(w.lm_head.data, before.data);
+    EXPECT_EQ(w.lm_head.dtype, before.dtype);
+    EXPECT_EQ(w.embedding.data, emb);
+    EXPECT_EQ(tied, w.lm_head.data == w.embedding.data);
+    const std::string p = "model.layers.0.";
+    const std::vector<float> down = m.W(p + "mlp.down_proj.weight");
+    ExpectFp8RoundTrip(F32(w.layers[0].down), down.data(), w.layers[0].down.rows, w.layers[0].down.cols,
+                       "down");
+    if (!tied) {
+      const std::vector<float>& lm = m.W("lm_head.weight");
+      EXPECT_EQ(std::vector<float>(F32(w.lm_head), F32(w.lm_head) + lm.size()), lm);
+    }
+  }
 }
 
 TEST(WeightQuantTest, CpuLlamaWithFp8WeightsMovesItsLogitsALittle) {
