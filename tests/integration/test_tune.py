@@ -256,6 +256,11 @@ def test_decoder_walk_records_every_step_with_the_doctors_verdict(decoder):
     assert m["knobs"]["quantization"] == "fp8", m
     assert m["ok"] or "consistency gate" in m["why"], m
     assert not (m["accepted"] and not m["ok"]), m
+    # A refused point is reported as failed in the step's summary, not as a measured value.
+    assert ("failed (no figure): fp8" in wp["stopped"]) == (not m["ok"]), wp
+    for i in kv["points"]:
+        if not by_index[i]["ok"]:
+            assert "failed (no figure)" in kv["stopped"], kv
     assert not steps["max_num_seqs"]["skipped"] and steps["max_num_seqs"]["points"]
     for m in walk["measurements"]:  # rejected exactly when a p99 is over its SLO (or it failed)
         if m["ok"] and m["errors"] == 0 and m["valid"]:

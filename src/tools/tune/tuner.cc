@@ -303,6 +303,14 @@ class Tuner {
       best_score_ = r_.measurements[static_cast<size_t>(idx[static_cast<size_t>(b)])].score();
       r_.chosen_index = idx[static_cast<size_t>(b)];
     }
+    // A point whose server never served (refused by the load gate, crashed) is not a measured value: say so.
+    std::vector<std::string> failed;
+    for (size_t i = 0; i < idx.size(); ++i) {
+      const Measurement& m = r_.measurements[static_cast<size_t>(idx[i])];
+      if (!m.ok) failed.push_back(plan.names[i]);
+    }
+    if (!failed.empty())
+      st.stopped += fmt::format("; failed (no figure): {}", fmt::join(failed, ", "));
     if (!plan.not_measured.empty())
       st.stopped += fmt::format("; not measured: {}", fmt::join(plan.not_measured, ", "));
     st.best = best_;
