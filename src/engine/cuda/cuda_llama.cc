@@ -278,15 +278,17 @@ StatusOr<float*> CudaLlama::UploadFloats(const std::vector<float>& v) {
 }
 
 StatusOr<CudaLlama::Linear> CudaLlama::UploadLinear(const std::vector<const LinearWeight*>& parts,
-                                                    int64_t pad_rows_to) {
+                                                    int64_t pad_rows_to, bool gemv_copy) {
   Linear lin;
   lin.cols = parts.front()->cols;
-  // The padded matrices (embedding / lm_head) never take the GGUF GEMV path, nor do fp8 weights (they are
-  // re-quantised from the bf16 copy).
-  bool gemv = pad_rows_to == 1 && !fp8_weights();
+  // fp8 weights never take the GGUF GEMV paths (they are re-quantised from the bf16 copy). Q8_0 matrices (the
+  // padded lm_head too) keep their 8-bit values for the GEMV; Q4_1 keeps its raw blocks for the 1-token
+  // QuantGemv (not the padded matrices).
+  bool q8 = gemv_copy && !fp8_weights(), gemv = gemv_copy && pad_rows_to == 1 && !fp8_weights();
   for (const LinearWeight* p : parts) {
     if (p->cols != lin.cols) return InvalidArgumentError("cuda llama: fused parts differ in columns");
     lin.rows += p->rows;
+    q8 = q8 && p->dtype == DType::kQ8_0;
     gemv = gemv && HasGemv(p->dtype);
   }
   const int64_t alloc_rows = RoundUp(lin.rows, pad_rows_to);
@@ -297,19 +299,34 @@ StatusOr<CudaLlama::Linear> CudaLlama::UploadLinear(const std::vector<const Line
                                          (alloc_rows - lin.rows) * lin.cols * sizeof(uint16_t),
                                          stream_.get()));
   }
+  if (q8) {
+    ASSIGN_OR_RETURN(void* qp, DeviceAlloc(alloc_rows * lin.cols));
+    ASSIGN_OR_RETURN(void* dp, DeviceAlloc(alloc_rows * (lin.cols / 32) * sizeof(__half)));
+    lin.q8 = static_cast<int8_t*>(qp);
+    lin.q8_d = static_cast<__half*>(dp);
+  }
   int64_t offset = 0;
   std::vector<uint16_t> host;
   std::vector<float> tmp;
   for (const LinearWeight* p : parts) {
     __nv_bfloat16* dst = lin.w + offset * lin.cols;
-    if (gemv) {
-      // Raw blocks stay on the device for the GEMV; the bf16 copy is dequantised from them there.
+    if (q8 || gemv) {
+      // The raw blocks go to the device; the bf16 copy is dequantised from them there.
       ASSIGN_OR_RETURN(size_t row_bytes, RowBytes(p->dtype, p->cols));
       const size_t bytes = row_bytes * p->rows;
       ASSIGN_OR_RETURN(void* raw, DeviceAlloc(bytes));
       RETURN_IF_ERROR(Upload(raw, p->data, bytes));
       RETURN_IF_ERROR(cuda::DequantizeToBf16(p->dtype, raw, p->rows * p->cols, dst, stream_.get()));
-      lin.quant.push_back(Linear::QuantPart{p->dtype, raw, p->rows, offset});
+      if (q8) {
+        // The last part carries the padding rows (zeroed).
+        const int64_t part_alloc = offset + p->rows == lin.rows ? alloc_rows - offset : p->rows;
+        RETURN_IF_ERROR(cuda::RepackQ8_0(raw, p->rows, p->cols, part_alloc, lin.q8 + offset * lin.cols,
+                                         lin.q8_d + offset * (lin.cols / 32), stream_.get()));
+        CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_.get()));
+        DeviceFree(raw, bytes);
+      } else {
+        lin.quant.push_back(Linear::QuantPart{p->dtype, raw, p->rows, offset});
+      }
     } else {
       // Host conversion in ~32 MiB row chunks.
       const int64_t chunk = std::max<int64_t>(1, (int64_t{32} << 20) / (p->cols * 4));
@@ -322,6 +339,7 @@ StatusOr<CudaLlama::Linear> CudaLlama::UploadLinear(const std::vector<const Line
     }
     offset += p->rows;
   }
+  if (lin.q8 != nullptr) ++q8_linears_;
   return lin;
 }
 
@@ -352,9 +370,10 @@ Status CudaLlama::QuantizeLinearFp8(Linear* lin, int64_t alloc_rows, bool free_b
 Status CudaLlama::UploadWeights(const LlamaWeights& w) {
   const LlamaConfig& c = config_;
   vocab_pad_ = RoundUp(c.vocab_size, kVocabAlign);
-  ASSIGN_OR_RETURN(Linear emb, UploadLinear({&w.embedding}, kVocabAlign));
+  const bool tied = w.lm_head.data == w.embedding.data && w.lm_head.dtype == w.embedding.dtype;
+  ASSIGN_OR_RETURN(Linear emb, UploadLinear({&w.embedding}, kVocabAlign, /*gemv_copy=*/tied));
   embedding_ = emb.w;
-  if (w.lm_head.data == w.embedding.data && w.lm_head.dtype == w.embedding.dtype) {
+  if (tied) {
     lm_head_ = emb;  // tied (fp8: the lm_head gets its own bytes; the embedding stays bf16 for the gather)
     if (fp8_weights() && options_.fp8_lm_head)
       RETURN_IF_ERROR(QuantizeLinearFp8(&lm_head_, vocab_pad_, /*free_bf16=*/false));

@@ -31,6 +31,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -121,6 +122,8 @@ class CudaLlama final : public DecoderModel {
 
   // Counters for logs and tests.
   int64_t graph_replays() const { return graph_replays_; }
+  // Projections (lm_head included) decoded by the GEMV from their GGUF Q8_0 values (UploadLinear).
+  int64_t q8_linears() const { return q8_linears_; }
   int64_t graphs_captured() const { return static_cast<int64_t>(graphs_.size()); }
   int64_t bucket_steps() const { return bucket_steps_; }  // decode steps run through a bucket (either way)
   int max_step_tokens() const { return max_tokens_; }
@@ -135,13 +138,17 @@ class CudaLlama final : public DecoderModel {
   static constexpr int kContextClasses[] = {2048, 8192, 32768, 131072};
   static constexpr int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-  // A projection y = x·W^T: W bf16 [rows, cols] on the device, plus (when every row range came from Q4_1 or
-  // Q8_0) the raw blocks of each part for the 1-token GEMV. With fp8 weights `w` is null (freed after
+  // A projection y = x·W^T: W bf16 [rows, cols] on the device (the GEMM's operand), plus, for the GEMV of
+  // decode steps of up to gemv_max_rows_ tokens, the file's 8-bit form when every part is GGUF Q8_0: q8 =
+  // int8 [rows (padded), cols] and q8_d = fp16 [rows, cols / 32] (cuda::RepackQ8_0), or (every part Q4_1)
+  // the raw blocks of each part for the 1-token QuantGemv. With fp8 weights `w` is null (freed after
   // quantisation; the embedding keeps it) and q / scale hold the E4M3 bytes and one scale per row.
   struct Linear {
     __nv_bfloat16* w = nullptr;
     uint8_t* q = nullptr;
     float* scale = nullptr;
+    int8_t* q8 = nullptr;
+    __half* q8_d = nullptr;
     int64_t rows = 0, cols = 0;
     struct QuantPart {
       DType type = DType::kF32;
@@ -174,7 +181,10 @@ class CudaLlama final : public DecoderModel {
   explicit CudaLlama(const Options& options);
   Status Init(LlamaWeights weights);
   Status UploadWeights(const LlamaWeights& weights);
-  StatusOr<Linear> UploadLinear(const std::vector<const LinearWeight*>& parts, int64_t pad_rows_to);
+  // gemv_copy: keep the 8-bit GEMV form of GGUF Q8_0 / Q4_1 parts (false for an untied embedding, which is
+  // only gathered from).
+  StatusOr<Linear> UploadLinear(const std::vector<const LinearWeight*>& parts, int64_t pad_rows_to,
+                                bool gemv_copy = true);
   // Quantises lin's bf16 rows to fp8 + scales (new allocations); frees the bf16 copy when free_bf16.
   Status QuantizeLinearFp8(Linear* lin, int64_t alloc_rows, bool free_bf16);
   bool fp8_weights() const { return options_.quantization == WeightQuantization::kFp8; }
@@ -220,6 +230,7 @@ class CudaLlama final : public DecoderModel {
   std::unique_ptr<cuda::BlasLtGemm> gemm_heur_;   // other steps (heuristic's first: no tuning syncs)
   std::vector<void*> allocations_;                // cudaMalloc'd weight buffers, freed at destruction
   int64_t weight_bytes_ = 0;
+  int64_t q8_linears_ = 0;
   int64_t kv_budget_bytes_ = 0;
 
   // Weights.

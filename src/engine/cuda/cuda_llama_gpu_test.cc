@@ -343,6 +343,13 @@ TEST(CudaLlamaTest, GgufQ8_0MatchesCpu) {
   // The CPU quantises activations to 8 bits in its quantised matmuls; the GPU keeps them in bf16. Measured on
   // the CPU alone, that activation quantisation moves these logits by up to ~0.1 std (bf16 weights: ~0.03).
   CheckAgainstCpu(std::move(*a), std::move(*b), 0.25, 0.95, "gguf q8_0");
+  // Every projection and the untied lm_head keep the file's 8-bit values for the decode GEMV (the embedding,
+  // only gathered from, does not).
+  auto c = LoadGgufWeights((dir / "m.gguf").string());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto gpu = CudaLlama::Create(std::move(*c), TestOptions());
+  ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+  EXPECT_EQ((*gpu)->q8_linears(), 4 * m.c.num_layers + 1);
   fs::remove_all(dir);
 }
 

@@ -62,6 +62,10 @@ Status CudaLlama::EnqueueLinear(const Linear& lin, const __nv_bfloat16* x, int64
     return gemm.RunFp8(act_q_, act_scale_, lin.q, lin.scale, y, DType::kBF16, m, lin.rows, lin.cols,
                        stream_.get());
   }
+  if (lin.q8 != nullptr && m <= gemv_max_rows_) {  // GGUF Q8_0: the GEMV over the file's int8 values
+    return cuda::Q8Gemv(lin.q8, lin.q8_d, lin.rows, lin.cols, x, m, y, lin.rows, options_.pdl, stream_.get(),
+                        options_.gemv_split);
+  }
   if (m == 1 && !lin.quant.empty()) {
     for (const Linear::QuantPart& p : lin.quant) {
       RETURN_IF_ERROR(cuda::QuantGemv(p.type, p.raw, p.rows, lin.cols, x, y + p.row_offset, stream_.get()));
@@ -137,6 +141,9 @@ Status CudaLlama::EnqueueLayers(const StepArgs& a, cuda::BlasLtGemm& gemm) {
     if (T <= gemv_max_rows_ && l.gate_up.q != nullptr) {
       RETURN_IF_ERROR(cuda::Fp8GemvSiluMul(l.gate_up.q, l.gate_up.scale, F, H, h_, T, act_, options_.pdl, s,
                                            options_.gemv_split));
+    } else if (T <= gemv_max_rows_ && l.gate_up.q8 != nullptr) {
+      RETURN_IF_ERROR(cuda::Q8GemvSiluMul(l.gate_up.q8, l.gate_up.q8_d, F, H, h_, T, act_, options_.pdl, s,
+                                          options_.gemv_split));
     } else if (T <= gemv_max_rows_ && (T > 1 || l.gate_up.quant.empty())) {
       RETURN_IF_ERROR(
           cuda::Bf16GemvSiluMul(l.gate_up.w, F, H, h_, T, act_, options_.pdl, s, options_.gemv_split));
@@ -162,6 +169,10 @@ Status CudaLlama::EnqueueLogits(const int32_t* rows, int64_t n, cuda::BlasLtGemm
     RETURN_IF_ERROR(cuda::QuantizeRowsFp8(sel_, n, c.hidden_size, c.hidden_size, act_q_, act_scale_, 1.f, s));
     return gemm.RunFp8(act_q_, act_scale_, lm_head_.q, lm_head_.scale, logits_, DType::kF32, n, vocab_pad_,
                        c.hidden_size, s);
+  }
+  if (n <= gemv_max_rows_ && lm_head_.q8 != nullptr) {
+    return cuda::Q8Gemv(lm_head_.q8, lm_head_.q8_d, vocab_pad_, c.hidden_size, sel_, n, logits_, vocab_pad_,
+                        options_.pdl, s, options_.gemv_split);
   }
   if (n <= gemv_max_rows_) {
     return cuda::Bf16Gemv(lm_head_.w, vocab_pad_, c.hidden_size, sel_, n, logits_, vocab_pad_, options_.pdl,

@@ -11,9 +11,12 @@ namespace {
 constexpr int kWarps = 8;               // warps per block
 constexpr int kInFlight = 8;            // 16-byte weight loads in flight per lane per row
 constexpr int kRound = 32 * kInFlight;  // chunks a warp reads per round
-// Weight values per 16-byte load (a "chunk"): 8 bf16 or 16 fp8.
-template <bool kFp8>
-constexpr int kChunkValues = kFp8 ? 16 : 8;
+// The weight formats the kernel streams: bf16; fp8 E4M3 with one fp32 scale per row; GGUF Q8_0 repacked as
+// int8 values [n, k] plus one fp16 scale per 32 values of a row ([n, k / 32], RepackQ8_0 in quant.h).
+enum class WFmt { kBf16, kFp8, kQ8 };
+// Weight values per 16-byte load (a "chunk"): 8 bf16, or 16 fp8 / int8.
+template <WFmt F>
+constexpr int kChunkValues = F == WFmt::kBf16 ? 8 : 16;
 
 // Weights are read once per step: stream them past L1 (x, re-read by every warp, stays there).
 __device__ __forceinline__ uint4 LoadWeights(const uint4* p) {
@@ -58,11 +61,35 @@ __device__ __forceinline__ float Dot16Fp8(const uint4& w, const uint4& xa, const
   return acc + ((s[0] + s[1]) + (s[2] + s[3]));
 }
 
-// One chunk's contribution: the weights `wv` against the x values of chunk c of row r (xr in 16-byte units).
-template <bool kFp8>
-__device__ __forceinline__ float DotChunk(const uint4& wv, const uint4* xr, int64_t c, float acc) {
-  if constexpr (kFp8) {
+// Σ of 16 int8 weights (one 16-byte chunk of a Q8_0 row) times 16 bf16 activations, unscaled. Each byte
+// becomes an exact fp32 without I2F (a quarter-rate conversion): (q ^ 0x80) placed in the mantissa of 2^23
+// gives 2^23 + 128 + q, and one subtraction leaves q. Four partial sums, as Dot16Fp8.
+__device__ __forceinline__ float Dot16Int8(const uint4& w, const uint4& xa, const uint4& xb) {
+  const uint32_t* pw = reinterpret_cast<const uint32_t*>(&w);
+  const __nv_bfloat162* px[2] = {reinterpret_cast<const __nv_bfloat162*>(&xa),
+                                 reinterpret_cast<const __nv_bfloat162*>(&xb)};
+  float s[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t word = pw[i / 2] ^ 0x80808080u;
+    const int b = 2 * (i % 2);  // the pair's first byte in the word
+    const float w0 = __uint_as_float(__byte_perm(word, 0x4B000000u, 0x7440u | b)) - 8388736.f;
+    const float w1 = __uint_as_float(__byte_perm(word, 0x4B000000u, 0x7440u | (b + 1))) - 8388736.f;
+    const float2 fx = __bfloat1622float2(px[i / 4][i % 4]);
+    s[i % 4] = fmaf(w0, fx.x, s[i % 4]);
+    s[i % 4] = fmaf(w1, fx.y, s[i % 4]);
+  }
+  return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+// One chunk's contribution: the weights `wv` against the x values of chunk c of row r (xr in 16-byte units);
+// `d` is the chunk's Q8_0 block scale (unused otherwise).
+template <WFmt F>
+__device__ __forceinline__ float DotChunk(const uint4& wv, const uint4* xr, int64_t c, float d, float acc) {
+  if constexpr (F == WFmt::kFp8) {
     return Dot16Fp8(wv, __ldg(xr + 2 * c), __ldg(xr + 2 * c + 1), acc);
+  } else if constexpr (F == WFmt::kQ8) {
+    return fmaf(d, Dot16Int8(wv, __ldg(xr + 2 * c), __ldg(xr + 2 * c + 1)), acc);
   } else {
     return Dot8(wv, __ldg(xr + c), acc);
   }
@@ -79,11 +106,12 @@ __device__ __forceinline__ float Silu(float g) {
 // depends on (the next kernel's wait relies on that chain). Dependents may launch once the main loop is done:
 // earlier, their waiting blocks would take the SM slots of this kernel's later waves.
 //
-// kFp8: w holds fp8 E4M3 bytes and `scale` one fp32 per row of w; a row's sum is multiplied by its scale
-// (gate and up rows by their own). Otherwise w is bf16 and scale unused.
-template <int M, typename OutT, bool kSilu, int kSplit, bool kFp8>
+// F = kFp8: w holds fp8 E4M3 bytes and `scale` one fp32 per row of w; a row's sum is multiplied by its scale
+// (gate and up rows by their own). F = kQ8: w holds int8 values and `scale` one fp16 per 32 values of a row
+// (a chunk's sum is scaled by its block's). F = kBf16: w is bf16 and scale unused.
+template <int M, typename OutT, bool kSilu, int kSplit, WFmt F>
 __global__ void __launch_bounds__(kWarps * 32)
-    GemvKernel(const void* __restrict__ w, const float* __restrict__ scale, int64_t n, int64_t k,
+    GemvKernel(const void* __restrict__ w, const void* __restrict__ scale, int64_t n, int64_t k,
                const __nv_bfloat16* __restrict__ x, OutT* __restrict__ y, int64_t ldy, int64_t up_rows) {
   constexpr int kRowsPerBlock = kWarps / kSplit;
   __shared__ float part[kSplit > 1 ? kWarps : 1][M][kSilu ? 2 : 1];
@@ -91,8 +119,9 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int slice = warp % kSplit;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + warp / kSplit;
   const bool active = row < n;
-  constexpr int kChunk = kChunkValues<kFp8>;
-  constexpr int kBytes = kFp8 ? 1 : 2;  // per weight value
+  constexpr int kChunk = kChunkValues<F>;
+  constexpr int kBytes = F == WFmt::kBf16 ? 2 : 1;  // per weight value
+  constexpr bool kQ8 = F == WFmt::kQ8;
   const int64_t chunks = k / kChunk;
   const int64_t per = (chunks + kSplit - 1) / kSplit;
   const int64_t begin = slice * per;
@@ -101,11 +130,15 @@ __global__ void __launch_bounds__(kWarps * 32)
   const uint4* wr = reinterpret_cast<const uint4*>(wb + (active ? row : 0) * k * kBytes);
   const uint4* ur = reinterpret_cast<const uint4*>(wb + (active ? row + up_rows : 0) * k * kBytes);
   const uint4* xr = reinterpret_cast<const uint4*>(x);
+  // Q8: the rows' block scales (one per two chunks).
+  const __half* ws = static_cast<const __half*>(scale) + (active ? row : 0) * (k / 32);
+  const __half* us = static_cast<const __half*>(scale) + (active ? row + up_rows : 0) * (k / 32);
 
   float acc[M], accu[M];
 #pragma unroll
   for (int r = 0; r < M; ++r) acc[r] = accu[r] = 0.f;
   uint4 wv[kInFlight], uv[kInFlight];
+  float wd[kQ8 ? kInFlight : 1], ud[kQ8 ? kInFlight : 1];
 
   auto load = [&](int64_t c0) {
 #pragma unroll
@@ -114,6 +147,10 @@ __global__ void __launch_bounds__(kWarps * 32)
       const bool ok = active && c < end;
       wv[u] = ok ? LoadWeights(wr + c) : make_uint4(0, 0, 0, 0);
       if constexpr (kSilu) uv[u] = ok ? LoadWeights(ur + c) : make_uint4(0, 0, 0, 0);
+      if constexpr (kQ8) {
+        wd[u] = ok ? __half2float(__ldg(ws + c / 2)) : 0.f;
+        if constexpr (kSilu) ud[u] = ok ? __half2float(__ldg(us + c / 2)) : 0.f;
+      }
     }
   };
   auto consume = [&](int64_t c0) {
@@ -124,8 +161,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
         for (int r = 0; r < M; ++r) {
           const uint4* xrow = xr + r * (k / 8);  // x rows in 16-byte units (8 bf16)
-          acc[r] = DotChunk<kFp8>(wv[u], xrow, c, acc[r]);
-          if constexpr (kSilu) accu[r] = DotChunk<kFp8>(uv[u], xrow, c, accu[r]);
+          acc[r] = DotChunk<F>(wv[u], xrow, c, wd[kQ8 ? u : 0], acc[r]);
+          if constexpr (kSilu) accu[r] = DotChunk<F>(uv[u], xrow, c, ud[kQ8 ? u : 0], accu[r]);
         }
       }
     }
@@ -170,9 +207,10 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   }
   if (lane == 0 && active) {
-    if constexpr (kFp8) {
-      const float sw = scale[row];
-      const float su = kSilu ? scale[row + up_rows] : 0.f;
+    if constexpr (F == WFmt::kFp8) {
+      const float* fs = static_cast<const float*>(scale);
+      const float sw = fs[row];
+      const float su = kSilu ? fs[row + up_rows] : 0.f;
 #pragma unroll
       for (int r = 0; r < M; ++r) {
         acc[r] *= sw;
@@ -200,20 +238,20 @@ int GemvSplitFor(int64_t m, int64_t k, int split) {
   // Auto: two warps per row when each half keeps at least a full round of loads (k >= 4096). Measured on the
   // H200 (8B shapes, batch-1 step, bench/results/gpu_llm_8b_decode_h200_2026-12-03.json): 2 warps everywhere
   // 4.65 ms, 1 everywhere 4.89 ms, 4 everywhere 4.81 ms.
-  return k / kChunkValues<false> >= 2 * kRound ? 2 : 1;
+  return k / kChunkValues<WFmt::kBf16> >= 2 * kRound ? 2 : 1;
 }
 
 int Fp8GemvSplitFor(int64_t m, int64_t k, int split) {
   if (m != 1) return 1;
   if (split == 1 || split == 2 || split == 4 || split == 8) return split;
   // Auto: the bf16 rule in chunks (a 16-byte load holds twice the values, so a row has half the chunks).
-  return k / kChunkValues<true> >= 2 * kRound ? 2 : 1;
+  return k / kChunkValues<WFmt::kFp8> >= 2 * kRound ? 2 : 1;
 }
 
 namespace {
 
-template <int M, typename OutT, bool kSilu, int kSplit, bool kFp8>
-cudaError_t LaunchM(const void* w, const float* scale, int64_t n, int64_t k, const __nv_bfloat16* x, OutT* y,
+template <int M, typename OutT, bool kSilu, int kSplit, WFmt F>
+cudaError_t LaunchM(const void* w, const void* scale, int64_t n, int64_t k, const __nv_bfloat16* x, OutT* y,
                     int64_t ldy, int64_t up_rows, bool pdl, cudaStream_t stream) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(CeilDiv(n, kWarps / kSplit));
@@ -225,52 +263,50 @@ cudaError_t LaunchM(const void* w, const float* scale, int64_t n, int64_t k, con
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = pdl ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, GemvKernel<M, OutT, kSilu, kSplit, kFp8>, w, scale, n, k, x, y, ldy,
-                            up_rows);
+  return cudaLaunchKernelEx(&cfg, GemvKernel<M, OutT, kSilu, kSplit, F>, w, scale, n, k, x, y, ldy, up_rows);
 }
 
 // Picks the instantiation for m rows (M counts up to m) and, at one row, `split` warps per row.
-template <int M, typename OutT, bool kSilu, bool kFp8>
-cudaError_t LaunchRows(int m, int split, const void* w, const float* scale, int64_t n, int64_t k,
+template <int M, typename OutT, bool kSilu, WFmt F>
+cudaError_t LaunchRows(int m, int split, const void* w, const void* scale, int64_t n, int64_t k,
                        const __nv_bfloat16* x, OutT* y, int64_t ldy, int64_t up_rows, bool pdl,
                        cudaStream_t stream) {
   if constexpr (M < kGemvMaxRows) {
     if (m > M) {
-      return LaunchRows<M + 1, OutT, kSilu, kFp8>(m, split, w, scale, n, k, x, y, ldy, up_rows, pdl, stream);
+      return LaunchRows<M + 1, OutT, kSilu, F>(m, split, w, scale, n, k, x, y, ldy, up_rows, pdl, stream);
     }
   }
   if constexpr (M == 1) {
-    if (split == 2) return LaunchM<1, OutT, kSilu, 2, kFp8>(w, scale, n, k, x, y, ldy, up_rows, pdl, stream);
-    if (split == 4) return LaunchM<1, OutT, kSilu, 4, kFp8>(w, scale, n, k, x, y, ldy, up_rows, pdl, stream);
-    if (split == 8) return LaunchM<1, OutT, kSilu, 8, kFp8>(w, scale, n, k, x, y, ldy, up_rows, pdl, stream);
+    if (split == 2) return LaunchM<1, OutT, kSilu, 2, F>(w, scale, n, k, x, y, ldy, up_rows, pdl, stream);
+    if (split == 4) return LaunchM<1, OutT, kSilu, 4, F>(w, scale, n, k, x, y, ldy, up_rows, pdl, stream);
+    if (split == 8) return LaunchM<1, OutT, kSilu, 8, F>(w, scale, n, k, x, y, ldy, up_rows, pdl, stream);
   }
-  return LaunchM<M, OutT, kSilu, 1, kFp8>(w, scale, n, k, x, y, ldy, up_rows, pdl, stream);
+  return LaunchM<M, OutT, kSilu, 1, F>(w, scale, n, k, x, y, ldy, up_rows, pdl, stream);
 }
 
-template <typename OutT, bool kSilu, bool kFp8>
-Status Launch(const char* what, const void* w, const float* scale, int64_t n, int64_t k,
-              const __nv_bfloat16* x, int64_t m, OutT* y, int64_t ldy, int64_t up_rows, bool pdl, int split,
-              cudaStream_t stream) {
+template <typename OutT, bool kSilu, WFmt F>
+Status Launch(const char* what, const void* w, const void* scale, int64_t n, int64_t k, const __nv_bfloat16* x,
+              int64_t m, OutT* y, int64_t ldy, int64_t up_rows, bool pdl, int split, cudaStream_t stream) {
   if (m < 1 || m > kGemvMaxRows) {
     return Status(StatusCode::kInvalidArgument, std::string(what) + ": rows must be in [1, 8]");
   }
-  if (k % kChunkValues<kFp8> != 0 ||
-      (reinterpret_cast<uintptr_t>(w) | reinterpret_cast<uintptr_t>(x)) % 16 != 0) {
-    return Status(StatusCode::kInvalidArgument,
-                  std::string(what) + (kFp8 ? ": k must be a multiple of 16" : ": k must be a multiple of 8") +
-                      " and w, x 16-byte aligned");
+  // Q8: k a whole number of 32-value blocks.
+  const int64_t k_unit = F == WFmt::kQ8 ? 32 : kChunkValues<F>;
+  if (k % k_unit != 0 || (reinterpret_cast<uintptr_t>(w) | reinterpret_cast<uintptr_t>(x)) % 16 != 0) {
+    return Status(StatusCode::kInvalidArgument, std::string(what) + ": k must be a multiple of " +
+                                                    std::to_string(k_unit) + " and w, x 16-byte aligned");
   }
-  if (kFp8 && scale == nullptr) {
-    return Status(StatusCode::kInvalidArgument, std::string(what) + ": fp8 weights need their scales");
+  if (F != WFmt::kBf16 && scale == nullptr) {
+    return Status(StatusCode::kInvalidArgument, std::string(what) + ": quantised weights need their scales");
   }
   if (ldy < n) return Status(StatusCode::kInvalidArgument, std::string(what) + ": ldy < n");
   if (n <= 0 || k <= 0) return OkStatus();
   if (n > 0x7fffffff) {
     return Status(StatusCode::kInvalidArgument, std::string(what) + ": too many rows");
   }
-  const int s = kFp8 ? Fp8GemvSplitFor(m, k, split) : GemvSplitFor(m, k, split);
+  const int s = F == WFmt::kBf16 ? GemvSplitFor(m, k, split) : Fp8GemvSplitFor(m, k, split);
   const cudaError_t e =
-      LaunchRows<1, OutT, kSilu, kFp8>(static_cast<int>(m), s, w, scale, n, k, x, y, ldy, up_rows, pdl, stream);
+      LaunchRows<1, OutT, kSilu, F>(static_cast<int>(m), s, w, scale, n, k, x, y, ldy, up_rows, pdl, stream);
   CUDA_RETURN_IF_ERROR(e);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return OkStatus();
@@ -280,30 +316,46 @@ Status Launch(const char* what, const void* w, const float* scale, int64_t n, in
 
 Status Bf16Gemv(const __nv_bfloat16* w, int64_t n, int64_t k, const __nv_bfloat16* x, int64_t m,
                 __nv_bfloat16* y, int64_t ldy, bool pdl, cudaStream_t stream, int split) {
-  return Launch<__nv_bfloat16, false, false>("Bf16Gemv", w, nullptr, n, k, x, m, y, ldy, 0, pdl, split, stream);
+  return Launch<__nv_bfloat16, false, WFmt::kBf16>("Bf16Gemv", w, nullptr, n, k, x, m, y, ldy, 0, pdl, split,
+                                                   stream);
 }
 Status Bf16Gemv(const __nv_bfloat16* w, int64_t n, int64_t k, const __nv_bfloat16* x, int64_t m, float* y,
                 int64_t ldy, bool pdl, cudaStream_t stream, int split) {
-  return Launch<float, false, false>("Bf16Gemv", w, nullptr, n, k, x, m, y, ldy, 0, pdl, split, stream);
+  return Launch<float, false, WFmt::kBf16>("Bf16Gemv", w, nullptr, n, k, x, m, y, ldy, 0, pdl, split, stream);
 }
 Status Bf16GemvSiluMul(const __nv_bfloat16* w, int64_t inter, int64_t k, const __nv_bfloat16* x, int64_t m,
                        __nv_bfloat16* y, bool pdl, cudaStream_t stream, int split) {
-  return Launch<__nv_bfloat16, true, false>("Bf16GemvSiluMul", w, nullptr, inter, k, x, m, y, inter, inter, pdl,
-                                            split, stream);
+  return Launch<__nv_bfloat16, true, WFmt::kBf16>("Bf16GemvSiluMul", w, nullptr, inter, k, x, m, y, inter, inter,
+                                                  pdl, split, stream);
 }
 
 Status Fp8Gemv(const uint8_t* w, const float* w_scale, int64_t n, int64_t k, const __nv_bfloat16* x, int64_t m,
                __nv_bfloat16* y, int64_t ldy, bool pdl, cudaStream_t stream, int split) {
-  return Launch<__nv_bfloat16, false, true>("Fp8Gemv", w, w_scale, n, k, x, m, y, ldy, 0, pdl, split, stream);
+  return Launch<__nv_bfloat16, false, WFmt::kFp8>("Fp8Gemv", w, w_scale, n, k, x, m, y, ldy, 0, pdl, split,
+                                                  stream);
 }
 Status Fp8Gemv(const uint8_t* w, const float* w_scale, int64_t n, int64_t k, const __nv_bfloat16* x, int64_t m,
                float* y, int64_t ldy, bool pdl, cudaStream_t stream, int split) {
-  return Launch<float, false, true>("Fp8Gemv", w, w_scale, n, k, x, m, y, ldy, 0, pdl, split, stream);
+  return Launch<float, false, WFmt::kFp8>("Fp8Gemv", w, w_scale, n, k, x, m, y, ldy, 0, pdl, split, stream);
 }
 Status Fp8GemvSiluMul(const uint8_t* w, const float* w_scale, int64_t inter, int64_t k, const __nv_bfloat16* x,
                       int64_t m, __nv_bfloat16* y, bool pdl, cudaStream_t stream, int split) {
-  return Launch<__nv_bfloat16, true, true>("Fp8GemvSiluMul", w, w_scale, inter, k, x, m, y, inter, inter, pdl,
-                                           split, stream);
+  return Launch<__nv_bfloat16, true, WFmt::kFp8>("Fp8GemvSiluMul", w, w_scale, inter, k, x, m, y, inter, inter,
+                                                 pdl, split, stream);
+}
+
+Status Q8Gemv(const int8_t* w, const __half* w_d, int64_t n, int64_t k, const __nv_bfloat16* x, int64_t m,
+              __nv_bfloat16* y, int64_t ldy, bool pdl, cudaStream_t stream, int split) {
+  return Launch<__nv_bfloat16, false, WFmt::kQ8>("Q8Gemv", w, w_d, n, k, x, m, y, ldy, 0, pdl, split, stream);
+}
+Status Q8Gemv(const int8_t* w, const __half* w_d, int64_t n, int64_t k, const __nv_bfloat16* x, int64_t m,
+              float* y, int64_t ldy, bool pdl, cudaStream_t stream, int split) {
+  return Launch<float, false, WFmt::kQ8>("Q8Gemv", w, w_d, n, k, x, m, y, ldy, 0, pdl, split, stream);
+}
+Status Q8GemvSiluMul(const int8_t* w, const __half* w_d, int64_t inter, int64_t k, const __nv_bfloat16* x,
+                     int64_t m, __nv_bfloat16* y, bool pdl, cudaStream_t stream, int split) {
+  return Launch<__nv_bfloat16, true, WFmt::kQ8>("Q8GemvSiluMul", w, w_d, inter, k, x, m, y, inter, inter, pdl,
+                                                split, stream);
 }
 
 }  // namespace stoke::cuda

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -63,5 +64,18 @@ Status Fp8Gemv(const uint8_t* w, const float* w_scale, int64_t n, int64_t k, con
 // Bf16GemvSiluMul over fp8 weights: w = [2 inter, k] (gate rows, then up rows), w_scale = [2 inter].
 Status Fp8GemvSiluMul(const uint8_t* w, const float* w_scale, int64_t inter, int64_t k, const __nv_bfloat16* x,
                       int64_t m, __nv_bfloat16* y, bool pdl, cudaStream_t stream, int split = 0);
+
+// GGUF Q8_0 weights decoded from their 8-bit values (about half the bf16 bytes): w = [n, k] int8 and w_d =
+// [n, k / 32] fp16 block scales, the layout RepackQ8_0 (quant.h) makes from the file's 34-byte blocks:
+//   y[r, c] = Σ_b w_d[c, b] · Σ_{j in block b} w[c, j] · x[r, j]
+// (each 16-value chunk's fp32 sum scaled by its block's d; x stays bf16). k % 32 == 0, w and x 16-byte
+// aligned; split as Fp8Gemv. Checked against the dequantised weights' product (kernels/cuda/ops_gpu_test.cc).
+Status Q8Gemv(const int8_t* w, const __half* w_d, int64_t n, int64_t k, const __nv_bfloat16* x, int64_t m,
+              __nv_bfloat16* y, int64_t ldy, bool pdl, cudaStream_t stream, int split = 0);
+Status Q8Gemv(const int8_t* w, const __half* w_d, int64_t n, int64_t k, const __nv_bfloat16* x, int64_t m,
+              float* y, int64_t ldy, bool pdl, cudaStream_t stream, int split = 0);
+// Bf16GemvSiluMul over Q8_0 weights: w = [2 inter, k] (gate rows, then up rows), w_d = [2 inter, k / 32].
+Status Q8GemvSiluMul(const int8_t* w, const __half* w_d, int64_t inter, int64_t k, const __nv_bfloat16* x,
+                     int64_t m, __nv_bfloat16* y, bool pdl, cudaStream_t stream, int split = 0);
 
 }  // namespace stoke::cuda

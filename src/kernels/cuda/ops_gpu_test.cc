@@ -205,6 +205,94 @@ TEST(CudaQuant, GemvMatchesDequantisedMatMul) {
   }
 }
 
+// GGUF Q8_0 repacked for the 8-bit GEMV: the values and scales are bit copies of the file's blocks (padding
+// rows zero), and the GEMV (1..8 rows, every split, f32 and bf16 out, the SwiGLU form) matches the product of
+// the dequantised weights. Rows scaled x100 .. x0.01 so each block's own d matters.
+TEST(CudaQuant, Q8GemvOverRepackedBlocksMatchesDequantisedProduct) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = 1003, k = 4128, ldy = 1011, alloc = 1024;
+  auto wf = RandomFloats(n * k, 21);
+  for (int64_t i = 0; i < n * k; ++i) wf[i] *= ((i / 32) % 3 == 0) ? 100.f : ((i / 32) % 3 == 1 ? 0.01f : 1.f);
+  const size_t row_bytes = (k / 32) * sizeof(cpu::BlockQ8_0);
+  std::vector<uint8_t> blocks(n * row_bytes);
+  for (int64_t r = 0; r < n; ++r) cpu::QuantizeRowQ8_0(wf.data() + r * k, blocks.data() + r * row_bytes, k);
+  std::vector<float> wd(n * k);
+  ASSERT_TRUE(cpu::DequantizeRow(DType::kQ8_0, blocks.data(), wd.data(), n * k).ok());
+
+  DeviceBuffer<uint8_t> raw(blocks), q(alloc * k);
+  DeviceBuffer<uint16_t> d(alloc * (k / 32));
+  CUDA_ASSERT(cudaMemset(q.get(), 0x5a, alloc * k));  // the padding rows must be overwritten with zeros
+  CUDA_ASSERT(cudaMemset(d.get(), 0x5a, alloc * (k / 32) * 2));
+  auto* qp = reinterpret_cast<int8_t*>(q.get());
+  auto* dp = reinterpret_cast<__half*>(d.get());
+  STATUS_ASSERT(RepackQ8_0(raw.get(), n, k, alloc, qp, dp, nullptr));
+  CUDA_ASSERT(cudaDeviceSynchronize());
+  const auto gq = q.Download();
+  const auto gd = d.Download();
+  int64_t bad = 0;
+  for (int64_t b = 0; b < n * (k / 32); ++b) {
+    const uint8_t* blk = blocks.data() + b * sizeof(cpu::BlockQ8_0);
+    bad += gd[b] != static_cast<uint16_t>(blk[0] | (blk[1] << 8));
+    for (int j = 0; j < 32; ++j) bad += gq[b * 32 + j] != blk[2 + j];
+  }
+  for (int64_t i = n * k; i < alloc * k; ++i) bad += gq[i] != 0;
+  for (int64_t i = n * (k / 32); i < alloc * (k / 32); ++i) bad += gd[i] != 0;
+  EXPECT_EQ(bad, 0) << "repacked values / scales differ from the file's blocks (or padding not zero)";
+  EXPECT_FALSE(RepackQ8_0(raw.get(), n, k - 16, n, qp, dp, nullptr).ok()) << "cols % 32 != 0 must be refused";
+
+  cudaStream_t stream = nullptr;
+  CUDA_ASSERT(cudaStreamCreate(&stream));
+  for (int64_t m : {1, 2, 5, 8}) {
+    const auto x = RoundBf16(RandomFloats(m * k, 22 + static_cast<uint32_t>(m)));
+    std::vector<float> want(m * n);
+    ASSERT_TRUE(cpu::MatMul(x.data(), m, k, wd.data(), DType::kF32, n, want.data()).ok());
+    DeviceBuffer<uint16_t> dx(ToBf16(x));
+    for (int split : m == 1 ? std::vector<int>{0, 1, 2, 4} : std::vector<int>{0}) {
+      DeviceBuffer<float> yf(m * ldy);
+      DeviceBuffer<uint16_t> yb(m * ldy);
+      STATUS_ASSERT(Q8Gemv(qp, dp, n, k, dx.bf16(), m, yf.get(), ldy, /*pdl=*/split == 2, stream, split));
+      STATUS_ASSERT(Q8Gemv(qp, dp, n, k, dx.bf16(), m, yb.bf16(), ldy, false, stream, split));
+      CUDA_ASSERT(cudaStreamSynchronize(stream));
+      const auto gf = yf.Download();
+      const auto gb = FromBf16(yb.Download());
+      std::vector<float> got_f(m * n), got_b(m * n);
+      for (int64_t r = 0; r < m; ++r) {
+        for (int64_t c = 0; c < n; ++c) {
+          got_f[r * n + c] = gf[r * ldy + c];
+          got_b[r * n + c] = gb[r * ldy + c];
+        }
+      }
+      const std::string what = "q8 gemv m=" + std::to_string(m) + " split=" + std::to_string(split);
+      EXPECT_CLOSE(got_f, want, 1e-5, (what + " -> f32").c_str());
+      EXPECT_CLOSE(got_b, want, kTolBf16, (what + " -> bf16").c_str());
+    }
+  }
+  EXPECT_FALSE(Q8Gemv(qp, dp, n, k - 16, nullptr, 1, static_cast<float*>(nullptr), n, false, stream).ok())
+      << "k % 32 != 0 must be refused";
+  EXPECT_FALSE(Q8Gemv(qp, nullptr, n, k, nullptr, 1, static_cast<float*>(nullptr), n, false, stream).ok())
+      << "missing scales must be refused";
+
+  // The SwiGLU form over [2 inter, k]: gate rows then up rows, each with its own block scales.
+  const int64_t inter = n / 2;
+  for (int64_t m : {1, 3}) {
+    const auto x = RoundBf16(RandomFloats(m * k, 29));
+    std::vector<float> gu(m * 2 * inter), want(m * inter);
+    ASSERT_TRUE(cpu::MatMul(x.data(), m, k, wd.data(), DType::kF32, 2 * inter, gu.data()).ok());
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t c = 0; c < inter; ++c) {
+        const float g = Bf16ToFp32(Fp32ToBf16(gu[r * 2 * inter + c]));
+        const float u = Bf16ToFp32(Fp32ToBf16(gu[r * 2 * inter + inter + c]));
+        want[r * inter + c] = g / (1.f + std::exp(-g)) * u;
+      }
+    }
+    DeviceBuffer<uint16_t> dx(ToBf16(x)), dy(m * inter);
+    STATUS_ASSERT(Q8GemvSiluMul(qp, dp, inter, k, dx.bf16(), m, dy.bf16(), false, stream));
+    CUDA_ASSERT(cudaStreamSynchronize(stream));
+    EXPECT_CLOSE(FromBf16(dy.Download()), want, kTolBf16, ("q8 gemv silu*up m=" + std::to_string(m)).c_str());
+  }
+  cudaStreamDestroy(stream);
+}
+
 // The decode GEMV at every row count it takes, with k not a multiple of the 256-value stride a warp reads per
 // load round, n not a multiple of the 8 rows a block covers, and y wider than n (ldy) so stray writes show as
 // changed padding. Launched with PDL on a real stream.

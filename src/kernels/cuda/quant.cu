@@ -109,6 +109,21 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
   if (lane == 0) y[row] = FromFloat<T>(sum);
 }
 
+// One thread per value: block b's 32 int8 values to q[32 b ..], its fp16 d (bit copy) to d[b].
+__global__ void RepackQ8Kernel(const uint8_t* __restrict__ src, int64_t nb, int8_t* __restrict__ q,
+                               __half* __restrict__ d) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= nb * kQK) return;
+  const int64_t b = i / kQK;
+  const int j = static_cast<int>(i % kQK);
+  const uint8_t* blk = src + b * kQ8_0Bytes;
+  q[i] = static_cast<int8_t>(blk[2 + j]);
+  if (j == 0) {
+    const unsigned short bits = static_cast<unsigned short>(blk[0] | (blk[1] << 8));
+    d[b] = __ushort_as_half(bits);
+  }
+}
+
 Status CheckType(const char* what, DType t, int64_t k) {
   if (t != DType::kQ4_1 && t != DType::kQ8_0) {
     return Status(StatusCode::kInvalidArgument, std::string(what) + ": only Q4_1 and Q8_0 are supported");
@@ -146,6 +161,23 @@ Status DequantizeToBf16(DType t, const void* src, int64_t n, __nv_bfloat16* dst,
   } else {
     DequantKernel<false><<<grid, 256, 0, stream>>>(s, n / kQK, dst);
   }
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return OkStatus();
+}
+
+Status RepackQ8_0(const void* src, int64_t rows, int64_t cols, int64_t alloc_rows, int8_t* q, __half* d,
+                  cudaStream_t stream) {
+  if (cols % kQK != 0 || alloc_rows < rows) {
+    return Status(StatusCode::kInvalidArgument, "RepackQ8_0: cols not a multiple of 32, or alloc_rows < rows");
+  }
+  const int64_t nb = rows * (cols / kQK);
+  if (alloc_rows > rows) {
+    CUDA_RETURN_IF_ERROR(cudaMemsetAsync(q + rows * cols, 0, (alloc_rows - rows) * cols, stream));
+    CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(d + nb, 0, (alloc_rows - rows) * (cols / kQK) * sizeof(__half), stream));
+  }
+  if (nb <= 0) return OkStatus();
+  RepackQ8Kernel<<<CeilDiv(nb * kQK, 256), 256, 0, stream>>>(static_cast<const uint8_t*>(src), nb, q, d);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return OkStatus();
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -24,6 +25,12 @@ Status DequantizeToBf16(DType t, const void* src, int64_t n, __nv_bfloat16* dst,
 Status QuantGemv(DType t, const void* w, int64_t n, int64_t k, const float* x, float* y, cudaStream_t stream);
 Status QuantGemv(DType t, const void* w, int64_t n, int64_t k, const __nv_bfloat16* x, __nv_bfloat16* y,
                  cudaStream_t stream);
+
+// Q8_0 blocks (34 bytes: fp16 d, 32 int8) of a [rows, cols] matrix split into the Q8Gemv layout (gemv.h):
+// q = [alloc_rows, cols] int8 values and d = [alloc_rows, cols / 32] fp16 scales, bit copies of the file's;
+// rows past `rows` (padding up to alloc_rows) are zero. cols % 32 == 0.
+Status RepackQ8_0(const void* src, int64_t rows, int64_t cols, int64_t alloc_rows, int8_t* q, __half* d,
+                  cudaStream_t stream);
 
 // fp8 E4M3 rows with one fp32 scale per row (--quantization fp8: weights per output channel at load,
 // activations per token before an FP8 GEMM), exactly as cpu::QuantizeKvRow(kFp8) (kernels/cpu/kv_quant.h):

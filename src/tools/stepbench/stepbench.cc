@@ -155,17 +155,26 @@ StatusOr<Json> RunStepBench(const StepBenchOptions& o, const Backends& backends,
   const int64_t matmul_params = L * layer_matmul;
   const int64_t other_params = L * (2 * H + (c.attention_bias ? qd + 2 * kvd : 0)) + H;
   const int64_t lm_head_params = V * H;
-  // The CUDA backend holds every weight as bf16, or (--quantization fp8) the projections and lm_head as one
-  // byte (their per-row scales are negligible). The CPU reads the file's bytes, or with fp8 weights the fp32
-  // matrices it dequantised them into at load (engine/model/weight_quant.h).
+  // Bytes a decode step reads per parameter. CUDA: bf16, except (--quantization fp8) the projections at one
+  // byte (their per-row scales are negligible; the lm_head keeps bf16), and GGUF Q8_0 / Q4_1 matrices, which
+  // decode steps read in the file's own bytes (Q8Gemv / QuantGemv): the file's average. The CPU reads the
+  // file's bytes, or with fp8 weights the fp32 matrices it dequantised them into at load
+  // (engine/model/weight_quant.h).
   const bool fp8 = model->quantization_name() == "fp8";
-  double bytes_per_param = fp8 ? 1.0 : 2.0;
-  if (!cuda && fp8) {
-    bytes_per_param = 4.0;
-  } else if (!cuda) {
-    ASSIGN_OR_RETURN(bytes_per_param, FileBytesPerParam(path));
+  double bytes_per_param = 2.0, lm_head_bytes_per_param = 2.0;
+  if (cuda && fp8) {
+    bytes_per_param = 1.0;
+  } else if (!cuda && fp8) {
+    bytes_per_param = lm_head_bytes_per_param = 4.0;
+  } else {
+    ASSIGN_OR_RETURN(ModelFormat format, DetectModelFormat(path));
+    if (!cuda || format == ModelFormat::kGguf) {
+      ASSIGN_OR_RETURN(double file_bytes, FileBytesPerParam(path));
+      bytes_per_param = lm_head_bytes_per_param = cuda ? std::min(file_bytes, 2.0) : file_bytes;
+    }
   }
-  const double weight_bytes = bytes_per_param * static_cast<double>(matmul_params + lm_head_params) +
+  const double weight_bytes = bytes_per_param * static_cast<double>(matmul_params) +
+                              lm_head_bytes_per_param * static_cast<double>(lm_head_params) +
                               4.0 * static_cast<double>(other_params);
   const int64_t kv_per_token = model->KvBytesPerToken();
 
