@@ -48,8 +48,8 @@ void AddEngineTuningFlags(CLI::App* cmd, EngineTuningFlags* flags) {
       "cuda: cuBLASLt algorithm cache file, read at start and written as shapes are tuned (empty: "
       "in memory only)");
   cmd->add_option("--gemv-max-rows", flags->gemv_max_rows,
-                  "cuda: steps of at most this many tokens use the bf16 GEMV instead of cuBLASLt (0..8; 0: "
-                  "always cuBLASLt)")
+                  "cuda: steps of at most this many tokens use the GEMV (bf16, fp8 or GGUF Q8_0 weights) instead of "
+                  "cuBLASLt (0..8; 0: always cuBLASLt)")
       ->capture_default_str();
   cmd->add_option("--gemv-split", flags->gemv_split,
                   "cuda: warps per output row in the one-token GEMVs (0: auto, 1, 2, 4, 8)")

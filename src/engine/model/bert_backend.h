@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "api/weight_quantization.h"
 #include "base/status.h"
 #include "engine/model/bert.h"
 
@@ -64,6 +65,13 @@ struct BertDeviceOptions {
   // back to simple if it disagrees); "simple" = the simple kernel (slowest, the reference). For A/B runs and
   // as a way around a kernel problem. Anything else: InvalidArgument.
   std::string attention = "auto";
+  // Weight precision of the encoder's Linear layers (flag --quantization; docs/precision.md). kFp8 on cuda:
+  // weights fp8 E4M3 with one fp32 scale per output channel, activations quantised per token before each
+  // cuBLASLt FP8 GEMM (W8A8), embeddings / LayerNorm / biases unchanged. The CPU form (BertEncoder) is
+  // selected by the caller, not here.
+  WeightQuantization quantization = WeightQuantization::kNone;
+  // Tests only (no flag): every weight scale multiplied by this (a deliberately broken quantiser).
+  float fp8_scale_multiplier = 1.0f;
 };
 
 // InvalidArgument naming the flag for an unknown `attention`.
