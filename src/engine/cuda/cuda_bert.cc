@@ -20,6 +20,7 @@
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/encoder.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/quant.h"
 
 namespace stoke {
 namespace {
@@ -60,8 +61,12 @@ size_t Aligned(size_t bytes) {
          device::DeviceArena::kAlignment;
 }
 
+// A Linear on the device: bf16 weights `w`, or (--quantization fp8) fp8 E4M3 bytes `q` with one fp32 scale
+// per output row (w null), and the fp32 bias.
 struct DevLinear {
   const bf16* w = nullptr;
+  const uint8_t* q = nullptr;
+  const float* scale = nullptr;
   const float* b = nullptr;
   int64_t out = 0, in = 0;
 };
@@ -88,6 +93,9 @@ class CudaBertRunner final : public BertRunner {
   size_t ScratchBytes(int64_t tokens, int64_t seqs) const;
   Status EnsureScratch(int64_t tokens, int64_t seqs);
   Status Forward(const int32_t* d_in, int64_t tokens, int64_t seqs, int max_len, float* pooled);
+  // y[t, lin.out] = x[t, lin.in] · W^T: the bf16 GEMM, or with fp8 weights x quantised per token into
+  // act_q_ / act_scale_ and the FP8 GEMM (per-token x per-channel scales, fp32 accumulation).
+  Status Linear(const bf16* x, const DevLinear& lin, void* y, DType out, int64_t t);
 
   std::shared_ptr<const CudaBertModelImpl> model_;
   device::Stream stream_;
@@ -95,6 +103,8 @@ class CudaBertRunner final : public BertRunner {
   std::unique_ptr<cuda::BlasLtGemm> gemm_;
   std::unique_ptr<device::DeviceArena> arena_;
   std::vector<int32_t> lens_;
+  uint8_t* act_q_ = nullptr;    // fp8 weights: the activations of one GEMM, [tokens, max(hidden, inter)]
+  float* act_scale_ = nullptr;  // and their per-token scales
 };
 
 class CudaBertModelImpl final : public BertDeviceModel,
@@ -109,6 +119,7 @@ class CudaBertModelImpl final : public BertDeviceModel,
   }
 
   const BertEncoder& encoder() const { return *encoder_; }
+  bool fp8() const { return options_.quantization == WeightQuantization::kFp8; }
   cuda::EncoderAttentionImpl attention_impl() const { return attention_impl_; }
   const BertDeviceOptions& options() const { return options_; }
   device::PinnedHostPool& pinned() const { return pinned_; }
@@ -228,9 +239,12 @@ Status CudaBertModelImpl::Upload() {
   const BertConfig& c = e.config();
   const int64_t h = c.hidden_size, inter = c.intermediate_size;
   const int64_t norm_bytes = 2 * Aligned(h * 4);
-  const int64_t per_layer = Aligned(3 * h * h * 2) + Aligned(3 * h * 4) + Aligned(h * h * 2) +
-                            Aligned(h * 4) + Aligned(inter * h * 2) + Aligned(inter * 4) +
-                            Aligned(h * inter * 2) + Aligned(h * 4) + 2 * norm_bytes;
+  // A linear's bytes: bf16 weights, or fp8 bytes + a scale per row; then the bias.
+  auto lin_bytes = [&](int64_t out, int64_t in) {
+    return (fp8() ? Aligned(out * in) + Aligned(out * 4) : Aligned(out * in * 2)) + Aligned(out * 4);
+  };
+  const int64_t per_layer = lin_bytes(3 * h, h) + lin_bytes(h, h) + lin_bytes(inter, h) + lin_bytes(h, inter) +
+                            2 * norm_bytes;
   const int64_t total = Aligned(int64_t{c.vocab_size} * h * 2) +
                         Aligned(int64_t{c.max_position_embeddings} * h * 2) + Aligned(h * 4) + norm_bytes +
                         per_layer * c.num_hidden_layers;
@@ -262,7 +276,28 @@ Status CudaBertModelImpl::Upload() {
       bias.insert(bias.end(), l->bias.begin(), l->bias.end());
       out->out += l->out;
     }
-    ASSIGN_OR_RETURN(out->w, put_bf16(buf));
+    if (fp8()) {
+      // The bf16 rows go to a temporary buffer, are quantised on the device (bit-exact with the CPU's
+      // quantiser, kernels/cuda/quant.h) into the arena, and the temporary is freed.
+      void* tmp = nullptr;
+      CUDA_RETURN_IF_ERROR(cudaMalloc(&tmp, buf.size() * 2));
+      Status st = OkStatus();
+      auto q = weights_->AllocateArray<uint8_t>(out->out * out->in);
+      auto sc = weights_->AllocateArray<float>(out->out);
+      if (!q.ok() || !sc.ok()) st = !q.ok() ? q.status() : sc.status();
+      if (st.ok() && cudaMemcpy(tmp, buf.data(), buf.size() * 2, cudaMemcpyHostToDevice) != cudaSuccess)
+        st = InternalError("cuda bert: weight upload failed");
+      if (st.ok())
+        st = cuda::QuantizeRowsFp8(static_cast<const bf16*>(tmp), out->out, out->in, out->in, *q, *sc,
+                                   options_.fp8_scale_multiplier, nullptr);
+      if (st.ok() && cudaDeviceSynchronize() != cudaSuccess) st = InternalError("cuda bert: fp8 quantisation");
+      cudaFree(tmp);
+      RETURN_IF_ERROR(st);
+      out->q = *q;
+      out->scale = *sc;
+    } else {
+      ASSIGN_OR_RETURN(out->w, put_bf16(buf));
+    }
     ASSIGN_OR_RETURN(out->b, put_f32(bias));
     return OkStatus();
   };
@@ -287,8 +322,8 @@ Status CudaBertModelImpl::Upload() {
     RETURN_IF_ERROR(put_norm(l.attn_norm, &d.attn_norm));
     RETURN_IF_ERROR(put_norm(l.out_norm, &d.out_norm));
   }
-  LOG_INFO("cuda bert: {:.1f} MiB of weights on {} (bf16 linears and tables, fp32 norms and biases)",
-           weights_->used() / 1048576.0, name_);
+  LOG_INFO("cuda bert: {:.1f} MiB of weights on {} ({} linears, bf16 tables, fp32 norms and biases)",
+           weights_->used() / 1048576.0, name_, fp8() ? "fp8 E4M3" : "bf16");
   return OkStatus();
 }
 
@@ -319,7 +354,8 @@ size_t CudaBertRunner::ScratchBytes(int64_t tokens, int64_t seqs) const {
          + Aligned(tokens * h * 2)             // attention context
          + Aligned(tokens * h * 4)             // fp32 GEMM output before the residual norm
          + Aligned(tokens * inter * 2)         // FFN activation
-         + Aligned(seqs * h * 4);              // pooled
+         + Aligned(seqs * h * 4)               // pooled
+         + (model_->fp8() ? Aligned(tokens * std::max(h, inter)) + Aligned(tokens * 4) : 0);  // fp8 activations
 }
 
 Status CudaBertRunner::EnsureScratch(int64_t tokens, int64_t seqs) {
@@ -353,26 +389,36 @@ Status CudaBertRunner::Forward(const int32_t* d_in, int64_t t, int64_t n_seq, in
   ASSIGN_OR_RETURN(bf16 * ctx, a.AllocateArray<bf16>(t * h));
   ASSIGN_OR_RETURN(float* tmp, a.AllocateArray<float>(t * h));
   ASSIGN_OR_RETURN(bf16 * ffn, a.AllocateArray<bf16>(t * inter));
+  if (m.fp8()) {
+    ASSIGN_OR_RETURN(act_q_, a.AllocateArray<uint8_t>(t * std::max(h, inter)));
+    ASSIGN_OR_RETURN(act_scale_, a.AllocateArray<float>(t));
+  }
 
   RETURN_IF_ERROR(cuda::EmbeddingLayerNorm(m.word, c.vocab_size, m.pos, c.max_position_embeddings, m.type0,
                                            m.emb_norm.g, m.emb_norm.b, ids, positions, t, h, eps, x, xb, s));
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim()));
-  cuda::BlasLtGemm& g = *gemm_;
   for (const DevLayer& l : m.layers) {
-    RETURN_IF_ERROR(g.Run(xb, l.qkv.w, qkv, DType::kBF16, t, l.qkv.out, h, s));
+    RETURN_IF_ERROR(Linear(xb, l.qkv, qkv, DType::kBF16, t));
     RETURN_IF_ERROR(cuda::AddBias(qkv, l.qkv.b, t, l.qkv.out, s));
     RETURN_IF_ERROR(cuda::EncoderAttention(qkv, cu, static_cast<int>(n_seq), max_len, c.num_attention_heads,
                                            c.head_dim(), scale, ctx, s, m.attention_impl()));
-    RETURN_IF_ERROR(g.Run(ctx, l.attn_out.w, tmp, DType::kF32, t, h, h, s));
+    RETURN_IF_ERROR(Linear(ctx, l.attn_out, tmp, DType::kF32, t));
     RETURN_IF_ERROR(
         cuda::BiasResidualLayerNorm(tmp, l.attn_out.b, x, l.attn_norm.g, l.attn_norm.b, t, h, eps, xb, s));
-    RETURN_IF_ERROR(g.Run(xb, l.inter.w, ffn, DType::kBF16, t, inter, h, s));
+    RETURN_IF_ERROR(Linear(xb, l.inter, ffn, DType::kBF16, t));
     RETURN_IF_ERROR(cuda::GeluBias(ffn, l.inter.b, t, inter, s));
-    RETURN_IF_ERROR(g.Run(ffn, l.output.w, tmp, DType::kF32, t, h, inter, s));
+    RETURN_IF_ERROR(Linear(ffn, l.output, tmp, DType::kF32, t));
     RETURN_IF_ERROR(
         cuda::BiasResidualLayerNorm(tmp, l.output.b, x, l.out_norm.g, l.out_norm.b, t, h, eps, xb, s));
   }
   return cuda::MeanPoolNormalize(x, cu, static_cast<int>(n_seq), h, pooled, s);
+}
+
+Status CudaBertRunner::Linear(const bf16* x, const DevLinear& lin, void* y, DType out, int64_t t) {
+  const cudaStream_t s = stream_.get();
+  if (lin.q == nullptr) return gemm_->Run(x, lin.w, y, out, t, lin.out, lin.in, s);
+  RETURN_IF_ERROR(cuda::QuantizeRowsFp8(x, t, lin.in, lin.in, act_q_, act_scale_, 1.f, s));
+  return gemm_->RunFp8(act_q_, act_scale_, lin.q, lin.scale, y, out, t, lin.out, lin.in, s);
 }
 
 // Pinned buffers go back to the pool only once the stream no longer reads or writes them (an error return may

@@ -194,6 +194,51 @@ TEST(CudaBertTest, TwoRunnersOnTwoStreamsConcurrently) {
   ExpectMatchesCpu(l, a, 0.999, "two streams batch a vs cpu");
 }
 
+// --quantization fp8: Linear weights fp8 E4M3 per output channel, activations per token, FP8 GEMMs (W8A8).
+// Against the CPU fp32 encoder the embeddings stay close (the encoder gate's thresholds: mean cosine >= 0.999,
+// worst >= 0.99); a quantiser with every scale x1.5 (tests only) moves them much further.
+TEST(CudaBertTest, Fp8WeightsTrackCpuAndABrokenQuantiserDoesNot) {
+  SKIP_WITHOUT_GPU();
+  const fs::path dir = testing::WriteRandomBert(testing::RandomBertShape{}, 21, "fp8");
+  auto enc = BertEncoder::Load(dir.string());
+  ASSERT_TRUE(enc.ok()) << enc.status().ToString();
+  std::shared_ptr<const BertEncoder> cpu = std::move(enc).value();
+  const auto batch = RandomBatch(kMixedLengths, 512, 22);
+  std::vector<float> want;
+  ASSERT_TRUE(cpu->Embed(batch, &want).ok());
+  const int64_t h = cpu->hidden_size();
+  auto run = [&](float multiplier, double* mean, double* worst) {
+    BertDeviceOptions o;
+    o.quantization = WeightQuantization::kFp8;
+    o.fp8_scale_multiplier = multiplier;
+    auto dev = CreateCudaBert(cpu, o);
+    ASSERT_TRUE(dev.ok()) << dev.status().ToString();
+    auto runner = (*dev)->CreateRunner();
+    ASSERT_TRUE(runner.ok()) << runner.status().ToString();
+    std::vector<float> got;
+    const Status st = (*runner)->Embed(batch, &got, nullptr);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    ASSERT_EQ(got.size(), want.size());
+    *mean = 0;
+    *worst = 1;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const double c = Cosine(got.data() + i * h, want.data() + i * h, h);
+      *mean += c / static_cast<double>(batch.size());
+      *worst = std::min(*worst, c);
+    }
+  };
+  double mean = 0, worst = 0, bad_mean = 0, bad_worst = 0;
+  run(1.0f, &mean, &worst);
+  run(1.5f, &bad_mean, &bad_worst);
+  std::printf("  [fp8 weights vs cpu fp32] %zu sequences: mean cosine %.6f, worst %.6f; scales x1.5: mean %.6f, "
+              "worst %.6f\n",
+              batch.size(), mean, worst, bad_mean, bad_worst);
+  EXPECT_GE(mean, 0.999);
+  EXPECT_GE(worst, 0.99);
+  EXPECT_LT(bad_mean, mean);
+  EXPECT_TRUE(bad_mean < 0.999 || bad_worst < 0.99) << "the gate's thresholds must reject the broken quantiser";
+}
+
 TEST(CudaBertTest, ErrorsAndLimits) {
   SKIP_WITHOUT_GPU();
   const fs::path dir = testing::WriteRandomBert(testing::RandomBertShape{}, 6, "errors");
