@@ -112,14 +112,18 @@ def random_rows(n, lo_len, hi_len, vocab, seed):
     return rows
 
 
-def correctness(stoke, d, seq_len, env, tmp):
+def quant_flag(q):
+    return [] if q == "none" else ["--quantization", q]
+
+
+def correctness(stoke, d, seq_len, env, tmp, quantization="none"):
     import torch
     vocab = json.loads((d / "config.json").read_text())["vocab_size"]
     rows = random_rows(64, 3, seq_len, vocab, seed=7)
     f = pathlib.Path(tmp) / "ids.json"
     f.write_text(json.dumps(rows))
     p = subprocess.run([stoke, "embed", "--model", str(d), "--device", "cuda", "--ids-file", str(f),
-                        "--batch-size", "64", "--max-seq-length", str(seq_len)],
+                        "--batch-size", "64", "--max-seq-length", str(seq_len)] + quant_flag(quantization),
                        capture_output=True, text=True, env=env, timeout=600)
     if p.returncode != 0:
         return {"error": p.stderr[-2000:]}
@@ -148,11 +152,11 @@ def correctness(stoke, d, seq_len, env, tmp):
             "reference": "transformers BertModel fp32 on the GPU, mean pooling over the mask, L2 normalised"}
 
 
-def stoke_encoder(stoke, d, seq_len, batches, seconds, env, tmp):
+def stoke_encoder(stoke, d, seq_len, batches, seconds, env, tmp, quantization="none"):
     out = pathlib.Path(tmp) / "enc.json"
     p = subprocess.run([stoke, "embed", "--model", str(d), "--device", "cuda", "--bench-batch",
                         ",".join(map(str, batches)), "--seq-len", str(seq_len), "--max-seq-length", str(seq_len),
-                        "--bench-seconds", str(seconds), "--json", str(out)],
+                        "--bench-seconds", str(seconds), "--json", str(out)] + quant_flag(quantization),
                        capture_output=True, text=True, env=env, timeout=900)
     log(p.stderr[-3000:])
     if p.returncode != 0:
@@ -282,6 +286,9 @@ def main():
     ap.add_argument("--concurrency", default="1,4,16,64")
     ap.add_argument("--serve-duration", type=float, default=8)
     ap.add_argument("--no-serve", action="store_true")
+    ap.add_argument("--quantization", default="none",
+                    help="stoke weight precisions to measure, comma-separated (none,fp8): each gets its own "
+                         "correctness and encoder rows (stoke_fp8, correctness_fp8, stoke_fp8_over_torch)")
     args = ap.parse_args()
     out_dir = pathlib.Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -307,17 +314,22 @@ def main():
             log(f"=== {shape} seq {seq}")
             r = {"seq_len": seq, "folder": str(d), "made_by": make_folder(stoke, shape, d)}
             r["folder_seconds"] = time.time() - t0
-            log("  correctness")
-            r["correctness"] = correctness(stoke, d, seq, env, tmp)
-            log(f"  {r['correctness']}")
-            log("  stoke encoder")
-            r["stoke"] = stoke_encoder(stoke, d, seq, batches, args.seconds, env, tmp)
+            quants = args.quantization.split(",")
+            sfx = {q: "" if q == "none" else "_" + q for q in quants}
+            for q in quants:
+                log(f"  correctness ({q})")
+                r["correctness" + sfx[q]] = correctness(stoke, d, seq, env, tmp, q)
+                log(f"  {r['correctness' + sfx[q]]}")
+                log(f"  stoke encoder ({q})")
+                r["stoke" + sfx[q]] = stoke_encoder(stoke, d, seq, batches, args.seconds, env, tmp, q)
             log("  torch encoder")
             r["torch"] = torch_encoder(d, seq, batches, args.seconds)
-            if "results" in r["stoke"]:
-                ts = {x["batch"]: x["seqs_per_s"] for x in r["torch"]["results"]}
-                r["stoke_over_torch"] = {x["batch"]: x["seqs_per_s"] / ts[x["batch"]]
-                                         for x in r["stoke"]["results"] if x["batch"] in ts}
+            ts = {x["batch"]: x["seqs_per_s"] for x in r["torch"]["results"]}
+            for q in quants:
+                if "results" in r["stoke" + sfx[q]]:
+                    key = "stoke_over_torch" if q == "none" else f"stoke_{q}_over_torch"
+                    r[key] = {x["batch"]: x["seqs_per_s"] / ts[x["batch"]]
+                              for x in r["stoke" + sfx[q]]["results"] if x["batch"] in ts}
             if shape == "bert-base" and not args.no_serve:
                 log("  serving")
                 r["serving"] = serving(stoke, d, out_dir, env, [int(c) for c in args.concurrency.split(",")],
