@@ -33,9 +33,15 @@ import numpy as np
 
 try:
     import gguf
-except ImportError:  # the GPU machine: the gguf-py copy in the llama.cpp tree, if the package is missing
+except ImportError:  # no gguf package (the GPU machine?): the gguf-py of the llama.cpp tarball ($GGUF_PY)
     import os
-    sys.path.insert(0, os.path.join(os.environ.get("LLAMA_CPP_DIR", "/tmp/llama.cpp-peer"), "llama.cpp", "gguf-py"))
+    import types
+    sys.path.insert(0, os.environ.get("GGUF_PY") or
+                    os.path.join(os.environ.get("LLAMA_CPP_DIR", "/tmp/llama.cpp-peer"), "llama.cpp", "gguf-py"))
+    try:
+        import yaml  # noqa: F401  (gguf.metadata imports it; only model cards use it, never this script)
+    except ImportError:
+        sys.modules["yaml"] = types.ModuleType("yaml")
     import gguf  # noqa: E402
 
 ST_DTYPES = {"BF16": (np.uint16, gguf.GGMLQuantizationType.BF16), "F16": (np.float16, gguf.GGMLQuantizationType.F16),

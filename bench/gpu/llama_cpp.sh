@@ -6,6 +6,7 @@
 #   bench/gpu/llama_cpp.sh build-start       unpack + configure + build in the background (log: $OUT/llama_cpp_build.log)
 #   bench/gpu/llama_cpp.sh build-wait        wait for that build; its exit status (0: the four tools are there)
 #   bench/gpu/llama_cpp.sh build             both, in the foreground
+#   bench/gpu/llama_cpp.sh configure         unpack + configure only (checks the CUDA toolchain without building)
 #   bench/gpu/llama_cpp.sh convert [SYNTH]   synth HF folder -> $LLAMA_GGUF_DIR/<name>-bf16.gguf (gguf_from_hf.py)
 #                                            and <name>-q8_0.gguf (llama-quantize; waits for the build)
 #   bench/gpu/llama_cpp.sh bench GGUF [TAG]  llama-bench pp/tg + llama-batched-bench -> $OUT/llama_cpp_<TAG>/summary.json
@@ -33,7 +34,7 @@
 #   LLAMA_CPP_CUDA_ARCH [90]  LLAMA_CPP_JOBS [nproc]  LLAMA_CPP_CMAKE_ARGS [] (more -D flags)
 #   LLAMA_CPP_TARGETS [llama-bench llama-quantize llama-batched-bench llama-server]
 #   LLM_SHAPE [llama-3.1-8b]  LLM_MODEL_DIR [/tmp/stoke_synth_$LLM_SHAPE] (as llm_bench.sh)  LLM_LAYERS [] (synth --layers)
-#   LLAMA_GGUF_DIR [/tmp/stoke_gguf]  LLAMA_QUANTS [q8_0] (llama-quantize types made by convert, besides bf16)
+#   LLAMA_GGUF_DIR [/tmp/stoke_gguf]  LLAMA_QUANTS [q8_0] (llama-quantize types made by convert besides bf16; empty: none)
 #   LLAMA_NGL [99]  LLAMA_THREADS [] (-t for the benches; empty: llama.cpp's default)
 #   LLAMA_BENCH_P [512] (prefill tokens, pp)  LLAMA_BENCH_N [128] (decoded tokens at batch 1, tg)  LLAMA_BENCH_R [5] (repetitions)
 #   LLAMA_BATCHED_NPP [1000] (prompt tokens per sequence)  LLAMA_BATCHED_NTG [32] (generated per sequence)
@@ -90,8 +91,8 @@ tarball() {
   return 1
 }
 
-# The build itself (foreground); build-start runs it with nohup.
-do_build() {
+# Unpack (when the tarball's version differs from what is unpacked) and configure.
+do_configure() {
   local tb
   tb=$(tarball) || die "no peers/llama.cpp.tar.xz (nor $BUNDLE/peers/): run bench/gpu/llama_cpp_pack.sh, then scripts/bundle.sh"
   mkdir -p "$LCPP_DIR"
@@ -118,6 +119,11 @@ do_build() {
   stamp "configure: cmake ${args[*]}"
   echo "cmake ${args[*]}" > "$LCPP_DIR/configure_command.txt"
   cmake "${args[@]}" || die "configure failed"
+}
+
+# The build itself (foreground); build-start runs it with nohup.
+do_build() {
+  do_configure
   stamp "build: cmake --build $BUILD -j$JOBS --target $TARGETS"
   # shellcheck disable=SC2086  # TARGETS is a word list
   cmake --build "$BUILD" -j"$JOBS" --target $TARGETS || die "build failed"
@@ -166,6 +172,15 @@ convert() {
   [[ -f "$synth/config.json" ]] || die "$synth/config.json missing (stoke model synth --shape $SHAPE --out $synth)"
   name=$(basename "$synth")
   mkdir -p "$GGUF_DIR"
+  # No gguf package here: use the gguf-py (0.19.0, as tests/requirements.txt pins) that the tarball carries.
+  if ! "$PY" -c "import gguf" 2>/dev/null; then
+    local tb
+    tb=$(tarball) || die "no gguf Python package and no llama.cpp tarball to take gguf-py from"
+    mkdir -p "$LCPP_DIR/gguf-py"
+    [[ -d "$LCPP_DIR/gguf-py/llama.cpp/gguf-py" ]] || tar -xJf "$tb" -C "$LCPP_DIR/gguf-py" llama.cpp/gguf-py ||
+      die "extracting gguf-py from $tb failed"
+    export GGUF_PY=$LCPP_DIR/gguf-py/llama.cpp/gguf-py
+  fi
   bf16=$GGUF_DIR/$name-bf16.gguf
   if [[ -f "$bf16" && "$bf16" -nt "$synth/config.json" ]]; then
     stamp "reusing $bf16"
@@ -174,7 +189,7 @@ convert() {
     "$PY" bench/gpu/gguf_from_hf.py "$synth" "$bf16" || die "gguf_from_hf.py failed"
   fi
   local q out
-  for q in ${LLAMA_QUANTS:-q8_0}; do
+  for q in ${LLAMA_QUANTS-q8_0}; do
     out=$GGUF_DIR/$name-$q.gguf
     if [[ -f "$out" && "$out" -nt "$bf16" ]]; then stamp "reusing $out"; continue; fi
     need_bin llama-quantize
@@ -348,12 +363,16 @@ all() {
   local name q
   name=$(basename "$MODEL")
   bench "$GGUF_DIR/$name-bf16.gguf" "${SHAPE}_bf16"
-  for q in ${LLAMA_QUANTS:-q8_0}; do bench "$GGUF_DIR/$name-$q.gguf" "${SHAPE}_$q"; done
+  for q in ${LLAMA_QUANTS-q8_0}; do bench "$GGUF_DIR/$name-$q.gguf" "${SHAPE}_$q"; done
 }
 
+# One compound command, parsed whole before it runs, with the exit inside it: editing this file while a
+# background build (build-start) runs it cannot make bash read on into the new text.
+{
 mode=${1:-}
 shift || true
 case "$mode" in
+  configure) do_configure ;;
   build) do_build ;;
   build-start) build_start ;;
   build-wait) build_wait ;;
@@ -365,3 +384,5 @@ case "$mode" in
   all) all 2>&1 | tee "$OUT/llama_cpp.log" ;;
   *) sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac
+exit $?
+}
