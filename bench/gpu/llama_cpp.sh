@@ -15,9 +15,11 @@
 #                                            does for stoke serve -> $OUT/llama_cpp_serve_<TAG>_c<N>/bench.json
 #   bench/gpu/llama_cpp.sh server-stop       stops the server started by `server`
 #   bench/gpu/llama_cpp.sh all               build-start; synth (stoke model synth, skipped when present);
-#                                            convert; bench bf16 and q8_0 (about 10 minutes on an H200 for 8B)
+#                                            convert; bench bf16 and q8_0 -> $OUT/llama_cpp_summary.json
+#                                            (about 10 minutes on an H200 for 8B)
 #
-# The GPU machine, from the repo root (the bundle made by scripts/bundle.sh after bench/gpu/llama_cpp_pack.sh):
+# Here, before the bundle is made: bench/gpu/llama_cpp_pack.sh && scripts/bundle.sh (.bundle/peers/llama.cpp.tar.xz,
+# ~3 MB; or carry peers/llama.cpp.tar.xz itself). On the GPU machine, from the repo root:
 #   bench/gpu/llama_cpp.sh build-start                       # ~4-5 min on 16 cores, meanwhile:
 #   .bundle/bin/stoke model synth --shape llama-3.1-8b --seed 1 --out /tmp/stoke_synth_llama-3.1-8b
 #   bench/gpu/llama_cpp.sh convert /tmp/stoke_synth_llama-3.1-8b   # bf16 GGUF now, waits for the build for Q8_0
@@ -93,6 +95,8 @@ tarball() {
 
 # Unpack (when the tarball's version differs from what is unpacked) and configure.
 do_configure() {
+  command -v cmake >/dev/null || die "cmake not found"
+  [[ "$CUDA" != 1 ]] || command -v nvcc >/dev/null || die "nvcc not found (not in PATH nor /usr/local/cuda/bin)"
   local tb
   tb=$(tarball) || die "no peers/llama.cpp.tar.xz (nor $BUNDLE/peers/): run bench/gpu/llama_cpp_pack.sh, then scripts/bundle.sh"
   mkdir -p "$LCPP_DIR"
@@ -165,7 +169,13 @@ build_wait() {
   stamp "llama.cpp build done: $(grep -o 'built: .*' "$BUILD_LOG" | tail -1)"
 }
 
-need_bin() { [[ -x "$BIN/$1" ]] || build_wait; [[ -x "$BIN/$1" ]] || die "$BIN/$1 missing"; }
+# A tool is used once it exists and no build (build-start) is still running, which may be replacing it.
+need_bin() {
+  if [[ ! -x "$BIN/$1" ]] || { [[ -f "$BUILD_PID" && ! -f "$BUILD_RC" ]] && kill -0 "$(cat "$BUILD_PID")" 2>/dev/null; }; then
+    build_wait
+  fi
+  [[ -x "$BIN/$1" ]] || die "$BIN/$1 missing"
+}
 
 convert() {
   local synth=${1:-$MODEL} name bf16
@@ -362,8 +372,22 @@ all() {
   convert "$MODEL"
   local name q
   name=$(basename "$MODEL")
+  local tags=("${SHAPE}_bf16")
   bench "$GGUF_DIR/$name-bf16.gguf" "${SHAPE}_bf16"
-  for q in ${LLAMA_QUANTS-q8_0}; do bench "$GGUF_DIR/$name-$q.gguf" "${SHAPE}_$q"; done
+  for q in ${LLAMA_QUANTS-q8_0}; do bench "$GGUF_DIR/$name-$q.gguf" "${SHAPE}_$q"; tags+=("${SHAPE}_$q"); done
+  # $OUT/llama_cpp_summary.json: every summary.json of this run, by tag.
+  "$PY" - "$OUT" "${tags[@]}" <<'PY'
+import json, pathlib, sys
+out = pathlib.Path(sys.argv[1])
+s = {}
+for tag in sys.argv[2:]:
+    try:
+        s[tag] = json.loads((out / f"llama_cpp_{tag}" / "summary.json").read_text())
+    except (OSError, ValueError) as e:
+        s[tag] = {"error": str(e)}
+(out / "llama_cpp_summary.json").write_text(json.dumps(s, indent=2) + "\n")
+PY
+  stamp "done: $OUT/llama_cpp_summary.json"
 }
 
 # One compound command, parsed whole before it runs, with the exit inside it: editing this file while a
