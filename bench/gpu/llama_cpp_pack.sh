@@ -8,7 +8,7 @@
 #      converters (gguf-py stays: bench/gpu/gguf_from_hf.py falls back on it where pip's gguf is missing), the web UI's sources (the server is built without its UI), the tools not built
 #      (tools/CMakeLists.txt is rewritten to list only what is kept), and every ggml backend but CPU and CUDA;
 #   3. writes STOKE_PEER_VERSION (pinned version, sdist sha256, what was pruned) at the tree's root and
-#      tars it as llama.cpp/ into peers/llama.cpp.tar.xz (about 5-8 MB; peers/ is git-ignored).
+#      tars it as llama.cpp/ into peers/llama.cpp.tar.xz (about 2.6 MB: 25 MiB of source, xz -9; peers/ is git-ignored).
 # Idempotent: nothing is done when the tarball exists and its STOKE_PEER_VERSION names the pinned version.
 # PACK_VERIFY=1 also configures the pruned tree (CPU-only, and with -DGGML_CUDA=ON when nvcc exists) in a
 # scratch dir, to catch a prune that removed something CMake needs; a full build check is
