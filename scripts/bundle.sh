@@ -4,6 +4,8 @@
 #                stoke_synthetic_cuda_test, stoke_image_cuda_test}   (debug info stripped)
 #   .bundle/lib/  the non-system shared libraries they need (OpenBLAS, spdlog, fmt, PCRE2, utf8proc, Boost,
 #                 gRPC/protobuf/abseil, libstdc++, ...), found with ldd
+#   .bundle/peers/llama.cpp.tar.xz  when peers/llama.cpp.tar.xz exists (bench/gpu/llama_cpp_pack.sh, ~3 MB):
+#                 the llama.cpp source bench/gpu/llama_cpp.sh builds on the GPU host
 # The binaries carry RPATH $ORIGIN/../lib (DT_RPATH, so it also applies to the libraries' own dependencies).
 # Not bundled: glibc's core libraries (the host's are used; built against glibc 2.36 here, the GPU host has
 # 2.39), the driver (libcuda) and the CUDA toolkit's libraries (cudart, cuBLAS/cuBLASLt: cuBLASLt alone is
@@ -60,6 +62,11 @@ for b in "$OUT"/bin/*; do
   readelf -d "$b" | grep -q 'RPATH.*\$ORIGIN/\.\./lib' || { echo "bundle: $b lacks RPATH \$ORIGIN/../lib" >&2; exit 1; }
   copy_deps "$b"
 done
+
+if [[ -f peers/llama.cpp.tar.xz ]]; then
+  mkdir -p "$OUT/peers"
+  cp peers/llama.cpp.tar.xz "$OUT/peers/"
+fi
 
 cat > "$OUT/README.txt" <<TXT
 stoke bundle built $(date -u +%Y-%m-%dT%H:%M:%SZ) from commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)
