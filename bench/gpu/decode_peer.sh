@@ -47,7 +47,7 @@ step() {  # step TAG MODEL [more bench step flags]
 # step time includes). $OUT/ncu_TAG.csv raw, $OUT/ncu_TAG_split.json per kernel name: count/step, us/step.
 ncu_split() {  # ncu_split TAG MODEL
   local tag=$1 model=$2 ncu
-  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   [[ -n "$ncu" ]] || { echo "no ncu"; return 0; }
   stamp "ncu per-kernel split $tag"
   timeout 200 "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
@@ -59,15 +59,23 @@ import csv, json, re, sys
 rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
 if not rows: sys.exit("no ncu rows")
 h = rows[0]; ki = h.index("Kernel Name"); vi = h.index("Metric Value")
-load = re.compile(r"Dequant|Repack|Quantize|Fill|Memset|Convert|Init", re.I)
-kern = [(re.split(r"[<(]", r[ki])[0].split("::")[-1].strip(), float(r[vi])) for r in rows[1:] if r[vi]]
-steps = sum(1 for n, _ in kern if n.startswith("EmbeddingKernel")) or 1
-split = {}
-for n, ns in kern:
-    if load.search(n): continue
-    d = split.setdefault(n, {"count": 0, "ns": 0.0}); d["count"] += 1; d["ns"] += ns
-out = {"steps": steps, "kernels": {n: {"per_step": d["count"] / steps, "us_per_step": d["ns"] / steps / 1e3}
-                                   for n, d in sorted(split.items(), key=lambda kv: -kv[1]["ns"])}}
+def name(s):  # "void stoke::<unnamed>::GemvKernel<1, float, 0, 1, 2>(...)" -> "GemvKernel<1, float, 0, 1, 2>"
+    s = s.replace("stoke::<unnamed>::", "").replace("void ", "")
+    m = re.match(r"(\w+)(<[^(]*>)?", s)
+    return m.group(1) + (m.group(2) or "") if m else s[:40]
+ks = [(name(r[ki]), float(r[vi].replace(",", ""))) for r in rows[1:] if r[vi]]
+# A decode step starts at its embedding gather; the first gather is the prompt's prefill, dropped. cuBLASLt
+# kernels (nvjet_*) in a decode segment are the GEMM tuning of the load, not the step: dropped too.
+idx = [i for i, (n, _) in enumerate(ks) if n.startswith("EmbeddingKernel")]
+steps = [ks[a:b] for a, b in zip(idx[1:], idx[2:] + [len(ks)])]
+agg = {}
+for seg in steps:
+    for n, ns in seg:
+        if n.startswith("nvjet"): continue
+        d = agg.setdefault(n, [0, 0.0]); d[0] += 1; d[1] += ns
+S = max(len(steps), 1)
+out = {"steps": len(steps), "kernels": {n: {"per_step": c / S, "us_per_step": ns / S / 1e3, "us_each": ns / c / 1e3}
+                                        for n, (c, ns) in sorted(agg.items(), key=lambda kv: -kv[1][1])}}
 out["total_us_per_step"] = sum(v["us_per_step"] for v in out["kernels"].values())
 out["gemv_us_per_step"] = sum(v["us_per_step"] for n, v in out["kernels"].items() if "Gemv" in n)
 json.dump(out, open(sys.argv[2], "w"), indent=1)
