@@ -3,10 +3,12 @@
 //   h2d           pinned vs pageable host->device, GB/s
 //   gemm          bf16 GEMM through BlasLtGemm (tuned), TFLOP/s, at 8192^3 and Llama-3.1-8B shapes
 //   gemv          decode projections at batch 1 / 8: bf16 GEMV vs cuBLASLt, GB/s of weights read
+//   gemv8         the 1-byte GEMVs (fp8 E4M3, GGUF Q8_0) at batch 1, every warps-per-row choice, GB/s of
+//                 weight + scale bytes read
 //   decode_attn   paged decode attention, GB/s of KV read
 //   prefill_attn  causal prefill attention on the paged cache, tensor-core vs warp kernel, TFLOP/s (median)
 // Usage: cuda_bench [--quick] [--only SECTION] [--gemm-cache FILE]   (--quick: fewer iterations, for a smoke
-// run; SECTION: copies, gemm, gemv, decode_attn or prefill_attn; --gemm-cache: the cuBLASLt algorithm cache
+// run; SECTION: copies, gemm, gemv, gemv8, decode_attn or prefill_attn; --gemm-cache: the cuBLASLt algorithm cache
 // reused across runs, as stoke serve --gemm-cache)
 #include <cuda_runtime.h>
 
@@ -347,6 +349,84 @@ void PrefillAttentionBench(cudaStream_t s) {
 }
 
 }  // namespace
+// The fp8 and Q8_0 GEMVs at m = 1 on the 8B shapes, each warps-per-row choice (0 = the auto rule), over
+// >= 512 MiB of weight copies as GemvBench. Measured on the H200 (bench/results/gpu_gemv8_h200_2026-12-04.json):
+// the auto rule is within run-to-run noise (~7 %) of the best choice on every shape; a two-rows-per-warp form
+// (tried, removed) gained nothing outside that noise.
+void Gemv8Bench(cudaStream_t s) {
+  struct Shape {
+    const char* name;
+    int64_t n, k;
+    bool silu;
+    bool f32;
+  };
+  const Shape shapes[] = {{"qkv", 6144, 4096, false, false},
+                          {"o", 4096, 4096, false, false},
+                          {"gate_up_swiglu", 28672, 4096, true, false},
+                          {"down", 4096, 14336, false, false},
+                          {"lm_head", 128256, 4096, false, true}};
+  for (const char* fmt : {"fp8", "q8_0"}) {
+    const bool q8 = std::strcmp(fmt, "q8_0") == 0;
+    for (const Shape& sh : shapes) {
+      const size_t qbytes = static_cast<size_t>(sh.n) * sh.k;
+      const size_t sbytes = q8 ? static_cast<size_t>(sh.n) * (sh.k / 32) * 2 : static_cast<size_t>(sh.n) * 4;
+      const int copies = static_cast<int>(std::max<size_t>(2, (size_t{512} << 20) / (qbytes + sbytes) + 1));
+      std::vector<void*> qs(copies), ss(copies);
+      for (int i = 0; i < copies; ++i) {
+        BENCH_CHECK(cudaMalloc(&qs[i], qbytes));
+        BENCH_CHECK(cudaMalloc(&ss[i], sbytes));
+        cudaMemset(qs[i], 0x21, qbytes);  // small finite values in both formats
+        cudaMemset(ss[i], 0x1c, sbytes);
+      }
+      void *x, *y;
+      BENCH_CHECK(cudaMalloc(&x, sh.k * 2));
+      BENCH_CHECK(cudaMalloc(&y, sh.n * 4));
+      cudaMemset(x, 0x3c, sh.k * 2);
+      auto* xb = static_cast<__nv_bfloat16*>(x);
+      for (int split : {0, 1, 2, 4}) {
+        int next = 0;
+        Status st;
+        const float ms = TimeMs(s, [&] {
+          const int i = next++ % copies;
+          const auto* q = static_cast<const uint8_t*>(qs[i]);
+          if (q8) {
+            const auto* qi = reinterpret_cast<const int8_t*>(q);
+            const auto* d = static_cast<const __half*>(ss[i]);
+            if (sh.silu) {
+              st = Q8GemvSiluMul(qi, d, sh.n / 2, sh.k, xb, 1, static_cast<__nv_bfloat16*>(y), false, s, split);
+            } else if (sh.f32) {
+              st = Q8Gemv(qi, d, sh.n, sh.k, xb, 1, static_cast<float*>(y), sh.n, false, s, split);
+            } else {
+              st = Q8Gemv(qi, d, sh.n, sh.k, xb, 1, static_cast<__nv_bfloat16*>(y), sh.n, false, s, split);
+            }
+          } else {
+            const auto* sc = static_cast<const float*>(ss[i]);
+            if (sh.silu) {
+              st = Fp8GemvSiluMul(q, sc, sh.n / 2, sh.k, xb, 1, static_cast<__nv_bfloat16*>(y), false, s, split);
+            } else if (sh.f32) {
+              st = Fp8Gemv(q, sc, sh.n, sh.k, xb, 1, static_cast<float*>(y), sh.n, false, s, split);
+            } else {
+              st = Fp8Gemv(q, sc, sh.n, sh.k, xb, 1, static_cast<__nv_bfloat16*>(y), sh.n, false, s, split);
+            }
+          }
+        });
+        if (!st.ok()) std::fprintf(stderr, "gemv8 %s %s: %s\n", fmt, sh.name, st.ToString().c_str());
+        std::printf(
+            "{\"bench\":\"gemv8\",\"format\":\"%s\",\"shape\":\"%s\",\"n\":%lld,\"k\":%lld,\"split\":\"%s\","
+            "\"auto_split\":%d,\"ms\":%.4f,\"gbps\":%.1f}\n",
+            fmt, sh.name, (long long)sh.n, (long long)sh.k, std::to_string(split).c_str(), Fp8GemvSplitFor(1, sh.k, 0), ms,
+            (qbytes + sbytes) / (ms * 1e-3) / 1e9);
+      }
+      for (int i = 0; i < copies; ++i) {
+        cudaFree(qs[i]);
+        cudaFree(ss[i]);
+      }
+      cudaFree(x);
+      cudaFree(y);
+    }
+  }
+}
+
 }  // namespace stoke::cuda
 
 int main(int argc, char** argv) {
@@ -385,6 +465,11 @@ int main(int argc, char** argv) {
   if (want("gemv")) {
     std::fprintf(stderr, "cuda_bench: gemv\n");
     GemvBench(s);
+    std::fflush(stdout);
+  }
+  if (want("gemv8")) {
+    std::fprintf(stderr, "cuda_bench: gemv8\n");
+    Gemv8Bench(s);
     std::fflush(stdout);
   }
   if (want("decode_attn")) {
