@@ -34,6 +34,13 @@ StatusOr<std::shared_ptr<BertDeviceModel>> LoadBertOnDevice(std::shared_ptr<cons
         "--device cuda: no CUDA GPU is visible (driver missing or "
         "CUDA_VISIBLE_DEVICES empty); use --device cpu");
   }
+  if (encoder != nullptr && encoder->quantization() != WeightQuantization::kNone) {
+    // The device quantises its own copies (options.quantization) from the checkpoint's weights.
+    return FailedPreconditionError(
+        "--device cuda: the encoder's CPU weights are already quantised ({}); load it unquantised and set "
+        "BertDeviceOptions::quantization",
+        WeightQuantizationName(encoder->quantization()));
+  }
   return b.create(std::move(encoder), options);
 }
 
