@@ -12,6 +12,13 @@ Status ValidateBertDeviceOptions(const BertDeviceOptions& options) {
   return OkStatus();
 }
 
+std::string ResolveBertDevice(const std::string& device, const Backends& backends) {
+  if (device != "auto") return device;
+  const BertBackend& b = backends.cuda_bert;
+  const bool usable = b.create != nullptr && (b.available == nullptr || b.available());
+  return usable ? "cuda" : "cpu";
+}
+
 StatusOr<std::shared_ptr<BertDeviceModel>> LoadBertOnDevice(std::shared_ptr<const BertEncoder> encoder,
                                                             const BertDeviceOptions& options,
                                                             const Backends& backends) {

@@ -65,6 +65,11 @@ std::shared_ptr<const DecoderHandle> RepositoryModel::decoder() const {
   return decoder_;
 }
 
+std::string RepositoryModel::model_fields() const {
+  std::lock_guard lock(mu_);
+  return model_fields_;
+}
+
 ModelRepository::ModelRepository(ModelRepositoryOptions options) : options_(std::move(options)) {}
 
 ModelRepository::~ModelRepository() {
@@ -240,6 +245,7 @@ Status ModelRepository::DoLoad(RepositoryModel& m) {
   m.decoder_ = std::move(loaded->decoder);
   m.drain_ = std::move(loaded->drain);
   m.summary_ = std::move(loaded->summary);
+  m.model_fields_ = std::move(loaded->model_fields);
   m.state_ = ModelState::kReady;
   return OkStatus();
 }
@@ -252,6 +258,7 @@ void ModelRepository::DoUnload(RepositoryModel& m, std::chrono::milliseconds dra
     if (m.state_ != ModelState::kReady) return;
     m.state_ = ModelState::kUnloading;
     decoder = std::move(m.decoder_);  // new requests now find no engine (503)
+    m.model_fields_.clear();
   }
   for (auto& s : m.served_) s->Stop(drain);
   if (m.drain_) m.drain_(drain);

@@ -140,6 +140,8 @@ class Tuner {
     if (cfg.ok() && cfg->status == 200 && j.is_object()) {
       r_.kind = ModelKind::kBatched;
       r_.baseline_knobs = ConfigKnobs(j);
+      encoder_ = j.value("platform", "") == "stoke_bert";
+      if (encoder_ && o_.url.empty()) has_quantization_ = ReadServeDefaults(o_.stoke_exe).has_quantization;
     } else {
       r_.kind = ModelKind::kDecoder;  // no batcher config: the OpenAI path, continuous batching
       if (o_.url.empty()) {           // the defaults of the stoke serve tune starts (not --url's server)
@@ -260,6 +262,7 @@ class Tuner {
     c.own = Explicit(Knobs{});
     c.has_kv_cache_dtype = has_kv_cache_dtype_;
     c.has_quantization = has_quantization_;
+    c.encoder = encoder_;
     return c;
   }
 
@@ -436,6 +439,7 @@ class Tuner {
   double best_score_ = 0;
   bool has_kv_cache_dtype_ = false;
   bool has_quantization_ = false;
+  bool encoder_ = false;  // batched and a BERT encoder (its config's platform): the precision step
 
  public:
   Status fatal_ = OkStatus();  // a usage error found once the model is known (an SLO its kind has not)
