@@ -126,7 +126,8 @@ void ModelRepository::Start() {
         m->wanted_ = true;
         m->state_ = ModelState::kLoading;
       }
-      tasks_.push_back({.model = m.get(), .load = true, .done = nullptr});
+      tasks_.push_back({.model = m.get(), .load = true, .done = nullptr, .startup = true});
+      ++startup_pending_;
     }
   }
   worker_ = std::thread([this] { WorkerLoop(); });
@@ -203,6 +204,7 @@ void ModelRepository::WorkerLoop() {
     if (t.done) t.done(s);
     lock.lock();
     if (!s.ok() && t.load && startup_error_.ok() && !t.done) startup_error_ = s;
+    if (t.startup) --startup_pending_;
     busy_ = false;
     cv_.notify_all();
   }
@@ -279,6 +281,12 @@ std::vector<ServedModel*> ModelRepository::served_models() const {
 
 bool ModelRepository::ready() const {
   if (!started_) return false;
+  {
+    // A load at start that failed ends the server (StartupError): from the moment its model stops being
+    // wanted until the process exits, it must not look ready (a prober would find it gone a moment later).
+    std::lock_guard lock(mu_);
+    if (startup_pending_ > 0 || !startup_error_.ok()) return false;
+  }
   for (const auto& m : models_) {
     std::lock_guard lock(m->mu_);
     if (m->wanted_ && m->state_ != ModelState::kReady) return false;

@@ -159,7 +159,8 @@ class ModelRepository {
   const std::vector<std::unique_ptr<RepositoryModel>>& models() const { return models_; }
   // Every served name of the batched models, in Add order (the KServe routes).
   std::vector<ServedModel*> served_models() const;
-  // Every model that should be ready (wanted) is READY. False before Start.
+  // Every model that should be ready (wanted) is READY. False before Start, while the loads Start() queued
+  // run, and after one of them failed (the StartupError a server exits on).
   bool ready() const;
   // "a, b, c": the model names, for error messages.
   std::string NameList() const;
@@ -171,6 +172,7 @@ class ModelRepository {
     RepositoryModel* model;
     bool load;
     std::function<void(Status)> done;
+    bool startup = false;  // queued by Start()
   };
   Status Enqueue(std::string_view name, bool load, std::function<void(Status)> done);
   void WorkerLoop();
@@ -188,6 +190,7 @@ class ModelRepository {
   bool stopping_ = false;   // guarded by mu_
   std::atomic<bool> started_{false};
   Status startup_error_;  // guarded by mu_
+  int startup_pending_ = 0;  // guarded by mu_: loads queued by Start() not finished yet
   std::thread worker_;
 };
 
