@@ -29,7 +29,12 @@ StatusOr<EncoderAtPrecision> EncoderAtPrecisionFrom(std::unique_ptr<BertEncoder>
     RETURN_IF_ERROR(loaded->QuantizeWeightsFp8({.testing_scale_multiplier = options.fp8_scale_multiplier}));
   e.encoder = std::move(loaded);
   ASSIGN_OR_RETURN(e.device, LoadBertOnDevice(e.encoder, options, backends));
-  e.label = e.device != nullptr ? e.device->device_name() + " bf16" + q : q.empty() ? "cpu fp32" : "cpu" + q;
+  // "cuda:0 (...) bf16" (its own precision) or "cuda:0 (...), weights fp8"; "cpu fp32" or "cpu, weights fp8".
+  if (e.device != nullptr) {
+    e.label = e.device->device_name() + (q.empty() ? " bf16" : q);
+  } else {
+    e.label = q.empty() ? "cpu fp32" : "cpu" + q;
+  }
   return e;
 }
 

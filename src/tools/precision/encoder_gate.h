@@ -28,7 +28,7 @@ struct EncoderAtPrecision {
   std::shared_ptr<const BertEncoder> encoder;  // fp32, or (cpu + fp8) its fp8 round trip
   std::shared_ptr<BertDeviceModel> device;     // null on the CPU
   WeightQuantization quantization = WeightQuantization::kNone;
-  std::string label;  // "cpu fp32", "cpu, weights fp8", "cuda:0 (NVIDIA H200) bf16, weights fp8"
+  std::string label;  // "cpu fp32", "cpu, weights fp8", "cuda:0 (NVIDIA H200) bf16", "cuda:0 (...), weights fp8"
 };
 
 // Loads the BERT folder `path` for `options.device` at `options.quantization`: on the CPU with kFp8 the
