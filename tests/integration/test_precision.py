@@ -179,6 +179,24 @@ def _cosine(a, b):
     return sum(x * y for x, y in zip(a, b)) / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
 
 
+def test_embed_with_fp8_weights(stoke_bin, minilm_path):
+    """stoke embed --quantization fp8 (no gate: a tool): the CPU encoder's weights rounded at load; the vectors
+    stay unit-length and close to the fp32 ones without being them."""
+    texts = ["The quick brown fox jumps over the lazy dog.", "Free software is a matter of liberty."]
+    run = lambda *q: json.loads(subprocess.run([str(stoke_bin), "embed", "--model", str(minilm_path), "--device",
+                                                "cpu", *q, *texts], capture_output=True, text=True, check=True,
+                                               timeout=300).stdout)
+    fp32, fp8 = run(), run("--quantization", "fp8")
+    for a, b in zip(fp32, fp8):
+        assert len(b) == 384 and math.sqrt(sum(x * x for x in b)) == pytest.approx(1.0, abs=1e-4)
+        assert 0.98 < _cosine(a, b) < 1 - 1e-7
+    p = subprocess.run([str(stoke_bin), "embed", "--model", str(minilm_path), "--quantization", "int8", "x"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "--quantization" in p.stderr, p.stderr
+
+
+
+
 def test_serve_fp8_encoder_runs_the_gate_at_load(stoke_bin, minilm_path, tmp_path):
     """stoke serve --quantization fp8 with an encoder: the encoder gate runs at load (served here with
     --allow-inconsistent: it may reject fp8 on MiniLM); /v1/models, the KServe model metadata and config, the
