@@ -183,9 +183,11 @@ def test_embed_with_fp8_weights(stoke_bin, minilm_path):
     """stoke embed --quantization fp8 (no gate: a tool): the CPU encoder's weights rounded at load; the vectors
     stay unit-length and close to the fp32 ones without being them."""
     texts = ["The quick brown fox jumps over the lazy dog.", "Free software is a matter of liberty."]
-    run = lambda *q: json.loads(subprocess.run([str(stoke_bin), "embed", "--model", str(minilm_path), "--device",
-                                                "cpu", *q, *texts], capture_output=True, text=True, check=True,
-                                               timeout=300).stdout)
+
+    def run(*q):
+        return json.loads(subprocess.run([str(stoke_bin), "embed", "--model", str(minilm_path), "--device", "cpu", *q,
+                                          *texts], capture_output=True, text=True, check=True, timeout=300).stdout)
+
     fp32, fp8 = run(), run("--quantization", "fp8")
     for a, b in zip(fp32, fp8):
         assert len(b) == 384 and math.sqrt(sum(x * x for x in b)) == pytest.approx(1.0, abs=1e-4)
@@ -193,8 +195,6 @@ def test_embed_with_fp8_weights(stoke_bin, minilm_path):
     p = subprocess.run([str(stoke_bin), "embed", "--model", str(minilm_path), "--quantization", "int8", "x"],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode != 0 and "--quantization" in p.stderr, p.stderr
-
-
 
 
 def test_serve_fp8_encoder_runs_the_gate_at_load(stoke_bin, minilm_path, tmp_path):
