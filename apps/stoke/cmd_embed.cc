@@ -351,9 +351,10 @@ CommandRegistrar kEmbed(
           ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
           ->capture_default_str();
       AddEncoderAttentionFlag(cmd, &o->encoder_attention);
-      cmd->add_option("--quantization", o->quantization,
-                      "Linear weights: none (the checkpoint's: bf16 on cuda, fp32 on cpu) or fp8 (E4M3, one scale "
-                      "per output channel; unchecked here: `stoke model check` gates it; docs/precision.md)")
+      cmd->add_option(
+             "--quantization", o->quantization,
+             "Linear weights: none (the checkpoint's: bf16 on cuda, fp32 on cpu) or fp8 (E4M3, one scale "
+             "per output channel; unchecked here: `stoke model check` gates it; docs/precision.md)")
           ->check(CLI::IsMember({"none", "fp8"}))
           ->capture_default_str();
       cmd->add_option("--ids-file", o->ids_file,

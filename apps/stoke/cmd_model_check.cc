@@ -92,7 +92,8 @@ StatusOr<precision::GateReport> CheckEncoder(const CheckCliOptions& o, const std
   BertDeviceOptions dev;
   dev.device = o.device.device;
   ASSIGN_OR_RETURN(dev.quantization, ParseWeightQuantization(o.device.tuning.quantization));
-  ASSIGN_OR_RETURN(precision::EncoderAtPrecision cand, precision::LoadEncoderAtPrecision(path, dev, backends));
+  ASSIGN_OR_RETURN(precision::EncoderAtPrecision cand,
+                   precision::LoadEncoderAtPrecision(path, dev, backends));
   std::shared_ptr<const BertEncoder> reference = cand.encoder;
   if (reference->quantization() != WeightQuantization::kNone) {
     ASSIGN_OR_RETURN(std::unique_ptr<BertEncoder> fp32, BertEncoder::Load(path));

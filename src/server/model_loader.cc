@@ -181,12 +181,13 @@ std::string BatchingSummary(const BatcherConfig& c) {
 void PublishEncoderPrecision(const BatchedSpec& s, const std::optional<precision::GateReport>& gate,
                              MetricsRegistry* registry, LoadedModel* l) {
   if (s.quantization == WeightQuantization::kNone) return;
-  const precision::ServedPrecision served{.kv_cache_dtype = "",
-                                          .quantization = std::string(WeightQuantizationName(s.quantization))};
+  const precision::ServedPrecision served{
+      .kv_cache_dtype = "", .quantization = std::string(WeightQuantizationName(s.quantization))};
   l->model_fields = precision::PrecisionModelFields(served, gate);
-  const std::map<std::string, std::string> params = {
-      {"quantization", served.quantization},
-      {"consistency_gate", !gate ? "not run" : gate->pass() ? "pass" : "fail"}};
+  const std::map<std::string, std::string> params = {{"quantization", served.quantization},
+                                                     {"consistency_gate", !gate          ? "not run"
+                                                                          : gate->pass() ? "pass"
+                                                                                         : "fail"}};
   for (auto& c : l->classic) c->set_parameters(params);
   if (!gate || registry == nullptr) return;
   if (Status st = precision::PublishGateMetrics(*gate, s.name, served, *registry); !st.ok())
@@ -226,8 +227,8 @@ StatusOr<LoadedModel> LoadBatched(const BatchedSpec& s, const std::vector<std::s
     dev_opts.device = s.device;
     dev_opts.attention = s.encoder_attention;
     dev_opts.quantization = s.quantization;
-    dev_opts.max_batch_tokens =
-        std::max<int64_t>(dev_opts.max_batch_tokens, int64_t{s.config.max_batch_size} * enc->max_seq_length());
+    dev_opts.max_batch_tokens = std::max<int64_t>(dev_opts.max_batch_tokens,
+                                                  int64_t{s.config.max_batch_size} * enc->max_seq_length());
     ASSIGN_OR_RETURN(precision::EncoderAtPrecision at,
                      precision::EncoderAtPrecisionFrom(std::move(enc), dev_opts, backends));
     // Weights other than the checkpoint's are compared with the CPU's fp32 encoder first; a failing
@@ -239,8 +240,8 @@ StatusOr<LoadedModel> LoadBatched(const BatchedSpec& s, const std::vector<std::s
       device += fmt::format(", weights {}", WeightQuantizationName(s.quantization));
       if (gate) device += gate->pass() ? ", consistency gate passed" : ", consistency gate FAILED";
     }
-    l.classic.push_back(
-        std::make_shared<BertClassicModel>(at.encoder, tokenizer, BertInputForm::kText, s.threads, at.device));
+    l.classic.push_back(std::make_shared<BertClassicModel>(at.encoder, tokenizer, BertInputForm::kText,
+                                                           s.threads, at.device));
     l.classic.push_back(std::make_shared<BertClassicModel>(at.encoder, tokenizer, BertInputForm::kTokenIds,
                                                            s.threads, at.device));
     PublishEncoderPrecision(s, gate, registry, &l);
@@ -424,12 +425,14 @@ StatusOr<ModelConfig> MakeModelConfig(const ModelSettings& m, const ServerOption
     // Weight precision is a decoder's and an encoder's: the model's own stoke.toml asking it of another kind
     // is an error; the server's flag (for the other models) does not apply here.
     if (m.quantization) {
-      return InvalidArgumentError("{}: quantization '{}' applies to decoders and encoders, not to a{} {} model",
-                                  m.origin, WeightQuantizationName(s.quantization),
-                                  s.kind == ModelKind::kImage ? "n" : "", ModelKindName(s.kind));
+      return InvalidArgumentError(
+          "{}: quantization '{}' applies to decoders and encoders, not to a{} {} model", m.origin,
+          WeightQuantizationName(s.quantization), s.kind == ModelKind::kImage ? "n" : "",
+          ModelKindName(s.kind));
     }
     LOG_WARN("serve: model '{}': --quantization {} does not apply to a{} {} model", s.name,
-             WeightQuantizationName(s.quantization), s.kind == ModelKind::kImage ? "n" : "", ModelKindName(s.kind));
+             WeightQuantizationName(s.quantization), s.kind == ModelKind::kImage ? "n" : "",
+             ModelKindName(s.kind));
     s.quantization = WeightQuantization::kNone;
   }
   c.load = [s, names, backends, registry]() { return LoadBatched(s, names, backends, registry); };

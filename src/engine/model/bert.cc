@@ -239,8 +239,9 @@ Status BertEncoder::QuantizeWeightsFp8(const Fp8WeightOptions& options) {
     owned_.push_back(std::move(bufs[i]));
   }
   quantization_ = WeightQuantization::kFp8;
-  LOG_INFO("bert: --quantization fp8: {} Linear weights rounded to E4M3 with a scale per output row, held as fp32",
-           all.size());
+  LOG_INFO(
+      "bert: --quantization fp8: {} Linear weights rounded to E4M3 with a scale per output row, held as fp32",
+      all.size());
   return OkStatus();
 }
 

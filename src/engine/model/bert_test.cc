@@ -435,7 +435,8 @@ std::vector<float> ReferenceRoundTrip(const std::vector<float>& w, int64_t rows,
   std::vector<float> out(w.size());
   std::vector<uint8_t> q(cols);
   for (int64_t r = 0; r < rows; ++r) {
-    const float scale = cpu::QuantizeKvRow(w.data() + r * cols, static_cast<int>(cols), KvCacheDtype::kFp8, q.data());
+    const float scale =
+        cpu::QuantizeKvRow(w.data() + r * cols, static_cast<int>(cols), KvCacheDtype::kFp8, q.data());
     cpu::DequantizeKvRow(q.data(), static_cast<int>(cols), scale * multiplier, KvCacheDtype::kFp8,
                          out.data() + r * cols);
   }
@@ -564,7 +565,8 @@ TEST_F(BertTest, Fp8EmbeddingsStayCloseAndTheBrokenMultiplierMovesThem) {
     double worst = 1;
     for (size_t s = 0; s < batch.size(); ++s) {
       double dot = 0;  // unit vectors
-      for (int j = 0; j < model_.hidden; ++j) dot += double(a[s * model_.hidden + j]) * b[s * model_.hidden + j];
+      for (int j = 0; j < model_.hidden; ++j)
+        dot += double(a[s * model_.hidden + j]) * b[s * model_.hidden + j];
       worst = std::min(worst, dot);
     }
     return worst;
@@ -584,10 +586,13 @@ TEST_F(BertTest, Fp8CpuEncoderIsNotUploadedToADevice) {
   auto cpu = LoadBertOnDevice(shared, {.device = "cpu"}, CpuBackends());
   ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
   EXPECT_EQ(*cpu, nullptr);
-  // cuda: the device quantises its own copy from the checkpoint's weights; a CPU-quantised encoder is refused.
+  // cuda: the device quantises its own copy from the checkpoint's weights; a CPU-quantised encoder is
+  // refused.
   Backends fake = CpuBackends();
-  fake.cuda_bert = {.create = [](std::shared_ptr<const BertEncoder>, const BertDeviceOptions&)
-                        -> StatusOr<std::shared_ptr<BertDeviceModel>> { return InternalError("not reached"); },
+  fake.cuda_bert = {.create = [](std::shared_ptr<const BertEncoder>,
+                                 const BertDeviceOptions&) -> StatusOr<std::shared_ptr<BertDeviceModel>> {
+                      return InternalError("not reached");
+                    },
                     .available = nullptr};
   auto dev = LoadBertOnDevice(shared, {.device = "cuda", .quantization = WeightQuantization::kFp8}, fake);
   ASSERT_FALSE(dev.ok());

@@ -17,7 +17,8 @@ StatusOr<EncoderAtPrecision> LoadEncoderAtPrecision(const std::string& path, con
 }
 
 StatusOr<EncoderAtPrecision> EncoderAtPrecisionFrom(std::unique_ptr<BertEncoder> loaded,
-                                                    const BertDeviceOptions& options, const Backends& backends) {
+                                                    const BertDeviceOptions& options,
+                                                    const Backends& backends) {
   if (loaded == nullptr) return InvalidArgumentError("no encoder");
   EncoderAtPrecision e;
   e.quantization = options.quantization;
@@ -25,7 +26,8 @@ StatusOr<EncoderAtPrecision> EncoderAtPrecisionFrom(std::unique_ptr<BertEncoder>
                             ? ""
                             : fmt::format(", weights {}", WeightQuantizationName(options.quantization));
   // On the CPU the encoder's own weights are quantised; a device quantises its copies of the fp32 ones.
-  if (ResolveBertDevice(options.device, backends) == "cpu" && options.quantization == WeightQuantization::kFp8)
+  if (ResolveBertDevice(options.device, backends) == "cpu" &&
+      options.quantization == WeightQuantization::kFp8)
     RETURN_IF_ERROR(loaded->QuantizeWeightsFp8({.testing_scale_multiplier = options.fp8_scale_multiplier}));
   e.encoder = std::move(loaded);
   ASSIGN_OR_RETURN(e.device, LoadBertOnDevice(e.encoder, options, backends));

@@ -28,7 +28,8 @@ struct EncoderAtPrecision {
   std::shared_ptr<const BertEncoder> encoder;  // fp32, or (cpu + fp8) its fp8 round trip
   std::shared_ptr<BertDeviceModel> device;     // null on the CPU
   WeightQuantization quantization = WeightQuantization::kNone;
-  std::string label;  // "cpu fp32", "cpu, weights fp8", "cuda:0 (NVIDIA H200) bf16", "cuda:0 (...), weights fp8"
+  std::string
+      label;  // "cpu fp32", "cpu, weights fp8", "cuda:0 (NVIDIA H200) bf16", "cuda:0 (...), weights fp8"
 };
 
 // Loads the BERT folder `path` for `options.device` at `options.quantization`: on the CPU with kFp8 the
@@ -40,7 +41,8 @@ StatusOr<EncoderAtPrecision> LoadEncoderAtPrecision(const std::string& path, con
 
 // The same for an encoder already loaded (its fp32 weights; set_max_seq_length applied).
 StatusOr<EncoderAtPrecision> EncoderAtPrecisionFrom(std::unique_ptr<BertEncoder> encoder,
-                                                    const BertDeviceOptions& options, const Backends& backends);
+                                                    const BertDeviceOptions& options,
+                                                    const Backends& backends);
 
 // Compares `candidate` with `reference` (the CPU fp32 encoder) over the text's sentences (a runner of the
 // candidate's device is created for it). The report's labels: "cpu fp32" and candidate.label.

@@ -38,7 +38,8 @@ class MiniLmEncoderGate : public ::testing::Test {
   }
 
   GateReport Check(float multiplier) {
-    BertDeviceOptions o{.device = "cpu", .quantization = WeightQuantization::kFp8, .fp8_scale_multiplier = multiplier};
+    BertDeviceOptions o{
+        .device = "cpu", .quantization = WeightQuantization::kFp8, .fp8_scale_multiplier = multiplier};
     auto cand = LoadEncoderAtPrecision(path_, o, CpuBackends());
     EXPECT_TRUE(cand.ok()) << cand.status().ToString();
     EXPECT_EQ(cand->encoder->quantization(), WeightQuantization::kFp8);
@@ -78,7 +79,8 @@ TEST_F(MiniLmEncoderGate, BrokenWeightQuantiserIsRejected) {
 }
 
 TEST_F(MiniLmEncoderGate, ServeGateRefusesAFailingPrecisionUnlessAllowed) {
-  BertDeviceOptions o{.device = "cpu", .quantization = WeightQuantization::kFp8, .fp8_scale_multiplier = 1.5f};
+  BertDeviceOptions o{
+      .device = "cpu", .quantization = WeightQuantization::kFp8, .fp8_scale_multiplier = 1.5f};
   auto broken = LoadEncoderAtPrecision(path_, o, CpuBackends());
   ASSERT_TRUE(broken.ok()) << broken.status().ToString();
   auto refused = RunEncoderServeGate(path_, *broken, *tok_, /*allow_inconsistent=*/false);
@@ -139,7 +141,8 @@ TEST(EncoderServeGateTest, ModelFieldsAndGaugesOfAnEncoder) {
                       "quantization=\"fp8\"} 0"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("metric=\"min_cosine\",model_name=\"minilm\",quantization=\"fp8\"} 0.8"), std::string::npos)
+  EXPECT_NE(text.find("metric=\"min_cosine\",model_name=\"minilm\",quantization=\"fp8\"} 0.8"),
+            std::string::npos)
       << text;
 }
 

@@ -77,9 +77,10 @@ std::string PrecisionModelFields(const ServedPrecision& precision,
 
 Status PublishGateMetrics(const precision::GateReport& gate, const std::string& model_name,
                           const ServedPrecision& precision, MetricsRegistry& registry) {
-  const MetricLabels labels = {{"model_name", model_name},
-                               {"kv_cache_dtype", precision.kv_cache_dtype.empty() ? "none" : precision.kv_cache_dtype},
-                               {"quantization", precision.quantization}};
+  const MetricLabels labels = {
+      {"model_name", model_name},
+      {"kv_cache_dtype", precision.kv_cache_dtype.empty() ? "none" : precision.kv_cache_dtype},
+      {"quantization", precision.quantization}};
   ASSIGN_OR_RETURN(
       GaugeFamily pass,
       registry.AddGauge("stoke:precision_gate_pass",

@@ -50,7 +50,8 @@ struct Knobs {
 };
 
 // The knob's value for charts; "own" reads as the server's default when known (`own`). kv_cache_dtype is an
-// index: 0 own (bf16), 1 int8, 2 fp8; weight_precision / precision (the quantization knob's steps): 0 own, 1 fp8.
+// index: 0 own (bf16), 1 int8, 2 fp8; weight_precision and precision (the quantization knob's steps): 0 own,
+// 1 fp8.
 double KnobValue(const std::string& knob, const Knobs& k);
 nlohmann::json KnobsJson(const Knobs& k, ModelKind kind);
 

@@ -35,8 +35,9 @@ std::string FailureWhy(const std::string& error) {
     failing.push_back(line);
     pos = end == std::string::npos ? error.size() : end;
   }
-  return fmt::format("failed: refused by the consistency gate at load ({})",
-                     failing.empty() ? std::string("see its log") : fmt::format("{}", fmt::join(failing, "; ")));
+  return fmt::format(
+      "failed: refused by the consistency gate at load ({})",
+      failing.empty() ? std::string("see its log") : fmt::format("{}", fmt::join(failing, "; ")));
 }
 
 using Clock = std::chrono::steady_clock;

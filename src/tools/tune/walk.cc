@@ -97,8 +97,9 @@ void BatchedSteps(const std::string& step, const WalkContext& c, const Knobs& cu
     }
   } else if (step == "precision") {
     if (!c.encoder) {
-      p->skip = "no lower precision for this model (--quantization applies to encoders; this is a synthetic "
-                "model file or an image classifier)";
+      p->skip =
+          "no lower precision for this model (--quantization applies to encoders; this is a synthetic "
+          "model file or an image classifier)";
       return;
     }
     if (!c.has_quantization) {

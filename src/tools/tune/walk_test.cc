@@ -182,10 +182,12 @@ TEST(TunePlanTest, BatchedPrecisionStepTriesGatedFp8WeightsForEncodersOnly) {
   EXPECT_EQ(p.candidates[0].max_batch_size, 8);
   const std::vector<std::string> f = p.candidates[0].Flags(ModelKind::kBatched);
   ASSERT_GE(f.size(), 2u);
-  EXPECT_EQ(std::vector<std::string>(f.end() - 2, f.end()), (std::vector<std::string>{"--quantization", "fp8"}));
+  EXPECT_EQ(std::vector<std::string>(f.end() - 2, f.end()),
+            (std::vector<std::string>{"--quantization", "fp8"}));
   EXPECT_EQ(KnobValue("precision", p.candidates[0]), 1);
   EXPECT_EQ(KnobValue("precision", cur), 0);
-  EXPECT_NE(p.candidates[0].Describe(ModelKind::kBatched).find("instances 1, weights fp8"), std::string::npos);
+  EXPECT_NE(p.candidates[0].Describe(ModelKind::kBatched).find("instances 1, weights fp8"),
+            std::string::npos);
   EXPECT_EQ(KnobsJson(p.candidates[0], ModelKind::kBatched)["quantization"], "fp8");
   EXPECT_EQ(KnobsJson(cur, ModelKind::kBatched)["quantization"], "own");
   EXPECT_NE(PlanStep("precision", c, p.candidates[0], json()).skip.find("fp8 already"), std::string::npos);
