@@ -50,6 +50,7 @@ struct EmbedOptions {
   int bench_repeat = 0;
   std::string device = "auto";  // as serve: cuda when this build has CUDA and a GPU is visible
   std::string encoder_attention = "auto";  // BertDeviceOptions::attention
+  std::string quantization = "none";       // none | fp8: the Linear weights (docs/precision.md)
   std::string ids_file;
   std::vector<int> bench_batch;
   int seq_len = 128;
@@ -232,10 +233,18 @@ int Run(const EmbedOptions& o, const Backends& backends) {
   auto loaded = BertEncoder::Load(*path);
   if (!loaded.ok()) return fail(loaded.status());
   if (o.max_seq_length > 0) (*loaded)->set_max_seq_length(o.max_seq_length);
-  std::shared_ptr<const BertEncoder> enc = std::move(loaded).value();
   BertDeviceOptions dev_opts;
   dev_opts.device = o.device;
   dev_opts.attention = o.encoder_attention;
+  auto quant = ParseWeightQuantization(o.quantization);
+  if (!quant.ok()) return fail(quant.status());
+  dev_opts.quantization = *quant;
+  // --quantization fp8: on the CPU the encoder's own weights are rounded here (no consistency gate: that is
+  // `stoke model check`); a device quantises its copies of the fp32 weights.
+  if (*quant == WeightQuantization::kFp8 && ResolveBertDevice(o.device, backends) == "cpu") {
+    if (Status st = (*loaded)->QuantizeWeightsFp8(); !st.ok()) return fail(st);
+  }
+  std::shared_ptr<const BertEncoder> enc = std::move(loaded).value();
   if (bench) {
     const int max_b = *std::max_element(o.bench_batch.begin(), o.bench_batch.end());
     dev_opts.max_batch_tokens = std::max<int64_t>(dev_opts.max_batch_tokens, int64_t{max_b} * o.seq_len);
@@ -265,6 +274,7 @@ int Run(const EmbedOptions& o, const Backends& backends) {
     const BertConfig& c = enc->config();
     nlohmann::json j = {{"model", *path},
                         {"device", device_name},
+                        {"quantization", o.quantization},
                         {"seq_len", o.seq_len},
                         {"hidden_size", c.hidden_size},
                         {"layers", c.num_hidden_layers},
@@ -341,6 +351,12 @@ CommandRegistrar kEmbed(
           ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
           ->capture_default_str();
       AddEncoderAttentionFlag(cmd, &o->encoder_attention);
+      cmd->add_option(
+             "--quantization", o->quantization,
+             "Linear weights: none (the checkpoint's: bf16 on cuda, fp32 on cpu) or fp8 (E4M3, one scale "
+             "per output channel; unchecked here: `stoke model check` gates it; docs/precision.md)")
+          ->check(CLI::IsMember({"none", "fp8"}))
+          ->capture_default_str();
       cmd->add_option("--ids-file", o->ids_file,
                       "embed token ids from a JSON array of id arrays (incl. [CLS]/[SEP]) instead of texts");
       cmd->add_option("--bench-batch", o->bench_batch,

@@ -6,8 +6,8 @@
 //
 // Decoders: teacher-forced top-1 agreement, mean KL, perplexity of both and greedy-text agreement over the
 // first N tokens of the text (default the GPL-3 licence text; N default 256 on the CPU, 4096 on CUDA).
-// Encoders: cosine of the embeddings of the text's sentences, the device's encoder against the CPU's fp32
-// one. Exit 0 pass, 1 fail (or the gate could not run), 2 usage.
+// Encoders: cosine of the embeddings of the text's sentences, the encoder on --device at --quantization
+// against the CPU's fp32 one. Exit 0 pass, 1 fail (or the gate could not run), 2 usage.
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -25,6 +25,7 @@
 #include "engine/model/bert_backend.h"
 #include "engine/model/factory.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "tools/precision/encoder_gate.h"
 #include "tools/precision/gate.h"
 #include "tools/precision/text_chunker.h"
 
@@ -80,38 +81,28 @@ StatusOr<precision::GateReport> CheckDecoder(const CheckCliOptions& o, const std
   return precision::CheckDecoderPrecision(load, ref, cand, *tok, text, g);
 }
 
+// Reference: the CPU's fp32 encoder. Candidate: the encoder on --device at --quantization (cpu + fp8: the
+// CPU encoder with its weights' fp8 round trip; cuda: the device encoder, bf16 or fp8 weights; cpu + none:
+// the reference itself, cosine 1).
 StatusOr<precision::GateReport> CheckEncoder(const CheckCliOptions& o, const std::string& path,
                                              const std::string& text, const Backends& backends) {
   if (o.device.tuning.kv_cache_dtype != "auto") {
     return InvalidArgumentError("--kv-cache-dtype: {} is an encoder, which has no KV cache", path);
   }
-  if (o.device.tuning.quantization != "none") {
-    return UnimplementedError(
-        "--quantization {}: {} is an encoder; INT8/FP8 encoders are not implemented yet",
-        o.device.tuning.quantization, path);
+  BertDeviceOptions dev;
+  dev.device = o.device.device;
+  ASSIGN_OR_RETURN(dev.quantization, ParseWeightQuantization(o.device.tuning.quantization));
+  ASSIGN_OR_RETURN(precision::EncoderAtPrecision cand,
+                   precision::LoadEncoderAtPrecision(path, dev, backends));
+  std::shared_ptr<const BertEncoder> reference = cand.encoder;
+  if (reference->quantization() != WeightQuantization::kNone) {
+    ASSIGN_OR_RETURN(std::unique_ptr<BertEncoder> fp32, BertEncoder::Load(path));
+    reference = std::move(fp32);
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<BertEncoder> loaded, BertEncoder::Load(path));
-  std::shared_ptr<const BertEncoder> enc = std::move(loaded);
   ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, LoadTokenizer(path));
-  precision::EmbedFn reference = [enc](const std::vector<std::vector<int32_t>>& ids,
-                                       std::vector<float>* out) { return enc->Embed(ids, out); };
-  ASSIGN_OR_RETURN(std::shared_ptr<BertDeviceModel> dev,
-                   LoadBertOnDevice(enc, {.device = o.device.device}, backends));
-  precision::EmbedFn candidate = reference;
-  std::string label = "cpu fp32";
-  if (dev != nullptr) {
-    ASSIGN_OR_RETURN(std::unique_ptr<BertRunner> runner, dev->CreateRunner());
-    std::shared_ptr<BertRunner> shared = std::move(runner);
-    candidate = [shared](const std::vector<std::vector<int32_t>>& ids, std::vector<float>* out) {
-      return shared->Embed(ids, out, nullptr);
-    };
-    label = dev->device_name() + " bf16";
-  }
   precision::EncoderGateOptions g;
   g.sentences = o.sentences;
-  g.max_length = enc->max_seq_length();
-  return precision::RunEncoderGate(reference, candidate, enc->hidden_size(), *tok, text, g, "cpu fp32",
-                                   label);
+  return precision::CheckEncoderPrecision(reference, cand, *tok, text, g);
 }
 
 int RunCheck(const CheckCliOptions& o, const Backends& backends) {

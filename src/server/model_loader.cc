@@ -20,6 +20,7 @@
 #include "serve/batcher/synthetic_classic_model.h"
 #include "serve/llm_loop.h"
 #include "telemetry/step_trace.h"
+#include "tools/precision/encoder_gate.h"
 #include "tools/precision/serve_gate.h"
 
 namespace stoke {
@@ -90,6 +91,10 @@ struct BatchedSpec {
   std::string device = "auto";  // encoder: auto = cuda when the build has CUDA and a GPU is visible
   std::string encoder_attention = "auto";
   std::string image_preprocess = "cpu";
+  // Encoders: the Linear weights' precision (--quantization, stoke.toml quantization), checked by the
+  // output-consistency gate at load (tools/precision/encoder_gate.h) unless it is none.
+  WeightQuantization quantization = WeightQuantization::kNone;
+  bool allow_inconsistent = false;  // ServerOptions::allow_inconsistent
 };
 
 StatusOr<BatchedSpec> ReadBatchedSpec(const ModelSettings& m, const ServerOptions& o) {
@@ -99,6 +104,8 @@ StatusOr<BatchedSpec> ReadBatchedSpec(const ModelSettings& m, const ServerOption
   // "" = the model file's "device" key (else auto): an explicit --device or stoke.toml device overrides it.
   const std::string device = m.device.value_or(o.batched_device);
   BatchedSpec s;
+  s.quantization = m.quantization.value_or(o.decoder.quantization);
+  s.allow_inconsistent = o.allow_inconsistent;
   s.encoder_attention = o.encoder_attention;
   s.image_preprocess = o.image_preprocess;
   s.threads = o.threads;
@@ -169,8 +176,26 @@ std::string BatchingSummary(const BatcherConfig& c) {
                      c.instance_count);
 }
 
+// An encoder's weight precision, for its /v1/models entry, KServe metadata and gauges; the gate's report
+// when one ran. Only for quantised weights: at the checkpoint's precision its entries stay as they were.
+void PublishEncoderPrecision(const BatchedSpec& s, const std::optional<precision::GateReport>& gate,
+                             MetricsRegistry* registry, LoadedModel* l) {
+  if (s.quantization == WeightQuantization::kNone) return;
+  const precision::ServedPrecision served{
+      .kv_cache_dtype = "", .quantization = std::string(WeightQuantizationName(s.quantization))};
+  l->model_fields = precision::PrecisionModelFields(served, gate);
+  const std::map<std::string, std::string> params = {{"quantization", served.quantization},
+                                                     {"consistency_gate", !gate          ? "not run"
+                                                                          : gate->pass() ? "pass"
+                                                                                         : "fail"}};
+  for (auto& c : l->classic) c->set_parameters(params);
+  if (!gate || registry == nullptr) return;
+  if (Status st = precision::PublishGateMetrics(*gate, s.name, served, *registry); !st.ok())
+    LOG_WARN("serve: model '{}': consistency gate metrics: {}", s.name, st.message());
+}
+
 StatusOr<LoadedModel> LoadBatched(const BatchedSpec& s, const std::vector<std::string>& names,
-                                  const Backends& backends) {
+                                  const Backends& backends, MetricsRegistry* registry) {
   LoadedModel l;
   std::string path = s.source, device = "cpu";
   if (s.kind == ModelKind::kSynthetic) {
@@ -195,20 +220,31 @@ StatusOr<LoadedModel> LoadBatched(const BatchedSpec& s, const std::vector<std::s
     if (!IsBertFolder(path)) return InvalidArgumentError("{} is not a BERT-family HF folder", path);
     ASSIGN_OR_RETURN(std::unique_ptr<BertEncoder> enc, BertEncoder::Load(path));
     ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, LoadTokenizer(path));
-    std::shared_ptr<const BertEncoder> encoder = std::move(enc);
     std::shared_ptr<const Tokenizer> tokenizer = std::move(tok);
-    // On a device the weights are uploaded once and shared by both forms' instances.
+    // On a device the weights are uploaded once and shared by both forms' instances. --quantization fp8:
+    // the CPU encoder's weights are quantised, or the device quantises its copies.
     BertDeviceOptions dev_opts;
     dev_opts.device = s.device;
     dev_opts.attention = s.encoder_attention;
-    dev_opts.max_batch_tokens = std::max<int64_t>(
-        dev_opts.max_batch_tokens, int64_t{s.config.max_batch_size} * encoder->max_seq_length());
-    ASSIGN_OR_RETURN(std::shared_ptr<BertDeviceModel> dev, LoadBertOnDevice(encoder, dev_opts, backends));
-    device = dev ? dev->device_name() : "cpu";
-    l.classic.push_back(
-        std::make_shared<BertClassicModel>(encoder, tokenizer, BertInputForm::kText, s.threads, dev));
-    l.classic.push_back(
-        std::make_shared<BertClassicModel>(encoder, tokenizer, BertInputForm::kTokenIds, s.threads, dev));
+    dev_opts.quantization = s.quantization;
+    dev_opts.max_batch_tokens = std::max<int64_t>(dev_opts.max_batch_tokens,
+                                                  int64_t{s.config.max_batch_size} * enc->max_seq_length());
+    ASSIGN_OR_RETURN(precision::EncoderAtPrecision at,
+                     precision::EncoderAtPrecisionFrom(std::move(enc), dev_opts, backends));
+    // Weights other than the checkpoint's are compared with the CPU's fp32 encoder first; a failing
+    // precision is refused unless allowed (FailedPrecondition with the report).
+    ASSIGN_OR_RETURN(std::optional<precision::GateReport> gate,
+                     precision::RunEncoderServeGate(path, at, *tokenizer, s.allow_inconsistent));
+    device = at.device ? at.device->device_name() : "cpu";
+    if (s.quantization != WeightQuantization::kNone) {
+      device += fmt::format(", weights {}", WeightQuantizationName(s.quantization));
+      if (gate) device += gate->pass() ? ", consistency gate passed" : ", consistency gate FAILED";
+    }
+    l.classic.push_back(std::make_shared<BertClassicModel>(at.encoder, tokenizer, BertInputForm::kText,
+                                                           s.threads, at.device));
+    l.classic.push_back(std::make_shared<BertClassicModel>(at.encoder, tokenizer, BertInputForm::kTokenIds,
+                                                           s.threads, at.device));
+    PublishEncoderPrecision(s, gate, registry, &l);
   }
   l.summary = fmt::format("models {} from {} on {}; {}", fmt::join(names, ", "), path, device,
                           BatchingSummary(s.config));
@@ -385,7 +421,21 @@ StatusOr<ModelConfig> MakeModelConfig(const ModelSettings& m, const ServerOption
   if (m.source != s.name) c.aliases.push_back(m.source);
   std::vector<std::string> names;
   for (const auto& sm : c.served) names.push_back(sm.name);
-  c.load = [s, names, backends]() { return LoadBatched(s, names, backends); };
+  if (s.kind != ModelKind::kEncoder && s.quantization != WeightQuantization::kNone) {
+    // Weight precision is a decoder's and an encoder's: the model's own stoke.toml asking it of another kind
+    // is an error; the server's flag (for the other models) does not apply here.
+    if (m.quantization) {
+      return InvalidArgumentError(
+          "{}: quantization '{}' applies to decoders and encoders, not to a{} {} model", m.origin,
+          WeightQuantizationName(s.quantization), s.kind == ModelKind::kImage ? "n" : "",
+          ModelKindName(s.kind));
+    }
+    LOG_WARN("serve: model '{}': --quantization {} does not apply to a{} {} model", s.name,
+             WeightQuantizationName(s.quantization), s.kind == ModelKind::kImage ? "n" : "",
+             ModelKindName(s.kind));
+    s.quantization = WeightQuantization::kNone;
+  }
+  c.load = [s, names, backends, registry]() { return LoadBatched(s, names, backends, registry); };
   return c;
 }
 

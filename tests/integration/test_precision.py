@@ -2,8 +2,10 @@
 refuses bad input with exit 2; `stoke serve --kv-cache-dtype int8` runs the gate at load (result on /v1/models and
 /metrics), fits more KV blocks into the same --kv-cache-bytes and still serves text; a --model-repository folder
 sets the dtype per decoder (stoke.toml kv_cache_dtype); fp8 weights (--quantization fp8) go through the same gate,
-in model check and at load. (A failing precision refused
-at load: tools/precision/serve_gate_test.cc, through the test-only broken quantiser no flag reaches.)"""
+in model check and at load; so do fp8 encoder weights (model check, serve with its /v1/models entry, KServe
+metadata and gauges, a stoke.toml per encoder). (A failing precision refused at load:
+tools/precision/serve_gate_test.cc and encoder_gate_test.cc, through the test-only broken quantisers no flag
+reaches.)"""
 import json
 import math
 import subprocess
@@ -150,8 +152,149 @@ def test_encoder_gate_compares_embeddings(stoke_bin, minilm_path, tmp_path):
     assert report["metrics"][0]["value"] == pytest.approx(1.0, abs=1e-6)
     p = run_check(stoke_bin, "--model", minilm_path, "--kv-cache-dtype", "int8")
     assert p.returncode == 2 and "no KV cache" in p.stderr
-    p = run_check(stoke_bin, "--model", minilm_path, "--quantization", "fp8")
-    assert p.returncode == 2 and "INT8/FP8 encoders are not implemented yet" in p.stderr, p.stderr
+
+
+def test_fp8_encoder_check_reports_its_verdict(stoke_bin, minilm_path, tmp_path):
+    """--quantization fp8 on an encoder: the CPU encoder with its Linear weights' fp8 round trip against the fp32
+    one. The embeddings move (cosine < 1) but stay close; the exit code is the report's verdict (on the CPU the
+    gate rejects MiniLM's fp8 weights narrowly: mean cosine 0.9985 against 0.999, docs/precision.md)."""
+    out = tmp_path / "enc_fp8.json"
+    p = run_check(stoke_bin, "--model", minilm_path, "--device", "cpu", "--quantization", "fp8", "--sentences", 16,
+                  "--json", out)
+    assert p.returncode in (0, 1), p.stdout + p.stderr
+    report = json.loads(out.read_text())
+    assert p.returncode == (0 if report["pass"] else 1), (p.returncode, report)
+    assert report["kind"] == "encoder" and report["positions"] == 16
+    assert report["reference"] == "cpu fp32" and report["candidate"] == "cpu, weights fp8", report
+    metrics = {m["name"]: m for m in report["metrics"]}
+    assert list(metrics) == ["mean_cosine", "min_cosine"]
+    assert all(math.isfinite(m["value"]) for m in metrics.values()), metrics
+    assert report["pass"] == all(m["pass"] for m in metrics.values())
+    assert 0.99 < metrics["mean_cosine"]["value"] < 1  # another precision, not the reference again
+    assert metrics["min_cosine"]["value"] <= metrics["mean_cosine"]["value"]
+    assert ("PASS" if report["pass"] else "FAIL") + ": " in p.stdout
+
+
+def _cosine(a, b):
+    return sum(x * y for x, y in zip(a, b)) / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+
+
+def test_embed_with_fp8_weights(stoke_bin, minilm_path):
+    """stoke embed --quantization fp8 (no gate: a tool): the CPU encoder's weights rounded at load; the vectors
+    stay unit-length and close to the fp32 ones without being them."""
+    texts = ["The quick brown fox jumps over the lazy dog.", "Free software is a matter of liberty."]
+
+    def run(*q):
+        return json.loads(subprocess.run([str(stoke_bin), "embed", "--model", str(minilm_path), "--device", "cpu", *q,
+                                          *texts], capture_output=True, text=True, check=True, timeout=300).stdout)
+
+    fp32, fp8 = run(), run("--quantization", "fp8")
+    for a, b in zip(fp32, fp8):
+        assert len(b) == 384 and math.sqrt(sum(x * x for x in b)) == pytest.approx(1.0, abs=1e-4)
+        assert 0.98 < _cosine(a, b) < 1 - 1e-7
+    p = subprocess.run([str(stoke_bin), "embed", "--model", str(minilm_path), "--quantization", "int8", "x"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "--quantization" in p.stderr, p.stderr
+
+
+def test_serve_fp8_encoder_runs_the_gate_at_load(stoke_bin, minilm_path, tmp_path):
+    """stoke serve --quantization fp8 with an encoder: the encoder gate runs at load (served here with
+    --allow-inconsistent: it may reject fp8 on MiniLM); /v1/models, the KServe model metadata and config, the
+    gauges and the ready line name the weight precision; embeddings still answer over the openai client and
+    tritonclient (HTTP and gRPC), close to the fp32 ones. When the gate failed, the same server without the flag
+    refuses to start."""
+    import numpy as np
+    import openai
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+    from classic_server import ClassicServer, stoke_embed
+
+    s = ClassicServer(stoke_bin, f"minilm={minilm_path}", "--device", "cpu", "--quantization", "fp8",
+                      "--allow-inconsistent", "--threads", "2", log_dir=tmp_path)
+    try:
+        entries = {m["id"]: m for m in s.get("/v1/models").json()["data"]}
+        assert set(entries) == {"minilm", "minilm-ids"}
+        for e in entries.values():
+            assert e["precision"]["quantization"] == "fp8"
+            assert "kv_cache_dtype" not in e["precision"]  # an encoder has no KV cache
+        gate = entries["minilm"]["precision"]["consistency_gate"]
+        assert gate["kind"] == "encoder" and gate["positions"] == 64
+        assert gate["reference"] == "cpu fp32" and gate["candidate"] == "cpu, weights fp8", gate
+        assert [m["name"] for m in gate["metrics"]] == ["mean_cosine", "min_cosine"]
+        assert all(math.isfinite(m["value"]) for m in gate["metrics"]), gate
+        verdict = "pass" if gate["pass"] else "fail"
+        assert s.metric("stoke:precision_gate_pass", model_name="minilm", quantization="fp8",
+                        kv_cache_dtype="none") == (1 if gate["pass"] else 0)
+        assert s.metric("stoke:precision_gate_metric", model_name="minilm", metric="mean_cosine") == \
+            pytest.approx(gate["metrics"][0]["value"])
+        assert "on cpu, weights fp8, consistency gate " in s.log()
+
+        http = httpclient.InferenceServerClient(url=s.http_url)
+        meta = http.get_model_metadata("minilm")
+        assert meta["parameters"] == {"quantization": "fp8", "consistency_gate": verdict}, meta
+        cfg = http.get_model_config("minilm-ids")
+        assert cfg["parameters"]["quantization"] == {"string_value": "fp8"}, cfg
+        texts = ["The quick brown fox jumps over the lazy dog.", "Free software is a matter of liberty."]
+        arr = np.array([[t.encode()] for t in texts], dtype=np.object_)
+        inp = httpclient.InferInput("text", list(arr.shape), "BYTES")
+        inp.set_data_from_numpy(arr)
+        via_http = http.infer("minilm", [inp]).as_numpy("embedding")
+        grpc = grpcclient.InferenceServerClient(url=s.grpc_url)
+        ginp = grpcclient.InferInput("text", list(arr.shape), "BYTES")
+        ginp.set_data_from_numpy(arr)
+        via_grpc = grpc.infer("minilm", [ginp]).as_numpy("embedding")
+        client = openai.OpenAI(base_url=s.base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        via_openai = [d.embedding for d in client.embeddings.create(model="minilm", input=texts).data]
+        fp32 = stoke_embed(stoke_bin, minilm_path, texts)
+        for i in range(len(texts)):
+            assert len(via_openai[i]) == 384
+            assert math.sqrt(sum(x * x for x in via_openai[i])) == pytest.approx(1.0, abs=1e-4)
+            assert np.allclose(via_http[i], via_openai[i], atol=1e-5)
+            assert np.allclose(via_grpc[i], via_openai[i], atol=1e-5)
+            # fp8 weights: close to the fp32 embedding, not the same.
+            assert 0.98 < _cosine(via_openai[i], fp32[i]) < 1 - 1e-7
+    finally:
+        assert s.stop() == 0, s.log()
+    if gate["pass"]:
+        assert "consistency gate rejects" not in s.log()
+        return
+    assert "serving a precision the consistency gate rejects (--allow-inconsistent)" in s.log()
+    p = subprocess.run([str(stoke_bin), "serve", "--model", str(minilm_path), "--device", "cpu", "--port", "0",
+                        "--grpc-port", "-1", "--quantization", "fp8"], capture_output=True, text=True, timeout=300)
+    assert p.returncode != 0 and "the consistency gate rejects this precision" in p.stderr, p.stderr[-2000:]
+    assert "FAIL  mean_cosine" in p.stderr or "FAIL  min_cosine" in p.stderr, p.stderr[-2000:]
+
+
+def test_repository_folder_sets_an_encoders_quantization(stoke_bin, minilm_path, tmp_path):
+    """stoke.toml `quantization = "fp8"` on an encoder folder: that encoder is gated and names its precision, the
+    other keeps the checkpoint's weights (no precision entry, no gauge); on a synthetic model it is refused."""
+    from classic_server import ClassicServer
+
+    repo = tmp_path / "models"
+    for name, toml in {"q": f'source = "{minilm_path}"\nquantization = "fp8"\n',
+                       "ref": f'source = "{minilm_path}"\n'}.items():
+        (repo / name).mkdir(parents=True)
+        (repo / name / "stoke.toml").write_text(toml)
+    s = ClassicServer(stoke_bin, None, "--model-repository", repo, "--device", "cpu", "--allow-inconsistent",
+                      "--threads", "2", log_dir=tmp_path)
+    try:
+        entries = {m["id"]: m for m in s.get("/v1/models").json()["data"]}
+        assert entries["q"]["precision"]["quantization"] == "fp8"
+        assert entries["q"]["precision"]["consistency_gate"]["candidate"] == "cpu, weights fp8"
+        assert "precision" not in entries["ref"]
+        assert "parameters" not in s.get("/v2/models/ref").json()
+        assert not any(n.startswith("stoke:precision_gate") and ("model_name", "ref") in ls
+                       for n, ls in s.metrics())
+    finally:
+        assert s.stop() == 0, s.log()
+    synth = tmp_path / "synth"
+    (synth / "s").mkdir(parents=True)
+    (synth / "s" / "model.json").write_text(json.dumps({"type": "synthetic", "name": "s", "input_bytes": 4,
+                                                        "output_bytes": 4, "max_batch_size": 1}))
+    (synth / "s" / "stoke.toml").write_text('quantization = "fp8"\n')
+    p = subprocess.run([str(stoke_bin), "serve", "--model-repository", str(synth), "--port", "0"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "quantization 'fp8' applies to decoders and encoders" in p.stderr, p.stderr
 
 
 def test_repository_folder_sets_the_kv_dtype_per_model(stoke_bin, smollm2_path, minilm_path, tmp_path):

@@ -215,6 +215,36 @@ const void* BertEncoder::Aligned(const TensorRef& t) {
   return owned_.back().get();
 }
 
+Status BertEncoder::QuantizeWeightsFp8(const Fp8WeightOptions& options) {
+  if (quantization_ != WeightQuantization::kNone) {
+    return FailedPreconditionError("--quantization fp8: the encoder's weights are already quantised ({})",
+                                   WeightQuantizationName(quantization_));
+  }
+  ThreadPool& pool = options.pool != nullptr ? *options.pool : ThreadPool::Default();
+  // Into new buffers first: a failure leaves the encoder as it was.
+  std::vector<std::unique_ptr<uint8_t[]>> bufs;
+  std::vector<Linear*> all;
+  for (Layer& l : layers_) {
+    for (Linear* m : {&l.query, &l.key, &l.value, &l.attn_out, &l.intermediate, &l.output}) {
+      auto buf = std::make_unique<uint8_t[]>(static_cast<size_t>(m->out * m->in) * sizeof(float));
+      RETURN_IF_ERROR(RoundTripFp8Rows(m->dtype, m->w, m->out, m->in, options.testing_scale_multiplier, pool,
+                                       reinterpret_cast<float*>(buf.get())));
+      bufs.push_back(std::move(buf));
+      all.push_back(m);
+    }
+  }
+  for (size_t i = 0; i < all.size(); ++i) {
+    all[i]->w = bufs[i].get();
+    all[i]->dtype = DType::kF32;
+    owned_.push_back(std::move(bufs[i]));
+  }
+  quantization_ = WeightQuantization::kFp8;
+  LOG_INFO(
+      "bert: --quantization fp8: {} Linear weights rounded to E4M3 with a scale per output row, held as fp32",
+      all.size());
+  return OkStatus();
+}
+
 Status BertEncoder::Embed(const std::vector<std::vector<int32_t>>& batch_ids, std::vector<float>* out) const {
   return Embed(batch_ids, out, ThreadPool::Default());
 }

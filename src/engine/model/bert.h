@@ -14,9 +14,11 @@
 #include <vector>
 
 #include "api/dtype.h"
+#include "api/weight_quantization.h"
 #include "base/status.h"
 #include "base/thread_pool.h"
 #include "engine/loader/tensor.h"
+#include "engine/model/weight_quant.h"
 
 namespace stoke {
 
@@ -63,6 +65,18 @@ class BertEncoder {
   Status Embed(const std::vector<std::vector<int32_t>>& batch_ids, std::vector<float>* out,
                ThreadPool& pool) const;
 
+  // --quantization fp8 on the CPU (docs/precision.md): the Linear weights of every layer (query, key, value,
+  // attention output, intermediate, output) replaced by their fp8 E4M3 round trip, one scale per output
+  // channel (RoundTripFp8Rows, engine/model/weight_quant.h: cpu::QuantizeKvRow's fp8 rounding), held
+  // dequantised as F32 in buffers the encoder owns, so Embed multiplies exactly the values fp8 weights stand
+  // for. Embeddings, LayerNorms and biases are unchanged. Call before the encoder is shared (it rewrites
+  // layers(); not safe beside Embed). Only options.pool and options.testing_scale_multiplier apply.
+  // The CUDA backend takes an unquantised encoder and BertDeviceOptions::quantization instead.
+  // FailedPrecondition when the weights are quantised already.
+  Status QuantizeWeightsFp8(const Fp8WeightOptions& options = {});
+  // kNone, or kFp8 after QuantizeWeightsFp8.
+  WeightQuantization quantization() const { return quantization_; }
+
   // A Linear layer's weight [out, in] (mapped, any MatMul dtype) and its bias [out] (fp32, owned).
   struct Linear {
     const void* w = nullptr;
@@ -106,7 +120,8 @@ class BertEncoder {
   std::vector<float> type0_emb_;  // token type 0 row, [hidden] fp32
   Norm emb_norm_;
   std::vector<Layer> layers_;
-  std::vector<std::unique_ptr<uint8_t[]>> owned_;  // aligned copies made by Aligned()
+  std::vector<std::unique_ptr<uint8_t[]>> owned_;  // aligned copies made by Aligned(), fp8 round trips
+  WeightQuantization quantization_ = WeightQuantization::kNone;
 };
 
 }  // namespace stoke

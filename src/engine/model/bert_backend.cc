@@ -12,6 +12,13 @@ Status ValidateBertDeviceOptions(const BertDeviceOptions& options) {
   return OkStatus();
 }
 
+std::string ResolveBertDevice(const std::string& device, const Backends& backends) {
+  if (device != "auto") return device;
+  const BertBackend& b = backends.cuda_bert;
+  const bool usable = b.create != nullptr && (b.available == nullptr || b.available());
+  return usable ? "cuda" : "cpu";
+}
+
 StatusOr<std::shared_ptr<BertDeviceModel>> LoadBertOnDevice(std::shared_ptr<const BertEncoder> encoder,
                                                             const BertDeviceOptions& options,
                                                             const Backends& backends) {
@@ -33,6 +40,13 @@ StatusOr<std::shared_ptr<BertDeviceModel>> LoadBertOnDevice(std::shared_ptr<cons
     return FailedPreconditionError(
         "--device cuda: no CUDA GPU is visible (driver missing or "
         "CUDA_VISIBLE_DEVICES empty); use --device cpu");
+  }
+  if (encoder != nullptr && encoder->quantization() != WeightQuantization::kNone) {
+    // The device quantises its own copies (options.quantization) from the checkpoint's weights.
+    return FailedPreconditionError(
+        "--device cuda: the encoder's CPU weights are already quantised ({}); load it unquantised and set "
+        "BertDeviceOptions::quantization",
+        WeightQuantizationName(encoder->quantization()));
   }
   return b.create(std::move(encoder), options);
 }

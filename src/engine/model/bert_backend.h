@@ -85,9 +85,15 @@ struct BertBackend {
   bool (*available)() = nullptr;
 };
 
+// "auto" -> "cuda" when backends.cuda_bert is usable (built in, a GPU visible), else "cpu"; any other value
+// as it is.
+std::string ResolveBertDevice(const std::string& device, const Backends& backends);
+
 // "cpu" (or "auto" without a usable backends.cuda_bert): nullptr, run BertEncoder::Embed. "cuda": the model
-// uploaded by backends.cuda_bert, or FailedPrecondition saying why not (built without CUDA, no GPU). Anything
-// else: InvalidArgument.
+// uploaded by backends.cuda_bert, or FailedPrecondition saying why not (built without CUDA, no GPU, or an
+// encoder already quantised on the CPU: the device quantises its own copies, options.quantization). Anything
+// else: InvalidArgument. On the CPU options.quantization is the caller's to apply
+// (BertEncoder::QuantizeWeightsFp8).
 StatusOr<std::shared_ptr<BertDeviceModel>> LoadBertOnDevice(std::shared_ptr<const BertEncoder> encoder,
                                                             const BertDeviceOptions& options,
                                                             const Backends& backends);

@@ -2,8 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -12,6 +14,7 @@
 #include "base/half.h"
 #include "engine/model/backends.h"
 #include "engine/model/bert_backend.h"
+#include "kernels/cpu/kv_quant.h"
 
 namespace stoke {
 namespace {
@@ -397,6 +400,203 @@ TEST_F(BertTest, RejectsBadModels) {
   ASSERT_TRUE(defaults.ok());
   EXPECT_EQ(defaults->hidden_size, 768);
   EXPECT_EQ(defaults->head_dim(), 64);
+}
+
+// ---- --quantization fp8 on the CPU (BertEncoder::QuantizeWeightsFp8) ----
+
+// Every Linear of every layer, in a fixed order.
+std::vector<const BertEncoder::Linear*> Linears(const BertEncoder& enc) {
+  std::vector<const BertEncoder::Linear*> all;
+  for (const BertEncoder::Layer& l : enc.layers()) {
+    for (const BertEncoder::Linear* m : {&l.query, &l.key, &l.value, &l.attn_out, &l.intermediate, &l.output})
+      all.push_back(m);
+  }
+  return all;
+}
+
+// A Linear's weight widened to fp32 (F32 or F16 as TinyBert writes them).
+std::vector<float> Weights(const BertEncoder::Linear& m) {
+  std::vector<float> out(m.out * m.in);
+  for (int64_t i = 0; i < m.out * m.in; ++i) {
+    if (m.dtype == DType::kF32) {
+      std::memcpy(&out[i], static_cast<const uint8_t*>(m.w) + 4 * i, 4);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, static_cast<const uint8_t*>(m.w) + 2 * i, 2);
+      out[i] = m.dtype == DType::kF16 ? Fp16ToFp32(h) : Bf16ToFp32(h);
+    }
+  }
+  return out;
+}
+
+// The reference: cpu::QuantizeKvRow's fp8 branch per row, dequantised with scale · multiplier.
+std::vector<float> ReferenceRoundTrip(const std::vector<float>& w, int64_t rows, int64_t cols,
+                                      float multiplier = 1.0f) {
+  std::vector<float> out(w.size());
+  std::vector<uint8_t> q(cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float scale =
+        cpu::QuantizeKvRow(w.data() + r * cols, static_cast<int>(cols), KvCacheDtype::kFp8, q.data());
+    cpu::DequantizeKvRow(q.data(), static_cast<int>(cols), scale * multiplier, KvCacheDtype::kFp8,
+                         out.data() + r * cols);
+  }
+  return out;
+}
+
+TEST_F(BertTest, Fp8WeightsAreTheReferenceQuantisersRoundTrip) {
+  for (bool f16 : {false, true}) {
+    SCOPED_TRACE(f16 ? "F16 linears" : "F32 linears");
+    auto enc = LoadOrDie({.f16_linears = f16});
+    ASSERT_NE(enc, nullptr);
+    EXPECT_EQ(enc->quantization(), WeightQuantization::kNone);
+    std::vector<std::vector<float>> before;
+    for (const auto* m : Linears(*enc)) before.push_back(Weights(*m));
+    ASSERT_TRUE(enc->QuantizeWeightsFp8().ok());
+    EXPECT_EQ(enc->quantization(), WeightQuantization::kFp8);
+    const auto after = Linears(*enc);
+    ASSERT_EQ(after.size(), 6u * model_.layers);
+    size_t changed = 0;
+    for (size_t i = 0; i < after.size(); ++i) {
+      const BertEncoder::Linear& m = *after[i];
+      EXPECT_EQ(m.dtype, DType::kF32);
+      const std::vector<float> ref = ReferenceRoundTrip(before[i], m.out, m.in);
+      const std::vector<float> got = Weights(m);
+      for (size_t j = 0; j < got.size(); ++j) {
+        ASSERT_EQ(got[j], ref[j]) << "linear " << i << " value " << j;
+        changed += got[j] != before[i][j];
+      }
+    }
+    EXPECT_GT(changed, 0u);  // E4M3 keeps 3 mantissa bits: most values move
+  }
+}
+
+TEST_F(BertTest, Fp8AllZeroRowsStayZero) {
+  // Row 3 of layer 0's query and the last row of layer 1's output dense: all zeros (scale 0).
+  auto& q = model_.w["encoder.layer.0.attention.self.query.weight"];
+  std::fill(q.begin() + 3 * model_.hidden, q.begin() + 4 * model_.hidden, 0.0f);
+  auto& o = model_.w["encoder.layer.1.output.dense.weight"];
+  std::fill(o.end() - model_.inter, o.end(), 0.0f);
+  auto enc = LoadOrDie({});
+  ASSERT_NE(enc, nullptr);
+  ASSERT_TRUE(enc->QuantizeWeightsFp8().ok());
+  const std::vector<float> qw = Weights(enc->layers()[0].query);
+  for (int j = 0; j < model_.hidden; ++j) {
+    EXPECT_EQ(qw[3 * model_.hidden + j], 0.0f) << j;
+    EXPECT_FALSE(std::signbit(qw[3 * model_.hidden + j])) << j;
+  }
+  EXPECT_NE(qw[2 * model_.hidden], 0.0f);
+  const std::vector<float> ow = Weights(enc->layers()[1].output);
+  for (int j = 0; j < model_.inter; ++j) EXPECT_EQ(ow[ow.size() - model_.inter + j], 0.0f) << j;
+}
+
+TEST_F(BertTest, Fp8LeavesEmbeddingsNormsAndBiasesAlone) {
+  auto enc = LoadOrDie({});
+  ASSERT_NE(enc, nullptr);
+  const void* word = enc->word_embeddings();
+  const void* pos = enc->position_embeddings();
+  const std::vector<float> type0 = enc->token_type0_embedding();
+  const BertEncoder::Norm emb_norm = enc->embedding_norm();
+  const std::vector<BertEncoder::Layer> layers = enc->layers();  // biases and norms copied
+  ASSERT_TRUE(enc->QuantizeWeightsFp8().ok());
+  EXPECT_EQ(enc->word_embeddings(), word);
+  EXPECT_EQ(enc->word_dtype(), DType::kF32);
+  EXPECT_EQ(enc->position_embeddings(), pos);
+  EXPECT_EQ(enc->token_type0_embedding(), type0);
+  EXPECT_EQ(enc->embedding_norm().gamma, emb_norm.gamma);
+  EXPECT_EQ(enc->embedding_norm().beta, emb_norm.beta);
+  ASSERT_EQ(enc->layers().size(), layers.size());
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const BertEncoder::Layer &a = layers[l], &b = enc->layers()[l];
+    EXPECT_EQ(a.attn_norm.gamma, b.attn_norm.gamma);
+    EXPECT_EQ(a.attn_norm.beta, b.attn_norm.beta);
+    EXPECT_EQ(a.out_norm.gamma, b.out_norm.gamma);
+    EXPECT_EQ(a.out_norm.beta, b.out_norm.beta);
+    EXPECT_EQ(a.query.bias, b.query.bias);
+    EXPECT_EQ(a.key.bias, b.key.bias);
+    EXPECT_EQ(a.value.bias, b.value.bias);
+    EXPECT_EQ(a.attn_out.bias, b.attn_out.bias);
+    EXPECT_EQ(a.intermediate.bias, b.intermediate.bias);
+    EXPECT_EQ(a.output.bias, b.output.bias);
+    EXPECT_NE(a.query.w, b.query.w);  // the weights themselves are new buffers
+    EXPECT_EQ(b.intermediate.out, model_.inter);
+    EXPECT_EQ(b.intermediate.in, model_.hidden);
+  }
+}
+
+TEST_F(BertTest, Fp8QuantisingTwiceIsRefused) {
+  auto enc = LoadOrDie({});
+  ASSERT_NE(enc, nullptr);
+  ASSERT_TRUE(enc->QuantizeWeightsFp8().ok());
+  const std::vector<float> once = Weights(enc->layers()[0].key);
+  Status again = enc->QuantizeWeightsFp8();
+  EXPECT_EQ(again.code(), StatusCode::kFailedPrecondition) << again.ToString();
+  EXPECT_NE(again.message().find("already quantised"), std::string::npos) << again.ToString();
+  EXPECT_EQ(Weights(enc->layers()[0].key), once);
+  EXPECT_EQ(enc->quantization(), WeightQuantization::kFp8);
+}
+
+TEST_F(BertTest, Fp8EmbeddingsStayCloseAndTheBrokenMultiplierMovesThem) {
+  model_.Write(dir_, {});  // once: the three encoders map the same file
+  auto load = [&]() { return BertEncoder::Load(dir_.string()); };
+  auto fp32_or = load(), good_or = load(), broken_or = load();
+  ASSERT_TRUE(fp32_or.ok() && good_or.ok() && broken_or.ok());
+  auto &fp32 = *fp32_or, &good = *good_or, &broken = *broken_or;
+  const std::vector<float> w = Weights(good->layers()[1].value);
+  ASSERT_TRUE(good->QuantizeWeightsFp8().ok());
+  ASSERT_TRUE(broken->QuantizeWeightsFp8({.testing_scale_multiplier = 1.5f}).ok());
+  // The broken quantiser's values are the reference's round trip with every scale 1.5x.
+  const BertEncoder::Linear& bv = broken->layers()[1].value;
+  const std::vector<float> ref = ReferenceRoundTrip(w, bv.out, bv.in, 1.5f);
+  const std::vector<float> got = Weights(bv);
+  const std::vector<float> ok = Weights(good->layers()[1].value);
+  size_t differ = 0;
+  for (size_t j = 0; j < got.size(); ++j) {
+    ASSERT_EQ(got[j], ref[j]) << j;
+    differ += got[j] != ok[j];
+  }
+  EXPECT_GT(differ, got.size() / 2);
+  // Embeddings: fp8 weights stay close to fp32 (cosine), the broken ones move further.
+  auto batch = RandomBatch(4, 3, 16, 11);
+  std::vector<float> e32, e8, ebad;
+  ASSERT_TRUE(fp32->Embed(batch, &e32).ok());
+  ASSERT_TRUE(good->Embed(batch, &e8).ok());
+  ASSERT_TRUE(broken->Embed(batch, &ebad).ok());
+  auto min_cosine = [&](const std::vector<float>& a, const std::vector<float>& b) {
+    double worst = 1;
+    for (size_t s = 0; s < batch.size(); ++s) {
+      double dot = 0;  // unit vectors
+      for (int j = 0; j < model_.hidden; ++j)
+        dot += double(a[s * model_.hidden + j]) * b[s * model_.hidden + j];
+      worst = std::min(worst, dot);
+    }
+    return worst;
+  };
+  const double c8 = min_cosine(e32, e8), cbad = min_cosine(e32, ebad);
+  EXPECT_GT(c8, 0.99);
+  EXPECT_LT(cbad, c8);
+  EXPECT_NE(e8, e32);
+}
+
+TEST_F(BertTest, Fp8CpuEncoderIsNotUploadedToADevice) {
+  auto enc = LoadOrDie({});
+  ASSERT_NE(enc, nullptr);
+  ASSERT_TRUE(enc->QuantizeWeightsFp8().ok());
+  std::shared_ptr<const BertEncoder> shared = std::move(enc);
+  // cpu: the quantised CPU encoder itself runs (no device model).
+  auto cpu = LoadBertOnDevice(shared, {.device = "cpu"}, CpuBackends());
+  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+  EXPECT_EQ(*cpu, nullptr);
+  // cuda: the device quantises its own copy from the checkpoint's weights; a CPU-quantised encoder is
+  // refused.
+  Backends fake = CpuBackends();
+  fake.cuda_bert = {.create = [](std::shared_ptr<const BertEncoder>,
+                                 const BertDeviceOptions&) -> StatusOr<std::shared_ptr<BertDeviceModel>> {
+                      return InternalError("not reached");
+                    },
+                    .available = nullptr};
+  auto dev = LoadBertOnDevice(shared, {.device = "cuda", .quantization = WeightQuantization::kFp8}, fake);
+  ASSERT_FALSE(dev.ok());
+  EXPECT_EQ(dev.status().code(), StatusCode::kFailedPrecondition) << dev.status().ToString();
 }
 
 // The real all-MiniLM-L6-v2 (skipped when not downloaded): shape, the 256 limit, and one embedding against

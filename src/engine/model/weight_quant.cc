@@ -9,36 +9,44 @@
 #include "kernels/cpu/quants.h"
 
 namespace stoke {
+
+Status RoundTripFp8Rows(DType dtype, const void* data, int64_t rows, int64_t cols, float scale_multiplier,
+                        ThreadPool& pool, float* out) {
+  if (rows <= 0 || cols <= 0) return OkStatus();
+  ASSIGN_OR_RETURN(size_t row_bytes, RowBytes(dtype, cols));
+  const auto* src = static_cast<const uint8_t*>(data);
+  std::atomic<bool> failed{false};
+  pool.ParallelFor(rows, 16, [&](int64_t r0, int64_t r1) {
+    std::vector<float> row(cols);
+    std::vector<uint8_t> q(cols);
+    for (int64_t r = r0; r < r1; ++r) {
+      if (!cpu::DequantizeRow(dtype, src + r * row_bytes, row.data(), cols).ok()) {
+        failed = true;
+        return;
+      }
+      const float scale =
+          cpu::QuantizeKvRow(row.data(), static_cast<int>(cols), KvCacheDtype::kFp8, q.data());
+      cpu::DequantizeKvRow(q.data(), static_cast<int>(cols), scale * scale_multiplier, KvCacheDtype::kFp8,
+                           out + r * cols);
+    }
+  });
+  if (failed) {
+    return InvalidArgumentError("--quantization fp8: cannot widen a [{}, {}] {} matrix to fp32", rows, cols,
+                                GetDTypeInfo(dtype).name);
+  }
+  return OkStatus();
+}
+
 namespace {
 
 // W' = the fp8 round trip of `in`, row by row, into a new F32 buffer `owner` keeps.
 StatusOr<LinearWeight> RoundTripFp8(const LinearWeight& in, const Fp8WeightOptions& o, ThreadPool& pool,
                                     LlamaWeights* owner) {
   if (in.empty() || in.rows <= 0 || in.cols <= 0) return in;  // an absent matrix (q/k/v when fused)
-  ASSIGN_OR_RETURN(size_t row_bytes, RowBytes(in.dtype, in.cols));
   const int64_t rows = in.rows, cols = in.cols;
   auto buf = std::make_unique<uint8_t[]>(static_cast<size_t>(rows * cols) * sizeof(float));
-  float* out = reinterpret_cast<float*>(buf.get());
-  const auto* src = static_cast<const uint8_t*>(in.data);
-  std::atomic<bool> failed{false};
-  pool.ParallelFor(rows, 16, [&](int64_t r0, int64_t r1) {
-    std::vector<float> row(cols);
-    std::vector<uint8_t> q(cols);
-    for (int64_t r = r0; r < r1; ++r) {
-      if (!cpu::DequantizeRow(in.dtype, src + r * row_bytes, row.data(), cols).ok()) {
-        failed = true;
-        return;
-      }
-      const float scale =
-          cpu::QuantizeKvRow(row.data(), static_cast<int>(cols), KvCacheDtype::kFp8, q.data());
-      cpu::DequantizeKvRow(q.data(), static_cast<int>(cols), scale * o.testing_scale_multiplier,
-                           KvCacheDtype::kFp8, out + r * cols);
-    }
-  });
-  if (failed) {
-    return InvalidArgumentError("--quantization fp8: cannot widen a [{}, {}] {} matrix to fp32", rows, cols,
-                                GetDTypeInfo(in.dtype).name);
-  }
+  RETURN_IF_ERROR(RoundTripFp8Rows(in.dtype, in.data, rows, cols, o.testing_scale_multiplier, pool,
+                                   reinterpret_cast<float*>(buf.get())));
   LinearWeight w{buf.get(), DType::kF32, rows, cols};
   owner->owned.push_back(std::move(buf));
   return w;

@@ -26,6 +26,14 @@ struct Fp8WeightOptions {
   bool quantize_lm_head = false;
 };
 
+// The fp8 round trip above of one [rows, cols] matrix of `dtype` at `data` (rows of RowBytes(dtype, cols)
+// bytes: F32, F16, BF16 or a GGUF quantised type) into `out` [rows, cols] fp32, on `pool`; every dequantised
+// row is multiplied by its scale · scale_multiplier (1 but in tests). The row quantiser of the decoder's
+// weights (below) and of the BERT encoder's (BertEncoder::QuantizeWeightsFp8).
+// InvalidArgument for a type cpu::DequantizeRow cannot widen.
+Status RoundTripFp8Rows(DType dtype, const void* data, int64_t rows, int64_t cols, float scale_multiplier,
+                        ThreadPool& pool, float* out);
+
 // Replaces q/k/v (or the fused qkv), o, gate/up (or gate_up), down of every layer (and the lm_head with
 // quantize_lm_head) with F32 matrices holding their fp8 round trip, in buffers `w` owns (buffers only the old
 // matrices used are freed). The embedding is left as it is: a tied lm_head gets its own quantised copy.

@@ -75,11 +75,13 @@ json KserveService::ModelMetadataJson(const ServedModel& m, const ClassicModel& 
   const int mbs = m.config().max_batch_size;
   for (const TensorSpec& s : model.signature().inputs) inputs.push_back(TensorMetadata(s, mbs));
   for (const TensorSpec& s : model.signature().outputs) outputs.push_back(TensorMetadata(s, mbs));
-  return json{{"name", m.name()},
-              {"versions", json::array({m.version()})},
-              {"platform", model.platform()},
-              {"inputs", inputs},
-              {"outputs", outputs}};
+  json j{{"name", m.name()},
+         {"versions", json::array({m.version()})},
+         {"platform", model.platform()},
+         {"inputs", inputs},
+         {"outputs", outputs}};
+  if (!model.parameters().empty()) j["parameters"] = model.parameters();
+  return j;
 }
 
 json KserveService::ModelConfigJson(const ServedModel& m, const ClassicModel& model) {
@@ -109,7 +111,10 @@ json KserveService::ModelConfigJson(const ServedModel& m, const ClassicModel& mo
   j["output"] = out;
   j["model_transaction_policy"] = json{{"decoupled", false}};
   j["response_cache"] = json{{"enable", false}};
-  j["parameters"] = json::object();
+  // Triton's form: {"quantization": {"string_value": "fp8"}, ...} (an encoder's precision; else empty).
+  json params = json::object();
+  for (const auto& [k, v] : model.parameters()) params[k] = json{{"string_value", v}};
+  j["parameters"] = std::move(params);
   return j;
 }
 

@@ -521,7 +521,8 @@ void OpenAiService::HandleModels(const HttpRequest&, std::shared_ptr<HttpRespond
       continue;
     }
     // Batched models: every served name (an encoder's text form and its -ids form).
-    for (const auto& s : m->served()) list.push_back({.id = s->name()});
+    const std::string fields = m->model_fields();  // an encoder's precision
+    for (const auto& s : m->served()) list.push_back({.id = s->name(), .extra_fields = fields});
   }
   r->Send(JsonResponse(200, ModelListJson(list, created_)));
 }

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -96,6 +97,15 @@ class ClassicModel {
   virtual const char* copy_memory() const { return ""; }
   // Non-null for models /v1/embeddings can serve (text in, one vector per row out).
   virtual const TextEmbedder* text_embedder() const { return nullptr; }
+
+  // Extra facts its KServe model metadata ("parameters": {"quantization": "fp8", ...}) and model config
+  // (Triton's "parameters": {"quantization": {"string_value": "fp8"}}) carry: the loader sets them before
+  // the model serves (an encoder's weight precision and its consistency gate's verdict: docs/precision.md).
+  void set_parameters(std::map<std::string, std::string> p) { parameters_ = std::move(p); }
+  const std::map<std::string, std::string>& parameters() const { return parameters_; }
+
+ private:
+  std::map<std::string, std::string> parameters_;
 };
 
 // Checks `inputs` against the signature: every input present once, no unknown ones, datatype, rank and

@@ -65,6 +65,11 @@ std::shared_ptr<const DecoderHandle> RepositoryModel::decoder() const {
   return decoder_;
 }
 
+std::string RepositoryModel::model_fields() const {
+  std::lock_guard lock(mu_);
+  return model_fields_;
+}
+
 ModelRepository::ModelRepository(ModelRepositoryOptions options) : options_(std::move(options)) {}
 
 ModelRepository::~ModelRepository() {
@@ -121,7 +126,8 @@ void ModelRepository::Start() {
         m->wanted_ = true;
         m->state_ = ModelState::kLoading;
       }
-      tasks_.push_back({.model = m.get(), .load = true, .done = nullptr});
+      tasks_.push_back({.model = m.get(), .load = true, .done = nullptr, .startup = true});
+      ++startup_pending_;
     }
   }
   worker_ = std::thread([this] { WorkerLoop(); });
@@ -198,6 +204,7 @@ void ModelRepository::WorkerLoop() {
     if (t.done) t.done(s);
     lock.lock();
     if (!s.ok() && t.load && startup_error_.ok() && !t.done) startup_error_ = s;
+    if (t.startup) --startup_pending_;
     busy_ = false;
     cv_.notify_all();
   }
@@ -240,6 +247,7 @@ Status ModelRepository::DoLoad(RepositoryModel& m) {
   m.decoder_ = std::move(loaded->decoder);
   m.drain_ = std::move(loaded->drain);
   m.summary_ = std::move(loaded->summary);
+  m.model_fields_ = std::move(loaded->model_fields);
   m.state_ = ModelState::kReady;
   return OkStatus();
 }
@@ -252,6 +260,7 @@ void ModelRepository::DoUnload(RepositoryModel& m, std::chrono::milliseconds dra
     if (m.state_ != ModelState::kReady) return;
     m.state_ = ModelState::kUnloading;
     decoder = std::move(m.decoder_);  // new requests now find no engine (503)
+    m.model_fields_.clear();
   }
   for (auto& s : m.served_) s->Stop(drain);
   if (m.drain_) m.drain_(drain);
@@ -272,6 +281,12 @@ std::vector<ServedModel*> ModelRepository::served_models() const {
 
 bool ModelRepository::ready() const {
   if (!started_) return false;
+  {
+    // A load at start that failed ends the server (StartupError): from the moment its model stops being
+    // wanted until the process exits, it must not look ready (a prober would find it gone a moment later).
+    std::lock_guard lock(mu_);
+    if (startup_pending_ > 0 || !startup_error_.ok()) return false;
+  }
   for (const auto& m : models_) {
     std::lock_guard lock(m->mu_);
     if (m->wanted_ && m->state_ != ModelState::kReady) return false;

@@ -70,6 +70,9 @@ struct LoadedModel {
   // Decoders: called on unload after new requests are refused; waits up to `drain` for in-flight ones.
   std::function<void(std::chrono::milliseconds drain)> drain;
   std::string summary;  // for the "ready" line: "from PATH on DEVICE, ..."
+  // Batched kinds: members added to each served name's GET /v1/models entry ("" or a JSON object as text;
+  // an encoder's {"precision": {...}}). Decoders carry theirs in DecoderHandle::model_fields.
+  std::string model_fields;
 };
 
 struct ModelConfig {
@@ -95,6 +98,8 @@ class RepositoryModel {
   std::string summary() const;
   // A ready decoder's handle (null otherwise). Callers keep the copy for one request's submission.
   std::shared_ptr<const DecoderHandle> decoder() const;
+  // A ready batched model's LoadedModel::model_fields ("" otherwise).
+  std::string model_fields() const;
   // Batched kinds: the served names (stable for the process's life).
   const std::vector<std::unique_ptr<ServedModel>>& served() const { return served_; }
 
@@ -108,6 +113,7 @@ class RepositoryModel {
   bool wanted_ = false;                                   // guarded by mu_
   std::string summary_;                                   // guarded by mu_
   std::shared_ptr<const DecoderHandle> decoder_;          // guarded by mu_; set while READY
+  std::string model_fields_;                              // guarded by mu_; set while READY
   std::function<void(std::chrono::milliseconds)> drain_;  // worker thread only
 };
 
@@ -153,7 +159,8 @@ class ModelRepository {
   const std::vector<std::unique_ptr<RepositoryModel>>& models() const { return models_; }
   // Every served name of the batched models, in Add order (the KServe routes).
   std::vector<ServedModel*> served_models() const;
-  // Every model that should be ready (wanted) is READY. False before Start.
+  // Every model that should be ready (wanted) is READY. False before Start, while the loads Start() queued
+  // run, and after one of them failed (the StartupError a server exits on).
   bool ready() const;
   // "a, b, c": the model names, for error messages.
   std::string NameList() const;
@@ -165,6 +172,7 @@ class ModelRepository {
     RepositoryModel* model;
     bool load;
     std::function<void(Status)> done;
+    bool startup = false;  // queued by Start()
   };
   Status Enqueue(std::string_view name, bool load, std::function<void(Status)> done);
   void WorkerLoop();
@@ -182,6 +190,7 @@ class ModelRepository {
   bool stopping_ = false;   // guarded by mu_
   std::atomic<bool> started_{false};
   Status startup_error_;  // guarded by mu_
+  int startup_pending_ = 0;  // guarded by mu_: loads queued by Start() not finished yet
   std::thread worker_;
 };
 

@@ -67,7 +67,7 @@ StatusOr<std::optional<precision::GateReport>> RunServeGate(const std::string& p
 std::string PrecisionModelFields(const ServedPrecision& precision,
                                  const std::optional<precision::GateReport>& gate) {
   nlohmann::ordered_json p;
-  p["kv_cache_dtype"] = precision.kv_cache_dtype;
+  if (!precision.kv_cache_dtype.empty()) p["kv_cache_dtype"] = precision.kv_cache_dtype;  // "": an encoder
   p["quantization"] = precision.quantization;
   p["consistency_gate"] = gate ? precision::ReportToJson(*gate) : nlohmann::ordered_json(nullptr);
   nlohmann::ordered_json out;
@@ -77,9 +77,10 @@ std::string PrecisionModelFields(const ServedPrecision& precision,
 
 Status PublishGateMetrics(const precision::GateReport& gate, const std::string& model_name,
                           const ServedPrecision& precision, MetricsRegistry& registry) {
-  const MetricLabels labels = {{"model_name", model_name},
-                               {"kv_cache_dtype", precision.kv_cache_dtype},
-                               {"quantization", precision.quantization}};
+  const MetricLabels labels = {
+      {"model_name", model_name},
+      {"kv_cache_dtype", precision.kv_cache_dtype.empty() ? "none" : precision.kv_cache_dtype},
+      {"quantization", precision.quantization}};
   ASSIGN_OR_RETURN(
       GaugeFamily pass,
       registry.AddGauge("stoke:precision_gate_pass",

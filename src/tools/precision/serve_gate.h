@@ -28,7 +28,9 @@ StatusOr<std::optional<precision::GateReport>> RunServeGate(const std::string& p
 
 // The precision a decoder was loaded at, as DecoderModel names it.
 struct ServedPrecision {
-  std::string kv_cache_dtype;         // kv_cache_dtype_name(): "fp32", "bf16", "int8", "fp8"
+  // kv_cache_dtype_name(): "fp32", "bf16", "int8", "fp8"; "" for an encoder (no KV cache: left out of the
+  // /v1/models entry, "none" in the gauges' label).
+  std::string kv_cache_dtype;
   std::string quantization = "none";  // quantization_name(): "none", "fp8"
 };
 

@@ -45,8 +45,9 @@ std::string Knobs::Describe(ModelKind kind) const {
                        Own(max_num_batched_tokens, 0), OnOff(chunked_prefill), OnOff(cuda_graphs),
                        kv_cache_dtype.empty() ? "" : ", kv " + kv_cache_dtype,
                        quantization.empty() ? "" : ", weights " + quantization);
-  return fmt::format("batch {}, delay {}, instances {}", Own(max_batch_size, 0),
-                     Own(max_queue_delay_us, -1, " us"), Own(instances, 0));
+  return fmt::format("batch {}, delay {}, instances {}{}", Own(max_batch_size, 0),
+                     Own(max_queue_delay_us, -1, " us"), Own(instances, 0),
+                     quantization.empty() ? "" : ", weights " + quantization);
 }
 
 std::vector<std::string> Knobs::Flags(ModelKind kind) const {
@@ -65,6 +66,7 @@ std::vector<std::string> Knobs::Flags(ModelKind kind) const {
   if (max_queue_delay_us >= 0)
     a.insert(a.end(), {"--max-queue-delay-us", std::to_string(max_queue_delay_us)});
   if (instances > 0) a.insert(a.end(), {"--instances", std::to_string(instances)});
+  if (!quantization.empty()) a.insert(a.end(), {"--quantization", quantization});
   return a;
 }
 
@@ -77,7 +79,7 @@ double KnobValue(const std::string& knob, const Knobs& k) {
   if (knob == "chunked_prefill") return k.chunked_prefill;
   if (knob == "cuda_graphs") return k.cuda_graphs;
   if (knob == "kv_cache_dtype") return k.kv_cache_dtype == "int8" ? 1 : k.kv_cache_dtype == "fp8" ? 2 : 0;
-  if (knob == "weight_precision") return k.quantization == "fp8" ? 1 : 0;
+  if (knob == "weight_precision" || knob == "precision") return k.quantization == "fp8" ? 1 : 0;
   return 0;
 }
 
@@ -91,7 +93,8 @@ nlohmann::json KnobsJson(const Knobs& k, ModelKind kind) {
             {"quantization", OwnText(k.quantization)}};
   return {{"max_batch_size", OwnJson(k.max_batch_size, 0)},
           {"max_queue_delay_us", OwnJson(k.max_queue_delay_us, -1)},
-          {"instances", OwnJson(k.instances, 0)}};
+          {"instances", OwnJson(k.instances, 0)},
+          {"quantization", OwnText(k.quantization)}};
 }
 
 ServeDefaults ParseServeHelp(const std::string& help) {

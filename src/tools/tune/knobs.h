@@ -4,6 +4,8 @@
 //   batched   max_batch_size           --max-batch-size N          0
 //             max_queue_delay_us       --max-queue-delay-us US     -1
 //             instances                --instances N               0
+//             quantization             --quantization fp8          "" (none); BERT encoders only, gated at
+//                                                                  load (step "precision")
 //   decoder   max_num_seqs             --max-num-seqs N            0
 //             max_num_batched_tokens   --max-num-batched-tokens N  0
 //             chunked_prefill          --no-chunked-prefill (off)  -1 (0 off, 1 on)
@@ -48,7 +50,8 @@ struct Knobs {
 };
 
 // The knob's value for charts; "own" reads as the server's default when known (`own`). kv_cache_dtype is an
-// index: 0 own (bf16), 1 int8, 2 fp8; weight_precision (the quantization knob's step): 0 own, 1 fp8.
+// index: 0 own (bf16), 1 int8, 2 fp8; weight_precision and precision (the quantization knob's steps): 0 own,
+// 1 fp8.
 double KnobValue(const std::string& knob, const Knobs& k);
 nlohmann::json KnobsJson(const Knobs& k, ModelKind kind);
 

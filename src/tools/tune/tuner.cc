@@ -10,6 +10,7 @@
 #include <memory>
 #include <numeric>
 
+#include "base/file_util.h"
 #include "tools/bench/bench_runner.h"
 #include "tools/bench/http_client.h"
 #include "tools/tune/doctor_probe.h"
@@ -18,6 +19,26 @@
 namespace stoke::tune {
 
 namespace {
+
+// Why a point failed, short: a server the output-consistency gate refused at load (a lower precision: the
+// KV-cache, weight and precision steps) says so with its failing metrics, wherever they sit in its log;
+// anything else is the error's first 200 characters.
+std::string FailureWhy(const std::string& error) {
+  if (error.find("the consistency gate rejects this precision") == std::string::npos)
+    return "failed: " + error.substr(0, 200);
+  std::vector<std::string> failing;
+  size_t pos = 0;
+  while ((pos = error.find("FAIL  ", pos)) != std::string::npos) {
+    const size_t end = error.find('\n', pos);
+    std::string line = error.substr(pos + 6, end == std::string::npos ? std::string::npos : end - pos - 6);
+    while (line.find("  ") != std::string::npos) line.replace(line.find("  "), 2, " ");
+    failing.push_back(line);
+    pos = end == std::string::npos ? error.size() : end;
+  }
+  return fmt::format(
+      "failed: refused by the consistency gate at load ({})",
+      failing.empty() ? std::string("see its log") : fmt::format("{}", fmt::join(failing, "; ")));
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -101,8 +122,9 @@ class Tuner {
     ServerProcess server;
     Status s = OkStatus();
     std::string url = o_.url;
+    std::string log;
     if (url.empty()) {
-      const std::string log = fmt::format("{}/logs/serve-{:03d}.log", o_.out_dir, m.index);
+      log = fmt::format("{}/logs/serve-{:03d}.log", o_.out_dir, m.index);
       s = server.Start(o_.stoke_exe, ServeArgs(o_, r_.kind, k), log, 300);
       url = server.url();
     }
@@ -119,7 +141,15 @@ class Tuner {
     server.Stop();
     if (!s.ok()) {
       m.error = s.message();
-      m.why = "failed: " + s.message().substr(0, 200);
+      // A server whose model failed to load at start (e.g. refused by the consistency gate) answers
+      // /health/ready for the moment before it exits, so the first error may be a refused connection: its
+      // log says what happened.
+      if (!log.empty() && m.error.find("cannot load") == std::string::npos) {
+        StatusOr<std::string> text = ReadFileToString(log);
+        const size_t at = text.ok() ? text->find("stoke serve: cannot load") : std::string::npos;
+        if (at != std::string::npos) m.error = text->substr(at) + "\n(then: " + m.error + ")";
+      }
+      m.why = FailureWhy(m.error);
     }
     Judge(o_.slos, &m);
     m.elapsed_s = Elapsed();
@@ -140,6 +170,8 @@ class Tuner {
     if (cfg.ok() && cfg->status == 200 && j.is_object()) {
       r_.kind = ModelKind::kBatched;
       r_.baseline_knobs = ConfigKnobs(j);
+      encoder_ = j.value("platform", "") == "stoke_bert";
+      if (encoder_ && o_.url.empty()) has_quantization_ = ReadServeDefaults(o_.stoke_exe).has_quantization;
     } else {
       r_.kind = ModelKind::kDecoder;  // no batcher config: the OpenAI path, continuous batching
       if (o_.url.empty()) {           // the defaults of the stoke serve tune starts (not --url's server)
@@ -260,6 +292,7 @@ class Tuner {
     c.own = Explicit(Knobs{});
     c.has_kv_cache_dtype = has_kv_cache_dtype_;
     c.has_quantization = has_quantization_;
+    c.encoder = encoder_;
     return c;
   }
 
@@ -436,6 +469,7 @@ class Tuner {
   double best_score_ = 0;
   bool has_kv_cache_dtype_ = false;
   bool has_quantization_ = false;
+  bool encoder_ = false;  // batched and a BERT encoder (its config's platform): the precision step
 
  public:
   Status fatal_ = OkStatus();  // a usage error found once the model is known (an SLO its kind has not)

@@ -2,8 +2,8 @@
 // of model (walk.h StepOrder):
 //
 //   batched (encoders, model files):  baseline -> max_batch_size (with a queue delay) -> max_queue_delay_us
-//                                     -> instances -> precision (skipped: not yet / no lower precision on
-//                                     CPU)
+//                                     -> instances -> precision (encoders: --quantization fp8, gated at
+//                                     load by the server; skipped for model files and image classifiers)
 //   decoders (GGUF / HF Llama-family): baseline -> max_num_seqs -> max_num_batched_tokens -> chunked prefill
 //                                     -> CUDA graphs (--device cuda only) -> KV cache dtype (int8, fp8: the
 //                                     server gates each at load) -> weight precision (--quantization

@@ -96,10 +96,28 @@ void BatchedSteps(const std::string& step, const WalkContext& c, const Knobs& cu
       p->names.push_back(fmt::format("{} instances", n));
     }
   } else if (step == "precision") {
-    p->skip = c.device == "cuda"
-                  ? "not yet: the precision step (with its output-consistency gate, issue 15) is "
-                    "not built for batched models"
-                  : "no lower precision for this backend (CPU)";
+    if (!c.encoder) {
+      p->skip =
+          "no lower precision for this model (--quantization applies to encoders; this is a synthetic "
+          "model file or an image classifier)";
+      return;
+    }
+    if (!c.has_quantization) {
+      p->skip = "this stoke serve has no --quantization";
+      return;
+    }
+    if (cur.quantization == "fp8") {
+      p->skip = "the weights are fp8 already";
+      return;
+    }
+    // As the decoders' weight step: the candidate's server compares its fp8 encoder with the CPU's fp32 one
+    // at load (cosine of embeddings) and refuses to start when the gate fails, so such a point fails and is
+    // never kept.
+    p->ordered = false;
+    Knobs k = cur;
+    k.quantization = "fp8";
+    p->candidates.push_back(k);
+    p->names.push_back("weights fp8 (gated)");
   }
 }
 

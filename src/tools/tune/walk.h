@@ -68,7 +68,8 @@ struct WalkContext {
   int max_input_tokens = 0;  // the longest prompt the server sees (chat template included), 0 when not known
   Knobs own;                 // the baseline's values made explicit where known
   bool has_kv_cache_dtype = false;
-  bool has_quantization = false;  // stoke serve has --quantization (the weight_precision step)
+  bool has_quantization = false;  // stoke serve has --quantization (the weight_precision / precision steps)
+  bool encoder = false;  // batched: the model is a BERT encoder (platform stoke_bert): the precision step
 };
 
 struct StepPlan {

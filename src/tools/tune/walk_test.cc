@@ -160,6 +160,39 @@ TEST(TunePlanTest, WeightPrecisionStepTriesGatedFp8Weights) {
   EXPECT_FALSE(PlanStep("weight_precision", c, p.candidates[0], json()).skip.empty());
 }
 
+TEST(TunePlanTest, BatchedPrecisionStepTriesGatedFp8WeightsForEncodersOnly) {
+  WalkContext c;
+  c.kind = ModelKind::kBatched;
+  c.own = {.max_batch_size = 32, .max_queue_delay_us = 0, .instances = 1};
+  c.has_quantization = true;
+  // A synthetic model file (or an image classifier): nothing to lower.
+  EXPECT_NE(PlanStep("precision", c, c.own, json()).skip.find("no lower precision"), std::string::npos);
+  c.encoder = true;
+  c.has_quantization = false;
+  EXPECT_NE(PlanStep("precision", c, c.own, json()).skip.find("no --quantization"), std::string::npos);
+  c.has_quantization = true;
+  Knobs cur = c.own;
+  cur.max_batch_size = 8;  // the earlier steps' winners stay
+  StepPlan p = PlanStep("precision", c, cur, json());
+  EXPECT_TRUE(p.skip.empty()) << p.skip;
+  EXPECT_FALSE(p.ordered);
+  ASSERT_EQ(p.candidates.size(), 1u);
+  EXPECT_EQ(Joined(p.names), "weights fp8 (gated)|");
+  EXPECT_EQ(p.candidates[0].quantization, "fp8");
+  EXPECT_EQ(p.candidates[0].max_batch_size, 8);
+  const std::vector<std::string> f = p.candidates[0].Flags(ModelKind::kBatched);
+  ASSERT_GE(f.size(), 2u);
+  EXPECT_EQ(std::vector<std::string>(f.end() - 2, f.end()),
+            (std::vector<std::string>{"--quantization", "fp8"}));
+  EXPECT_EQ(KnobValue("precision", p.candidates[0]), 1);
+  EXPECT_EQ(KnobValue("precision", cur), 0);
+  EXPECT_NE(p.candidates[0].Describe(ModelKind::kBatched).find("instances 1, weights fp8"),
+            std::string::npos);
+  EXPECT_EQ(KnobsJson(p.candidates[0], ModelKind::kBatched)["quantization"], "fp8");
+  EXPECT_EQ(KnobsJson(cur, ModelKind::kBatched)["quantization"], "own");
+  EXPECT_NE(PlanStep("precision", c, p.candidates[0], json()).skip.find("fp8 already"), std::string::npos);
+}
+
 TEST(TunePlanTest, BandwidthBoundFromGpuCountersSkipsInstances) {
   WalkContext c;
   c.kind = ModelKind::kBatched;
