@@ -65,6 +65,48 @@ __device__ __forceinline__ float BlockMax(float v, float* scratch) {
 // reading anything that kernel (or one before it) writes, and before writing anything they read. A kernel
 // calling PdlLaunchDependents() lets such a dependent start once all of its own blocks are running. Both are
 // no-ops for kernels launched the ordinary way.
+// x[r, :] = act(x[r, :] + bias) over bf16 rows, 8 values per thread (16-byte loads and stores), for dim % 8
+// == 0 and x 16-byte aligned: thread (blockIdx.x, threadIdx.x) owns one 8-value column group, rows stride over
+// grid.y. No per-element index division (the scalar kernels' 64-bit `i % dim` cost more than the memory
+// traffic: measured on the H200, BERT-large's bias + GELU at 1.2 TB/s and bias add at 1.5 TB/s). kGelu: the
+// exact (erf) GELU after the bias. bias may be null (activation only).
+template <bool kGelu>
+__global__ void BiasAct8Kernel(__nv_bfloat16* __restrict__ x, const float* __restrict__ bias, int64_t rows,
+                               int64_t dim) {
+  const int64_t c8 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c8 * 8 >= dim) return;
+  float b[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) b[i] = bias != nullptr ? __ldg(bias + c8 * 8 + i) : 0.f;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    uint4* p = reinterpret_cast<uint4*>(x + r * dim) + c8;
+    uint4 v = *p;
+    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&v);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float2 f = __bfloat1622float2(h[i]);
+      f.x += b[2 * i];
+      f.y += b[2 * i + 1];
+      if constexpr (kGelu) {
+        f.x = 0.5f * f.x * (1.f + erff(f.x * 0.70710678118654752f));
+        f.y = 0.5f * f.y * (1.f + erff(f.y * 0.70710678118654752f));
+      }
+      h[i] = __floats2bfloat162_rn(f.x, f.y);
+    }
+    *p = v;
+  }
+}
+
+inline bool BiasAct8Applies(const void* x, int64_t dim) {
+  return dim % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+}
+
+inline dim3 BiasAct8Grid(int64_t rows, int64_t dim, int threads) {
+  const int64_t groups = dim / 8;
+  return dim3(static_cast<unsigned>((groups + threads - 1) / threads),
+              static_cast<unsigned>(rows < 65535 ? rows : 65535));
+}
+
 __device__ __forceinline__ void PdlWait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");

@@ -1,3 +1,5 @@
+#include <type_traits>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.h"
@@ -122,6 +124,13 @@ Status SiluMul(const __nv_bfloat16* gate, const __nv_bfloat16* up, int64_t n, __
 template <typename T>
 static Status LaunchGeluBias(T* x, const float* bias, int64_t rows, int64_t dim, cudaStream_t stream) {
   if (rows <= 0 || dim <= 0) return OkStatus();
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    if (BiasAct8Applies(x, dim)) {
+      BiasAct8Kernel<true><<<BiasAct8Grid(rows, dim, 128), 128, 0, stream>>>(x, bias, rows, dim);
+      CUDA_RETURN_IF_ERROR(cudaGetLastError());
+      return OkStatus();
+    }
+  }
   GeluBiasKernel<<<GridFor(rows * dim), kThreads, 0, stream>>>(x, bias, rows, dim);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return OkStatus();

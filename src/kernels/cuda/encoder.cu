@@ -377,6 +377,11 @@ Status BiasResidualLayerNorm(const float* y, const float* bias, float* x, const 
 
 Status AddBias(__nv_bfloat16* x, const float* bias, int64_t rows, int64_t dim, cudaStream_t stream) {
   if (rows <= 0 || dim <= 0) return OkStatus();
+  if (BiasAct8Applies(x, dim)) {
+    BiasAct8Kernel<false><<<BiasAct8Grid(rows, dim, 128), 128, 0, stream>>>(x, bias, rows, dim);
+    CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    return OkStatus();
+  }
   AddBiasKernel<<<GridFor(rows * dim), kThreads, 0, stream>>>(x, bias, rows, dim);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return OkStatus();

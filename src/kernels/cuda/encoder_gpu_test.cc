@@ -140,6 +140,16 @@ TEST(CudaEncoder, AddBiasAndMeanPoolNormalize) {
   DeviceBuffer<float> db(bias);
   STATUS_ASSERT(AddBias(dx.bf16(), db.get(), rows, dim, nullptr));
   EXPECT_CLOSE(FromBf16(dx.Download()), want, kTolBf16, "add bias");
+  {  // a width that is not a multiple of 8: the scalar kernel
+    const int64_t d2 = 100;
+    const auto x2 = RoundBf16(RandomFloats(rows * d2, 24)), b2 = RandomFloats(d2, 25);
+    std::vector<float> want2(rows * d2);
+    for (int64_t i = 0; i < rows * d2; ++i) want2[i] = x2[i] + b2[i % d2];
+    DeviceBuffer<uint16_t> dx2(ToBf16(x2));
+    DeviceBuffer<float> db2(b2);
+    STATUS_ASSERT(AddBias(dx2.bf16(), db2.get(), rows, d2, nullptr));
+    EXPECT_CLOSE(FromBf16(dx2.Download()), want2, kTolBf16, "add bias, width 100");
+  }
 
   const std::vector<int32_t> cu = {0, 1, 8, 8 + 33, 50};
   const auto act = RandomFloats(rows * dim, 23);
