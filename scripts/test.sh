@@ -2,8 +2,8 @@
 # Sets up a fresh machine and runs every test. This is the README's test command and exactly what CI runs.
 #   1. scripts/setup.sh            Debian packages + Python test venv (idempotent)
 #   2. release build (CPU) + the real models fetched (stoke model fetch, sha256-checked)
-#   3. ctest (unit + golden C++ tests) and pytest (golden, integration: real servers, real clients)
-#   4. unit tests again under ASan + UBSan (debug-asan preset)
+#   3. ctest (unit + golden C++ tests) and pytest (golden, integration: real servers, real clients; in parallel)
+#   4. unit tests again under ASan + UBSan (debug-asan preset), less the few labelled `real` (see the stage)
 #   5. each libFuzzer target for a short while (fuzz preset, clang)
 #   6. the CUDA targets compiled for sm_90a when nvcc exists (nothing runs them here: no GPU)
 # Env: STOKE_TEST_STAGES="build ctest pytest asan fuzz cuda" to pick stages; FUZZ_SECONDS (default 30, per
