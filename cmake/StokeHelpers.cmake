@@ -1,7 +1,9 @@
 # Helpers that keep each folder's CMakeLists.txt to a few lines.
 #
 #   stoke_library(NAME SRCS a.cc b.cc DEPS other_lib ...)   one static library per folder
-#   stoke_test(NAME SRCS a_test.cc DEPS lib ... [LABELS l])  one GoogleTest binary, registered with ctest
+#   stoke_test(NAME SRCS a_test.cc DEPS lib ... [LABELS l] [REAL regex])
+#                                                           one GoogleTest binary, registered with ctest; the
+#                                                           tests whose names match REAL get the label `real` too
 #   stoke_fuzzer(NAME SRCS f.cc DEPS lib ...)                a libFuzzer target (only with STOKE_FUZZ)
 
 set(STOKE_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare -Wno-missing-field-initializers)
@@ -39,7 +41,7 @@ function(stoke_library name)
 endfunction()
 
 function(stoke_test name)
-  cmake_parse_arguments(ARG "" "" "SRCS;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "" "REAL" "SRCS;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SRCS})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gmock GTest::gtest_main)
   target_compile_options(${name} PRIVATE ${STOKE_WARNINGS} ${STOKE_ARCH_FLAGS})
@@ -47,6 +49,22 @@ function(stoke_test name)
     set(ARG_LABELS unit)
   endif()
   gtest_discover_tests(${name} PROPERTIES LABELS "${ARG_LABELS}" DISCOVERY_TIMEOUT 60)
+  if(ARG_REAL)
+    # Label `real`: long runs of a real model (SmolLM2 loops, the precision gate on it). They run in the release
+    # ctest; scripts/test.sh leaves them out of the ASan + UBSan run (-LE real), where -O0 + ASan makes each
+    # take minutes, while the same code runs there under the tiny-model unit tests. The discovered test names
+    # exist only at ctest time (gtest_discover_tests sets ${name}_TESTS there), so a CTest include file run
+    # after the discovery's adds the label.
+    set(labels ${ARG_LABELS} real)
+    set(script "${CMAKE_CURRENT_BINARY_DIR}/${name}_real_label.cmake")
+    file(WRITE "${script}"
+      "foreach(t IN LISTS ${name}_TESTS)\n"
+      "  if(t MATCHES [==[${ARG_REAL}]==])\n"
+      "    set_tests_properties(\"\${t}\" PROPERTIES LABELS \"${labels}\")\n"
+      "  endif()\n"
+      "endforeach()\n")
+    set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${script}")
+  endif()
 endfunction()
 
 function(stoke_fuzzer name)
@@ -62,9 +80,9 @@ endfunction()
 
 # A folder's library from its sources: every *.cc except *_test.cc / *_fuzz.cc / *_bench.cc, plus one test
 # binary from its *_test.cc files and one fuzzer per *_fuzz.cc. Keeps folders from editing CMake for each file.
-#   stoke_folder_library(NAME DEPS a b [TEST_DEPS c] [TEST_LABELS l])
+#   stoke_folder_library(NAME DEPS a b [TEST_DEPS c] [TEST_LABELS l] [REAL_TESTS regex])
 function(stoke_folder_library name)
-  cmake_parse_arguments(ARG "" "" "DEPS;PRIVATE_DEPS;TEST_DEPS;TEST_LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "" "REAL_TESTS" "DEPS;PRIVATE_DEPS;TEST_DEPS;TEST_LABELS" ${ARGN})
   file(GLOB srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cc)
   file(GLOB tests CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*_test.cc)
   file(GLOB fuzzers CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*_fuzz.cc)
@@ -78,7 +96,8 @@ function(stoke_folder_library name)
     target_link_libraries(${name} INTERFACE ${ARG_DEPS})
   endif()
   if(tests)
-    stoke_test(${name}_test SRCS ${tests} DEPS ${name} ${ARG_TEST_DEPS} LABELS ${ARG_TEST_LABELS})
+    stoke_test(${name}_test SRCS ${tests} DEPS ${name} ${ARG_TEST_DEPS} LABELS ${ARG_TEST_LABELS}
+               REAL "${ARG_REAL_TESTS}")
   endif()
   foreach(f ${fuzzers})
     get_filename_component(fname ${f} NAME_WE)
