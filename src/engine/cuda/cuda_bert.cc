@@ -281,20 +281,15 @@ Status CudaBertModelImpl::Upload() {
       // quantiser, kernels/cuda/quant.h) into the arena, and the temporary is freed.
       void* tmp = nullptr;
       CUDA_RETURN_IF_ERROR(cudaMalloc(&tmp, buf.size() * 2));
-      Status st = OkStatus();
-      auto q = weights_->AllocateArray<uint8_t>(out->out * out->in);
-      auto sc = weights_->AllocateArray<float>(out->out);
-      if (!q.ok() || !sc.ok()) st = !q.ok() ? q.status() : sc.status();
-      if (st.ok() && cudaMemcpy(tmp, buf.data(), buf.size() * 2, cudaMemcpyHostToDevice) != cudaSuccess)
-        st = InternalError("cuda bert: weight upload failed");
-      if (st.ok())
-        st = cuda::QuantizeRowsFp8(static_cast<const bf16*>(tmp), out->out, out->in, out->in, *q, *sc,
-                                   options_.fp8_scale_multiplier, nullptr);
-      if (st.ok() && cudaDeviceSynchronize() != cudaSuccess) st = InternalError("cuda bert: fp8 quantisation");
-      cudaFree(tmp);
-      RETURN_IF_ERROR(st);
-      out->q = *q;
-      out->scale = *sc;
+      const std::unique_ptr<void, cudaError_t (*)(void*)> tmp_owner(tmp, &cudaFree);
+      ASSIGN_OR_RETURN(uint8_t * q, weights_->AllocateArray<uint8_t>(out->out * out->in));
+      ASSIGN_OR_RETURN(float* sc, weights_->AllocateArray<float>(out->out));
+      CUDA_RETURN_IF_ERROR(cudaMemcpy(tmp, buf.data(), buf.size() * 2, cudaMemcpyHostToDevice));
+      RETURN_IF_ERROR(cuda::QuantizeRowsFp8(static_cast<const bf16*>(tmp), out->out, out->in, out->in, q, sc,
+                                            options_.fp8_scale_multiplier, nullptr));
+      CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+      out->q = q;
+      out->scale = sc;
     } else {
       ASSIGN_OR_RETURN(out->w, put_bf16(buf));
     }

@@ -277,9 +277,10 @@ void ExpectClose(const Agreement& a, double max_rel, double top1_min, const char
   EXPECT_GE(a.top1_agree, top1_min * a.confident) << what;
 }
 
-// CPU vs CUDA over the script: CPU from `cpu_weights`, CUDA from `gpu_weights` (the same model).
+// CPU vs CUDA over the script: CPU from `cpu_weights`, CUDA from `gpu_weights` (the same model). q8_linears >=
+// 0: that many projections (lm_head included) decode from their GGUF Q8_0 values.
 void CheckAgainstCpu(LlamaWeights cpu_weights, LlamaWeights gpu_weights, double max_rel, double top1_min,
-                     const char* what) {
+                     const char* what, int64_t q8_linears = -1) {
   const int vocab = cpu_weights.config.vocab_size;
   auto cpu = CpuLlama::Create(std::move(cpu_weights));
   ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
@@ -294,6 +295,9 @@ void CheckAgainstCpu(LlamaWeights cpu_weights, LlamaWeights gpu_weights, double 
   ExpectClose(CompareLogits(*want, *got, vocab, &script), max_rel, top1_min, what);
   EXPECT_GT((*gpu)->bucket_steps(), 0);
   EXPECT_GT((*gpu)->graph_replays(), 0) << "the repeated decode shape should replay a CUDA graph";
+  if (q8_linears >= 0) {
+    EXPECT_EQ((*gpu)->q8_linears(), q8_linears);
+  }
 }
 
 fs::path TempDir(const std::string& name) {
@@ -342,14 +346,8 @@ TEST(CudaLlamaTest, GgufQ8_0MatchesCpu) {
   ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString();
   // The CPU quantises activations to 8 bits in its quantised matmuls; the GPU keeps them in bf16. Measured on
   // the CPU alone, that activation quantisation moves these logits by up to ~0.1 std (bf16 weights: ~0.03).
-  CheckAgainstCpu(std::move(*a), std::move(*b), 0.25, 0.95, "gguf q8_0");
-  // Every projection and the untied lm_head keep the file's 8-bit values for the decode GEMV (the embedding,
-  // only gathered from, does not).
-  auto c = LoadGgufWeights((dir / "m.gguf").string());
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  auto gpu = CudaLlama::Create(std::move(*c), TestOptions());
-  ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
-  EXPECT_EQ((*gpu)->q8_linears(), 4 * m.c.num_layers + 1);
+  // Every projection and the untied lm_head decode from the file's int8 values (not the gathered embedding).
+  CheckAgainstCpu(std::move(*a), std::move(*b), 0.25, 0.95, "gguf q8_0", 4 * m.c.num_layers + 1);
   fs::remove_all(dir);
 }
 
@@ -758,12 +756,6 @@ TEST(CudaLlamaRealModelTest, SmolLm2MatchesCpu) {
     std::printf("  greedy: identical for all %zu tokens\n", rc->tokens.size());
   }
 }
-
-}  // namespace
-}  // namespace stoke
-
-namespace stoke {
-namespace {
 
 // The consistency gate on the real SmolLM2 (dequantised to bf16 on the GPU, then re-quantised to fp8 per
 // output channel; the lm_head bf16, the default): fp8 weights pass it; a deliberately broken quantiser (every

@@ -39,45 +39,40 @@ __device__ __forceinline__ float Dot8(const uint4& a, const uint4& b, float acc)
   return acc;
 }
 
-// Σ of 16 fp8 E4M3 weights (one 16-byte chunk) times 16 bf16 activations (two 16-byte loads of x): each
-// byte pair is converted to half2 by one cvt (sm_89+) and multiplied in fp32 (the weights are exact in half).
-// Four independent partial sums: one chain of 16 dependent FMAs per chunk left the warp waiting on FMA
-// latency (measured on the H200: the 8B batch-1 step at 2.37 TB/s with one chain vs 3.26 for bf16).
-__device__ __forceinline__ float Dot16Fp8(const uint4& w, const uint4& xa, const uint4& xb, float acc) {
+// Weights 2p and 2p + 1 of a 16-byte chunk of 1-byte values as fp32 (`word` = the chunk's 32-bit word p / 2).
+// fp8 E4M3: the byte pair converted to half2 by one cvt (sm_89+), exact in half. int8 (Q8_0): each byte made
+// an exact fp32 without I2F (a quarter-rate conversion): (q ^ 0x80) placed in the mantissa of 2^23 gives
+// 2^23 + 128 + q, and one subtraction leaves q.
+template <WFmt F>
+__device__ __forceinline__ float2 BytePair(uint32_t word, int p) {
+  if constexpr (F == WFmt::kFp8) {
+    const auto pair = static_cast<__nv_fp8x2_storage_t>(p % 2 == 0 ? word & 0xffffu : word >> 16);
+    const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
+    return __half22float2(*reinterpret_cast<const __half2*>(&hr));
+  } else {
+    const uint32_t u = word ^ 0x80808080u;
+    const uint32_t b = 2 * (p % 2);  // the pair's first byte in the word
+    return make_float2(__uint_as_float(__byte_perm(u, 0x4B000000u, 0x7440u | b)) - 8388736.f,
+                       __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7440u | (b + 1))) - 8388736.f);
+  }
+}
+
+// Σ of 16 1-byte weights (one 16-byte chunk, unscaled) times 16 bf16 activations (two 16-byte loads of x),
+// multiplied in fp32. Four independent partial sums: one chain of 16 dependent FMAs per chunk left the warp
+// waiting on FMA latency (measured on the H200: the 8B fp8 batch-1 step at 2.37 TB/s with one chain vs 3.26
+// for bf16).
+template <WFmt F>
+__device__ __forceinline__ float Dot16Bytes(const uint4& w, const uint4& xa, const uint4& xb) {
   const uint32_t* pw = reinterpret_cast<const uint32_t*>(&w);
   const __nv_bfloat162* px[2] = {reinterpret_cast<const __nv_bfloat162*>(&xa),
                                  reinterpret_cast<const __nv_bfloat162*>(&xb)};
   float s[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    const uint32_t word = pw[i / 2];
-    const auto pair = static_cast<__nv_fp8x2_storage_t>(i % 2 == 0 ? word & 0xffffu : word >> 16);
-    const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
-    const float2 fw = __half22float2(*reinterpret_cast<const __half2*>(&hr));
+    const float2 fw = BytePair<F>(pw[i / 2], i);
     const float2 fx = __bfloat1622float2(px[i / 4][i % 4]);
     s[i % 4] = fmaf(fw.x, fx.x, s[i % 4]);
     s[i % 4] = fmaf(fw.y, fx.y, s[i % 4]);
-  }
-  return acc + ((s[0] + s[1]) + (s[2] + s[3]));
-}
-
-// Σ of 16 int8 weights (one 16-byte chunk of a Q8_0 row) times 16 bf16 activations, unscaled. Each byte
-// becomes an exact fp32 without I2F (a quarter-rate conversion): (q ^ 0x80) placed in the mantissa of 2^23
-// gives 2^23 + 128 + q, and one subtraction leaves q. Four partial sums, as Dot16Fp8.
-__device__ __forceinline__ float Dot16Int8(const uint4& w, const uint4& xa, const uint4& xb) {
-  const uint32_t* pw = reinterpret_cast<const uint32_t*>(&w);
-  const __nv_bfloat162* px[2] = {reinterpret_cast<const __nv_bfloat162*>(&xa),
-                                 reinterpret_cast<const __nv_bfloat162*>(&xb)};
-  float s[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const uint32_t word = pw[i / 2] ^ 0x80808080u;
-    const int b = 2 * (i % 2);  // the pair's first byte in the word
-    const float w0 = __uint_as_float(__byte_perm(word, 0x4B000000u, 0x7440u | b)) - 8388736.f;
-    const float w1 = __uint_as_float(__byte_perm(word, 0x4B000000u, 0x7440u | (b + 1))) - 8388736.f;
-    const float2 fx = __bfloat1622float2(px[i / 4][i % 4]);
-    s[i % 4] = fmaf(w0, fx.x, s[i % 4]);
-    s[i % 4] = fmaf(w1, fx.y, s[i % 4]);
   }
   return (s[0] + s[1]) + (s[2] + s[3]);
 }
@@ -87,9 +82,9 @@ __device__ __forceinline__ float Dot16Int8(const uint4& w, const uint4& xa, cons
 template <WFmt F>
 __device__ __forceinline__ float DotChunk(const uint4& wv, const uint4* xr, int64_t c, float d, float acc) {
   if constexpr (F == WFmt::kFp8) {
-    return Dot16Fp8(wv, __ldg(xr + 2 * c), __ldg(xr + 2 * c + 1), acc);
+    return acc + Dot16Bytes<F>(wv, __ldg(xr + 2 * c), __ldg(xr + 2 * c + 1));
   } else if constexpr (F == WFmt::kQ8) {
-    return fmaf(d, Dot16Int8(wv, __ldg(xr + 2 * c), __ldg(xr + 2 * c + 1)), acc);
+    return fmaf(d, Dot16Bytes<F>(wv, __ldg(xr + 2 * c), __ldg(xr + 2 * c + 1)), acc);
   } else {
     return Dot8(wv, __ldg(xr + c), acc);
   }

@@ -10,9 +10,12 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "base/half.h"
+#include "base/status.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cuda/device.h"
 
 #define SKIP_WITHOUT_GPU()                                                            \
@@ -125,5 +128,38 @@ inline Diff Compare(const std::vector<float>& got, const std::vector<float>& wan
 
 constexpr double kTolF32 = 1e-5;
 constexpr double kTolBf16 = 1e-2;
+
+// A decode GEMV of quantised weights against the product with the values they stand for (`w_deq`, [n, k]):
+// m = 1, 2, 5, 8 rows of x (seeded seed + m), every warps-per-row choice at m = 1 (PDL on at `pdl_split`),
+// fp32 and bf16 outputs of row stride ldy (the padding past n must not matter).
+//   launch(x, m, y_f32, y_bf16, pdl, split) -> Status launches both outputs on `stream`.
+template <typename Launch>
+void ExpectGemvMatchesProduct(const std::vector<float>& w_deq, int64_t n, int64_t k, int64_t ldy, uint32_t seed,
+                              int pdl_split, const std::string& name, cudaStream_t stream, Launch launch) {
+  for (int64_t m : {1, 2, 5, 8}) {
+    const auto x = RoundBf16(RandomFloats(m * k, seed + static_cast<uint32_t>(m)));
+    std::vector<float> want(m * n);
+    ASSERT_TRUE(cpu::MatMul(x.data(), m, k, w_deq.data(), DType::kF32, n, want.data()).ok());
+    DeviceBuffer<uint16_t> dx(ToBf16(x));
+    for (int split : m == 1 ? std::vector<int>{0, 1, 2, 4} : std::vector<int>{0}) {
+      DeviceBuffer<float> yf(m * ldy);
+      DeviceBuffer<uint16_t> yb(m * ldy);
+      STATUS_ASSERT(launch(dx.bf16(), m, yf.get(), yb.bf16(), split == pdl_split, split));
+      CUDA_ASSERT(cudaStreamSynchronize(stream));
+      const auto gf = yf.Download();
+      const auto gb = FromBf16(yb.Download());
+      std::vector<float> got_f(m * n), got_b(m * n);
+      for (int64_t r = 0; r < m; ++r) {
+        for (int64_t c = 0; c < n; ++c) {
+          got_f[r * n + c] = gf[r * ldy + c];
+          got_b[r * n + c] = gb[r * ldy + c];
+        }
+      }
+      const std::string what = name + " m=" + std::to_string(m) + " split=" + std::to_string(split);
+      EXPECT_CLOSE(got_f, want, 1e-5, (what + " -> f32").c_str());
+      EXPECT_CLOSE(got_b, want, kTolBf16, (what + " -> bf16").c_str());
+    }
+  }
+}
 
 }  // namespace stoke::cuda::testing

@@ -22,6 +22,7 @@ namespace stoke::cuda {
 namespace {
 
 using testing::DeviceBuffer;
+using testing::ExpectGemvMatchesProduct;
 using testing::FromBf16;
 using testing::kTolBf16;
 using testing::kTolF32;
@@ -242,31 +243,12 @@ TEST(CudaQuant, Q8GemvOverRepackedBlocksMatchesDequantisedProduct) {
 
   cudaStream_t stream = nullptr;
   CUDA_ASSERT(cudaStreamCreate(&stream));
-  for (int64_t m : {1, 2, 5, 8}) {
-    const auto x = RoundBf16(RandomFloats(m * k, 22 + static_cast<uint32_t>(m)));
-    std::vector<float> want(m * n);
-    ASSERT_TRUE(cpu::MatMul(x.data(), m, k, wd.data(), DType::kF32, n, want.data()).ok());
-    DeviceBuffer<uint16_t> dx(ToBf16(x));
-    for (int split : m == 1 ? std::vector<int>{0, 1, 2, 4} : std::vector<int>{0}) {
-      DeviceBuffer<float> yf(m * ldy);
-      DeviceBuffer<uint16_t> yb(m * ldy);
-      STATUS_ASSERT(Q8Gemv(qp, dp, n, k, dx.bf16(), m, yf.get(), ldy, /*pdl=*/split == 2, stream, split));
-      STATUS_ASSERT(Q8Gemv(qp, dp, n, k, dx.bf16(), m, yb.bf16(), ldy, false, stream, split));
-      CUDA_ASSERT(cudaStreamSynchronize(stream));
-      const auto gf = yf.Download();
-      const auto gb = FromBf16(yb.Download());
-      std::vector<float> got_f(m * n), got_b(m * n);
-      for (int64_t r = 0; r < m; ++r) {
-        for (int64_t c = 0; c < n; ++c) {
-          got_f[r * n + c] = gf[r * ldy + c];
-          got_b[r * n + c] = gb[r * ldy + c];
-        }
-      }
-      const std::string what = "q8 gemv m=" + std::to_string(m) + " split=" + std::to_string(split);
-      EXPECT_CLOSE(got_f, want, 1e-5, (what + " -> f32").c_str());
-      EXPECT_CLOSE(got_b, want, kTolBf16, (what + " -> bf16").c_str());
-    }
-  }
+  ExpectGemvMatchesProduct(wd, n, k, ldy, 22, /*pdl_split=*/2, "q8 gemv", stream,
+                           [&](const __nv_bfloat16* x, int64_t m, float* yf, __nv_bfloat16* yb, bool pdl, int split) {
+                             Status st = Q8Gemv(qp, dp, n, k, x, m, yf, ldy, pdl, stream, split);
+                             if (!st.ok()) return st;
+                             return Q8Gemv(qp, dp, n, k, x, m, yb, ldy, false, stream, split);
+                           });
   EXPECT_FALSE(Q8Gemv(qp, dp, n, k - 16, nullptr, 1, static_cast<float*>(nullptr), n, false, stream).ok())
       << "k % 32 != 0 must be refused";
   EXPECT_FALSE(Q8Gemv(qp, nullptr, n, k, nullptr, 1, static_cast<float*>(nullptr), n, false, stream).ok())

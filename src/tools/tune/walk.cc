@@ -41,6 +41,24 @@ bool MoreSeqsThanNeeded(const WalkContext& c, int v) {
   return false;
 }
 
+// The weight-precision step of either kind: fp8 weights, one point. Its server runs the consistency gate at
+// load and refuses to start when fp8 fails it, so such a point fails and is never kept.
+void PlanFp8Weights(const WalkContext& c, const Knobs& cur, StepPlan* p) {
+  if (!c.has_quantization) {
+    p->skip = "this stoke serve has no --quantization";
+    return;
+  }
+  if (cur.quantization == "fp8") {
+    p->skip = "the weights are fp8 already";
+    return;
+  }
+  p->ordered = false;
+  Knobs k = cur;
+  k.quantization = "fp8";
+  p->candidates.push_back(k);
+  p->names.push_back("weights fp8 (gated)");
+}
+
 void BatchedSteps(const std::string& step, const WalkContext& c, const Knobs& cur,
                   const nlohmann::json& verdicts, StepPlan* p) {
   if (step == "max_batch_size") {
@@ -102,22 +120,8 @@ void BatchedSteps(const std::string& step, const WalkContext& c, const Knobs& cu
           "model file or an image classifier)";
       return;
     }
-    if (!c.has_quantization) {
-      p->skip = "this stoke serve has no --quantization";
-      return;
-    }
-    if (cur.quantization == "fp8") {
-      p->skip = "the weights are fp8 already";
-      return;
-    }
-    // As the decoders' weight step: the candidate's server compares its fp8 encoder with the CPU's fp32 one
-    // at load (cosine of embeddings) and refuses to start when the gate fails, so such a point fails and is
-    // never kept.
-    p->ordered = false;
-    Knobs k = cur;
-    k.quantization = "fp8";
-    p->candidates.push_back(k);
-    p->names.push_back("weights fp8 (gated)");
+    // The candidate's server compares its fp8 encoder with the CPU's fp32 one at load (cosine of embeddings).
+    PlanFp8Weights(c, cur, p);
   }
 }
 
@@ -219,21 +223,8 @@ void DecoderSteps(const std::string& step, const WalkContext& c, const Knobs& cu
     if (Find(verdicts, "kv_capacity_bound") != nullptr)
       p->doctor_note = "the doctor names the current best kv_capacity_bound: an 8-bit cache holds ~1.9x the tokens";
   } else if (step == "weight_precision") {
-    if (!c.has_quantization) {
-      p->skip = "this stoke serve has no --quantization";
-      return;
-    }
-    if (cur.quantization == "fp8") {
-      p->skip = "the weights are fp8 already";
-      return;
-    }
-    // As the KV step: the candidate's server runs the consistency gate at load against the checkpoint's
-    // weights and refuses to start when fp8 weights fail it, so such a point fails and is never kept.
-    p->ordered = false;
-    Knobs k = cur;
-    k.quantization = "fp8";
-    p->candidates.push_back(k);
-    p->names.push_back("weights fp8 (gated)");
+    // The candidate's server runs the decoder gate at load against the checkpoint's weights, as the KV step.
+    PlanFp8Weights(c, cur, p);
   }
 }
 
