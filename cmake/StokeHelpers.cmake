@@ -32,6 +32,10 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
   endif()
 endif()
 
+# Every test binary labelled `unit`: the ASan + UBSan stage builds this target only (not the CLI, benches and
+# tools no unit test links), since it runs `ctest -L unit` alone.
+add_custom_target(stoke_unit_tests)
+
 function(stoke_library name)
   cmake_parse_arguments(ARG "" "" "SRCS;DEPS;PRIVATE_DEPS" ${ARGN})
   add_library(${name} STATIC ${ARG_SRCS})
@@ -49,6 +53,9 @@ function(stoke_test name)
     set(ARG_LABELS unit)
   endif()
   gtest_discover_tests(${name} PROPERTIES LABELS "${ARG_LABELS}" DISCOVERY_TIMEOUT 60)
+  if("unit" IN_LIST ARG_LABELS)
+    add_dependencies(stoke_unit_tests ${name})
+  endif()
   if(ARG_REAL)
     # Label `real`: long runs of a real model (SmolLM2 loops, the precision gate on it). They run in the release
     # ctest; scripts/test.sh leaves them out of the ASan + UBSan run (-LE real), where -O0 + ASan makes each
