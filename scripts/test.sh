@@ -3,7 +3,8 @@
 #   1. scripts/setup.sh            Debian packages + Python test venv (idempotent)
 #   2. release build (CPU) + the real models fetched (stoke model fetch, sha256-checked)
 #   3. ctest (unit + golden C++ tests) and pytest (golden, integration: real servers, real clients; in parallel)
-#   4. unit tests again under ASan + UBSan (debug-asan preset), less the few labelled `real` (see the stage)
+#   4. unit tests again under ASan + UBSan (debug-asan preset), less the few labelled `real` (see the stage);
+#      the ASan and fuzz trees build in the background while steps 2-3 run (docs/testing.md)
 #   5. each libFuzzer target for a short while (fuzz preset, clang)
 #   6. the CUDA targets compiled for sm_90a when nvcc exists (nothing runs them here: no GPU)
 # Env: STOKE_TEST_STAGES="build ctest pytest asan fuzz cuda" to pick stages; FUZZ_SECONDS (default 30, per
@@ -41,6 +42,44 @@ cmake --preset release >/dev/null
 cmake --build build/release -j"$JOBS"
 export STOKE_BIN=$ROOT/build/release/apps/stoke/stoke STOKE_BUILD_DIR=$ROOT/build/release
 
+# The ASan and fuzz trees build in the background, at a lower priority, while the models download and the
+# release tests run: those tests mostly wait (servers starting, fixture delays, measuring windows), and the
+# suite holds under a CPU hog per core (docs/testing.md), so on a cold machine the two builds fill the idle
+# cores instead of running after the tests. On a warm machine they finish at once. The asan and fuzz stages
+# wait for them; prebuild.log holds their output, and its time is printed at the end.
+prebuild_pid=""
+prebuild_log=$ROOT/build/prebuild.log
+if has asan || has fuzz; then
+  (
+    t0=$SECONDS rc=0
+    if has asan; then
+      # Only the unit-labelled test binaries (target stoke_unit_tests): the CLI, benches and tools that no unit
+      # test links are not needed for `ctest -L unit` (about a fifth of the compiling, and the heaviest files).
+      { cmake --preset debug-asan >/dev/null &&
+        nice -n 10 cmake --build build/debug-asan -j"$JOBS" --target stoke_unit_tests; } || rc=1
+      echo "prebuild: debug-asan done at $((SECONDS - t0)) s"
+    fi
+    if has fuzz; then
+      { cmake --preset fuzz >/dev/null &&
+        nice -n 10 cmake --build build/fuzz -j"$JOBS" --target stoke_fuzzers; } || rc=$((rc | 2))
+      echo "prebuild: fuzz done at $((SECONDS - t0)) s"
+    fi
+    exit "$rc"
+  ) >"$prebuild_log" 2>&1 &
+  prebuild_pid=$!
+fi
+prebuild_rc=""
+wait_prebuild() {
+  [ -n "$prebuild_pid" ] && [ -z "$prebuild_rc" ] || return 0
+  prebuild_rc=0
+  wait "$prebuild_pid" || prebuild_rc=$?
+  tail -n 3 "$prebuild_log"
+  if [ "$prebuild_rc" != 0 ]; then
+    echo "background build failed (exit $prebuild_rc: 1 = debug-asan, 2 = fuzz, 3 = both); its log:"
+    tail -n 60 "$prebuild_log"
+  fi
+}
+
 step "models"
 for m in smollm2-135m-instruct all-minilm-l6-v2 ppocr-mobile-v2-cls; do "$STOKE_BIN" model fetch "$m"; done
 
@@ -60,8 +99,8 @@ fi
 
 if has asan; then
   step "unit tests under ASan + UBSan"
-  cmake --preset debug-asan >/dev/null
-  cmake --build build/debug-asan -j"$JOBS"
+  wait_prebuild
+  (((prebuild_rc & 1) != 0)) && failures+=(asan-build)
   # -LE real: the few tests labelled `real` (REAL_TESTS in src/serve and src/tools/precision CMakeLists.txt:
   # LlmLoopRealModelTest.BatchedGreedyMatchesSingleSequenceRunner, SmolLm2Gate.*,
   # SmolLm2ServeGate.FailingPrecisionIsRefusedUnlessAllowed) run long loops of the real SmolLM2 model, 1-5 min
@@ -82,8 +121,8 @@ fi
 
 if has fuzz; then
   step "fuzzers (${FUZZ_SECONDS}s each)"
-  cmake --preset fuzz >/dev/null
-  cmake --build build/fuzz -j"$JOBS" --target stoke_fuzzers
+  wait_prebuild
+  (((prebuild_rc & 2) != 0)) && failures+=(fuzz-build)
   # libFuzzer runs on one core, so JOBS fuzzers run side by side, each for the full FUZZ_SECONDS.
   fuzz_logs=$(mktemp -d)
   fuzz_one() {
@@ -120,6 +159,9 @@ echo
 echo "stage times (s):"
 for i in "${!stage_names[@]}"; do printf '  %5d  %s\n' "${stage_secs[$i]}" "${stage_names[$i]}"; done
 printf '  %5d  total\n' "$SECONDS"
+if [ -f "$prebuild_log" ]; then
+  grep '^prebuild:' "$prebuild_log" | sed 's/^/  background build (from the end of the release build): /' || true
+fi
 command -v ccache >/dev/null && ccache --show-stats 2>/dev/null | grep -Ei '^ *(hits|misses|cacheable)' | head -3 || true
 echo
 if ((${#failures[@]})); then
