@@ -112,6 +112,15 @@ void AddEncoderAttentionFlag(CLI::App* cmd, std::string* attention) {
       ->capture_default_str();
 }
 
+void AddEncoderEpiloguesFlag(CLI::App* cmd, std::string* epilogues) {
+  cmd->add_option("--encoder-epilogues", *epilogues,
+                  "cuda, encoders: fused (biases in cuBLASLt's epilogue, bf16 residual, residual + LayerNorm "
+                  "one kernel, erf GELU), fused-tanh (the FFN's GELU in the epilogue too: tanh approximation) "
+                  "or separate (bias, GELU, LayerNorm kernels after each GEMM, fp32 residual)")
+      ->check(CLI::IsMember({"fused", "fused-tanh", "separate"}))
+      ->capture_default_str();
+}
+
 StatusOr<DecoderOptions> DecoderOptionsFromFlags(const DeviceFlags& flags) {
   if (!(flags.gpu_memory_fraction > 0.0 && flags.gpu_memory_fraction <= 1.0)) {
     return InvalidArgumentError("--gpu-memory-fraction {} must be in (0, 1]", flags.gpu_memory_fraction);

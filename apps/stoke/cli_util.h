@@ -40,6 +40,8 @@ Status ApplyEngineTuningFlags(const EngineTuningFlags& flags, DecoderOptions* o)
 
 // --encoder-attention (BertDeviceOptions::attention), shared by serve and embed.
 void AddEncoderAttentionFlag(CLI::App* cmd, std::string* attention);
+// --encoder-epilogues (BertDeviceOptions::epilogues), shared by serve and embed.
+void AddEncoderEpiloguesFlag(CLI::App* cmd, std::string* epilogues);
 
 // --device, --gpu-memory-fraction and --cuda-graphs, shared by serve, generate and score, plus the engine
 // tuning flags above.

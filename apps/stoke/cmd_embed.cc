@@ -50,6 +50,7 @@ struct EmbedOptions {
   int bench_repeat = 0;
   std::string device = "auto";  // as serve: cuda when this build has CUDA and a GPU is visible
   std::string encoder_attention = "auto";  // BertDeviceOptions::attention
+  std::string encoder_epilogues = "fused";  // BertDeviceOptions::epilogues
   std::string quantization = "none";       // none | fp8: the Linear weights (docs/precision.md)
   std::string ids_file;
   std::vector<int> bench_batch;
@@ -236,6 +237,7 @@ int Run(const EmbedOptions& o, const Backends& backends) {
   BertDeviceOptions dev_opts;
   dev_opts.device = o.device;
   dev_opts.attention = o.encoder_attention;
+  dev_opts.epilogues = o.encoder_epilogues;
   auto quant = ParseWeightQuantization(o.quantization);
   if (!quant.ok()) return fail(quant.status());
   dev_opts.quantization = *quant;
@@ -351,6 +353,7 @@ CommandRegistrar kEmbed(
           ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
           ->capture_default_str();
       AddEncoderAttentionFlag(cmd, &o->encoder_attention);
+      AddEncoderEpiloguesFlag(cmd, &o->encoder_epilogues);
       cmd->add_option(
              "--quantization", o->quantization,
              "Linear weights: none (the checkpoint's: bf16 on cuda, fp32 on cpu) or fp8 (E4M3, one scale "

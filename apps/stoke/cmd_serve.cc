@@ -74,6 +74,7 @@ struct ServeOptions {
   bool no_gpu_telemetry = false;
   DeviceFlags device;  // also the engine tuning flags (--gemv-max-rows, --decode-pipeline, ...: cli_util.h)
   std::string encoder_attention = "auto";  // encoders on CUDA: BertDeviceOptions::attention
+  std::string encoder_epilogues = "fused";  // and BertDeviceOptions::epilogues
   std::string preprocess = "cpu";          // image models: cpu | gpu (not yet)
   int instances = 0;                // classic models: instances (0 = the model file's instance_group, else 1)
   int max_batch_size = 0;           // classic models: 0 = the model file's max_batch_size
@@ -241,6 +242,7 @@ int RunServe(CLI::App* cmd, ServeOptions* bound, const Backends& backends) {
   // "" = a model file's "device" key (an explicit --device overrides it)
   so.batched_device = cmd->get_option("--device")->count() > 0 ? o.device.device : "";
   so.encoder_attention = o.encoder_attention;
+  so.encoder_epilogues = o.encoder_epilogues;
   so.image_preprocess = o.preprocess;
   so.instances = o.instances;
   so.max_batch_size = o.max_batch_size;
@@ -339,6 +341,7 @@ CommandRegistrar kServe(
       cmd->add_flag("--no-gpu-telemetry", o->no_gpu_telemetry, "Do not load NVML or sample the GPUs");
       AddDeviceFlags(cmd, &o->device);
       AddEncoderAttentionFlag(cmd, &o->encoder_attention);
+      AddEncoderEpiloguesFlag(cmd, &o->encoder_epilogues);
       cmd->add_option("--preprocess", o->preprocess,
                       "Image models: where JPEG/PNG decode, resize and normalise run: cpu (each instance's "
                       "thread pool) or gpu (not yet)")

@@ -113,7 +113,10 @@ def random_rows(n, lo_len, hi_len, vocab, seed):
 
 
 def quant_flag(q):
-    return [] if q == "none" else ["--quantization", q]
+    """A variant: QUANT or QUANT/EPILOGUES (none/separate, none/fused-tanh, fp8, ...)."""
+    quant, _, epilogues = q.partition("/")
+    flags = [] if quant == "none" else ["--quantization", quant]
+    return flags + (["--encoder-epilogues", epilogues] if epilogues else [])
 
 
 def correctness(stoke, d, seq_len, env, tmp, quantization="none"):
@@ -287,8 +290,10 @@ def main():
     ap.add_argument("--serve-duration", type=float, default=8)
     ap.add_argument("--no-serve", action="store_true")
     ap.add_argument("--quantization", default="none",
-                    help="stoke weight precisions to measure, comma-separated (none,fp8): each gets its own "
-                         "correctness and encoder rows (stoke_fp8, correctness_fp8, stoke_fp8_over_torch)")
+                    help="stoke variants to measure, comma-separated: a weight precision (none, fp8), optionally "
+                         "with /EPILOGUES (none/separate, none/fused-tanh: --encoder-epilogues); each gets its "
+                         "own correctness and encoder rows (stoke_fp8, correctness_fp8, stoke_fp8_over_torch; "
+                         "none/separate -> stoke_none_separate)")
     args = ap.parse_args()
     out_dir = pathlib.Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -315,7 +320,7 @@ def main():
             r = {"seq_len": seq, "folder": str(d), "made_by": make_folder(stoke, shape, d)}
             r["folder_seconds"] = time.time() - t0
             quants = args.quantization.split(",")
-            sfx = {q: "" if q == "none" else "_" + q for q in quants}
+            sfx = {q: "" if q == "none" else "_" + q.replace("/", "_") for q in quants}
             for q in quants:
                 log(f"  correctness ({q})")
                 r["correctness" + sfx[q]] = correctness(stoke, d, seq, env, tmp, q)
@@ -327,7 +332,7 @@ def main():
             ts = {x["batch"]: x["seqs_per_s"] for x in r["torch"]["results"]}
             for q in quants:
                 if "results" in r["stoke" + sfx[q]]:
-                    key = "stoke_over_torch" if q == "none" else f"stoke_{q}_over_torch"
+                    key = "stoke_over_torch" if q == "none" else f"stoke{sfx[q]}_over_torch"
                     r[key] = {x["batch"]: x["seqs_per_s"] / ts[x["batch"]]
                               for x in r["stoke" + sfx[q]]["results"] if x["batch"] in ts}
             if shape == "bert-base" and not args.no_serve:

@@ -90,6 +90,7 @@ struct BatchedSpec {
   int threads = 0;
   std::string device = "auto";  // encoder: auto = cuda when the build has CUDA and a GPU is visible
   std::string encoder_attention = "auto";
+  std::string encoder_epilogues = "fused";
   std::string image_preprocess = "cpu";
   // Encoders: the Linear weights' precision (--quantization, stoke.toml quantization), checked by the
   // output-consistency gate at load (tools/precision/encoder_gate.h) unless it is none.
@@ -107,6 +108,7 @@ StatusOr<BatchedSpec> ReadBatchedSpec(const ModelSettings& m, const ServerOption
   s.quantization = m.quantization.value_or(o.decoder.quantization);
   s.allow_inconsistent = o.allow_inconsistent;
   s.encoder_attention = o.encoder_attention;
+  s.encoder_epilogues = o.encoder_epilogues;
   s.image_preprocess = o.image_preprocess;
   s.threads = o.threads;
   if (!m.source.ends_with(".json")) {
@@ -226,6 +228,7 @@ StatusOr<LoadedModel> LoadBatched(const BatchedSpec& s, const std::vector<std::s
     BertDeviceOptions dev_opts;
     dev_opts.device = s.device;
     dev_opts.attention = s.encoder_attention;
+    dev_opts.epilogues = s.encoder_epilogues;
     dev_opts.quantization = s.quantization;
     dev_opts.max_batch_tokens = std::max<int64_t>(dev_opts.max_batch_tokens,
                                                   int64_t{s.config.max_batch_size} * enc->max_seq_length());

@@ -68,6 +68,7 @@ struct DevLinear {
   const uint8_t* q = nullptr;
   const float* scale = nullptr;
   const float* b = nullptr;
+  const bf16* b16 = nullptr;  // the bias in bf16 for cuBLASLt's epilogue (fused epilogues only)
   int64_t out = 0, in = 0;
 };
 struct DevNorm {
@@ -96,6 +97,10 @@ class CudaBertRunner final : public BertRunner {
   // y[t, lin.out] = x[t, lin.in] · W^T: the bf16 GEMM, or with fp8 weights x quantised per token into
   // act_q_ / act_scale_ and the FP8 GEMM (per-token x per-channel scales, fp32 accumulation).
   Status Linear(const bf16* x, const DevLinear& lin, void* y, DType out, int64_t t);
+  // The layers with fused epilogues (BertDeviceOptions::epilogues fused / fused-tanh): bf16 residual stream
+  // xb, biases in the GEMMs, residual + LayerNorm one kernel.
+  Status FusedLayers(bf16* xb, bf16* qkv, bf16* ctx, bf16* tmp, bf16* ffn, const int32_t* cu, int64_t t,
+                     int64_t n_seq, int max_len);
 
   std::shared_ptr<const CudaBertModelImpl> model_;
   device::Stream stream_;
@@ -121,6 +126,9 @@ class CudaBertModelImpl final : public BertDeviceModel,
   const BertEncoder& encoder() const { return *encoder_; }
   bool fp8() const { return options_.quantization == WeightQuantization::kFp8; }
   cuda::EncoderAttentionImpl attention_impl() const { return attention_impl_; }
+  // Fused GEMM epilogues in use (requested, bf16 weights, a hidden size the fused LayerNorm takes).
+  bool fused() const { return !fp8() && options_.epilogues != "separate" &&
+                              cuda::ResidualLayerNormBf16Supports(encoder_->config().hidden_size); }
   const BertDeviceOptions& options() const { return options_; }
   device::PinnedHostPool& pinned() const { return pinned_; }
 
@@ -241,7 +249,8 @@ Status CudaBertModelImpl::Upload() {
   const int64_t norm_bytes = 2 * Aligned(h * 4);
   // A linear's bytes: bf16 weights, or fp8 bytes + a scale per row; then the bias.
   auto lin_bytes = [&](int64_t out, int64_t in) {
-    return (fp8() ? Aligned(out * in) + Aligned(out * 4) : Aligned(out * in * 2)) + Aligned(out * 4);
+    return (fp8() ? Aligned(out * in) + Aligned(out * 4) : Aligned(out * in * 2)) + Aligned(out * 4) +
+           (fused() ? Aligned(out * 2) : 0);
   };
   const int64_t per_layer = lin_bytes(3 * h, h) + lin_bytes(h, h) + lin_bytes(inter, h) + lin_bytes(h, inter) +
                             2 * norm_bytes;
@@ -294,6 +303,11 @@ Status CudaBertModelImpl::Upload() {
       ASSIGN_OR_RETURN(out->w, put_bf16(buf));
     }
     ASSIGN_OR_RETURN(out->b, put_f32(bias));
+    if (fused()) {
+      std::vector<uint16_t> b16(bias.size());
+      for (size_t i = 0; i < bias.size(); ++i) b16[i] = Fp32ToBf16(bias[i]);
+      ASSIGN_OR_RETURN(out->b16, put_bf16(b16));
+    }
     return OkStatus();
   };
 
@@ -317,8 +331,10 @@ Status CudaBertModelImpl::Upload() {
     RETURN_IF_ERROR(put_norm(l.attn_norm, &d.attn_norm));
     RETURN_IF_ERROR(put_norm(l.out_norm, &d.out_norm));
   }
-  LOG_INFO("cuda bert: {:.1f} MiB of weights on {} ({} linears, bf16 tables, fp32 norms and biases)",
-           weights_->used() / 1048576.0, name_, fp8() ? "fp8 E4M3" : "bf16");
+  LOG_INFO("cuda bert: {:.1f} MiB of weights on {} ({} linears, bf16 tables, fp32 norms and biases; {} "
+           "epilogues)",
+           weights_->used() / 1048576.0, name_, fp8() ? "fp8 E4M3" : "bf16",
+           fused() ? options_.epilogues : std::string("separate"));
   return OkStatus();
 }
 
@@ -350,6 +366,7 @@ size_t CudaBertRunner::ScratchBytes(int64_t tokens, int64_t seqs) const {
          + Aligned(tokens * h * 4)             // fp32 GEMM output before the residual norm
          + Aligned(tokens * inter * 2)         // FFN activation
          + Aligned(seqs * h * 4)               // pooled
+         + (model_->fused() ? Aligned(tokens * h * 2) : 0)  // bf16 GEMM output before the residual norm
          + (model_->fp8() ? Aligned(tokens * std::max(h, inter)) + Aligned(tokens * 4) : 0);  // fp8 activations
 }
 
@@ -391,6 +408,11 @@ Status CudaBertRunner::Forward(const int32_t* d_in, int64_t t, int64_t n_seq, in
 
   RETURN_IF_ERROR(cuda::EmbeddingLayerNorm(m.word, c.vocab_size, m.pos, c.max_position_embeddings, m.type0,
                                            m.emb_norm.g, m.emb_norm.b, ids, positions, t, h, eps, x, xb, s));
+  if (m.fused()) {
+    ASSIGN_OR_RETURN(bf16 * tmpb, a.AllocateArray<bf16>(t * h));
+    RETURN_IF_ERROR(FusedLayers(xb, qkv, ctx, tmpb, ffn, cu, t, n_seq, max_len));
+    return cuda::MeanPoolNormalize(xb, cu, static_cast<int>(n_seq), h, pooled, s);
+  }
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim()));
   for (const DevLayer& l : m.layers) {
     RETURN_IF_ERROR(Linear(xb, l.qkv, qkv, DType::kBF16, t));
@@ -407,6 +429,34 @@ Status CudaBertRunner::Forward(const int32_t* d_in, int64_t t, int64_t n_seq, in
         cuda::BiasResidualLayerNorm(tmp, l.output.b, x, l.out_norm.g, l.out_norm.b, t, h, eps, xb, s));
   }
   return cuda::MeanPoolNormalize(x, cu, static_cast<int>(n_seq), h, pooled, s);
+}
+
+Status CudaBertRunner::FusedLayers(bf16* xb, bf16* qkv, bf16* ctx, bf16* tmp, bf16* ffn, const int32_t* cu,
+                                   int64_t t, int64_t n_seq, int max_len) {
+  const CudaBertModelImpl& m = *model_;
+  const BertConfig& c = m.encoder().config();
+  const int64_t h = c.hidden_size, inter = c.intermediate_size;
+  const float eps = c.layer_norm_eps;
+  const cudaStream_t s = stream_.get();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim()));
+  const bool tanh_gelu = m.options().epilogues == "fused-tanh";
+  using cuda::GemmEpilogue;
+  for (const DevLayer& l : m.layers) {
+    RETURN_IF_ERROR(gemm_->Run(xb, l.qkv.w, qkv, DType::kBF16, t, l.qkv.out, h, s, GemmEpilogue::kBias,
+                               l.qkv.b16));
+    RETURN_IF_ERROR(cuda::EncoderAttention(qkv, cu, static_cast<int>(n_seq), max_len, c.num_attention_heads,
+                                           c.head_dim(), scale, ctx, s, m.attention_impl()));
+    RETURN_IF_ERROR(gemm_->Run(ctx, l.attn_out.w, tmp, DType::kBF16, t, h, h, s, GemmEpilogue::kBias,
+                               l.attn_out.b16));
+    RETURN_IF_ERROR(cuda::ResidualLayerNormBf16(tmp, xb, l.attn_norm.g, l.attn_norm.b, t, h, eps, s));
+    RETURN_IF_ERROR(gemm_->Run(xb, l.inter.w, ffn, DType::kBF16, t, inter, h, s,
+                               tanh_gelu ? GemmEpilogue::kGeluBias : GemmEpilogue::kBias, l.inter.b16));
+    if (!tanh_gelu) RETURN_IF_ERROR(cuda::GeluBias(ffn, nullptr, t, inter, s));
+    RETURN_IF_ERROR(gemm_->Run(ffn, l.output.w, tmp, DType::kBF16, t, h, inter, s, GemmEpilogue::kBias,
+                               l.output.b16));
+    RETURN_IF_ERROR(cuda::ResidualLayerNormBf16(tmp, xb, l.out_norm.g, l.out_norm.b, t, h, eps, s));
+  }
+  return OkStatus();
 }
 
 Status CudaBertRunner::Linear(const bf16* x, const DevLinear& lin, void* y, DType out, int64_t t) {

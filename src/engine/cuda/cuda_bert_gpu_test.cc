@@ -109,6 +109,25 @@ TEST(CudaBertTest, MatchesCpuMixedLengthsHeadDim64) {
   ExpectMatchesCpu(l, RandomBatch({3}, 512, 8), 0.999, "hd64 single sequence");
 }
 
+// Every --encoder-epilogues form against the CPU on the same mixed lengths (fused is the default the tests
+// above run; separate keeps an fp32 residual stream; fused-tanh approximates the FFN's erf GELU).
+TEST(CudaBertTest, EveryEpilogueFormMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  const fs::path dir = testing::WriteRandomBert(testing::RandomBertShape{}, 1, "epilogues");
+  auto loaded = BertEncoder::Load(dir.string());
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  const std::shared_ptr<const BertEncoder> enc = std::move(loaded).value();
+  for (const char* e : {"fused", "fused-tanh", "separate"}) {
+    Loaded l;
+    l.cpu = enc;
+    auto dev = CreateCudaBert(l.cpu, BertDeviceOptions{.epilogues = e});
+    ASSERT_TRUE(dev.ok()) << e << ": " << dev.status().ToString();
+    l.gpu = std::move(dev).value();
+    ExpectMatchesCpu(l, RandomBatch(kMixedLengths, 512, 7), 0.999, e);
+  }
+  EXPECT_FALSE(CreateCudaBert(enc, BertDeviceOptions{.epilogues = "fast"}).ok());
+}
+
 TEST(CudaBertTest, MatchesCpuHeadDim32And128) {
   SKIP_WITHOUT_GPU();
   testing::RandomBertShape s32;

@@ -9,6 +9,10 @@ Status ValidateBertDeviceOptions(const BertDeviceOptions& options) {
   if (a != "auto" && a != "tensor" && a != "vectorized" && a != "simple") {
     return InvalidArgumentError("--encoder-attention '{}': expected auto, tensor, vectorized or simple", a);
   }
+  const std::string& e = options.epilogues;
+  if (e != "fused" && e != "fused-tanh" && e != "separate") {
+    return InvalidArgumentError("--encoder-epilogues '{}': expected fused, fused-tanh or separate", e);
+  }
   return OkStatus();
 }
 

@@ -65,6 +65,16 @@ struct BertDeviceOptions {
   // back to simple if it disagrees); "simple" = the simple kernel (slowest, the reference). For A/B runs and
   // as a way around a kernel problem. Anything else: InvalidArgument.
   std::string attention = "auto";
+  // GEMM epilogues of the CUDA encoder (flag --encoder-epilogues; docs/encoders.md):
+  //   "fused"      biases added by cuBLASLt's BIAS epilogue, the residual stream in bf16, residual + LayerNorm
+  //                one kernel (ResidualLayerNormBf16), erf GELU in place after the FFN's biased GEMM;
+  //   "fused-tanh" the same with the FFN's bias + GELU in cuBLASLt's GELU_BIAS epilogue (tanh approximation
+  //                of BERT's erf GELU);
+  //   "separate"   bias / bias + GELU / bias + residual + LayerNorm as kernels after each GEMM, the residual
+  //                stream in fp32 (the first form, kept for A/B runs).
+  // fp8 weights and hidden sizes the fused LayerNorm does not take (ResidualLayerNormBf16Supports) run
+  // "separate".
+  std::string epilogues = "fused";
   // Weight precision of the encoder's Linear layers (flag --quantization; docs/precision.md). kFp8 on cuda:
   // weights fp8 E4M3 with one fp32 scale per output channel, activations quantised per token before each
   // cuBLASLt FP8 GEMM (W8A8), embeddings / LayerNorm / biases unchanged. The CPU form (BertEncoder) is

@@ -57,6 +57,76 @@ __global__ void BiasResidualLayerNormKernel(const float* __restrict__ y, const f
   NormaliseOwnRow(x, base, dim, eps, g, b, x_bf16, scratch);
 }
 
+// One warp per row (4 rows a block of 128), the row's dim / 8 vectors of 8 bf16 spread over the lanes, VPL
+// vectors a lane at most, held in registers between the two statistics passes and the write.
+template <int VPL>
+__global__ void __launch_bounds__(128)
+    ResidualLayerNormBf16Kernel(const __nv_bfloat16* __restrict__ y, __nv_bfloat16* x,
+                                const float* __restrict__ g, const float* __restrict__ b, int64_t rows,
+                                int dim, float eps) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * 4 + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  const int nvec = dim / 8;
+  const uint4* yr = reinterpret_cast<const uint4*>(y + row * dim);
+  uint4* xr = reinterpret_cast<uint4*>(x + row * dim);
+  float v[VPL][8];
+  float s = 0.f;
+#pragma unroll
+  for (int j = 0; j < VPL; ++j) {
+    const int c = lane + 32 * j;
+    if (c < nvec) {
+      const uint4 a = yr[c], r = xr[c];
+      const __nv_bfloat162* ha = reinterpret_cast<const __nv_bfloat162*>(&a);
+      const __nv_bfloat162* hr = reinterpret_cast<const __nv_bfloat162*>(&r);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 fa = __bfloat1622float2(ha[i]), fr = __bfloat1622float2(hr[i]);
+        v[j][2 * i] = fa.x + fr.x;
+        v[j][2 * i + 1] = fa.y + fr.y;
+        s += v[j][2 * i] + v[j][2 * i + 1];
+      }
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  const float mean = s / static_cast<float>(dim);
+  float var = 0.f;
+#pragma unroll
+  for (int j = 0; j < VPL; ++j) {
+    if (lane + 32 * j < nvec) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const float d = v[j][i] - mean;
+        var += d * d;
+      }
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) var += __shfl_xor_sync(0xffffffffu, var, o);
+  const float rstd = rsqrtf(var / static_cast<float>(dim) + eps);
+#pragma unroll
+  for (int j = 0; j < VPL; ++j) {
+    const int c = lane + 32 * j;
+    if (c < nvec) {
+      const float4 g0 = __ldg(reinterpret_cast<const float4*>(g) + 2 * c);
+      const float4 g1 = __ldg(reinterpret_cast<const float4*>(g) + 2 * c + 1);
+      const float4 b0 = __ldg(reinterpret_cast<const float4*>(b) + 2 * c);
+      const float4 b1 = __ldg(reinterpret_cast<const float4*>(b) + 2 * c + 1);
+      const float gg[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+      const float bb[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+      uint4 o;
+      __nv_bfloat162* ho = reinterpret_cast<__nv_bfloat162*>(&o);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        ho[i] = __floats2bfloat162_rn((v[j][2 * i] - mean) * rstd * gg[2 * i] + bb[2 * i],
+                                      (v[j][2 * i + 1] - mean) * rstd * gg[2 * i + 1] + bb[2 * i + 1]);
+      }
+      xr[c] = o;
+    }
+  }
+}
+
 __global__ void AddBiasKernel(__nv_bfloat16* x, const float* __restrict__ bias, int64_t rows, int64_t dim) {
   const int64_t total = rows * dim;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
@@ -322,7 +392,11 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   }
 }
 
-__global__ void MeanPoolNormalizeKernel(const float* __restrict__ x, const int32_t* __restrict__ cu_seqlens,
+__device__ __forceinline__ float ToFloat(float v) { return v; }
+__device__ __forceinline__ float ToFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T>
+__global__ void MeanPoolNormalizeKernel(const T* __restrict__ x, const int32_t* __restrict__ cu_seqlens,
                                         int64_t dim, float* out) {
   __shared__ float scratch[32];
   const int seq = blockIdx.x;
@@ -332,7 +406,7 @@ __global__ void MeanPoolNormalizeKernel(const float* __restrict__ x, const int32
   float sq = 0.f;
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
     float s = 0.f;
-    for (int r = begin; r < end; ++r) s += x[static_cast<int64_t>(r) * dim + i];
+    for (int r = begin; r < end; ++r) s += ToFloat(x[static_cast<int64_t>(r) * dim + i]);
     s *= inv_len;
     o[i] = s;
     sq += s * s;
@@ -371,6 +445,33 @@ Status BiasResidualLayerNorm(const float* y, const float* bias, float* x, const 
   if (rows > 0x7fffffff) return Invalid("BiasResidualLayerNorm: too many rows");
   BiasResidualLayerNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(y, bias, x, gamma, beta,
                                                                                     dim, eps, x_bf16);
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return OkStatus();
+}
+
+bool ResidualLayerNormBf16Supports(int64_t dim) { return dim > 0 && dim % 8 == 0 && dim <= 2048; }
+
+Status ResidualLayerNormBf16(const __nv_bfloat16* y, __nv_bfloat16* x, const float* gamma, const float* beta,
+                             int64_t rows, int64_t dim, float eps, cudaStream_t stream) {
+  if (rows <= 0) return OkStatus();
+  if (!ResidualLayerNormBf16Supports(dim)) return Invalid("ResidualLayerNormBf16: dim must be a multiple of 8, <= 2048");
+  if (reinterpret_cast<uintptr_t>(y) % 16 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(gamma) % 16 != 0 || reinterpret_cast<uintptr_t>(beta) % 16 != 0) {
+    return Invalid("ResidualLayerNormBf16: pointers must be 16-byte aligned");
+  }
+  const int64_t blocks = (rows + 3) / 4;
+  if (blocks > 0x7fffffff) return Invalid("ResidualLayerNormBf16: too many rows");
+  const int vpl = static_cast<int>((dim / 8 + 31) / 32);
+  const int d = static_cast<int>(dim);
+  const unsigned grid = static_cast<unsigned>(blocks);
+  switch (vpl) {
+    case 1: ResidualLayerNormBf16Kernel<1><<<grid, 128, 0, stream>>>(y, x, gamma, beta, rows, d, eps); break;
+    case 2: ResidualLayerNormBf16Kernel<2><<<grid, 128, 0, stream>>>(y, x, gamma, beta, rows, d, eps); break;
+    case 3: ResidualLayerNormBf16Kernel<3><<<grid, 128, 0, stream>>>(y, x, gamma, beta, rows, d, eps); break;
+    case 4: ResidualLayerNormBf16Kernel<4><<<grid, 128, 0, stream>>>(y, x, gamma, beta, rows, d, eps); break;
+    case 5: case 6: ResidualLayerNormBf16Kernel<6><<<grid, 128, 0, stream>>>(y, x, gamma, beta, rows, d, eps); break;
+    default: ResidualLayerNormBf16Kernel<8><<<grid, 128, 0, stream>>>(y, x, gamma, beta, rows, d, eps); break;
+  }
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return OkStatus();
 }
@@ -435,6 +536,14 @@ Status EncoderAttention(const __nv_bfloat16* qkv, const int32_t* cu_seqlens, int
 
 Status MeanPoolNormalize(const float* x, const int32_t* cu_seqlens, int num_seqs, int64_t dim, float* out,
                          cudaStream_t stream) {
+  if (num_seqs <= 0 || dim <= 0) return OkStatus();
+  MeanPoolNormalizeKernel<<<static_cast<unsigned>(num_seqs), kThreads, 0, stream>>>(x, cu_seqlens, dim, out);
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return OkStatus();
+}
+
+Status MeanPoolNormalize(const __nv_bfloat16* x, const int32_t* cu_seqlens, int num_seqs, int64_t dim,
+                         float* out, cudaStream_t stream) {
   if (num_seqs <= 0 || dim <= 0) return OkStatus();
   MeanPoolNormalizeKernel<<<static_cast<unsigned>(num_seqs), kThreads, 0, stream>>>(x, cu_seqlens, dim, out);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());

@@ -31,6 +31,14 @@ Status BiasResidualLayerNorm(const float* y, const float* bias, float* x, const 
                              const float* beta, int64_t rows, int64_t dim, float eps, __nv_bfloat16* x_bf16,
                              cudaStream_t stream);
 
+// The same step with a bf16 residual stream (the fused-epilogue path: the GEMM already added the bias):
+// x[r, :] = bf16(LayerNorm(y[r, :] + x[r, :]) * gamma + beta), in place. y, x = [rows, dim] bf16, 16-byte
+// aligned; gamma/beta = [dim] fp32; dim % 8 == 0 and dim <= 2048 (ResidualLayerNormBf16Supports).
+// One warp per row, the row in registers: reads y and x once, writes x once (6 bytes an element).
+Status ResidualLayerNormBf16(const __nv_bfloat16* y, __nv_bfloat16* x, const float* gamma, const float* beta,
+                             int64_t rows, int64_t dim, float eps, cudaStream_t stream);
+bool ResidualLayerNormBf16Supports(int64_t dim);
+
 // x[r, c] += bias[c] in place; x = [rows, dim] bf16, bias = [dim] fp32.
 Status AddBias(__nv_bfloat16* x, const float* bias, int64_t rows, int64_t dim, cudaStream_t stream);
 
@@ -62,5 +70,8 @@ bool EncoderAttentionTiledSupports(int head_dim);
 // x = [total_tokens, dim] fp32, out = [num_seqs, dim] fp32.
 Status MeanPoolNormalize(const float* x, const int32_t* cu_seqlens, int num_seqs, int64_t dim, float* out,
                          cudaStream_t stream);
+// The same from a bf16 x (sums in fp32).
+Status MeanPoolNormalize(const __nv_bfloat16* x, const int32_t* cu_seqlens, int num_seqs, int64_t dim,
+                         float* out, cudaStream_t stream);
 
 }  // namespace stoke::cuda

@@ -130,6 +130,45 @@ TEST(CudaEncoder, EmbeddingAndResidualLayerNorms) {
   EXPECT_CLOSE(FromBf16(xb.Download()), want, kTolBf16, "bias residual layernorm bf16 copy");
 }
 
+// x = bf16(LN(y + x)) in place with bf16 y and x (the fused-epilogue path), at the hidden sizes of MiniLM,
+// BERT-base, BERT-large and the largest it takes, 37 rows (not a multiple of the 4 rows a block); then the
+// bf16 mean pooling against the fp32 one on the same values.
+TEST(CudaEncoder, ResidualLayerNormBf16AndBf16Pooling) {
+  SKIP_WITHOUT_GPU();
+  const int64_t rows = 37;
+  const float eps = 1e-12f;
+  for (int64_t dim : {384, 768, 1024, 2048}) {
+    const auto y = RoundBf16(RandomFloats(rows * dim, 21, -3.f, 3.f));
+    const auto x0 = RoundBf16(RandomFloats(rows * dim, 22, -2.f, 2.f));
+    const auto g = RandomFloats(dim, 23, 0.5f, 1.5f), b = RandomFloats(dim, 24);
+    std::vector<float> want(rows * dim);
+    for (int64_t r = 0; r < rows; ++r) {
+      std::vector<double> v(dim);
+      for (int64_t i = 0; i < dim; ++i) v[i] = double(y[r * dim + i]) + x0[r * dim + i];
+      LayerNormRow(v, g, b, eps);
+      for (int64_t i = 0; i < dim; ++i) want[r * dim + i] = static_cast<float>(v[i]);
+    }
+    DeviceBuffer<uint16_t> dy(ToBf16(y)), dx(ToBf16(x0));
+    DeviceBuffer<float> dg(g), db(b);
+    STATUS_ASSERT(ResidualLayerNormBf16(dy.bf16(), dx.bf16(), dg.get(), db.get(), rows, dim, eps, nullptr));
+    const std::vector<float> got = FromBf16(dx.Download());
+    char what[64];
+    std::snprintf(what, sizeof(what), "residual layernorm bf16, dim %lld", static_cast<long long>(dim));
+    EXPECT_CLOSE(got, want, kTolBf16, what);
+
+    const std::vector<int32_t> cu = {0, 1, 20, 37};
+    DeviceBuffer<int32_t> dcu(cu);
+    DeviceBuffer<float> xf(got), p16(3 * dim), p32(3 * dim);
+    STATUS_ASSERT(MeanPoolNormalize(dx.bf16(), dcu.get(), 3, dim, p16.get(), nullptr));
+    STATUS_ASSERT(MeanPoolNormalize(xf.get(), dcu.get(), 3, dim, p32.get(), nullptr));
+    EXPECT_CLOSE(p16.Download(), p32.Download(), 1e-5, "bf16 pooling");
+  }
+  DeviceBuffer<uint16_t> d(8 * 1000);
+  DeviceBuffer<float> dg(1000), db(1000);
+  EXPECT_FALSE(ResidualLayerNormBf16(d.bf16(), d.bf16(), dg.get(), db.get(), 8, 1000 + 4, eps, nullptr).ok());
+  EXPECT_FALSE(ResidualLayerNormBf16Supports(4096));
+}
+
 TEST(CudaEncoder, AddBiasAndMeanPoolNormalize) {
   SKIP_WITHOUT_GPU();
   const int64_t rows = 50, dim = 96;

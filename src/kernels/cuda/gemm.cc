@@ -153,7 +153,8 @@ Status BlasLtGemm::Save() const {
 static Status BuildDescs(int64_t m, int64_t n, int64_t k, DType out_type, size_t workspace,
                          cublasLtMatmulDesc_t* op, cublasLtMatrixLayout_t* a, cublasLtMatrixLayout_t* b,
                          cublasLtMatrixLayout_t* c, cublasLtMatmulPreference_t* pref, bool fp8 = false,
-                         const float* w_scale = nullptr, const float* x_scale = nullptr) {
+                         const float* w_scale = nullptr, const float* x_scale = nullptr,
+                         GemmEpilogue epilogue = GemmEpilogue::kNone, const void* bias = nullptr) {
   if (out_type != DType::kBF16 && out_type != DType::kF32) {
     return InvalidArgumentError("BlasLtGemm: output must be BF16 or F32, not {}",
                                 GetDTypeInfo(out_type).name);
@@ -172,6 +173,16 @@ static Status BuildDescs(int64_t m, int64_t n, int64_t k, DType out_type, size_t
         cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale, sizeof(w_scale)));
     LT_RETURN_IF_ERROR(
         cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scale, sizeof(x_scale)));
+  }
+  if (epilogue != GemmEpilogue::kNone) {
+    if (bias == nullptr) return InvalidArgumentError("BlasLtGemm: a bias epilogue needs the bias");
+    // Y^T is n x m column-major: cuBLASLt adds the bias per row of Y^T = per output column of y.
+    const cublasLtEpilogue_t ep =
+        epilogue == GemmEpilogue::kBias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_GELU_BIAS;
+    const cudaDataType_t bt = CUDA_R_16BF;
+    LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)));
+    LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
+    LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   }
   LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(a, in, k, n, k));
   LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(b, in, k, m, k));
@@ -249,12 +260,17 @@ Status BlasLtGemm::Tune(const __nv_bfloat16* x, const __nv_bfloat16* w, void* y,
 }
 
 Status BlasLtGemm::Run(const __nv_bfloat16* x, const __nv_bfloat16* w, void* y, DType out_type, int64_t m,
-                       int64_t n, int64_t k, cudaStream_t stream) {
+                       int64_t n, int64_t k, cudaStream_t stream, GemmEpilogue epilogue,
+                       const __nv_bfloat16* bias) {
   if (m <= 0 || n <= 0) return OkStatus();
   Descs d;
-  RETURN_IF_ERROR(BuildDescs(m, n, k, out_type, options_.workspace_bytes, &d.op, &d.a, &d.b, &d.c, &d.pref));
+  RETURN_IF_ERROR(BuildDescs(m, n, k, out_type, options_.workspace_bytes, &d.op, &d.a, &d.b, &d.c, &d.pref,
+                             /*fp8=*/false, nullptr, nullptr, epilogue, bias));
+  std::string shape = GemmShapeKey(m, n, k, out_type);
+  if (epilogue == GemmEpilogue::kBias) shape += ",ep=bias";
+  if (epilogue == GemmEpilogue::kGeluBias) shape += ",ep=gelu_bias";
   cublasLtMatmulAlgo_t algo;
-  RETURN_IF_ERROR(Choose(d, GemmShapeKey(m, n, k, out_type), x, w, y, stream, &algo));
+  RETURN_IF_ERROR(Choose(d, shape, x, w, y, stream, &algo));
   const float alpha = 1.f, beta = 0.f;
   LT_RETURN_IF_ERROR(cublasLtMatmul(handle_, d.op, &alpha, w, d.a, x, d.b, &beta, y, d.c, y, d.c, &algo,
                                     workspace_, options_.workspace_bytes, stream));

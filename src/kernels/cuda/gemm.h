@@ -50,6 +50,12 @@ std::string GemmShapeKey(int64_t m, int64_t n, int64_t k, DType out);
 std::string SerializeGemmCache(std::string_view key, const GemmCacheMap& entries);
 StatusOr<GemmCacheMap> ParseGemmCache(std::string_view text, std::string_view expected_key);
 
+// What cuBLASLt does to the product before it is written (bias = [n] bf16, one value per output column):
+//   kNone      y = x · w^T
+//   kBias      y = x · w^T + bias
+//   kGeluBias  y = gelu_tanh(x · w^T + bias): cuBLASLt's GELU is the tanh approximation, not erf's.
+enum class GemmEpilogue { kNone, kBias, kGeluBias };
+
 class BlasLtGemm {
  public:
   // Creates the cuBLASLt handle and workspace on the current device and loads options.cache_path if it exists
@@ -60,8 +66,11 @@ class BlasLtGemm {
   BlasLtGemm& operator=(const BlasLtGemm&) = delete;
 
   // out_type: DType::kBF16 or DType::kF32. Pointers 16-byte aligned; k and n multiples of 8 for bf16.
+  // With an epilogue, `bias` is [n] bf16, 16-byte aligned; the algorithm is chosen (and cached) per shape
+  // and epilogue.
   Status Run(const __nv_bfloat16* x, const __nv_bfloat16* w, void* y, DType out_type, int64_t m, int64_t n,
-             int64_t k, cudaStream_t stream);
+             int64_t k, cudaStream_t stream, GemmEpilogue epilogue = GemmEpilogue::kNone,
+             const __nv_bfloat16* bias = nullptr);
   // FP8 (--quantization fp8): y[i, j] = x_scale[i] · w_scale[j] · Σ_l e4m3(x[i, l]) · e4m3(w[j, l]) with
   // x = [m, k] and w = [n, k] fp8 E4M3 bytes and their fp32 scales per row on the device (cuBLASLt's
   // outer-vector scale mode: per token x per output channel; cuBLAS 12.9+ on Hopper). fp32 accumulation,

@@ -1,5 +1,6 @@
 // GPU element-wise, normalisation, quantisation and GEMM kernels against the CPU references, on fresh random
 // inputs with outputs poisoned (NaN) beforehand. Skipped when no GPU is present.
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -432,6 +433,36 @@ TEST(CudaGemm, Bf16GemmMatchesCpuAndCachesChoices) {
   EXPECT_EQ((*other)->load_status().rfind("refused", 0), 0u) << (*other)->load_status();
   EXPECT_TRUE((*other)->entries().empty());
   std::filesystem::remove(cache);
+}
+
+// cuBLASLt's BIAS and GELU_BIAS epilogues against the product plus bias (and tanh-approximated GELU) on the
+// host; each epilogue gets its own cached algorithm.
+TEST(CudaGemm, BiasAndGeluBiasEpilogues) {
+  SKIP_WITHOUT_GPU();
+  const int64_t m = 37, n = 256, k = 512;
+  const auto x = RoundBf16(RandomFloats(m * k, 31)), w = RoundBf16(RandomFloats(n * k, 32));
+  const auto bias = RoundBf16(RandomFloats(n, 33, -2.f, 2.f));
+  std::vector<float> prod(m * n), want_bias(m * n), want_gelu(m * n);
+  ASSERT_TRUE(cpu::MatMul(x.data(), m, k, w.data(), DType::kF32, n, prod.data()).ok());
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      const float v = prod[i * n + j] + bias[j];
+      want_bias[i * n + j] = v;
+      want_gelu[i * n + j] = 0.5f * v * (1.f + std::tanh(0.7978845608f * (v + 0.044715f * v * v * v)));
+    }
+  }
+  auto gemm = BlasLtGemm::Create(GemmOptions{});
+  ASSERT_TRUE(gemm.ok()) << gemm.status().ToString();
+  DeviceBuffer<uint16_t> dx(ToBf16(x)), dw(ToBf16(w)), db(ToBf16(bias)), y(m * n);
+  STATUS_ASSERT((*gemm)->Run(dx.bf16(), dw.bf16(), y.get(), DType::kBF16, m, n, k, nullptr, GemmEpilogue::kBias,
+                             db.bf16()));
+  EXPECT_CLOSE(FromBf16(y.Download()), want_bias, kTolBf16, "gemm + bias epilogue");
+  STATUS_ASSERT((*gemm)->Run(dx.bf16(), dw.bf16(), y.get(), DType::kBF16, m, n, k, nullptr,
+                             GemmEpilogue::kGeluBias, db.bf16()));
+  EXPECT_CLOSE(FromBf16(y.Download()), want_gelu, kTolBf16, "gemm + gelu(bias) epilogue");
+  EXPECT_EQ((*gemm)->entries().size(), 2u);
+  EXPECT_FALSE((*gemm)->Run(dx.bf16(), dw.bf16(), y.get(), DType::kBF16, m, n, k, nullptr, GemmEpilogue::kBias,
+                            nullptr).ok());
 }
 
 // The cache file format needs no GPU.
