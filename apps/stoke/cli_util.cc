@@ -114,9 +114,10 @@ void AddEncoderAttentionFlag(CLI::App* cmd, std::string* attention) {
 
 void AddEncoderEpiloguesFlag(CLI::App* cmd, std::string* epilogues) {
   cmd->add_option("--encoder-epilogues", *epilogues,
-                  "cuda, encoders: fused (biases in cuBLASLt's epilogue, bf16 residual, residual + LayerNorm "
-                  "one kernel, erf GELU), fused-tanh (the FFN's GELU in the epilogue too: tanh approximation) "
-                  "or separate (bias, GELU, LayerNorm kernels after each GEMM, fp32 residual)")
+                  "cuda, encoders: fused-tanh (biases and the FFN's GELU in cuBLASLt's epilogue, GELU's tanh "
+                  "approximation; bf16 residual, residual + LayerNorm one kernel), fused (the same with BERT's "
+                  "exact erf GELU as a kernel) or separate (bias, GELU, LayerNorm kernels after each GEMM, fp32 "
+                  "residual)")
       ->check(CLI::IsMember({"fused", "fused-tanh", "separate"}))
       ->capture_default_str();
 }

@@ -50,7 +50,7 @@ struct EmbedOptions {
   int bench_repeat = 0;
   std::string device = "auto";  // as serve: cuda when this build has CUDA and a GPU is visible
   std::string encoder_attention = "auto";  // BertDeviceOptions::attention
-  std::string encoder_epilogues = "fused";  // BertDeviceOptions::epilogues
+  std::string encoder_epilogues = "fused-tanh";  // BertDeviceOptions::epilogues
   std::string quantization = "none";       // none | fp8: the Linear weights (docs/precision.md)
   std::string ids_file;
   std::vector<int> bench_batch;

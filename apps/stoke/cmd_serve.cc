@@ -74,7 +74,7 @@ struct ServeOptions {
   bool no_gpu_telemetry = false;
   DeviceFlags device;  // also the engine tuning flags (--gemv-max-rows, --decode-pipeline, ...: cli_util.h)
   std::string encoder_attention = "auto";  // encoders on CUDA: BertDeviceOptions::attention
-  std::string encoder_epilogues = "fused";  // and BertDeviceOptions::epilogues
+  std::string encoder_epilogues = "fused-tanh";  // and BertDeviceOptions::epilogues
   std::string preprocess = "cpu";          // image models: cpu | gpu (not yet)
   int instances = 0;                // classic models: instances (0 = the model file's instance_group, else 1)
   int max_batch_size = 0;           // classic models: 0 = the model file's max_batch_size

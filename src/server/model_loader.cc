@@ -90,7 +90,7 @@ struct BatchedSpec {
   int threads = 0;
   std::string device = "auto";  // encoder: auto = cuda when the build has CUDA and a GPU is visible
   std::string encoder_attention = "auto";
-  std::string encoder_epilogues = "fused";
+  std::string encoder_epilogues = "fused-tanh";
   std::string image_preprocess = "cpu";
   // Encoders: the Linear weights' precision (--quantization, stoke.toml quantization), checked by the
   // output-consistency gate at load (tools/precision/encoder_gate.h) unless it is none.

@@ -77,7 +77,7 @@ struct ServerOptions {
   // Batched models (encoders, image classifiers, synthetic).
   std::string batched_device;  // "" = the model file's "device" (else auto); set when --device was given
   std::string encoder_attention = "auto";
-  std::string encoder_epilogues = "fused";  // BertDeviceOptions::epilogues
+  std::string encoder_epilogues = "fused-tanh";  // BertDeviceOptions::epilogues
   std::string image_preprocess = "cpu";  // image classifiers: where decoding and resizing run (gpu: not yet)
   int instances = 0;
   int max_batch_size = 0;
