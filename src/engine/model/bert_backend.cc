@@ -11,7 +11,7 @@ Status ValidateBertDeviceOptions(const BertDeviceOptions& options) {
   }
   const std::string& e = options.epilogues;
   if (e != "fused" && e != "fused-tanh" && e != "separate") {
-    return InvalidArgumentError("--encoder-epilogues '{}': expected fused, fused-tanh or separate", e);
+    return InvalidArgumentError("--encoder-epilogues '{}': expected fused-tanh, fused or separate", e);
   }
   return OkStatus();
 }

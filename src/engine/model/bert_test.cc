@@ -634,5 +634,15 @@ TEST(BertDeviceOptionsTest, UnknownEncoderAttentionIsInvalidArgument) {
       << r.status().ToString();
 }
 
+TEST(BertDeviceOptionsTest, UnknownEncoderEpiloguesIsInvalidArgument) {
+  for (const char* ok : {"fused-tanh", "fused", "separate"}) {
+    EXPECT_TRUE(ValidateBertDeviceOptions({.epilogues = ok}).ok()) << ok;
+  }
+  auto r = LoadBertOnDevice(nullptr, {.device = "cpu", .epilogues = "tanh"}, CpuBackends());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("--encoder-epilogues 'tanh'"), std::string::npos) << r.status().ToString();
+}
+
 }  // namespace
 }  // namespace stoke
