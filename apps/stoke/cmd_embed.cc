@@ -55,6 +55,7 @@ struct EmbedOptions {
   std::string ids_file;
   std::vector<int> bench_batch;
   int seq_len = 128;
+  std::vector<int> bench_lengths;  // --bench-lengths: per-sequence lengths instead of seq_len (cycled)
   double bench_seconds = 1.0;
   std::string json_out;
 };
@@ -134,9 +135,15 @@ double Median(std::vector<double> v) {
 // --bench-batch: the encoder alone on random ids of exactly seq_len tokens.
 StatusOr<nlohmann::json> BenchEncoder(const BertEncoder& enc, const EmbedFn& embed, const EmbedOptions& o) {
   const BertConfig& c = enc.config();
-  if (o.seq_len < 2 || o.seq_len > enc.max_seq_length()) {
+  if (o.bench_lengths.empty() && (o.seq_len < 2 || o.seq_len > enc.max_seq_length())) {
     return InvalidArgumentError("--seq-len {} is outside [2, {}] (the model's max_seq_length)", o.seq_len,
                                 enc.max_seq_length());
+  }
+  for (int len : o.bench_lengths) {
+    if (len < 2 || len > enc.max_seq_length()) {
+      return InvalidArgumentError("--bench-lengths: {} is outside [2, {}] (the model's max_seq_length)", len,
+                                  enc.max_seq_length());
+    }
   }
   std::mt19937 rng(1);
   const int lo = std::min(1000, c.vocab_size / 2);
@@ -144,9 +151,15 @@ StatusOr<nlohmann::json> BenchEncoder(const BertEncoder& enc, const EmbedFn& emb
   nlohmann::json results = nlohmann::json::array();
   for (int b : o.bench_batch) {
     if (b < 1) return InvalidArgumentError("--bench-batch: batch size {} must be >= 1", b);
-    std::vector<std::vector<int32_t>> batch(b, std::vector<int32_t>(o.seq_len));
-    for (auto& row : batch) {
-      for (int32_t& x : row) x = id(rng);
+    // Every sequence seq_len long, or (--bench-lengths) the given lengths in turn: a packed variable-length
+    // batch (no padding: each sequence costs its own tokens).
+    std::vector<std::vector<int32_t>> batch(b);
+    int64_t tokens = 0;
+    for (int i = 0; i < b; ++i) {
+      const int len = o.bench_lengths.empty() ? o.seq_len : o.bench_lengths[i % o.bench_lengths.size()];
+      batch[i].resize(len);
+      for (int32_t& x : batch[i]) x = id(rng);
+      tokens += len;
     }
     std::vector<float> out;
     for (int w = 0; w < 2; ++w) RETURN_IF_ERROR(embed(batch, &out, nullptr));  // scratch sized, GEMMs chosen
@@ -167,13 +180,15 @@ StatusOr<nlohmann::json> BenchEncoder(const BertEncoder& enc, const EmbedFn& emb
                         {"iters", iters},
                         {"ms_per_batch", secs * 1e3 / iters},
                         {"seqs_per_s", b * iters / secs},
-                        {"tokens_per_s", double(b) * o.seq_len * iters / secs},
+                        {"tokens", tokens},
+                        {"tokens_per_s", double(tokens) * iters / secs},
                         {"h2d_ms_median", Median(h2d)},
                         {"compute_ms_median", Median(compute)},
                         {"d2h_ms_median", Median(d2h)}};
     fmt::print(stderr,
                "stoke embed: batch {:4d} x {} tokens: {:9.1f} seq/s, {:8.3f} ms/batch (compute {:.3f} ms)\n",
-               b, o.seq_len, r["seqs_per_s"].get<double>(), r["ms_per_batch"].get<double>(),
+               b, o.bench_lengths.empty() ? fmt::format("{}", o.seq_len) : fmt::format("{:.1f} (mean)", double(tokens) / b),
+               r["seqs_per_s"].get<double>(), r["ms_per_batch"].get<double>(),
                r["compute_ms_median"].get<double>());
     results.push_back(std::move(r));
   }
@@ -249,7 +264,9 @@ int Run(const EmbedOptions& o, const Backends& backends) {
   std::shared_ptr<const BertEncoder> enc = std::move(loaded).value();
   if (bench) {
     const int max_b = *std::max_element(o.bench_batch.begin(), o.bench_batch.end());
-    dev_opts.max_batch_tokens = std::max<int64_t>(dev_opts.max_batch_tokens, int64_t{max_b} * o.seq_len);
+    int longest = o.seq_len;
+    for (int len : o.bench_lengths) longest = std::max(longest, len);
+    dev_opts.max_batch_tokens = std::max<int64_t>(dev_opts.max_batch_tokens, int64_t{max_b} * longest);
   } else {
     dev_opts.max_batch_tokens =
         std::max<int64_t>(dev_opts.max_batch_tokens, int64_t{o.batch_size} * enc->max_seq_length());
@@ -366,6 +383,10 @@ CommandRegistrar kEmbed(
                       "time the encoder alone at these batch sizes (e.g. 1,2,4,8) on random ids")
           ->delimiter(',');
       cmd->add_option("--seq-len", o->seq_len, "--bench-batch: tokens per sequence")->capture_default_str();
+      cmd->add_option("--bench-lengths", o->bench_lengths,
+                      "--bench-batch: the sequences' lengths, used in turn (e.g. 120,384,57,...), instead of "
+                      "--seq-len for all: a packed variable-length batch")
+          ->delimiter(',');
       cmd->add_option("--bench-seconds", o->bench_seconds, "--bench-batch: timed seconds per batch size")
           ->capture_default_str();
       cmd->add_option("--json", o->json_out, "--bench-batch: write the results here (default stdout)");

@@ -194,6 +194,61 @@ def torch_encoder(d, seq_len, batches, seconds):
     return {"framework": f"torch {torch.__version__} fp16 eager", "attn_implementation": impl, "results": res}
 
 
+def squad_like_lengths(n, max_len, seed=5):
+    """n sequence lengths shaped like SQuAD v1.1 at max_seq_length 384 (question + context windows): a normal
+    around 170 tokens (sd 80), clipped to [24, max_len] (the clip puts a few percent at max_len, as the long
+    contexts that fill a whole window do). Synthetic: the shape of the distribution, not SQuAD's text."""
+    import random
+    rng = random.Random(seed)
+    return [max(24, min(max_len, int(round(rng.gauss(170, 80))))) for _ in range(n)]
+
+
+def stoke_varlen(stoke, d, lengths, batches, seconds, env, tmp, variant="none"):
+    """stoke's encoder on packed variable-length batches (--bench-lengths: no padding)."""
+    out = pathlib.Path(tmp) / "varlen.json"
+    p = subprocess.run([stoke, "embed", "--model", str(d), "--device", "cuda", "--bench-batch",
+                        ",".join(map(str, batches)), "--bench-lengths", ",".join(map(str, lengths)),
+                        "--max-seq-length", str(max(lengths)), "--bench-seconds", str(seconds), "--json",
+                        str(out)] + quant_flag(variant), capture_output=True, text=True, env=env, timeout=900)
+    log(p.stderr[-1500:])
+    if p.returncode != 0:
+        return {"error": p.stderr[-2000:]}
+    return json.loads(out.read_text())
+
+
+def torch_varlen(d, lengths, batches, seconds):
+    """PyTorch fp16 eager on the same lengths, padded to the batch's longest with an attention mask (what a
+    framework without packed sequences runs)."""
+    import torch
+    model = load_torch(d, torch.float16)
+    vocab = model.config.vocab_size
+    g = torch.Generator().manual_seed(2)
+    res = []
+    for b in batches:
+        lens = [lengths[i % len(lengths)] for i in range(b)]
+        L = max(lens)
+        ids = torch.randint(min(1000, vocab // 2), vocab, (b, L), generator=g)
+        mask = torch.zeros(b, L, dtype=torch.long)
+        for i, n in enumerate(lens):
+            mask[i, :n] = 1
+        ids, mask = (ids * mask).cuda(), mask.cuda()
+        with torch.inference_mode():
+            for _ in range(2):
+                torch_pooled(model, ids, mask)
+            torch.cuda.synchronize()
+            n, t0 = 0, time.perf_counter()
+            while n < 3 or (time.perf_counter() - t0 < seconds and n < 10000):
+                torch_pooled(model, ids, mask).cpu()
+                n += 1
+            torch.cuda.synchronize()
+            secs = time.perf_counter() - t0
+        res.append({"batch": b, "padded_to": L, "tokens": sum(lens), "iters": n, "seqs_per_s": b * n / secs})
+        log(f"  torch fp16 varlen batch {b:4d} (padded to {L}): {b * n / secs:9.1f} seq/s")
+    del model
+    torch.cuda.empty_cache()
+    return {"framework": f"torch {torch.__version__} fp16 eager, padded + attention mask", "results": res}
+
+
 def get_json(url, timeout=5):
     with urllib.request.urlopen(url, timeout=timeout) as r:
         return r.status, r.read()
@@ -289,6 +344,9 @@ def main():
     ap.add_argument("--concurrency", default="1,4,16,64")
     ap.add_argument("--serve-duration", type=float, default=8)
     ap.add_argument("--no-serve", action="store_true")
+    ap.add_argument("--varlen", default="",
+                    help="batch sizes for a SQuAD-like variable-length run on the seq-384 shape (e.g. 64,256): "
+                         "stoke packed vs stoke padded (its fixed seq-384 rows) vs PyTorch padded + mask")
     ap.add_argument("--quantization", default="none",
                     help="stoke variants to measure, comma-separated: a weight precision (none, fp8), optionally "
                          "with /EPILOGUES (none/separate, none/fused-tanh: --encoder-epilogues); each gets its "
@@ -335,6 +393,15 @@ def main():
                     key = "stoke_over_torch" if q == "none" else f"stoke{sfx[q]}_over_torch"
                     r[key] = {x["batch"]: x["seqs_per_s"] / ts[x["batch"]]
                               for x in r["stoke" + sfx[q]]["results"] if x["batch"] in ts}
+            if args.varlen and seq == 384:
+                vb = [int(x) for x in args.varlen.split(",")]
+                lengths = squad_like_lengths(max(vb), seq)
+                r["varlen_lengths"] = {"n": len(lengths), "mean": sum(lengths) / len(lengths),
+                                       "max": max(lengths), "at_max": sum(1 for x in lengths if x == seq),
+                                       "distribution": squad_like_lengths.__doc__.split("(")[0].strip()}
+                log(f"  varlen: {r['varlen_lengths']}")
+                r["stoke_varlen_packed"] = stoke_varlen(stoke, d, lengths, vb, args.seconds, env, tmp)
+                r["torch_varlen_padded"] = torch_varlen(d, lengths, vb, args.seconds)
             if shape == "bert-base" and not args.no_serve:
                 log("  serving")
                 r["serving"] = serving(stoke, d, out_dir, env, [int(c) for c in args.concurrency.split(",")],

@@ -82,6 +82,15 @@ def test_bench_batch_json(stoke_bin, tiny_bert, tmp_path):
         assert r["compute_ms_median"] == 0  # device event times exist only on a GPU
     p = run(stoke_bin, "--model", tiny_bert, "--bench-batch", "2", "--seq-len", MAX_POS + 1, check=False)
     assert p.returncode == 1 and "--seq-len" in p.stderr
+    # --bench-lengths: a packed variable-length batch, the lengths used in turn.
+    run(stoke_bin, "--model", tiny_bert, "--bench-batch", "5", "--bench-lengths", "4,30,9", "--bench-seconds",
+        0.05, "--json", out)
+    (r,) = json.loads(out.read_text())["results"]
+    assert r["tokens"] == 4 + 30 + 9 + 4 + 30
+    assert r["tokens_per_s"] == pytest.approx(r["seqs_per_s"] * r["tokens"] / 5, rel=1e-6)
+    p = run(stoke_bin, "--model", tiny_bert, "--bench-batch", "2", "--bench-lengths", f"3,{MAX_POS + 1}",
+            check=False)
+    assert p.returncode == 1 and "--bench-lengths" in p.stderr
 
 
 def test_device_flag(stoke_bin, tiny_bert, tmp_path):
