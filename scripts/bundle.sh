@@ -4,6 +4,7 @@
 #                stoke_synthetic_cuda_test, stoke_image_cuda_test}   (debug info stripped)
 #   .bundle/lib/  the non-system shared libraries they need (OpenBLAS, spdlog, fmt, PCRE2, utf8proc, Boost,
 #                 gRPC/protobuf/abseil, libstdc++, ...), found with ldd
+#   .bundle/peers/perf_analyzer/    when peers/perf_analyzer exists (bench/gpu/pack_perf_analyzer.sh, ~21 MB)
 #   .bundle/peers/llama.cpp.tar.xz  when peers/llama.cpp.tar.xz exists (bench/gpu/llama_cpp_pack.sh, ~3 MB):
 #                 the llama.cpp source bench/gpu/llama_cpp.sh builds on the GPU host
 # The binaries carry RPATH $ORIGIN/../lib (DT_RPATH, so it also applies to the libraries' own dependencies).
@@ -66,6 +67,10 @@ done
 if [[ -f peers/llama.cpp.tar.xz ]]; then
   mkdir -p "$OUT/peers"
   cp peers/llama.cpp.tar.xz "$OUT/peers/"
+fi
+if [[ -x peers/perf_analyzer/perf_analyzer ]]; then  # bench/gpu/pack_perf_analyzer.sh
+  mkdir -p "$OUT/peers"
+  cp -r peers/perf_analyzer "$OUT/peers/"
 fi
 
 cat > "$OUT/README.txt" <<TXT

@@ -20,6 +20,8 @@ fi
 BUNDLE=${BUNDLE:-.bundle}
 if [[ ! -d "$BUNDLE" && -f "$BUNDLE.tar.gz" ]]; then tar -xzf "$BUNDLE.tar.gz"; fi
 # shellcheck disable=SC2086  # BERT_BENCH_ARGS is a list of flags
-timeout 560 python3 bench/gpu/torch_bert_bench.py --stoke "$BUNDLE/bin/stoke" --out "$OUT" \
+PA=()
+[[ -x "$BUNDLE/peers/perf_analyzer/perf_analyzer" ]] && PA=(--perf-analyzer "$BUNDLE/peers/perf_analyzer/perf_analyzer")
+timeout 560 python3 bench/gpu/torch_bert_bench.py --stoke "$BUNDLE/bin/stoke" --out "$OUT" "${PA[@]}" \
   ${BERT_BENCH_ARGS:-} 2>&1 | tee "$OUT/bert_bench.log"
 exit "${PIPESTATUS[0]}"

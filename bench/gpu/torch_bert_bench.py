@@ -20,6 +20,7 @@ Run by bench/gpu/bert_bench.sh on the GPU machine (python3 with torch + transfor
 Everything goes to $OUT/bert_bench.json (plus the raw stoke bench reports under $OUT/bert_serve_*).
 """
 import argparse
+import csv
 import datetime
 import json
 import os
@@ -263,11 +264,15 @@ class Server:
                                      stdout=subprocess.DEVNULL, stderr=self._log, env=env)
         deadline = time.time() + 180
         self.url = None
+        self.grpc = None
         while time.time() < deadline:
             text = pathlib.Path(log_path).read_text(errors="replace")
             m = re.search(r"listening on (http://[^ ]+) ", text)
             if m and self.url is None:
                 self.url = m.group(1)
+            g = re.search(r"gRPC listening on (\S+)", text)
+            if g:
+                self.grpc = g.group(1)
             if self.url and "ready on" in text:
                 return
             if self.proc.poll() is not None:
@@ -287,7 +292,34 @@ class Server:
         self._log.close()
 
 
-def serving(stoke, d, out_dir, env, concurrency, duration, input_len, device="cuda"):
+def perf_analyzer_points(pa, grpc, out_csv, concurrency, env):
+    """Triton's perf_analyzer over KServe v2 gRPC on the model `bert` (text input, random 32-character strings):
+    [{concurrency, infer_per_s, p50_ms, p99_ms, server_queue_us, server_compute_us}] or {"error"}."""
+    pa_env = dict(env)
+    lib = pathlib.Path(pa).resolve().parent
+    pa_env["LD_LIBRARY_PATH"] = str(lib) + os.pathsep + env.get("LD_LIBRARY_PATH", "")
+    args = [pa, "-m", "bert", "-u", grpc, "-i", "grpc", "--concurrency-range", concurrency,
+            "--string-length", "32", "--measurement-interval", "1500", "--stability-percentage", "50",
+            "--max-trials", "8", "--percentile", "99", "-f", str(out_csv)]
+    p = subprocess.run(args, capture_output=True, text=True, env=pa_env, timeout=600)
+    if p.returncode != 0 or not out_csv.exists():
+        return {"error": (p.stdout + p.stderr)[-2000:], "command": " ".join(args)}
+    rows = sorted(csv.DictReader(out_csv.open()), key=lambda r: int(r["Concurrency"]))
+    return {"command": " ".join(args), "points": [{
+        "concurrency": int(r["Concurrency"]), "infer_per_s": float(r["Inferences/Second"]),
+        "p50_ms": float(r["p50 latency"]) / 1e3, "p99_ms": float(r["p99 latency"]) / 1e3,
+        "server_queue_us": int(r["Server Queue"]), "server_compute_us": int(r["Server Compute Infer"])}
+        for r in rows]}
+
+
+def at_equal_p99(off, on, rate):
+    """For each batching-off point: the best batching-on rate whose p99 is within the off point's p99."""
+    return [{"p99_budget_ms": o["p99_ms"], "off": o[rate],
+             "on_best": max([q[rate] for q in on if q["p99_ms"] <= o["p99_ms"]], default=None)} for o in off]
+
+
+def serving(stoke, d, out_dir, env, concurrency, duration, input_len, device="cuda", perf_analyzer=None,
+            pa_concurrency="1:65:32"):
     configs = {
         "batching_off": {"max_batch_size": 64},
         "batching_on": {"max_batch_size": 64, "dynamic_batching": {"max_queue_delay_microseconds": 0}},
@@ -322,14 +354,21 @@ def serving(stoke, d, out_dir, env, concurrency, duration, input_len, device="cu
                 "errors": pt["requests"]["errors"]} for pt in rep["points"]]}
             log(f"  serve {name}: " + ", ".join(f"c={q['concurrency']}: {q['requests_per_s']:.0f} req/s "
                                                 f"p99 {q['p99_ms']:.1f} ms" for q in res[name]["points"]))
+            if perf_analyzer and srv.grpc and name in ("batching_off", "batching_on"):
+                pa = perf_analyzer_points(perf_analyzer, srv.grpc, out_dir / f"pa_{name}.csv", pa_concurrency, env)
+                res[name]["perf_analyzer_grpc"] = pa
+                log(f"  perf_analyzer {name}: " + (pa.get("error", "")[-300:] or ", ".join(
+                    f"c={q['concurrency']}: {q['infer_per_s']:.0f}/s p99 {q['p99_ms']:.2f} ms"
+                    for q in pa["points"])))
         finally:
             srv.stop()
     off, on = res.get("batching_off", {}).get("points"), res.get("batching_on", {}).get("points")
     if off and on:
-        res["at_equal_p99"] = [{
-            "p99_budget_ms": o["p99_ms"], "off_requests_per_s": o["requests_per_s"],
-            "on_best_requests_per_s": max([q["requests_per_s"] for q in on if q["p99_ms"] <= o["p99_ms"]],
-                                          default=None)} for o in off]
+        res["at_equal_p99"] = at_equal_p99(off, on, "requests_per_s")
+    pa_off = res.get("batching_off", {}).get("perf_analyzer_grpc", {}).get("points")
+    pa_on = res.get("batching_on", {}).get("perf_analyzer_grpc", {}).get("points")
+    if pa_off and pa_on:
+        res["perf_analyzer_at_equal_p99"] = at_equal_p99(pa_off, pa_on, "infer_per_s")
     return res
 
 
@@ -344,6 +383,10 @@ def main():
     ap.add_argument("--concurrency", default="1,4,16,64")
     ap.add_argument("--serve-duration", type=float, default=8)
     ap.add_argument("--no-serve", action="store_true")
+    ap.add_argument("--perf-analyzer", default="",
+                    help="perf_analyzer binary (bench/gpu/pack_perf_analyzer.sh puts one in the bundle): the "
+                         "serving comparison also runs it over KServe gRPC, batching off vs on")
+    ap.add_argument("--pa-concurrency", default="1:65:32", help="perf_analyzer --concurrency-range")
     ap.add_argument("--varlen", default="",
                     help="batch sizes for a SQuAD-like variable-length run on the seq-384 shape (e.g. 64,256): "
                          "stoke packed vs stoke padded (its fixed seq-384 rows) vs PyTorch padded + mask")
@@ -405,7 +448,8 @@ def main():
             if shape == "bert-base" and not args.no_serve:
                 log("  serving")
                 r["serving"] = serving(stoke, d, out_dir, env, [int(c) for c in args.concurrency.split(",")],
-                                       args.serve_duration, seq - 2)
+                                       args.serve_duration, seq - 2, perf_analyzer=args.perf_analyzer or None,
+                                       pa_concurrency=args.pa_concurrency)
             result["shapes"][shape] = r
             (out_dir / "bert_bench.json").write_text(json.dumps(result, indent=1))
     log(f"wrote {out_dir / 'bert_bench.json'}")
