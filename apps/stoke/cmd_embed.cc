@@ -56,6 +56,7 @@ struct EmbedOptions {
   std::vector<int> bench_batch;
   int seq_len = 128;
   std::vector<int> bench_lengths;  // --bench-lengths: per-sequence lengths instead of seq_len (cycled)
+  int gemm_candidates = 1;         // BertDeviceOptions::gemm_candidates
   double bench_seconds = 1.0;
   std::string json_out;
 };
@@ -253,6 +254,7 @@ int Run(const EmbedOptions& o, const Backends& backends) {
   dev_opts.device = o.device;
   dev_opts.attention = o.encoder_attention;
   dev_opts.epilogues = o.encoder_epilogues;
+  dev_opts.gemm_candidates = o.gemm_candidates;
   auto quant = ParseWeightQuantization(o.quantization);
   if (!quant.ok()) return fail(quant.status());
   dev_opts.quantization = *quant;
@@ -383,6 +385,11 @@ CommandRegistrar kEmbed(
                       "time the encoder alone at these batch sizes (e.g. 1,2,4,8) on random ids")
           ->delimiter(',');
       cmd->add_option("--seq-len", o->seq_len, "--bench-batch: tokens per sequence")->capture_default_str();
+      cmd->add_option("--gemm-candidates", o->gemm_candidates,
+                      "cuda: cuBLASLt algorithms timed per GEMM shape the first time it is seen (1 = the "
+                      "heuristic's first, no timing; more finds faster kernels for fixed shapes, as a benchmark's)")
+          ->check(CLI::Range(1, 64))
+          ->capture_default_str();
       cmd->add_option("--bench-lengths", o->bench_lengths,
                       "--bench-batch: the sequences' lengths, used in turn (e.g. 120,384,57,...), instead of "
                       "--seq-len for all: a packed variable-length batch")

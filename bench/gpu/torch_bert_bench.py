@@ -114,10 +114,12 @@ def random_rows(n, lo_len, hi_len, vocab, seed):
 
 
 def quant_flag(q):
-    """A variant: QUANT or QUANT/EPILOGUES (none/separate, none/fused-tanh, fp8, ...)."""
-    quant, _, epilogues = q.partition("/")
+    """A variant: QUANT[/EPILOGUES[/GEMM_CANDIDATES]] (none/separate, none/fused-tanh, none/fused-tanh/16, fp8)."""
+    quant, _, rest = q.partition("/")
+    epilogues, _, cands = rest.partition("/")
     flags = [] if quant == "none" else ["--quantization", quant]
-    return flags + (["--encoder-epilogues", epilogues] if epilogues else [])
+    flags += ["--encoder-epilogues", epilogues] if epilogues else []
+    return flags + (["--gemm-candidates", cands] if cands else [])
 
 
 def correctness(stoke, d, seq_len, env, tmp, quantization="none"):
