@@ -170,6 +170,22 @@ def stoke_encoder(stoke, d, seq_len, batches, seconds, env, tmp, quantization="n
     return json.loads(out.read_text())
 
 
+def time_torch(model, ids, mask, seconds):
+    """Two warm-up forwards, then forwards (pooled result copied to the host, as stoke's) for `seconds`, at
+    least 3: (iterations, seconds)."""
+    import torch
+    with torch.inference_mode():
+        for _ in range(2):
+            torch_pooled(model, ids, mask)
+        torch.cuda.synchronize()
+        n, t0 = 0, time.perf_counter()
+        while n < 3 or (time.perf_counter() - t0 < seconds and n < 10000):
+            torch_pooled(model, ids, mask).cpu()
+            n += 1
+        torch.cuda.synchronize()
+        return n, time.perf_counter() - t0
+
+
 def torch_encoder(d, seq_len, batches, seconds):
     import torch
     model = load_torch(d, torch.float16)
@@ -178,17 +194,7 @@ def torch_encoder(d, seq_len, batches, seconds):
     res = []
     for b in batches:
         ids = torch.randint(min(1000, vocab // 2), vocab, (b, seq_len), generator=g).cuda()
-        mask = torch.ones_like(ids)
-        with torch.inference_mode():
-            for _ in range(2):
-                torch_pooled(model, ids, mask)
-            torch.cuda.synchronize()
-            n, t0 = 0, time.perf_counter()
-            while n < 3 or (time.perf_counter() - t0 < seconds and n < 10000):
-                torch_pooled(model, ids, mask).cpu()  # the result on the host, as stoke's
-                n += 1
-            torch.cuda.synchronize()
-            secs = time.perf_counter() - t0
+        n, secs = time_torch(model, ids, torch.ones_like(ids), seconds)
         res.append({"batch": b, "iters": n, "ms_per_batch": secs * 1e3 / n, "seqs_per_s": b * n / secs})
         log(f"  torch fp16 batch {b:4d}: {b * n / secs:9.1f} seq/s, {secs * 1e3 / n:8.3f} ms/batch")
     impl = getattr(model.config, "_attn_implementation", "?")
@@ -234,17 +240,7 @@ def torch_varlen(d, lengths, batches, seconds):
         mask = torch.zeros(b, L, dtype=torch.long)
         for i, n in enumerate(lens):
             mask[i, :n] = 1
-        ids, mask = (ids * mask).cuda(), mask.cuda()
-        with torch.inference_mode():
-            for _ in range(2):
-                torch_pooled(model, ids, mask)
-            torch.cuda.synchronize()
-            n, t0 = 0, time.perf_counter()
-            while n < 3 or (time.perf_counter() - t0 < seconds and n < 10000):
-                torch_pooled(model, ids, mask).cpu()
-                n += 1
-            torch.cuda.synchronize()
-            secs = time.perf_counter() - t0
+        n, secs = time_torch(model, (ids * mask).cuda(), mask.cuda(), seconds)
         res.append({"batch": b, "padded_to": L, "tokens": sum(lens), "iters": n, "seqs_per_s": b * n / secs})
         log(f"  torch fp16 varlen batch {b:4d} (padded to {L}): {b * n / secs:9.1f} seq/s")
     del model
