@@ -241,6 +241,18 @@ def raise_fd_limit(connections):
     return soft
 
 
+def git_commit():
+    """HEAD of this checkout at the start of the run, marked (dirty) when tracked files differ from it."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=here).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, cwd=here).stdout.strip()
+    except OSError:
+        return "unknown"
+    return commit + (" (dirty)" if dirty else "")
+
+
 def machine_facts():
     def run(*cmd):
         try:
@@ -308,6 +320,7 @@ def main():
     ap.add_argument("--out")
     args = ap.parse_args()
 
+    commit = git_commit()
     fd_limit = raise_fd_limit(args.connections)
     machine_before = machine_facts()
     ops = Ops(args)
@@ -339,10 +352,9 @@ def main():
         list(pool.map(lambda i: worker(ops, rec, deadline, i), range(args.connections)))
     stop.set()
     st.join()
-    load_end = time.time() - start
-    for s in servers.values():  # one sample at the end of the load
+    for s in servers.values():  # one sample once every client is done (their connections closed)
         if s["pid"] and (sample := proc_sample(s["pid"])):
-            s["samples"].append({"t_s": round(time.time() - start, 1), **sample})
+            s["end_of_load"] = {"t_s": round(time.time() - start, 1), **sample}
     time.sleep(args.settle_seconds)
     for s in servers.values():  # and one after the clients closed their connections
         if s["pid"] and (sample := proc_sample(s["pid"])):
@@ -352,7 +364,7 @@ def main():
     totals["requests"] = len(rec.events)
     warm = args.warmup_seconds if args.warmup_seconds is not None else args.seconds / 3
     for s in servers.values():
-        after = [x for x in s["samples"] if warm <= x["t_s"] <= load_end + 1]
+        after = [x for x in s["samples"] if warm <= x["t_s"] <= args.seconds]  # under load
         if len(after) >= 2:
             s["rss_growth_after_warmup_pct"] = round(100 * (after[-1]["rss_kb"] / after[0]["rss_kb"] - 1), 2)
             s["rss_max_growth_after_warmup_pct"] = round(
@@ -361,16 +373,9 @@ def main():
                                                        after[-1]["rss_kb"]]
             s["fds_first_last_after_warmup"] = [after[0]["fds"], after[-1]["fds"]]
             s["fds_min_max_after_warmup"] = [min(x["fds"] for x in after), max(x["fds"] for x in after)]
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                                cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
-    except OSError:
-        commit, dirty = "unknown", ""
     result = {
         "command": " ".join(sys.argv),
-        "commit": commit + (" (dirty)" if dirty else ""),
+        "commit": commit,
         "machine": f"{args.machine}, {os.cpu_count()} CPUs",
         "machine_facts": {"before": machine_before, "after": machine_facts()},
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
