@@ -16,8 +16,12 @@ KServe v2 gRPC ModelInfer (over a few shared channels). Every response is checke
   5xx         any other 5xx (gRPC: any other error status)
   lost        no response (connection error, reset, timeout)
 Per minute: requests, outcomes, p50/p99 latency; and per server (found by its listening port in /proc, or given
-with --pid URL=PID) its RSS and open descriptors, sampled every --sample-seconds. Exit status 1 when anything was
-lost, malformed or a 5xx other than 503. The JSON has the command, commit, machine and date.
+with --pid URL=PID) its RSS and open descriptors, sampled every --sample-seconds, and once more --settle-seconds
+after the load (the descriptors should be back). Exit status 1 when anything was lost, malformed or a 5xx other than
+503. The JSON has the command, commit, machine (nproc, uname -a, load average before and after) and date.
+
+The client raises its own descriptor limit (RLIMIT_NOFILE) to the hard limit, so it can hold --connections
+connections; the server raises its own at start.
 """
 import argparse
 import concurrent.futures
@@ -27,6 +31,7 @@ import os
 import platform
 import random
 import re
+import resource
 import subprocess
 import sys
 import threading
@@ -224,6 +229,39 @@ class Ops:
         return ("ok" if ok else "malformed"), str(resp)[:200]
 
 
+def raise_fd_limit(connections):
+    """Raises RLIMIT_NOFILE to the hard limit; exits when even that cannot hold the connections."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else max(soft, 4 * connections + 256)
+    if want > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft < connections + 64:
+        sys.exit(f"RLIMIT_NOFILE is {soft} (hard {hard}): too few descriptors for {connections} connections")
+    return soft
+
+
+def git_commit():
+    """HEAD of this checkout at the start of the run, marked (dirty) when tracked files differ from it."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=here).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, cwd=here).stdout.strip()
+    except OSError:
+        return "unknown"
+    return commit + (" (dirty)" if dirty else "")
+
+
+def machine_facts():
+    def run(*cmd):
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True).stdout.strip()
+        except OSError:
+            return None
+    return {"nproc": run("nproc"), "uname": run("uname", "-a"), "load_average": os.getloadavg()}
+
+
 def worker(ops, rec, deadline, seed):
     rnd = random.Random(seed)
     session = requests.Session()
@@ -234,8 +272,10 @@ def worker(ops, rec, deadline, seed):
             outcome, detail = fn(session)
         except (requests.RequestException, ConnectionError, OSError, ValueError) as e:
             outcome, detail = "lost", repr(e)
+            session.close()
             session = requests.Session()  # the connection is gone: a new one
         rec.add(name, outcome, time.time() - t0, detail)
+    session.close()  # the server's descriptor count after the load shows what it kept
 
 
 def summarize(rec, seconds, window):
@@ -274,10 +314,15 @@ def main():
                     help="RSS growth is measured from the first sample after this (default: a third of the run)")
     ap.add_argument("--pid", action="append", default=[], help="URL=PID when the server is not on this machine's "
                     "/proc under its port")
+    ap.add_argument("--settle-seconds", type=float, default=5,
+                    help="after the load, wait this long and sample the servers once more")
     ap.add_argument("--machine", default=platform.node())
     ap.add_argument("--out")
     args = ap.parse_args()
 
+    commit = git_commit()
+    fd_limit = raise_fd_limit(args.connections)
+    machine_before = machine_facts()
     ops = Ops(args)
     urls = list(dict.fromkeys(u for u in (args.openai, args.kserve) if u))  # one process may serve both
     pids = dict(p.split("=", 1) for p in args.pid)
@@ -307,35 +352,37 @@ def main():
         list(pool.map(lambda i: worker(ops, rec, deadline, i), range(args.connections)))
     stop.set()
     st.join()
-    for s in servers.values():  # one last sample after the load
+    for s in servers.values():  # one sample once every client is done (their connections closed)
         if s["pid"] and (sample := proc_sample(s["pid"])):
-            s["samples"].append({"t_s": round(time.time() - start, 1), **sample})
+            s["end_of_load"] = {"t_s": round(time.time() - start, 1), **sample}
+    time.sleep(args.settle_seconds)
+    for s in servers.values():  # and one after the clients closed their connections
+        if s["pid"] and (sample := proc_sample(s["pid"])):
+            s["after_load"] = {"t_s": round(time.time() - start, 1), **sample}
 
     totals = {o: sum(1 for e in rec.events if e[2] == o) for o in OUTCOMES}
     totals["requests"] = len(rec.events)
     warm = args.warmup_seconds if args.warmup_seconds is not None else args.seconds / 3
     for s in servers.values():
-        after = [x for x in s["samples"] if x["t_s"] >= warm]
+        after = [x for x in s["samples"] if warm <= x["t_s"] <= args.seconds]  # under load
         if len(after) >= 2:
             s["rss_growth_after_warmup_pct"] = round(100 * (after[-1]["rss_kb"] / after[0]["rss_kb"] - 1), 2)
             s["rss_max_growth_after_warmup_pct"] = round(
                 100 * (max(x["rss_kb"] for x in after) / after[0]["rss_kb"] - 1), 2)
+            s["rss_kb_first_max_last_after_warmup"] = [after[0]["rss_kb"], max(x["rss_kb"] for x in after),
+                                                       after[-1]["rss_kb"]]
             s["fds_first_last_after_warmup"] = [after[0]["fds"], after[-1]["fds"]]
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
-    except OSError:
-        commit, dirty = "unknown", ""
+            s["fds_min_max_after_warmup"] = [min(x["fds"] for x in after), max(x["fds"] for x in after)]
     result = {
         "command": " ".join(sys.argv),
-        "commit": commit + (" (dirty)" if dirty else ""),
+        "commit": commit,
         "machine": f"{args.machine}, {os.cpu_count()} CPUs",
+        "machine_facts": {"before": machine_before, "after": machine_facts()},
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "load_average_at_end": os.getloadavg(),
         "config": {"connections": args.connections, "seconds": args.seconds, "ops": [n for n, _ in ops.ops],
-                   "max_tokens": args.max_tokens, "window_s": args.window},
+                   "max_tokens": args.max_tokens, "window_s": args.window, "warmup_s": warm,
+                   "client_fd_limit": fd_limit},
         "totals": totals,
         "windows": summarize(rec, args.seconds, args.window),
         "servers": servers,
@@ -352,8 +399,9 @@ def main():
               f"lost {w['lost']}, malformed {w['malformed']}, 5xx {w['5xx']}, p99 {w['p99_ms']} ms")
     for u, s in servers.items():
         if s["samples"]:
-            print(f"{u} (pid {s['pid']}): RSS {s['samples'][0]['rss_kb']} -> {s['samples'][-1]['rss_kb']} KiB, "
-                  f"fds {s['samples'][0]['fds']} -> {s['samples'][-1]['fds']}")
+            print(f"{u} (pid {s['pid']}): RSS {s['samples'][0]['rss_kb']} -> {s['samples'][-1]['rss_kb']} KiB "
+                  f"(after warm-up {s.get('rss_growth_after_warmup_pct')} %), fds {s['samples'][0]['fds']} -> "
+                  f"{s['samples'][-1]['fds']} under load, {s.get('after_load', {}).get('fds')} after")
     return 0 if result["passed"] else 1
 
 

@@ -97,6 +97,9 @@ class LlmEngine {
   // Stops a request (client went away); its blocks are freed within one step. Unknown ids are ignored.
   virtual void Cancel(const std::string& id) = 0;
   virtual int context_length() const = 0;
+  // The most tokens (prompt + output) one sequence can ever hold: the context, or the whole KV cache when
+  // that is smaller. A request's default max_tokens ("the rest of the context") is bounded by it.
+  virtual int max_sequence_tokens() const { return context_length(); }
 };
 
 }  // namespace stoke

@@ -12,6 +12,7 @@
 // the same tokens.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -94,6 +95,10 @@ class LlmLoop final : public LlmEngine {
   // Thread-safe. The request's blocks are freed at the next step boundary; its last event has kCancelled.
   void Cancel(const std::string& id) override;
   int context_length() const override { return context_length_; }
+  int max_sequence_tokens() const override {
+    return static_cast<int>(std::min<int64_t>(context_length_, int64_t{allocator_->num_blocks()} *
+                                                                   allocator_->block_size()));
+  }
 
   // Thread-safe snapshot, refreshed after every step (for /metrics: ServerMetrics::SetSnapshotSource).
   LlmLoopStats stats() const;

@@ -566,6 +566,8 @@ TEST(LlmLoopTest, RejectsBadRequestsWithTheNumbers) {
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("64"), std::string::npos) << st.message();
   EXPECT_EQ(loop->context_length(), 100);
+  EXPECT_EQ(loop->max_sequence_tokens(), 100);  // 64 blocks of 4 hold more than the context
+  EXPECT_EQ(small->max_sequence_tokens(), 64);  // the whole cache, less than the context
   EXPECT_EQ(loop->stats().requests_rejected, 4);
 }
 

@@ -1,8 +1,11 @@
 #include "net/grpc/grpc_codec.h"
 
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
+
+#include "net/grpc/grpc_server.h"
 
 namespace stoke {
 namespace {
@@ -18,6 +21,20 @@ void ExpectError(const inference::ModelInferRequest& req, std::string_view needl
   ASSERT_FALSE(r.ok()) << needle;
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+}
+
+// Every stoke code but Unknown has its gRPC code (a model file cut short was UNKNOWN); ResourceExhausted is
+// UNAVAILABLE (a full queue: Triton's mapping, clients retry it).
+TEST(GrpcCodeForTest, EveryCodeHasItsGrpcCode) {
+  for (int c = 0; c <= static_cast<int>(StatusCode::kDataLoss); ++c) {
+    const StatusCode code = static_cast<StatusCode>(c);
+    const Status s = code == StatusCode::kOk ? OkStatus() : Status(code, "x");
+    if (code == StatusCode::kResourceExhausted) {
+      EXPECT_EQ(GrpcCodeFor(s), grpc::StatusCode::UNAVAILABLE);
+    } else {
+      EXPECT_EQ(GrpcCodeFor(s), c) << StatusCodeName(code);  // the same numbers as gRPC's
+    }
+  }
 }
 
 TEST(GrpcCodecTest, TypedContentsPackLittleEndian) {

@@ -105,6 +105,14 @@ int GrpcCodeFor(const Status& s) {
       return grpc::StatusCode::DEADLINE_EXCEEDED;
     case StatusCode::kFailedPrecondition:
       return grpc::StatusCode::FAILED_PRECONDITION;
+    case StatusCode::kPermissionDenied:
+      return grpc::StatusCode::PERMISSION_DENIED;
+    case StatusCode::kAborted:
+      return grpc::StatusCode::ABORTED;
+    case StatusCode::kOutOfRange:
+      return grpc::StatusCode::OUT_OF_RANGE;
+    case StatusCode::kDataLoss:  // e.g. a model file cut short: RepositoryModelLoad says so, not UNKNOWN
+      return grpc::StatusCode::DATA_LOSS;
     default:
       return grpc::StatusCode::UNKNOWN;
   }

@@ -145,6 +145,8 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   void OnReadError(error_code ec);
   void OnRequest();
   void Dispatch(const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex);
+  // Calls a route's handler; one that throws answers 500 (a bug in a handler must not take the server down).
+  void Run(const HttpHandler& handler, const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex);
   void FailRequest(int status, std::string_view message);  // reading-state errors: respond, then close
   void DoWrite();
   void OnWrite(error_code ec);
@@ -504,7 +506,19 @@ void HttpConnection::Dispatch(const HttpRequest& req, const std::shared_ptr<Http
   }
   auto route = impl_->routes.find(req.path);
   if (route == impl_->routes.end()) {
-    error(404, fmt::format("no route for {} {}", req.method, req.path));
+    const HttpHandler* prefix_handler = nullptr;
+    size_t longest = 0;
+    for (const auto& [prefix, h] : impl_->prefix_routes) {
+      if (req.path.starts_with(prefix) && prefix.size() >= longest) {
+        prefix_handler = &h;
+        longest = prefix.size();
+      }
+    }
+    if (prefix_handler == nullptr) {
+      error(404, fmt::format("no route for {} {}", req.method, req.path));
+      return;
+    }
+    Run(*prefix_handler, req, ex);
     return;
   }
   auto handler = route->second.find(req.method);
@@ -515,11 +529,16 @@ void HttpConnection::Dispatch(const HttpRequest& req, const std::shared_ptr<Http
           {{"Allow", allow}});
     return;
   }
+  Run(handler->second, req, ex);
+}
+
+void HttpConnection::Run(const HttpHandler& handler, const HttpRequest& req,
+                         const std::shared_ptr<HttpExchange>& ex) {
   try {
-    handler->second(req, ex);
+    handler(req, ex);
   } catch (const std::exception& e) {  // a bug in a handler must not take the server down
     LOG_ERROR("http: handler for {} {} threw: {}", req.method, req.path, e.what());
-    error(500, "internal error");
+    ex->Send({.status = 500, .body = impl_->options.error_body(500, "internal error")});
   }
 }
 

@@ -26,6 +26,7 @@ struct HttpServer::Impl {
   HttpServerOptions options;
   std::map<std::string, std::map<std::string, HttpHandler>>
       routes;  // path -> method -> handler; fixed at Start
+  std::map<std::string, HttpHandler> prefix_routes;  // prefix -> handler, for paths without a route
   std::atomic<int> active_requests{0};
   std::atomic<int> open_connections{0};
   std::atomic<int64_t> refused_connections{0};  // over max_connections

@@ -44,6 +44,10 @@ void HttpServer::Handle(const std::string& method, const std::string& path, Http
   impl_->routes[path][method] = std::move(handler);
 }
 
+void HttpServer::HandlePrefix(const std::string& prefix, HttpHandler handler) {
+  impl_->prefix_routes[prefix] = std::move(handler);
+}
+
 namespace {
 
 // Thousands of keep-alive connections need thousands of descriptors: lift the soft limit to the hard one.

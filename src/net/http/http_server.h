@@ -61,6 +61,10 @@ class HttpServer {
   // Routes are exact paths. A known path with another method gets 405 (with Allow); an unknown path 404.
   // Register before Start().
   void Handle(const std::string& method, const std::string& path, HttpHandler handler);
+  // A path no exact route matches goes, whatever its method, to the handler of the longest prefix registered
+  // here that it starts with (e.g. "/v2/", so a front end answers its own unknown paths in its own error
+  // shape, naming the model); none: 404. Register before Start().
+  void HandlePrefix(const std::string& prefix, HttpHandler handler);
 
   // Binds and listens, then runs the io threads. Fails (Unavailable) if the address can't be bound.
   Status Start();

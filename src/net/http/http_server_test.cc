@@ -119,6 +119,37 @@ TEST(HttpServerTest, RoutesMethodsAndErrors) {
   server.Shutdown(std::chrono::seconds(1));
 }
 
+// A path without an exact route goes to the longest matching prefix handler, whatever the method; none: 404.
+TEST(HttpServerTest, PrefixHandlersTakeUnroutedPaths) {
+  HttpServer server(TestOptions());
+  server.Handle("GET", "/v2/exact", Echo);
+  auto tagged = [](std::string tag) {
+    return [tag](const HttpRequest& req, std::shared_ptr<HttpResponder> r) {
+      r->Send({.status = 404, .content_type = "text/plain", .body = tag + " " + req.method + " " + req.path});
+    };
+  };
+  server.HandlePrefix("/v2/", tagged("v2"));
+  server.HandlePrefix("/v2/models/", tagged("models"));
+  ASSERT_TRUE(server.Start().ok());
+  Client c(server.port());
+  const std::pair<std::string, std::string> cases[] = {
+      {"/v2/exact", "GET /v2/exact  "},                   // an exact route wins
+      {"/v2/other", "v2 GET /v2/other"},                  // the only prefix that matches
+      {"/v2/models/x/infer", "models GET /v2/models/x/infer"},  // the longest prefix
+  };
+  for (const auto& [path, body] : cases) {
+    c.Send("GET", path);
+    EXPECT_EQ(c.Read().body(), body) << path;
+  }
+  c.Send("DELETE", "/v2/models/x");  // any method
+  EXPECT_EQ(c.Read().body(), "models DELETE /v2/models/x");
+  c.Send("GET", "/v1/nope");
+  auto res = c.Read();
+  EXPECT_EQ(res.result_int(), 404);
+  EXPECT_THAT(res.body(), HasSubstr("no route for GET /v1/nope"));
+  server.Shutdown(std::chrono::seconds(1));
+}
+
 TEST(HttpServerTest, BodyOverLimitGets413AndClose) {
   HttpServer server(TestOptions());
   server.Handle("POST", "/ok", Echo);

@@ -19,6 +19,24 @@ HttpResponse ErrorReply(const Status& s) {
   return JsonReply(HttpStatusFor(s), KserveErrorBody(s.message()));
 }
 
+// Why a path under /v2 has no route, as gRPC says it: /v2/models/NAME/... of a decoder (it infers over the
+// OpenAI routes) or of an unknown NAME, /v2/repository/models/NAME/... of an unknown NAME; else the path.
+Status UnroutedV2Path(const ModelRepository& repo, const HttpRequest& req) {
+  for (const std::string_view prefix : {"/v2/models/", "/v2/repository/models/"}) {
+    if (!req.path.starts_with(prefix)) continue;
+    const std::string_view rest = std::string_view(req.path).substr(prefix.size());
+    const std::string name(rest.substr(0, rest.find('/')));
+    const ModelRepository::Entry* e = repo.Find(name);
+    if (e == nullptr) return NotFoundError("unknown model '{}'", name);
+    if (e->served == nullptr && prefix == "/v2/models/") {
+      return NotFoundError("model '{}' is a {} model: it is served over the OpenAI routes, not KServe", name,
+                           ModelKindName(e->model->kind()));
+    }
+    break;
+  }
+  return NotFoundError("no route for {} {}", req.method, req.path);
+}
+
 // Triton answers health and readiness with a status code only.
 HttpResponse Empty(int status) {
   return {.status = status, .content_type = "text/plain", .body = ""};
@@ -166,6 +184,11 @@ json KserveService::RepositoryIndexJson(const ModelRepository& repo, bool ready_
 
 void KserveService::RegisterRoutes(HttpServer& server) {
   ModelRepository* repo = repo_;
+  // Unknown paths under /v2 answer in KServe's shape (not the OpenAI one a server with a decoder uses for the
+  // rest), naming the model.
+  server.HandlePrefix("/v2/", [repo](const HttpRequest& req, std::shared_ptr<HttpResponder> r) {
+    r->Send(ErrorReply(UnroutedV2Path(*repo, req)));
+  });
   server.Handle("GET", "/v2/health/live",
                 [](const HttpRequest&, std::shared_ptr<HttpResponder> r) { r->Send(Empty(200)); });
   server.Handle("GET", "/v2/health/ready", [repo](const HttpRequest&, std::shared_ptr<HttpResponder> r) {

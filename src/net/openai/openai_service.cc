@@ -1,5 +1,6 @@
 #include "net/openai/openai_service.h"
 
+#include <algorithm>
 #include <ctime>
 #include <random>
 
@@ -451,8 +452,11 @@ void OpenAiService::HandleGeneration(ApiKind kind, const HttpRequest& req, std::
   // 3. Context check, with OpenAI's message.
   const int ctx = l->engine->context_length();
   const int prompt_tokens = static_cast<int>(ids.size());
-  int max_tokens =
-      oreq.max_tokens.value_or(kind == ApiKind::kChat ? ctx - prompt_tokens : kDefaultCompletionMaxTokens);
+  // A chat's default is the rest of what the sequence can hold: the context, or the whole KV cache when that
+  // is smaller (else every chat without max_tokens would be refused by a small cache). At least 1, so a
+  // prompt past the cache gets the engine's message naming the cache.
+  const int rest = std::max(1, std::min(ctx, l->engine->max_sequence_tokens()) - prompt_tokens);
+  int max_tokens = oreq.max_tokens.value_or(kind == ApiKind::kChat ? rest : kDefaultCompletionMaxTokens);
   if (prompt_tokens + std::max(max_tokens, 1) > ctx) {
     SendError(*r,
               {.status = 400,

@@ -67,6 +67,7 @@ class FakeEngine final : public LlmEngine {
     }
   }
   int context_length() const override { return 64; }
+  int max_sequence_tokens() const override { return kv_capacity_; }
 
   void Run(GenerationRequest req) {
     const int n = std::min<int>(req.sampling.max_tokens, static_cast<int>(reply_.size()));
@@ -94,6 +95,7 @@ class FakeEngine final : public LlmEngine {
   std::string reply_ = "Hello";
   bool reject_ = false;
   bool hold_ = false;
+  int kv_capacity_ = 64;  // the KV cache, in tokens
   std::mutex mu_;
   GenerationRequest last_;
   std::vector<GenerationRequest> held_;
@@ -255,6 +257,17 @@ TEST_F(OpenAiServiceTest, ChatNonStreaming) {
   EXPECT_EQ(engine_->last_.sampling.seed, 7u);
   EXPECT_EQ(engine_->last_.sampling.temperature, 0.0f);
   EXPECT_EQ(engine_->last_.sampling.max_tokens, 64 - static_cast<int>(prompt.size()));
+}
+
+// A KV cache smaller than the context: a chat without max_tokens asks for the rest of the cache, not of the
+// context (which the engine would refuse as past the cache).
+TEST_F(OpenAiServiceTest, ChatDefaultMaxTokensIsBoundedByTheKvCache) {
+  engine_->kv_capacity_ = 60;  // the prompt is 52 tokens (bytes)
+  HttpResponse res = Call(ApiKind::kChat, R"({"messages": [{"role": "user", "content": "hi"}]})");
+  ASSERT_EQ(res.status, 200) << res.body;
+  const int prompt = json::parse(res.body)["usage"]["prompt_tokens"].get<int>();
+  std::lock_guard lock(engine_->mu_);
+  EXPECT_EQ(engine_->last_.sampling.max_tokens, 60 - prompt);
 }
 
 TEST_F(OpenAiServiceTest, ModelAliasAndOmittedModelAccepted) {
