@@ -204,7 +204,7 @@ StatusOr<LoadedModel> LoadBatched(const BatchedSpec& s, const std::vector<std::s
     l.classic.push_back(
         std::make_shared<SyntheticClassicModel>(model, std::max(1, s.config.max_batch_size), backends));
   } else if (s.kind == ModelKind::kImage) {
-    // device auto: the GPU executor when this build has CUDA and a GPU is visible, else the CPU.
+    // --device cuda (or the model's own device = "cuda"): the GPU executor from the Backends; auto: the CPU.
     ASSIGN_OR_RETURN(LoadedImageModel im, LoadImageModel({.model = s.model,
                                                           .file = s.file,
                                                           .source = s.source,

@@ -183,9 +183,6 @@ class CudaCnnRunner final : public CnnDeviceRunner {
     if (images.empty()) return InvalidArgumentError("no images");
     RETURN_IF_ERROR(cfg.Validate());
     CUDA_RETURN_IF_ERROR(cudaSetDevice(model_->gpu_index()));
-    const std::vector<int64_t> dims = {static_cast<int64_t>(images.size()), 3, cfg.height, cfg.width};
-    ASSIGN_OR_RETURN(GpuPlan * p, GetPlan(dims));
-    RETURN_IF_ERROR(ReserveInput(NumElements(dims)));
     size_t bytes = 0;
     for (const RgbView& im : images) {
       if (im.pixels == nullptr || im.width < 1 || im.height < 1) {
@@ -193,6 +190,9 @@ class CudaCnnRunner final : public CnnDeviceRunner {
       }
       bytes += static_cast<size_t>(im.width * im.height * 3);
     }
+    const std::vector<int64_t> dims = {static_cast<int64_t>(images.size()), 3, cfg.height, cfg.width};
+    ASSIGN_OR_RETURN(GpuPlan * p, GetPlan(dims));
+    RETURN_IF_ERROR(ReserveInput(NumElements(dims)));
     RETURN_IF_ERROR(host_in_.Reserve(bytes));
     RETURN_IF_ERROR(rgb_.Reserve(bytes));
     size_t at = 0;
