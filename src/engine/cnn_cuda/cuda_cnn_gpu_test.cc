@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -71,6 +72,19 @@ class Net {
     if (act == "relu6") return Node("Clip", {y, Weights({}, 0.0f), Weights({}, 0.0f, 6.0f)});
     if (act == "hardswish") return Node("HardSwish", {y});
     if (act == "hardsigmoid") return Node("HardSigmoid", {y}, {Float("alpha", 0.2f), Float("beta", 0.5f)});
+    return y;
+  }
+  // A plain Conv with bias (pads keep the size at stride 1) and an optional activation.
+  std::string Conv(const std::string& x, int64_t cin, int64_t cout, int64_t k, int64_t stride, int64_t groups,
+                   int64_t dilation, const std::string& act) {
+    const int64_t pad = dilation * (k / 2);
+    std::string y = Node(
+        "Conv", {x, Weights({cout, cin / groups, k, k}, 0.3f), Weights({cout}, 0.2f)},
+        {Ints("kernel_shape", {k, k}), Ints("strides", {stride, stride}),
+         Ints("dilations", {dilation, dilation}), Ints("pads", {pad, pad, pad, pad}), Int("group", groups)});
+    if (act == "relu") return Node("Relu", {y});
+    if (act == "hardswish") return Node("HardSwish", {y});
+    if (act == "sigmoid") return Node("Sigmoid", {y});
     return y;
   }
   OnnxModel Finish(const std::string& out, int64_t size) {
@@ -182,6 +196,64 @@ TEST(CudaCnnTest, SmallNetMatchesTheCpu) {
     ExpectAgrees(model, {batch, 3, 32, 32}, "bf16", 4e-2f, "small net");
   }
   ExpectAgrees(model, {2, 3, 45, 37}, "fp16", 1e-2f, "small net, odd size");
+}
+
+// One step kind per graph, so a failure names the kernel: [N, 3, 20, 20] -> a 3->8 stem conv -> the op.
+TEST(CudaCnnTest, EachStepKindAloneMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  struct OneOp {
+    const char* name;
+    std::function<std::string(Net&, const std::string&)> op;  // x: [N, 8, 20, 20]
+  };
+  const std::vector<OneOp> ops = {
+      {"conv 3x3", [](Net& n, const std::string& x) { return n.Conv(x, 8, 12, 3, 1, 1, 1, ""); }},
+      {"conv 3x3 stride 2 relu",
+       [](Net& n, const std::string& x) { return n.Conv(x, 8, 12, 3, 2, 1, 1, "relu"); }},
+      {"conv 3x3 dilation 2", [](Net& n, const std::string& x) { return n.Conv(x, 8, 8, 3, 1, 1, 2, ""); }},
+      {"conv 5x5 grouped 4",
+       [](Net& n, const std::string& x) { return n.Conv(x, 8, 16, 5, 1, 4, 1, "hardswish"); }},
+      {"conv depthwise", [](Net& n, const std::string& x) { return n.Conv(x, 8, 8, 3, 1, 8, 1, "relu"); }},
+      {"conv depthwise x2 stride 2",
+       [](Net& n, const std::string& x) { return n.Conv(x, 8, 16, 3, 2, 8, 1, ""); }},
+      {"conv 1x1", [](Net& n, const std::string& x) { return n.Conv(x, 8, 20, 1, 1, 1, 1, "sigmoid"); }},
+      {"conv 1x1 stride 2", [](Net& n, const std::string& x) { return n.Conv(x, 8, 20, 1, 2, 1, 1, ""); }},
+      {"maxpool 3x3 s2",
+       [](Net& n, const std::string& x) {
+         return n.Node("MaxPool", {x},
+                       {Net::Ints("kernel_shape", {3, 3}), Net::Ints("strides", {2, 2}),
+                        Net::Ints("pads", {1, 1, 1, 1})});
+       }},
+      {"avgpool 2x2",
+       [](Net& n, const std::string& x) {
+         return n.Node("AveragePool", {x}, {Net::Ints("kernel_shape", {2, 2}), Net::Ints("strides", {2, 2})});
+       }},
+      {"add + relu",
+       [](Net& n, const std::string& x) {
+         return n.Node("Relu", {n.Node("Add", {x, n.Conv(x, 8, 8, 1, 1, 1, 1, "")})});
+       }},
+      {"sub broadcast",
+       [](Net& n, const std::string& x) {
+         return n.Node("Sub", {x, n.Weights({1, 8, 1, 1}, 1.0f)});
+       }},
+      {"relu alone", [](Net& n, const std::string& x) { return n.Node("Relu", {x}); }},
+      {"concat",
+       [](Net& n, const std::string& x) {
+         return n.Node("Concat", {x, n.Conv(x, 8, 4, 1, 1, 1, 1, "")}, {Net::Int("axis", 1)});
+       }},
+      {"global pool + gemm",
+       [](Net& n, const std::string& x) {
+         const std::string f = n.Node("Flatten", {n.Node("GlobalAveragePool", {x})});
+         return n.Node("Gemm", {f, n.Weights({6, 8}, 0.5f), n.Weights({6}, 0.1f)}, {Net::Int("transB", 1)});
+       }},
+  };
+  for (const OneOp& o : ops) {
+    Net n(static_cast<uint32_t>(std::hash<std::string>{}(o.name)));
+    const std::string stem = n.Conv("x", 3, 8, 3, 1, 1, 1, "");
+    const OnnxModel m = n.Finish(o.op(n, stem), 20);
+    auto model = CnnModel::FromOnnx(m, o.name);
+    ASSERT_TRUE(model.ok()) << o.name << ": " << model.status().message();
+    ExpectAgrees(*model, {2, 3, 20, 20}, "fp16", 1e-2f, o.name);
+  }
 }
 
 TEST(CudaCnnTest, SoftmaxHeadMatchesTheCpu) {
