@@ -46,6 +46,7 @@ struct BinaryGeom {
 // cols [batch * out_h * out_w, ld]: row m holds, group after group (each starting at g * group_ld), the
 // window's taps (kernel_h, kernel_w) each with the group's in_c / groups channels. Columns past a group's
 // kernel_h * kernel_w * in_c / groups are not written (the GEMM's k stops before them).
+// One warp per (pixel, group, tap) copying the tap's channels (16 bytes at a time when they come in 8s).
 cudaError_t LaunchIm2col(ElemType t, const void* x, const ConvGeom& g, int64_t group_ld, int64_t ld,
                          void* cols, cudaStream_t stream);
 // y[r, c] = act(y[r, c] + bias[c]) for a [rows, cols] block, in place; bias (fp32) may be null.
