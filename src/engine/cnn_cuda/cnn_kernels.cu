@@ -106,25 +106,28 @@ __global__ void BiasActKernel(T* __restrict__ y, const float* __restrict__ bias,
   }
 }
 
-template <typename T>
+// I as in BiasActKernel: the flat index's divisions in 32 bits when the output fits; coordinates signed.
+template <typename T, typename I>
 __global__ void DepthwiseKernel(const T* __restrict__ x, ConvGeom g, const T* __restrict__ w,
                                 const float* __restrict__ bias, ActParams act, T* __restrict__ y) {
-  const int64_t mult = g.out_c / g.in_c;
-  GRID_STRIDE(i, g.batch * g.out_h * g.out_w * g.out_c) {
-    const int64_t oc = i % g.out_c;
-    int64_t t = i / g.out_c;
-    const int64_t ow = t % g.out_w;
-    t /= g.out_w;
-    const int64_t oh = t % g.out_h, b = t / g.out_h;
+  const I out_c = static_cast<I>(g.out_c), out_w = static_cast<I>(g.out_w), out_h = static_cast<I>(g.out_h);
+  const I mult = static_cast<I>(g.out_c / g.in_c);
+  const I n = static_cast<I>(g.batch) * out_h * out_w * out_c;
+  for (I i = blockIdx.x * I{blockDim.x} + threadIdx.x; i < n; i += I{gridDim.x} * blockDim.x) {
+    const I oc = i % out_c;
+    I t = i / out_c;
+    const I ow = t % out_w;
+    t /= out_w;
+    const I oh = t % out_h, b = t / out_h;
     const int64_t ic = oc / mult;
     float acc = bias != nullptr ? bias[oc] : 0.0f;
     for (int64_t ky = 0; ky < g.kernel_h; ++ky) {
-      const int64_t iy = oh * g.stride_h - g.pad_top + ky * g.dilation_h;
+      const int64_t iy = int64_t{oh} * g.stride_h - g.pad_top + ky * g.dilation_h;
       if (iy < 0 || iy >= g.in_h) continue;
       for (int64_t kx = 0; kx < g.kernel_w; ++kx) {
-        const int64_t ix = ow * g.stride_w - g.pad_left + kx * g.dilation_w;
+        const int64_t ix = int64_t{ow} * g.stride_w - g.pad_left + kx * g.dilation_w;
         if (ix < 0 || ix >= g.in_w) continue;
-        acc += Load(x, ((b * g.in_h + iy) * g.in_w + ix) * g.in_c + ic) *
+        acc += Load(x, ((int64_t{b} * g.in_h + iy) * g.in_w + ix) * g.in_c + ic) *
                Load(w, (ky * g.kernel_w + kx) * g.out_c + oc);
       }
     }
@@ -307,8 +310,15 @@ cudaError_t LaunchDepthwise(ElemType t, const void* x, const ConvGeom& g, const 
   const int64_t n = g.batch * g.out_h * g.out_w * g.out_c;
   return Dispatch(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    DepthwiseKernel<T><<<Blocks(n), kThreads, 0, stream>>>(
-        static_cast<const T*>(x), g, static_cast<const T*>(w), bias, act, static_cast<T*>(y));
+    const auto* xt = static_cast<const T*>(x);
+    const auto* wt = static_cast<const T*>(w);
+    if (n < (int64_t{1} << 31)) {
+      DepthwiseKernel<T, uint32_t>
+          <<<Blocks(n), kThreads, 0, stream>>>(xt, g, wt, bias, act, static_cast<T*>(y));
+    } else {
+      DepthwiseKernel<T, int64_t>
+          <<<Blocks(n), kThreads, 0, stream>>>(xt, g, wt, bias, act, static_cast<T*>(y));
+    }
   });
 }
 
