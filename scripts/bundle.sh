@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the release-cuda preset and makes a relocatable bundle in .bundle/ for a GPU host:
 #   .bundle/bin/{stoke, stoke_kernels_cuda_test, stoke_device_test, stoke_engine_cuda_test, cuda_bench,
-#                stoke_synthetic_cuda_test, stoke_image_cuda_test}   (debug info stripped)
+#                stoke_synthetic_cuda_test, stoke_image_cuda_test, stoke_cnn_cuda_test}   (debug info stripped)
 #   .bundle/lib/  the non-system shared libraries they need (OpenBLAS, spdlog, fmt, PCRE2, utf8proc, Boost,
 #                 gRPC/protobuf/abseil, libstdc++, ...), found with ldd
 #   .bundle/peers/perf_analyzer/    when peers/perf_analyzer exists (bench/gpu/pack_perf_analyzer.sh, ~21 MB)
@@ -21,7 +21,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BUILD_DIR=${BUNDLE_BUILD_DIR:-build/release-cuda}
-TARGETS=${BUNDLE_TARGETS:-"stoke stoke_kernels_cuda_test stoke_device_test stoke_engine_cuda_test cuda_bench stoke_synthetic_cuda_test stoke_image_cuda_test"}
+TARGETS=${BUNDLE_TARGETS:-"stoke stoke_kernels_cuda_test stoke_device_test stoke_engine_cuda_test cuda_bench stoke_synthetic_cuda_test stoke_image_cuda_test stoke_cnn_cuda_test"}
 OUT=.bundle
 MAX_MIB=60
 JOBS=${JOBS:-2}

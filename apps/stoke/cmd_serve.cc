@@ -75,7 +75,7 @@ struct ServeOptions {
   DeviceFlags device;  // also the engine tuning flags (--gemv-max-rows, --decode-pipeline, ...: cli_util.h)
   std::string encoder_attention = "auto";  // encoders on CUDA: BertDeviceOptions::attention
   std::string encoder_epilogues = "fused-tanh";  // and BertDeviceOptions::epilogues
-  std::string preprocess = "cpu";          // image models: cpu | gpu (not yet)
+  std::string preprocess = "cpu";          // image models: cpu | gpu (resize + normalise on the GPU)
   int instances = 0;                // classic models: instances (0 = the model file's instance_group, else 1)
   int max_batch_size = 0;           // classic models: 0 = the model file's max_batch_size
   int64_t max_queue_delay_us = -1;  // classic models: -1 = the model file's max_queue_delay_microseconds
@@ -342,9 +342,11 @@ CommandRegistrar kServe(
       AddDeviceFlags(cmd, &o->device);
       AddEncoderAttentionFlag(cmd, &o->encoder_attention);
       AddEncoderEpiloguesFlag(cmd, &o->encoder_epilogues);
-      cmd->add_option("--preprocess", o->preprocess,
-                      "Image models: where JPEG/PNG decode, resize and normalise run: cpu (each instance's "
-                      "thread pool) or gpu (not yet)")
+      cmd->add_option(
+             "--preprocess", o->preprocess,
+             "Image models: where resize and normalise run: cpu (with the JPEG/PNG decode, on each "
+             "instance's thread pool) or gpu (decode on the CPU, resize + normalise on the GPU into the "
+             "model's input; needs the model on the GPU: --device cuda)")
           ->check(CLI::IsMember({"cpu", "gpu"}))
           ->capture_default_str();
       cmd->add_option("--instances", o->instances,

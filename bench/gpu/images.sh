@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# Image classifiers on the GPU machine (issue 19). stoke's image models run on the CPU only so far; this
-# records what there is: (1) the GPU twin of preprocessing checked against the CPU path (stoke_image_cuda_test,
-# gpu-labelled; in the bundle when scripts/bundle.sh built it), (2) bench/gpu/images_bench.py: stoke serve's
-# images/s on this host's CPU beside PyTorch eager (GPU fp32/fp16, CPU) and onnxruntime where importable, on
-# ResNet-50 and MobileNetV2 at 224x224, with a scores check. A few minutes on an H200 host (killed at 540 s).
+# Image classifiers on the GPU machine (issue 19), in one call (about 5 minutes on an H200):
+#   1. bench/gpu/images_bench.py --export-only: torchvision's ResNet-50 and MobileNetV2 (seeded random weights)
+#      as ONNX into $OUT/models;
+#   2. the gpu tests: stoke_image_cuda_test (GPU resize + normalise vs the CPU) and stoke_cnn_cuda_test (the GPU
+#      CNN executor vs the CPU one: a small in-memory net with every step kind, RunImages, bad input, and the two
+#      exported models via STOKE_CNN_ONNX), each from the bundle when scripts/bundle.sh built it;
+#   3. bench/gpu/images_bench.py: stoke serve --device cuda (tensors at batch 1/8/32/64, PNG bytes with
+#      --preprocess cpu vs gpu) beside PyTorch eager fp16 and torch.compile, with a scores check.
 #
-#   OUT=/some/dir bench/gpu/images.sh       (from the repo root, with .bundle/ from scripts/bundle.sh)
-#   STOKE_MODEL_DIR=shared/models bench/gpu/images.sh   adds ppocr-mobile-v2-cls on PNG bytes (no internet
-#                                                         there: copy ~/.cache/stoke/models/ppocr-mobile-v2-cls)
+#   scripts/bundle.sh   (BUNDLE_TARGETS must include stoke stoke_image_cuda_test stoke_cnn_cuda_test; the default does)
+#   OUT=/some/dir bench/gpu/images.sh       (from the repo root, with .bundle/ or .bundle.tar.gz)
 #
-# Output: $OUT/images_bench.json (images_bench.py's docstring), $OUT/images_bench.log, $OUT/image_cuda_test.log.
+# stdout: the tests' summaries, then one JSON line (images_bench.py's summary). Logs and the JSON in $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/stoke_gpu_out}
@@ -21,12 +23,19 @@ fi
 BUNDLE=${BUNDLE:-.bundle}
 if [[ ! -d "$BUNDLE" && -f "$BUNDLE.tar.gz" ]]; then tar -xzf "$BUNDLE.tar.gz"; fi
 rc=0
-if [[ -x "$BUNDLE/bin/stoke_image_cuda_test" ]]; then
-  timeout 120 "$BUNDLE/bin/stoke_image_cuda_test" > "$OUT/image_cuda_test.log" 2>&1 || rc=1
-  tail -3 "$OUT/image_cuda_test.log"
-else
-  echo "stoke_image_cuda_test not in $BUNDLE/bin (BUNDLE_TARGETS in scripts/bundle.sh)" | tee "$OUT/image_cuda_test.log"
-fi
-timeout 540 python3 bench/gpu/images_bench.py --stoke "$BUNDLE/bin/stoke" --out "$OUT" 2>&1 | tee "$OUT/images_bench.log"
-(( PIPESTATUS[0] == 0 )) || rc=1
+timeout 120 python3 bench/gpu/images_bench.py --stoke "$BUNDLE/bin/stoke" --out "$OUT" --export-only \
+  2> "$OUT/export.log" || { rc=1; tail -5 "$OUT/export.log"; }
+models=$(ls "$OUT"/models/*.onnx 2>/dev/null | paste -sd, -)
+for t in stoke_image_cuda_test stoke_cnn_cuda_test; do
+  if [[ -x "$BUNDLE/bin/$t" ]]; then
+    STOKE_CNN_ONNX=$models timeout 240 "$BUNDLE/bin/$t" > "$OUT/$t.log" 2>&1 || rc=1
+    echo "== $t"
+    grep -E "max \|gpu - cpu\||FAILED|Failure|error" "$OUT/$t.log" | head -30
+    tail -3 "$OUT/$t.log"
+  else
+    echo "$t not in $BUNDLE/bin (BUNDLE_TARGETS in scripts/bundle.sh)" | tee "$OUT/$t.log"
+  fi
+done
+timeout 420 python3 bench/gpu/images_bench.py --stoke "$BUNDLE/bin/stoke" --out "$OUT" 2> "$OUT/images_bench.log"
+(( $? == 0 )) || { rc=1; tail -20 "$OUT/images_bench.log"; }
 exit $rc

@@ -206,15 +206,17 @@ StatusOr<LoadedModel> LoadBatched(const BatchedSpec& s, const std::vector<std::s
     l.classic.push_back(
         std::make_shared<SyntheticClassicModel>(model, std::max(1, s.config.max_batch_size), backends));
   } else if (s.kind == ModelKind::kImage) {
-    // CPU only so far: device auto runs here, cuda is refused (LoadImageModel).
+    // --device cuda (or the model's own device = "cuda"): the GPU executor from the Backends; auto: the CPU.
     ASSIGN_OR_RETURN(LoadedImageModel im, LoadImageModel({.model = s.model,
                                                           .file = s.file,
                                                           .source = s.source,
                                                           .threads = s.threads,
                                                           .preprocess = s.image_preprocess,
-                                                          .device = s.device}));
+                                                          .device = s.device,
+                                                          .backends = &backends}));
     LOG_INFO("image model {}: {}", im.path, im.summary);
     path = im.path;
+    device = im.device;
     l.classic.push_back(im.encoded);
     l.classic.push_back(im.tensor);
   } else {
@@ -405,13 +407,6 @@ StatusOr<ModelConfig> MakeModelConfig(const ModelSettings& m, const ServerOption
     return c;
   }
   ASSIGN_OR_RETURN(BatchedSpec s, ReadBatchedSpec(m, o));
-  if (s.kind == ModelKind::kImage && s.device == "cuda" && !m.device && !o.batched_device.empty()) {
-    // The server's --device cuda: image classifiers run on the CPU so far, beside models on the GPU. A
-    // "device": "cuda" of the model's own (stoke.toml, model file) is refused at load instead.
-    LOG_WARN("serve: model '{}': image classifiers run on the CPU only so far; --device cuda does not apply",
-             s.name);
-    s.device = "cpu";
-  }
   if (!m.kind.empty() && m.kind != ModelKindName(s.kind)) {
     return InvalidArgumentError("{}: kind '{}' but {} is a{} {} model", m.origin, m.kind, m.source,
                                 s.kind == ModelKind::kSynthetic ? "" : "n", ModelKindName(s.kind));

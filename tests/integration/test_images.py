@@ -292,3 +292,30 @@ def test_image_model_beside_a_decoder_and_an_encoder(stoke_bin, smollm2_path, mi
         assert classify(grpcclient, s.grpc_url) == b"180"
     finally:
         assert s.stop() == 0, s.log()
+
+
+def test_gpu_flags_refused_clearly_where_they_cannot_run(stoke_bin, tmp_path):
+    """--preprocess gpu with the model on the CPU (device auto keeps image models there) is refused at load naming
+    --device cuda; --device cuda without CUDA in the build or without a GPU is refused saying which (on a GPU host
+    with a CUDA build it serves: that case is bench/gpu/images.sh's)."""
+    import subprocess
+
+    path = tmp_path / "tiny.onnx"
+    onnx.save(cnn_models.MODELS["tiny"](), str(path))
+
+    def serve(*flags):
+        try:
+            r = subprocess.run([str(stoke_bin), "serve", "--model", str(path), "--port", "0", "--grpc-port", "-1",
+                                *flags], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return None  # it loaded and served
+        return r
+
+    r = serve("--preprocess", "gpu")
+    assert r is not None and r.returncode != 0
+    assert "GPU preprocessing needs the model on the GPU too (--device cuda)" in r.stderr, r.stderr[-2000:]
+    r = serve("--device", "cuda")
+    if r is None:
+        pytest.skip("this stoke has CUDA and sees a GPU: --device cuda serves")
+    assert r.returncode != 0
+    assert "built without CUDA" in r.stderr or "no CUDA GPU is visible" in r.stderr, r.stderr[-2000:]

@@ -71,6 +71,15 @@ class CnnPlan {
   size_t num_steps() const { return steps_.size(); }
   int64_t buffer_floats() const;  // all buffers together
 
+  // What another executor (engine/cnn_cuda/) needs to run the same plan: the values, the steps in order,
+  // the buffer of each root value (-1 = the graph input) and each buffer's size in elements.
+  const std::vector<RtValue>& values() const { return values_; }
+  const std::vector<Step>& steps() const { return steps_; }
+  int buffer_of(int root) const { return buffer_of_[root]; }
+  const std::vector<int64_t>& buffer_sizes() const { return buffer_floats_; }
+  int input_value() const { return input_; }
+  int output_value() const { return output_; }
+
  private:
   friend class Planner;
   const float* Data(int v, const std::vector<std::vector<float>>& bufs, const float* x) const;

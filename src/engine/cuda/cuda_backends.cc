@@ -2,6 +2,7 @@
 
 #include <memory>
 
+#include "engine/cnn_cuda/cuda_cnn.h"
 #include "engine/cuda/cuda_bert.h"
 #include "engine/cuda/cuda_llama.h"
 #include "engine/cuda_synthetic/synthetic_gpu.h"
@@ -43,7 +44,8 @@ DecoderBackend CudaDecoderBackend() {
 Backends CudaBackends() {
   return {.cuda_decoder = CudaDecoderBackend(),
           .cuda_bert = CudaBertBackend(),
-          .cuda_synthetic = CudaSyntheticBackend()};
+          .cuda_synthetic = CudaSyntheticBackend(),
+          .cuda_cnn = cnn::cuda::CudaCnnBackend()};
 }
 
 }  // namespace stoke

@@ -1,5 +1,6 @@
 // The CUDA backends of this build as one Backends value (engine/model/backends.h): the decoder (CudaLlama),
-// the BERT encoder (cuda_bert.h) and the synthetic model's runner (engine/cuda_synthetic). Only CUDA builds
+// the BERT encoder (cuda_bert.h), the synthetic model's runner (engine/cuda_synthetic) and the image
+// models' CNN executor (engine/cnn_cuda). Only CUDA builds
 // link this folder; main() builds the value once (apps/stoke/backends/cuda.cc) and passes it down to the
 // loaders (LoadDecoder, LoadBertOnDevice, NewSyntheticRunner). Nothing here touches the GPU: each backend's
 // `available` asks for a device when a loader resolves "auto" or "cuda".

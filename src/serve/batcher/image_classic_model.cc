@@ -26,8 +26,14 @@ Nanos Now() {
 class ImageInstance final : public ModelInstance {
  public:
   ImageInstance(std::shared_ptr<const cnn::CnnModel> model, const ImageClassicModel* owner,
-                ImageInputForm form, int threads)
-      : owner_(owner), form_(form), runner_(std::move(model)), pool_(threads) {}
+                ImageInputForm form, int threads, std::unique_ptr<CnnDeviceRunner> device,
+                bool gpu_preprocess)
+      : owner_(owner),
+        form_(form),
+        runner_(std::move(model)),
+        pool_(threads),
+        device_(std::move(device)),
+        gpu_preprocess_(gpu_preprocess && form == ImageInputForm::kEncoded) {}
 
   Status Execute(std::span<const PreparedInput* const> inputs, std::span<const int64_t> rows,
                  std::vector<std::vector<InferTensor>>* outputs, ExecTimes* times) override {
@@ -35,7 +41,7 @@ class ImageInstance final : public ModelInstance {
     const image::PreprocessConfig& pc = owner_->config().preprocess;
     const int64_t total = std::accumulate(rows.begin(), rows.end(), int64_t{0});
     const int64_t per_row = 3 * pc.height * pc.width;
-    batch_.resize(static_cast<size_t>(total * per_row));
+    if (!gpu_preprocess_) batch_.resize(static_cast<size_t>(total * per_row));
     if (form_ == ImageInputForm::kTensor) {
       int64_t at = 0;
       for (const PreparedInput* in : inputs) {
@@ -48,7 +54,19 @@ class ImageInstance final : public ModelInstance {
     }
     const Nanos t1 = Now();
     std::vector<int64_t> od;
-    RETURN_IF_ERROR(runner_.Run(batch_.data(), {total, 3, pc.height, pc.width}, &scores_, &od, pool_));
+    const std::vector<int64_t> dims = {total, 3, pc.height, pc.width};
+    CnnDeviceTimes dt;
+    if (gpu_preprocess_) {
+      views_.clear();
+      for (const image::RgbImage& im : decoded_) {
+        views_.push_back({.pixels = im.pixels.data(), .width = im.width, .height = im.height});
+      }
+      RETURN_IF_ERROR(device_->RunImages(views_, pc, &scores_, &od, &dt));
+    } else if (device_ != nullptr) {
+      RETURN_IF_ERROR(device_->Run(batch_.data(), dims, &scores_, &od, &dt));
+    } else {
+      RETURN_IF_ERROR(runner_.Run(batch_.data(), dims, &scores_, &od, pool_));
+    }
     const Nanos t2 = Now();
     const int64_t classes = owner_->num_classes();
     if (static_cast<int64_t>(scores_.size()) != total * classes) {
@@ -60,8 +78,16 @@ class ImageInstance final : public ModelInstance {
       (*outputs)[i] = Outputs(scores_.data() + row * classes, rows[i], classes);
       row += rows[i];
     }
-    times->preprocess = t1 - t0;
-    times->compute = t2 - t1;
+    if (device_ != nullptr) {
+      // Staging into pinned memory and waiting for the device count as assembling the batch.
+      times->preprocess = (t1 - t0) + dt.preprocess_ns + dt.host_ns;
+      times->h2d = dt.h2d_ns;
+      times->compute = dt.compute_ns;
+      times->d2h = dt.d2h_ns;
+    } else {
+      times->preprocess = t1 - t0;
+      times->compute = t2 - t1;
+    }
     times->postprocess = Now() - t2;
     return OkStatus();
   }
@@ -82,9 +108,14 @@ class ImageInstance final : public ModelInstance {
       return InternalError("{} images for {} rows", elements_.size(), total);
     }
     std::vector<Status> status(elements_.size());
+    if (gpu_preprocess_) decoded_.resize(elements_.size());
     pool_.ParallelFor(total, 1, [&](int64_t a, int64_t b) {
       image::RgbImage img;
       for (int64_t r = a; r < b; ++r) {
+        if (gpu_preprocess_) {  // decode only: resize + normalise run on the device
+          status[r] = image::DecodeImage(elements_[r], &decoded_[r]);
+          continue;
+        }
         status[r] = image::DecodeImage(elements_[r], &img);
         if (status[r].ok()) image::Preprocess(img, pc, batch_.data() + r * per_row);
       }
@@ -141,6 +172,10 @@ class ImageInstance final : public ModelInstance {
   const ImageInputForm form_;
   cnn::CnnRunner runner_;
   ThreadPool pool_;
+  std::unique_ptr<CnnDeviceRunner> device_;  // null: the CPU (runner_)
+  const bool gpu_preprocess_;
+  std::vector<image::RgbImage> decoded_;  // gpu_preprocess_: the batch's images, decoded
+  std::vector<RgbView> views_;
   std::vector<float> batch_;   // [rows, 3, H, W]
   std::vector<float> scores_;  // [rows, classes]
   std::vector<std::string_view> elements_;
@@ -151,12 +186,18 @@ class ImageInstance final : public ModelInstance {
 
 StatusOr<std::shared_ptr<ImageClassicModel>> ImageClassicModel::Create(
     std::shared_ptr<const cnn::CnnModel> model, image::ImageModelConfig config, ImageInputForm form,
-    int threads) {
+    int threads, ImageDevice device) {
   RETURN_IF_ERROR(config.preprocess.Validate());
+  if (device.gpu_preprocess && device.model == nullptr) {
+    return FailedPreconditionError(
+        "--preprocess gpu: the model runs on the CPU; GPU preprocessing needs the model on the GPU too "
+        "(--device cuda)");
+  }
   auto m = std::shared_ptr<ImageClassicModel>(new ImageClassicModel());
   m->model_ = std::move(model);
   m->config_ = std::move(config);
   m->form_ = form;
+  m->device_ = std::move(device);
   m->threads_ = threads > 0 ? threads : ThreadPool::Default().num_threads();
   const image::PreprocessConfig& pc = m->config_.preprocess;
   const std::vector<int64_t>& fd = m->model_->input_dims();
@@ -218,8 +259,20 @@ StatusOr<std::unique_ptr<PreparedInput>> ImageClassicModel::Prepare(std::vector<
 
 StatusOr<std::unique_ptr<ModelInstance>> ImageClassicModel::CreateInstance(int index, int count) {
   const int threads = std::max(1, threads_ / std::max(1, count));
-  LOG_INFO("image model: instance {} of {} on the CPU with {} thread(s)", index, count, threads);
-  return std::unique_ptr<ModelInstance>(new ImageInstance(model_, this, form_, threads));
+  std::unique_ptr<CnnDeviceRunner> runner;
+  if (device_.model != nullptr) {
+    ASSIGN_OR_RETURN(runner, device_.model->CreateRunner());
+  }
+  LOG_INFO("image model: instance {} of {} on {} with {} CPU thread(s)", index, count, device_name(),
+           threads);
+  return std::unique_ptr<ModelInstance>(
+      new ImageInstance(model_, this, form_, threads, std::move(runner), device_.gpu_preprocess));
+}
+
+std::string ImageClassicModel::device_name() const {
+  if (device_.model == nullptr) return "cpu";
+  return device_.model->device_name() +
+         (device_.gpu_preprocess && form_ == ImageInputForm::kEncoded ? ", gpu preprocessing" : "");
 }
 
 }  // namespace stoke

@@ -8,6 +8,9 @@
 
 #include <cstring>
 
+#include "base/thread_pool.h"
+#include "engine/image/preprocess.h"
+
 namespace stoke {
 namespace {
 
@@ -149,6 +152,103 @@ TEST(ImageClassicModelTest, LabelsMustMatchTheClasses) {
   auto model = ImageClassicModel::Create(MeanModel(), c, ImageInputForm::kEncoded, 1);
   ASSERT_FALSE(model.ok());
   EXPECT_NE(model.status().message().find("2 labels for 3 classes"), std::string::npos);
+}
+
+// A device that computes on the CPU (CnnRunner) and reports fixed device times: checks the wiring of a GPU
+// instance (which call, which ledger stages) without a GPU.
+struct FakeCalls {
+  int run = 0, run_images = 0;
+};
+
+class FakeRunner final : public CnnDeviceRunner {
+ public:
+  FakeRunner(std::shared_ptr<const cnn::CnnModel> m, FakeCalls* calls) : cpu_(std::move(m)), calls_(calls) {}
+  Status Run(const float* x, const std::vector<int64_t>& dims, std::vector<float>* out,
+             std::vector<int64_t>* out_dims, CnnDeviceTimes* t) override {
+    ++calls_->run;
+    *t = {.preprocess_ns = 0, .h2d_ns = 1000, .compute_ns = 2000, .d2h_ns = 300, .host_ns = 50};
+    return cpu_.Run(x, dims, out, out_dims, pool_);
+  }
+  Status RunImages(std::span<const RgbView> images, const image::PreprocessConfig& cfg,
+                   std::vector<float>* out, std::vector<int64_t>* out_dims, CnnDeviceTimes* t) override {
+    ++calls_->run_images;
+    const int64_t per = 3 * cfg.height * cfg.width;
+    std::vector<float> x(images.size() * per);
+    for (size_t i = 0; i < images.size(); ++i) {
+      image::RgbImage im{.width = images[i].width, .height = images[i].height};
+      im.pixels.assign(images[i].pixels, images[i].pixels + im.width * im.height * 3);
+      image::Preprocess(im, cfg, x.data() + i * per);
+    }
+    *t = {.preprocess_ns = 400, .h2d_ns = 1000, .compute_ns = 2000, .d2h_ns = 300, .host_ns = 50};
+    return cpu_.Run(x.data(), {static_cast<int64_t>(images.size()), 3, cfg.height, cfg.width}, out, out_dims,
+                    pool_);
+  }
+
+ private:
+  cnn::CnnRunner cpu_;
+  ThreadPool pool_{1};
+  FakeCalls* calls_;
+};
+
+class FakeDevice final : public CnnDeviceModel {
+ public:
+  explicit FakeDevice(FakeCalls* calls) : calls_(calls) {}
+  std::string device_name() const override { return "fake:0"; }
+  StatusOr<std::unique_ptr<CnnDeviceRunner>> CreateRunner() override {
+    return std::unique_ptr<CnnDeviceRunner>(new FakeRunner(MeanModel(), calls_));
+  }
+
+ private:
+  FakeCalls* calls_;
+};
+
+TEST(ImageClassicModelTest, OnADeviceWithGpuPreprocessing) {
+  FakeCalls calls;
+  auto dev = std::make_shared<FakeDevice>(&calls);
+  auto enc = ImageClassicModel::Create(MeanModel(), Config(), ImageInputForm::kEncoded, 1,
+                                       {.model = dev, .gpu_preprocess = true});
+  auto ten = ImageClassicModel::Create(MeanModel(), Config(), ImageInputForm::kTensor, 1,
+                                       {.model = dev, .gpu_preprocess = true});
+  ASSERT_TRUE(enc.ok() && ten.ok()) << enc.status().message() << ten.status().message();
+  EXPECT_EQ((*enc)->device_name(), "fake:0, gpu preprocessing");
+  EXPECT_EQ((*ten)->device_name(), "fake:0");  // the tensor form has nothing to preprocess
+  int64_t tokens = 0;
+  auto pe = (*enc)->Prepare({Images({Png(7, 8, 9), Png(1, 2, 3)})}, 2, &tokens);
+  ASSERT_TRUE(pe.ok());
+  auto inst = (*enc)->CreateInstance(0, 1);
+  ASSERT_TRUE(inst.ok()) << inst.status().message();
+  std::vector<std::vector<InferTensor>> out(1);
+  ExecTimes times;
+  const int64_t rows[] = {2};
+  const PreparedInput* in[] = {pe->get()};
+  ASSERT_TRUE((*inst)->Execute(in, rows, &out, &times).ok());
+  EXPECT_EQ(calls.run_images, 1);
+  EXPECT_EQ(calls.run, 0);
+  EXPECT_EQ(Floats(out[0][0]), (std::vector<float>{7, 8, 9, 1, 2, 3}));
+  // The device's stages go to the ledger; its resize time and host waiting count as preprocess.
+  EXPECT_EQ(times.h2d, 1000);
+  EXPECT_EQ(times.compute, 2000);
+  EXPECT_EQ(times.d2h, 300);
+  EXPECT_GE(times.preprocess, 450);
+
+  InferTensor t{.name = "input", .type = TensorType::kFp32, .shape = {1, 3, 4, 6}};
+  std::vector<float> x(72, 4.0f);
+  t.data.assign(reinterpret_cast<const char*>(x.data()), x.size() * sizeof(float));
+  auto pt = (*ten)->Prepare({t}, 1, &tokens);
+  ASSERT_TRUE(pt.ok());
+  const int64_t one[] = {1};
+  const PreparedInput* it[] = {pt->get()};
+  ASSERT_TRUE((*(*ten)->CreateInstance(0, 1))->Execute(it, one, &out, &times).ok());
+  EXPECT_EQ(calls.run, 1);
+  EXPECT_EQ(Floats(out[0][0]), (std::vector<float>{4, 4, 4}));
+}
+
+TEST(ImageClassicModelTest, GpuPreprocessingNeedsTheModelOnTheGpu) {
+  auto m =
+      ImageClassicModel::Create(MeanModel(), Config(), ImageInputForm::kEncoded, 1, {.gpu_preprocess = true});
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(m.status().message().find("--device cuda"), std::string::npos) << m.status().message();
 }
 
 }  // namespace

@@ -8,17 +8,20 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "engine/model/backends.h"
 #include "serve/batcher/image_classic_model.h"
 
 namespace stoke {
 
 struct ImageServeSpec {
-  std::string model;               // .onnx path or alias
-  nlohmann::json file;             // the model file's object (null when --model named the .onnx or alias)
-  std::string source;              // the model file's path, for errors
-  int threads = 0;                 // compute threads for all instances together (0: hardware threads)
-  std::string preprocess = "cpu";  // cpu | gpu (gpu: not yet)
-  std::string device = "cpu";      // cpu | auto (cuda: not yet)
+  std::string model;                   // .onnx path or alias
+  nlohmann::json file;                 // the model file's object (null when --model named the .onnx or alias)
+  std::string source;                  // the model file's path, for errors
+  int threads = 0;                     // compute threads for all instances together (0: hardware threads)
+  std::string preprocess = "cpu";      // cpu | gpu (decode on the CPU, resize + normalise on the GPU)
+  std::string device = "cpu";          // cpu | cuda | auto (cuda when `backends` has a usable GPU)
+  std::string precision = "fp16";      // on a GPU: fp16 | bf16 (CnnDeviceOptions::precision)
+  const Backends* backends = nullptr;  // null: the CPU only
 };
 
 struct LoadedImageModel {
@@ -26,6 +29,7 @@ struct LoadedImageModel {
   std::shared_ptr<ImageClassicModel> tensor;   // "<name>-tensor": FP32 "input"
   std::string path;                            // the .onnx file
   std::string summary;                         // CnnModel::Summary()
+  std::string device = "cpu";                  // ImageClassicModel::device_name() of the encoded form
 };
 
 // A .onnx path or a known image alias (decided without fetching).
