@@ -35,6 +35,15 @@ failures=()
 export CCACHE_BASEDIR=$ROOT CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-10G}
 
 step "setup"
+# A full disk fails tests far from the cause (a CI run died of ENOSPC in pytest's temporary directories):
+# say so up front. A cold run writes ~8 GiB (three build trees, the venv, models); tests write ~1 GiB at a time.
+for dir in "$ROOT" "${TMPDIR:-/tmp}"; do
+  free_kib=$(df -Pk "$dir" | awk 'NR==2 {print $4}')
+  if ((free_kib < 10 * 1024 * 1024)); then
+    echo "warning: only $((free_kib / 1024)) MiB free under $dir; the suite needs ~10 GiB (build trees, models," \
+         "test temporaries) and fails with 'No space left on device' when it runs out" >&2
+  fi
+done
 bash scripts/setup.sh
 
 step "build (release)"
