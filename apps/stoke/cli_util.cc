@@ -76,10 +76,11 @@ void AddEngineTuningFlags(CLI::App* cmd, EngineTuningFlags* flags) {
          "token and KV head; docs/precision.md)")
       ->check(CLI::IsMember({"auto", "bf16", "int8", "fp8"}))
       ->capture_default_str();
-  cmd->add_option("--quantization", flags->quantization,
-                  "Weight precision: none (the checkpoint's: bf16 on cuda, fp32 on cpu) or fp8 (E4M3, one scale "
-                  "per output channel; docs/precision.md)")
-      ->check(CLI::IsMember({"none", "fp8"}))
+  cmd->add_option(
+         "--quantization", flags->quantization,
+         "Weight precision: none (the checkpoint's: bf16 on cuda, fp32 on cpu), fp8 (E4M3, one scale "
+         "per output channel) or int8 (encoders only, with --calibration-data; docs/precision.md)")
+      ->check(CLI::IsMember({"none", "fp8", "int8"}))
       ->capture_default_str();
 }
 
@@ -119,6 +120,24 @@ void AddEncoderEpiloguesFlag(CLI::App* cmd, std::string* epilogues) {
                   "exact erf GELU as a kernel) or separate (bias, GELU, LayerNorm kernels after each GEMM, fp32 "
                   "residual)")
       ->check(CLI::IsMember({"fused", "fused-tanh", "separate"}))
+      ->capture_default_str();
+}
+
+void AddCalibrationFlags(CLI::App* cmd, precision::Int8CalibrationOptions* calibration) {
+  cmd->add_option(
+      "--calibration-data", calibration->data,
+      "Encoders at --quantization int8: a text file of representative samples, one per line, that "
+      "the unquantised encoder runs over to measure the int8 activation scales (docs/precision.md)");
+  cmd->add_option("--calibration-percentile", calibration->percentile,
+                  "--calibration-data: each activation scale clips |x| at this percentile of the values "
+                  "calibration saw (100 = their maximum)")
+      ->check(CLI::Range(0.0, 100.0))
+      ->capture_default_str();
+  cmd->add_option(
+         "--calibration-smoothing", calibration->smoothing_alpha,
+         "--calibration-data: SmoothQuant's alpha, how much of each activation channel's range moves "
+         "into the weights before the per-tensor int8 scale is measured (0 = none)")
+      ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
 }
 

@@ -7,6 +7,7 @@
 
 #include "base/status.h"
 #include "engine/model/factory.h"
+#include "tools/precision/calibration.h"
 
 namespace CLI {
 class App;
@@ -32,7 +33,7 @@ struct EngineTuningFlags {
   // Not a kernel choice but a precision (DecoderOptions::kv_cache): carried here so that every command with
   // the engine knobs has it. docs/precision.md.
   std::string kv_cache_dtype = "auto";  // auto | bf16 | int8 | fp8
-  std::string quantization = "none";    // none | fp8 (DecoderOptions::quantization)
+  std::string quantization = "none";    // none | fp8 | int8 (decoders refuse int8; encoders need calibration)
 };
 void AddEngineTuningFlags(CLI::App* cmd, EngineTuningFlags* flags);
 // Copies the flags into `o` (InvalidArgument naming the flag when a value is out of range).
@@ -42,6 +43,10 @@ Status ApplyEngineTuningFlags(const EngineTuningFlags& flags, DecoderOptions* o)
 void AddEncoderAttentionFlag(CLI::App* cmd, std::string* attention);
 // --encoder-epilogues (BertDeviceOptions::epilogues), shared by serve and embed.
 void AddEncoderEpiloguesFlag(CLI::App* cmd, std::string* epilogues);
+
+// --calibration-data and --calibration-percentile (encoders at --quantization int8), shared by serve, embed
+// and model check.
+void AddCalibrationFlags(CLI::App* cmd, precision::Int8CalibrationOptions* calibration);
 
 // --device, --gpu-memory-fraction and --cuda-graphs, shared by serve, generate and score, plus the engine
 // tuning flags above.

@@ -51,7 +51,8 @@ struct EmbedOptions {
   std::string device = "auto";  // as serve: cuda when this build has CUDA and a GPU is visible
   std::string encoder_attention = "auto";  // BertDeviceOptions::attention
   std::string encoder_epilogues = "fused-tanh";  // BertDeviceOptions::epilogues
-  std::string quantization = "none";       // none | fp8: the Linear weights (docs/precision.md)
+  std::string quantization = "none";       // none | fp8 | int8: the Linear weights (docs/precision.md)
+  precision::Int8CalibrationOptions calibration;  // int8: the activation scales' samples
   std::string ids_file;
   std::vector<int> bench_batch;
   int seq_len = 128;
@@ -263,6 +264,21 @@ int Run(const EmbedOptions& o, const Backends& backends) {
   if (*quant == WeightQuantization::kFp8 && ResolveBertDevice(o.device, backends) == "cpu") {
     if (Status st = (*loaded)->QuantizeWeightsFp8(); !st.ok()) return fail(st);
   }
+  // --quantization int8: the activation scales from --calibration-data (refused without), then the CPU's
+  // int8 weights (a device refuses int8 so far: LoadBertOnDevice).
+  if (!o.calibration.data.empty() && *quant != WeightQuantization::kInt8) {
+    return fail(
+        InvalidArgumentError("--calibration-data applies to --quantization int8 (not {})", o.quantization));
+  }
+  if (*quant == WeightQuantization::kInt8) {
+    auto calib_tok = LoadTokenizer(*path);
+    if (!calib_tok.ok()) return fail(calib_tok.status());
+    if (Status st = precision::CalibrateForInt8(**loaded, **calib_tok, o.calibration, &dev_opts); !st.ok())
+      return fail(st);
+    if (ResolveBertDevice(o.device, backends) == "cpu") {
+      if (Status st = (*loaded)->QuantizeWeightsInt8(*dev_opts.int8_ranges); !st.ok()) return fail(st);
+    }
+  }
   std::shared_ptr<const BertEncoder> enc = std::move(loaded).value();
   if (bench) {
     const int max_b = *std::max_element(o.bench_batch.begin(), o.bench_batch.end());
@@ -375,10 +391,12 @@ CommandRegistrar kEmbed(
       AddEncoderEpiloguesFlag(cmd, &o->encoder_epilogues);
       cmd->add_option(
              "--quantization", o->quantization,
-             "Linear weights: none (the checkpoint's: bf16 on cuda, fp32 on cpu) or fp8 (E4M3, one scale "
-             "per output channel; unchecked here: `stoke model check` gates it; docs/precision.md)")
-          ->check(CLI::IsMember({"none", "fp8"}))
+             "Linear weights: none (the checkpoint's: bf16 on cuda, fp32 on cpu), fp8 (E4M3, one scale "
+             "per output channel) or int8 (cpu; int8 activations too, scales from --calibration-data); "
+             "unchecked here: `stoke model check` gates it; docs/precision.md")
+          ->check(CLI::IsMember({"none", "fp8", "int8"}))
           ->capture_default_str();
+      AddCalibrationFlags(cmd, &o->calibration);
       cmd->add_option("--ids-file", o->ids_file,
                       "embed token ids from a JSON array of id arrays (incl. [CLS]/[SEP]) instead of texts");
       cmd->add_option("--bench-batch", o->bench_batch,

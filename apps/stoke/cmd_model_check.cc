@@ -1,8 +1,9 @@
 // stoke model check: is the model at a lower precision consistent with the same model at its reference
 // precision, on the same device? (tools/precision/gate.h; thresholds and metrics in docs/precision.md)
 //
-//   stoke model check --model M [--kv-cache-dtype auto|bf16|int8|fp8] [--quantization none|fp8] [--data FILE]
-//       [--device cpu|cuda] [--tokens N] [--greedy-prompts N] [--greedy-tokens N] [--json FILE]
+//   stoke model check --model M [--kv-cache-dtype auto|bf16|int8|fp8] [--quantization none|fp8|int8]
+//       [--calibration-data FILE] [--data FILE] [--device cpu|cuda] [--tokens N] [--greedy-prompts N]
+//       [--greedy-tokens N] [--json FILE]
 //
 // Decoders: teacher-forced top-1 agreement, mean KL, perplexity of both and greedy-text agreement over the
 // first N tokens of the text (default the GPL-3 licence text; N default 256 on the CPU, 4096 on CUDA).
@@ -42,6 +43,7 @@ struct CheckCliOptions {
   int threads = 0;
   std::string json_out;
   DeviceFlags device;  // --device and the engine knobs, --kv-cache-dtype and --quantization among them
+  precision::Int8CalibrationOptions calibration;  // encoders at --quantization int8
 };
 
 bool IsEncoderFolder(const std::string& dir) {
@@ -62,6 +64,12 @@ bool IsEncoderFolder(const std::string& dir) {
 
 StatusOr<precision::GateReport> CheckDecoder(const CheckCliOptions& o, const std::string& path,
                                              const std::string& text, const Backends& backends) {
+  if (!o.calibration.data.empty()) {
+    return InvalidArgumentError(
+        "--calibration-data: {} is a decoder; calibration is for encoders at "
+        "--quantization int8",
+        path);
+  }
   ASSIGN_OR_RETURN(DecoderOptions cand, DecoderOptionsFromFlags(o.device));
   cand.device = ResolveDecoderDevice(cand.device, backends);
   const DecoderOptions ref = precision::ReferenceOptions(cand);
@@ -82,8 +90,9 @@ StatusOr<precision::GateReport> CheckDecoder(const CheckCliOptions& o, const std
 }
 
 // Reference: the CPU's fp32 encoder. Candidate: the encoder on --device at --quantization (cpu + fp8: the
-// CPU encoder with its weights' fp8 round trip; cuda: the device encoder, bf16 or fp8 weights; cpu + none:
-// the reference itself, cosine 1).
+// CPU encoder with its weights' fp8 round trip; cpu + int8: the int8 GEMMs with scales calibrated on
+// --calibration-data; cuda: the device encoder, bf16 or fp8 weights; cpu + none: the reference itself, cosine
+// 1).
 StatusOr<precision::GateReport> CheckEncoder(const CheckCliOptions& o, const std::string& path,
                                              const std::string& text, const Backends& backends) {
   if (o.device.tuning.kv_cache_dtype != "auto") {
@@ -92,14 +101,21 @@ StatusOr<precision::GateReport> CheckEncoder(const CheckCliOptions& o, const std
   BertDeviceOptions dev;
   dev.device = o.device.device;
   ASSIGN_OR_RETURN(dev.quantization, ParseWeightQuantization(o.device.tuning.quantization));
+  if (!o.calibration.data.empty() && dev.quantization != WeightQuantization::kInt8) {
+    return InvalidArgumentError("--calibration-data applies to --quantization int8 (not {})",
+                                WeightQuantizationName(dev.quantization));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, LoadTokenizer(path));
+  ASSIGN_OR_RETURN(std::unique_ptr<BertEncoder> loaded, BertEncoder::Load(path));
+  // int8: the activation scales measured on --calibration-data by the fp32 encoder (refused without).
+  RETURN_IF_ERROR(precision::CalibrateForInt8(*loaded, *tok, o.calibration, &dev));
   ASSIGN_OR_RETURN(precision::EncoderAtPrecision cand,
-                   precision::LoadEncoderAtPrecision(path, dev, backends));
+                   precision::EncoderAtPrecisionFrom(std::move(loaded), dev, backends));
   std::shared_ptr<const BertEncoder> reference = cand.encoder;
   if (reference->quantization() != WeightQuantization::kNone) {
     ASSIGN_OR_RETURN(std::unique_ptr<BertEncoder> fp32, BertEncoder::Load(path));
     reference = std::move(fp32);
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, LoadTokenizer(path));
   precision::EncoderGateOptions g;
   g.sentences = o.sentences;
   return precision::CheckEncoderPrecision(reference, cand, *tok, text, g);
@@ -155,6 +171,7 @@ CLI::App* AddModelCheckCommand(CLI::App* model, CommandRun* run) {
   cmd->add_option("--threads", o->threads, "CPU threads (0 = all)")->capture_default_str();
   cmd->add_option("--json", o->json_out, "Also write the report here");
   AddDeviceFlags(cmd, &o->device);
+  AddCalibrationFlags(cmd, &o->calibration);
   *run = [o](const Backends& backends) -> int { return RunCheck(*o, backends); };
   return cmd;
 }

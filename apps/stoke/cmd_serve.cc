@@ -83,6 +83,7 @@ struct ServeOptions {
   int debug_requests = 1000;          // finished requests GET /v1/debug/requests keeps (0: off)
   bool no_ledger = false;             // per-request ledgers not recorded (the ledger-overhead benchmark)
   bool allow_inconsistent = false;    // serve a precision the consistency gate rejects (serve_gate.h)
+  precision::Int8CalibrationOptions calibration;  // encoders at --quantization int8
 };
 
 // Applies --config: every key sets its flag unless the flag was given on the command line.
@@ -229,6 +230,9 @@ int RunServe(CLI::App* cmd, ServeOptions* bound, const Backends& backends) {
   so.record_ledger = !o.no_ledger;
   so.decoder = *DecoderOptionsFromFlags(o.device);  // checked by Validate (incl. --kv-cache-dtype)
   so.allow_inconsistent = o.allow_inconsistent;
+  so.calibration_data = o.calibration.data;
+  so.calibration_percentile = o.calibration.percentile;
+  so.calibration_smoothing = o.calibration.smoothing_alpha;
   so.kv_cache_bytes = o.kv_cache_bytes;
   so.kv_cache_bytes_set = o.kv_cache_bytes_set;
   so.kv_blocks = o.kv_blocks;
@@ -369,6 +373,7 @@ CommandRegistrar kServe(
       cmd->add_flag("--allow-inconsistent", o->allow_inconsistent,
                     "Serve a --kv-cache-dtype or --quantization the output-consistency gate at load rejects "
                     "(docs/precision.md)");
+      AddCalibrationFlags(cmd, &o->calibration);
       cmd->add_option("--debug-requests", o->debug_requests,
                       "Finished requests (with their time ledgers) GET /v1/debug/requests keeps (0: off)")
           ->capture_default_str();

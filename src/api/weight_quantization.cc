@@ -5,10 +5,8 @@ namespace stoke {
 StatusOr<WeightQuantization> ParseWeightQuantization(std::string_view name) {
   if (name == "none") return WeightQuantization::kNone;
   if (name == "fp8") return WeightQuantization::kFp8;
-  if (name == "int8") {
-    return UnimplementedError("--quantization int8: INT8 decoder weights are not implemented (use fp8)");
-  }
-  return InvalidArgumentError("--quantization '{}': expected none or fp8", name);
+  if (name == "int8") return WeightQuantization::kInt8;
+  return InvalidArgumentError("--quantization '{}': expected none, fp8 or int8", name);
 }
 
 std::string_view WeightQuantizationName(WeightQuantization q) {
@@ -17,6 +15,8 @@ std::string_view WeightQuantizationName(WeightQuantization q) {
       return "none";
     case WeightQuantization::kFp8:
       return "fp8";
+    case WeightQuantization::kInt8:
+      return "int8";
   }
   return "?";
 }

@@ -16,9 +16,14 @@ enum class WeightQuantization : uint8_t {
   // steps quantise activations per token on the fly and run cuBLASLt FP8 GEMMs. CPU: the weights are
   // quantised and dequantised at load (the same values, computed in fp32), to test the gate's logic.
   kFp8,
+  // Encoders only: int8 weights with one fp32 scale per output channel (scale = amax / 127,
+  // q = clamp(rint(w · 127 / amax), -127, 127)), activations int8 with one static scale per GEMM input,
+  // measured on calibration samples (--calibration-data); int8 x int8 -> int32 GEMMs. Decoders refuse it.
+  kInt8,
 };
 
-// "none", "fp8"; "int8" is Unimplemented (named, not built); anything else InvalidArgument naming the value.
+// "none", "fp8", "int8"; anything else InvalidArgument naming the value. (Which models accept which is the
+// loaders' to say: decoders refuse int8, an encoder's int8 needs calibration data.)
 StatusOr<WeightQuantization> ParseWeightQuantization(std::string_view name);
 std::string_view WeightQuantizationName(WeightQuantization q);
 

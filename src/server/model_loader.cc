@@ -20,6 +20,7 @@
 #include "serve/batcher/synthetic_classic_model.h"
 #include "serve/llm_loop.h"
 #include "telemetry/step_trace.h"
+#include "tools/precision/calibration.h"
 #include "tools/precision/encoder_gate.h"
 #include "tools/precision/serve_gate.h"
 
@@ -95,6 +96,7 @@ struct BatchedSpec {
   // Encoders: the Linear weights' precision (--quantization, stoke.toml quantization), checked by the
   // output-consistency gate at load (tools/precision/encoder_gate.h) unless it is none.
   WeightQuantization quantization = WeightQuantization::kNone;
+  precision::Int8CalibrationOptions calibration;  // int8: the activation scales' samples
   bool allow_inconsistent = false;  // ServerOptions::allow_inconsistent
 };
 
@@ -106,6 +108,9 @@ StatusOr<BatchedSpec> ReadBatchedSpec(const ModelSettings& m, const ServerOption
   const std::string device = m.device.value_or(o.batched_device);
   BatchedSpec s;
   s.quantization = m.quantization.value_or(o.decoder.quantization);
+  s.calibration = {.data = m.calibration_data.value_or(o.calibration_data),
+                   .percentile = o.calibration_percentile,
+                   .smoothing_alpha = o.calibration_smoothing};
   s.allow_inconsistent = o.allow_inconsistent;
   s.encoder_attention = o.encoder_attention;
   s.encoder_epilogues = o.encoder_epilogues;
@@ -234,6 +239,9 @@ StatusOr<LoadedModel> LoadBatched(const BatchedSpec& s, const std::vector<std::s
     dev_opts.quantization = s.quantization;
     dev_opts.max_batch_tokens = std::max<int64_t>(dev_opts.max_batch_tokens,
                                                   int64_t{s.config.max_batch_size} * enc->max_seq_length());
+    // int8: the activation scales from the calibration samples, measured by this fp32 encoder (refused
+    // without samples).
+    RETURN_IF_ERROR(precision::CalibrateForInt8(*enc, *tokenizer, s.calibration, &dev_opts));
     ASSIGN_OR_RETURN(precision::EncoderAtPrecision at,
                      precision::EncoderAtPrecisionFrom(std::move(enc), dev_opts, backends));
     // Weights other than the checkpoint's are compared with the CPU's fp32 encoder first; a failing
@@ -391,6 +399,12 @@ StatusOr<ModelConfig> MakeModelConfig(const ModelSettings& m, const ServerOption
     if (m.device) d.options.device = *m.device;
     if (m.gpu_memory_fraction) d.options.gpu_memory_fraction = *m.gpu_memory_fraction;
     if (m.kv_cache_dtype) d.options.kv_cache.dtype = *m.kv_cache_dtype;
+    if (m.quantization == WeightQuantization::kInt8) {
+      return InvalidArgumentError(
+          "{}: quantization 'int8' applies to encoders (with calibration_data); a decoder's weights are none "
+          "or fp8 (and its KV cache: kv_cache_dtype int8 or fp8)",
+          m.origin);
+    }
     if (m.quantization) d.options.quantization = *m.quantization;
     d.allow_inconsistent = o.allow_inconsistent;
     d.kv_cache_bytes = m.kv_cache_bytes.value_or(o.kv_cache_bytes);

@@ -113,8 +113,12 @@ Status ApplyToml(const fs::path& file, const fs::path& dir, ModelSettings* m) {
       const std::string s = str(&error);
       RETURN_IF_ERROR(error);
       auto q = ParseWeightQuantization(s);
-      if (!q.ok()) return InvalidArgumentError("{}: quantization '{}' must be none or fp8", where, s);
+      if (!q.ok()) return InvalidArgumentError("{}: quantization '{}' must be none, fp8 or int8", where, s);
       m->quantization = *q;
+    } else if (key == "calibration_data") {
+      const std::string s = str(&error);
+      RETURN_IF_ERROR(error);
+      m->calibration_data = fs::path(s).is_relative() ? (dir / s).string() : s;
     } else if (key == "instances") {
       ASSIGN_OR_RETURN(int64_t v, integer());
       if (v < 1 || v > 256) return InvalidArgumentError("{}: instances {} must be in [1, 256]", where, v);
@@ -135,7 +139,8 @@ Status ApplyToml(const fs::path& file, const fs::path& dir, ModelSettings* m) {
     } else {
       return InvalidArgumentError(
           "{}: unknown key '{}' (name, source, kind, device, gpu_memory_fraction, kv_cache_bytes, "
-          "kv_cache_dtype, quantization, instances, max_batch_size, max_queue_delay_us, load)",
+          "kv_cache_dtype, quantization, calibration_data, instances, max_batch_size, max_queue_delay_us, "
+          "load)",
           where, std::string(k.str()));
     }
   }

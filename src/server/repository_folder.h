@@ -15,7 +15,10 @@
 //   gpu_memory_fraction = 0.4     decoders on CUDA: this model's share of the GPU's memory
 //   kv_cache_bytes = 268435456    decoders: the KV cache's budget
 //   kv_cache_dtype = "int8"       decoders: auto | bf16 | int8 | fp8 (checked at load: docs/precision.md)
-//   quantization = "fp8"          decoders: weights none | fp8 (checked at load: docs/precision.md)
+//   quantization = "fp8"          weights none | fp8 (decoders, encoders) | int8 (encoders; checked at load:
+//                                 docs/precision.md)
+//   calibration_data = "calib.txt"  encoders at int8: calibration samples, one per line (relative: from the
+//                                 folder)
 //   instances = 2                 batched models: instances
 //   max_batch_size = 16           batched models: largest batch
 //   max_queue_delay_us = 500      batched models: dynamic batching's delay

@@ -11,6 +11,7 @@
 
 #include "api/kv_cache_dtype.h"
 #include "api/weight_quantization.h"
+#include "engine/model/bert_int8.h"
 #include "engine/model/factory.h"
 #include "telemetry/metrics.h"
 
@@ -25,7 +26,8 @@ struct ModelSettings {
   std::optional<double> gpu_memory_fraction;   // decoders on CUDA: its share of the GPU's memory
   std::optional<int64_t> kv_cache_bytes;       // decoders
   std::optional<KvCacheDtype> kv_cache_dtype;  // decoders: its KV precision (docs/precision.md)
-  std::optional<WeightQuantization> quantization;  // decoders: its weight precision (docs/precision.md)
+  std::optional<WeightQuantization> quantization;  // decoders, encoders: weight precision (docs/precision.md)
+  std::optional<std::string> calibration_data;     // encoders at int8: the calibration samples' file
   std::optional<int> instances;                // batched models
   std::optional<int> max_batch_size;           // batched models
   std::optional<int64_t> max_queue_delay_us;   // batched models
@@ -63,6 +65,11 @@ struct ServerOptions {
   // A decoder whose KV precision differs from the backend's reference is checked against it at load (the
   // output-consistency gate, tools/precision/serve_gate.h); a failing one is refused unless this is set.
   bool allow_inconsistent = false;
+  // Encoders at --quantization int8: the calibration samples (--calibration-data; a model's stoke.toml
+  // calibration_data overrides it) and the percentile of |x| each activation scale clips at.
+  std::string calibration_data;
+  double calibration_percentile = BertCalibrationOptions{}.percentile;
+  double calibration_smoothing = BertCalibrationOptions{}.smoothing_alpha;
   int64_t kv_cache_bytes = int64_t{1} << 30;
   bool kv_cache_bytes_set = false;  // given explicitly; else cuda sizes the KV itself
   int kv_blocks = 0;

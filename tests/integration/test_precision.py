@@ -51,7 +51,7 @@ def test_user_data_file(stoke_bin, smollm2_path, tmp_path):
 
 @pytest.mark.parametrize("args,message", [
     (["--kv-cache-dtype", "int4"], "--kv-cache-dtype"),
-    (["--kv-cache-dtype", "int8", "--quantization", "int8"], "--quantization: int8 not in {none,fp8}"),
+    (["--kv-cache-dtype", "int8", "--quantization", "int8"], "--quantization int8 is for BERT-family encoders"),
     (["--kv-cache-dtype", "int8", "--quantization", "q2"], "--quantization: q2"),
     (["--kv-cache-dtype", "auto"], "nothing to compare"),
     (["--quantization", "none"], "give --quantization fp8"),
@@ -194,7 +194,7 @@ def test_embed_with_fp8_weights(stoke_bin, minilm_path):
         assert 0.98 < _cosine(a, b) < 1 - 1e-7
     p = subprocess.run([str(stoke_bin), "embed", "--model", str(minilm_path), "--quantization", "int8", "x"],
                        capture_output=True, text=True, timeout=60)
-    assert p.returncode != 0 and "--quantization" in p.stderr, p.stderr
+    assert p.returncode != 0 and "--quantization int8 needs --calibration-data FILE" in p.stderr, p.stderr
 
 
 def test_serve_fp8_encoder_runs_the_gate_at_load(stoke_bin, minilm_path, tmp_path):
@@ -334,7 +334,8 @@ def test_repository_folder_sets_the_kv_dtype_per_model(stoke_bin, smollm2_path, 
 
 
 @pytest.mark.parametrize("key,value", [("kv-cache-dtype", "int4"), ("kv_cache_dtype", "int4"),
-                                       ("quantization", "int4"), ("quantization", "int8")])
+                                       ("quantization", "int4"),
+                                       ("quantization", "int8")])  # int8: encoders only
 def test_repository_folder_rejects_an_unknown_precision(stoke_bin, smollm2_path, tmp_path, key, value):
     (tmp_path / "x").mkdir()
     (tmp_path / "x" / "stoke.toml").write_text(f'source = "{smollm2_path}"\n{key} = "{value}"\n')

@@ -65,7 +65,14 @@ StatusOr<DType> SafetensorsDType(std::string_view name) {
     if (d.name == name) return d.dtype;
   }
   // F8_E4M3, F8_E5M2, F8_E8M0, F4, F6_E2M3, F6_E3M2, C64 and whatever comes next: loading them is not
-  // implemented.
+  // implemented. F8 tensors come from pre-quantised FP8 checkpoints (compressed-tensors, fbgemm_fp8): say
+  // what to do instead.
+  if (name.starts_with("F8_")) {
+    return UnimplementedError(
+        "dtype '{}' is not supported: pre-quantised FP8 checkpoints (F8 weights with weight_scale tensors) "
+        "cannot be loaded yet; load the bf16 checkpoint with --quantization fp8 (docs/precision.md)",
+        name);
+  }
   return UnimplementedError(
       "dtype '{}' is not supported (stoke reads F64, F32, F16, BF16, I64, I32, I16, I8, U64, U32, U16, U8, "
       "BOOL)",

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string_view>
 
 #include "base/half.h"
 #include "base/logging.h"
 #include "engine/loader/hf_folder.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/int8_gemm.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 
@@ -69,6 +71,20 @@ ThreadPool& InlinePool() {
 }
 
 }  // namespace
+
+std::string_view BertGemmInputName(BertGemmInput input) {
+  switch (input) {
+    case BertGemmInput::kQkv:
+      return "qkv";
+    case BertGemmInput::kAttnOut:
+      return "attn_out";
+    case BertGemmInput::kIntermediate:
+      return "intermediate";
+    case BertGemmInput::kOutput:
+      return "output";
+  }
+  return "?";
+}
 
 StatusOr<BertConfig> BertConfig::FromJson(const nlohmann::json& j, const std::string& source) {
   if (!j.is_object()) return InvalidArgumentError("{}: expected a JSON object", source);
@@ -245,12 +261,110 @@ Status BertEncoder::QuantizeWeightsFp8(const Fp8WeightOptions& options) {
   return OkStatus();
 }
 
+Status BertEncoder::QuantizeWeightsInt8(const BertActivationRanges& ranges,
+                                        const Int8WeightOptions& options) {
+  if (quantization_ != WeightQuantization::kNone) {
+    return FailedPreconditionError("--quantization int8: the encoder's weights are already quantised ({})",
+                                   WeightQuantizationName(quantization_));
+  }
+  if (ranges.layers.size() != layers_.size()) {
+    return InvalidArgumentError("--quantization int8: activation ranges for {} layers, the encoder has {}",
+                                ranges.layers.size(), layers_.size());
+  }
+  const bool smoothed = !ranges.smooth.empty();
+  if (smoothed && ranges.smooth.size() != layers_.size()) {
+    return InvalidArgumentError("--quantization int8: smoothing factors for {} layers, the encoder has {}",
+                                ranges.smooth.size(), layers_.size());
+  }
+  for (size_t i = 0; i < ranges.layers.size(); ++i) {
+    for (int j = 0; j < kBertGemmInputs; ++j) {
+      const int64_t width =
+          j == static_cast<int>(BertGemmInput::kOutput) ? config_.intermediate_size : config_.hidden_size;
+      if (smoothed) {
+        const std::vector<float>& s = ranges.smooth[i][j];
+        const bool ok = static_cast<int64_t>(s.size()) == width &&
+                        std::all_of(s.begin(), s.end(), [](float v) { return v > 0.f && std::isfinite(v); });
+        if (!ok) {
+          return InvalidArgumentError(
+              "--quantization int8: layer {} {} input: expected {} finite smoothing "
+              "factors > 0",
+              i, BertGemmInputName(static_cast<BertGemmInput>(j)), width);
+        }
+      }
+      const float r = ranges.layers[i][j];
+      if (!(r >= 0.f) || !std::isfinite(r)) {
+        return InvalidArgumentError(
+            "--quantization int8: layer {} {} input range {} is not a finite value >= 0", i,
+            BertGemmInputName(static_cast<BertGemmInput>(j)), r);
+      }
+    }
+  }
+  ThreadPool& pool = options.pool != nullptr ? *options.pool : ThreadPool::Default();
+  // Into copies first: a failure leaves the encoder as it was.
+  std::vector<Layer> quantized = layers_;
+  for (size_t i = 0; i < quantized.size(); ++i) {
+    Layer& l = quantized[i];
+    const auto& r = ranges.layers[i];
+    const std::pair<Linear*, BertGemmInput> all[] = {{&l.query, BertGemmInput::kQkv},
+                                                     {&l.key, BertGemmInput::kQkv},
+                                                     {&l.value, BertGemmInput::kQkv},
+                                                     {&l.attn_out, BertGemmInput::kAttnOut},
+                                                     {&l.intermediate, BertGemmInput::kIntermediate},
+                                                     {&l.output, BertGemmInput::kOutput}};
+    for (auto [m, input] : all) {
+      m->w_int8.resize(static_cast<size_t>(m->out * m->in));
+      m->w_scale.resize(static_cast<size_t>(m->out));
+      m->x_scale = r[static_cast<int>(input)] / 127.0f * options.testing_activation_scale_multiplier;
+      const float* s = smoothed ? ranges.smooth[i][static_cast<int>(input)].data() : nullptr;
+      if (s != nullptr) {
+        m->x_inv.resize(m->in);
+        for (int64_t j = 0; j < m->in; ++j) m->x_inv[j] = m->x_scale > 0.f ? 1.0f / (m->x_scale * s[j]) : 0.f;
+      }
+      // Widen each row to fp32 (the same values the fp32 path multiplies), smooth it, then quantise it.
+      const size_t elem = m->dtype == DType::kF32 ? 4 : 2;
+      pool.ParallelFor(m->out, 16, [&](int64_t r0, int64_t r1) {
+        std::vector<float> row(m->in);
+        for (int64_t o = r0; o < r1; ++o) {
+          TensorRef t{.name = "w",
+                      .dtype = m->dtype,
+                      .shape = {m->in},
+                      .data = static_cast<const uint8_t*>(m->w) + o * m->in * elem,
+                      .nbytes = static_cast<size_t>(m->in) * elem};
+          auto f = ToFloats(t, m->in);
+          if (!f.ok()) continue;  // cannot happen: LoadWeights accepted only float-like dtypes
+          if (s != nullptr) {
+            for (int64_t j = 0; j < m->in; ++j) (*f)[j] *= s[j];
+          }
+          m->w_scale[o] = cpu::QuantizeInt8Row(f->data(), m->in, m->w_int8.data() + o * m->in);
+        }
+      });
+    }
+  }
+  layers_ = std::move(quantized);
+  quantization_ = WeightQuantization::kInt8;
+  LOG_INFO(
+      "bert: --quantization int8: {} Linear weights as int8 with a scale per output row; activations "
+      "with static scales from {} calibration samples ({} tokens, percentile {}, smoothing alpha {})",
+      layers_.size() * 6, ranges.samples, ranges.tokens, ranges.percentile, ranges.smoothing_alpha);
+  return OkStatus();
+}
+
 Status BertEncoder::Embed(const std::vector<std::vector<int32_t>>& batch_ids, std::vector<float>* out) const {
-  return Embed(batch_ids, out, ThreadPool::Default());
+  return Forward(batch_ids, out, ThreadPool::Default(), nullptr);
 }
 
 Status BertEncoder::Embed(const std::vector<std::vector<int32_t>>& batch_ids, std::vector<float>* out,
                           ThreadPool& pool) const {
+  return Forward(batch_ids, out, pool, nullptr);
+}
+
+Status BertEncoder::Embed(const std::vector<std::vector<int32_t>>& batch_ids, std::vector<float>* out,
+                          ThreadPool& pool, const BertActivationObserver& observer) const {
+  return Forward(batch_ids, out, pool, &observer);
+}
+
+Status BertEncoder::Forward(const std::vector<std::vector<int32_t>>& batch_ids, std::vector<float>* out,
+                            ThreadPool& pool, const BertActivationObserver* observer) const {
   const BertConfig& c = config_;
   const int64_t h = c.hidden_size;
   const int64_t inter = c.intermediate_size;
@@ -299,7 +413,31 @@ Status BertEncoder::Embed(const std::vector<std::vector<int32_t>>& batch_ids, st
     cpu::LayerNorm(xr, emb_norm_.gamma.data(), emb_norm_.beta.data(), r1 - r0, h, eps, xr);
   });
 
+  // int8: the quantised input [t, in] and the int32 products [t, out] (kernels/cpu/int8_gemm.h).
+  const bool int8 = quantization_ == WeightQuantization::kInt8;
+  std::vector<int8_t> xq(int8 ? t * std::max(h, inter) : 0);
+  std::vector<int32_t> acc32(int8 ? t * std::max(h, inter) : 0);
+  int layer_index = 0;
+  auto observe = [&](BertGemmInput input, const float* in, int64_t cols) {
+    if (observer != nullptr) (*observer)(layer_index, input, in, t, cols);
+  };
   auto linear = [&](const Linear& l, const float* in, float* y) -> Status {
+    if (!l.w_int8.empty()) {
+      const float inv = l.x_scale > 0.f ? 1.0f / l.x_scale : 0.f;
+      ForRows(pool, t, l.in, [&](int64_t r0, int64_t r1) {
+        if (l.x_inv.empty()) {
+          cpu::QuantizeInt8Static(in + r0 * l.in, (r1 - r0) * l.in, inv, xq.data() + r0 * l.in);
+        } else {
+          cpu::QuantizeInt8Columns(in + r0 * l.in, r1 - r0, l.in, l.x_inv.data(), xq.data() + r0 * l.in);
+        }
+      });
+      RETURN_IF_ERROR(cpu::MatMulInt8(xq.data(), t, l.in, l.w_int8.data(), l.out, acc32.data(), pool));
+      ForRows(pool, t, l.out, [&](int64_t r0, int64_t r1) {
+        cpu::DequantizeInt8Gemm(acc32.data() + r0 * l.out, r1 - r0, l.out, l.x_scale, l.w_scale.data(),
+                                l.bias.data(), y + r0 * l.out);
+      });
+      return OkStatus();
+    }
     RETURN_IF_ERROR(cpu::MatMul(in, t, l.in, l.w, l.dtype, l.out, y, pool));
     ForRows(pool, t, l.out,
             [&](int64_t r0, int64_t r1) { cpu::AddBias(y + r0 * l.out, l.bias.data(), r1 - r0, l.out); });
@@ -321,6 +459,7 @@ Status BertEncoder::Embed(const std::vector<std::vector<int32_t>>& batch_ids, st
   };
 
   for (const Layer& l : layers_) {
+    observe(BertGemmInput::kQkv, x.data(), h);
     RETURN_IF_ERROR(linear(l.query, x.data(), q.data()));
     RETURN_IF_ERROR(linear(l.key, x.data(), k.data()));
     RETURN_IF_ERROR(linear(l.value, x.data(), v.data()));
@@ -333,13 +472,17 @@ Status BertEncoder::Embed(const std::vector<std::vector<int32_t>>& batch_ids, st
     } else {
       for (int64_t s = 0; s < n_seq; ++s) attend(s, pool);
     }
+    observe(BertGemmInput::kAttnOut, ctx.data(), h);
     RETURN_IF_ERROR(linear(l.attn_out, ctx.data(), tmp.data()));
     residual_norm(tmp.data(), l.attn_norm);
+    observe(BertGemmInput::kIntermediate, x.data(), h);
     RETURN_IF_ERROR(linear(l.intermediate, x.data(), ffn.data()));
     ForRows(pool, t, inter,
             [&](int64_t r0, int64_t r1) { cpu::GeluErf(ffn.data() + r0 * inter, (r1 - r0) * inter); });
+    observe(BertGemmInput::kOutput, ffn.data(), inter);
     RETURN_IF_ERROR(linear(l.output, ffn.data(), tmp.data()));
     residual_norm(tmp.data(), l.out_norm);
+    ++layer_index;
   }
 
   // Mean over each sequence's tokens (all real: nothing is padded), then L2 normalisation (eps 1e-12 as

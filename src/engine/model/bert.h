@@ -7,7 +7,9 @@
 // embedding is therefore independent of what it is batched with.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -23,6 +25,42 @@
 namespace stoke {
 
 class HfFolder;
+
+// The four distinct GEMM inputs of a BERT layer (query, key and value share the first): the tensors
+// --quantization int8 quantises with one static scale each (engine/model/bert_int8.h).
+enum class BertGemmInput : uint8_t {
+  kQkv = 0,       // the layer's input x, [tokens, hidden]: query, key, value
+  kAttnOut = 1,   // the attention context, [tokens, hidden]: attention output
+  kIntermediate,  // x after the attention's residual + LayerNorm, [tokens, hidden]: intermediate
+  kOutput,        // GELU(intermediate), [tokens, intermediate]: output
+};
+inline constexpr int kBertGemmInputs = 4;
+std::string_view BertGemmInputName(BertGemmInput input);
+
+// Sees each GEMM input of a forward pass before it is multiplied (calibration): `x` is [rows, cols] fp32,
+// rows = every token of the batch. Called on Embed's calling thread, in layer order.
+using BertActivationObserver =
+    std::function<void(int layer, BertGemmInput input, const float* x, int64_t rows, int64_t cols)>;
+
+// --quantization int8: the value each GEMM input is clipped to, [layer][BertGemmInput] (>= 0), measured by
+// CalibrateBertActivations (bert_int8.h); the static activation scale is clip / 127. With smoothing
+// (SmoothQuant), smooth[layer][input] holds one factor s_j > 0 per input channel: the GEMM multiplies
+// x_j / s_j by W[:, j] · s_j (the same product), and `layers` is the range of x / s.
+struct BertActivationRanges {
+  std::vector<std::array<float, kBertGemmInputs>> layers;
+  std::vector<std::array<std::vector<float>, kBertGemmInputs>> smooth;  // empty: no smoothing
+  double smoothing_alpha = 0.0;
+  double percentile = 100.0;  // of |x| over every element the calibration samples produced
+  int64_t samples = 0;        // calibration sequences
+  int64_t tokens = 0;         // their tokens (after truncation to max_seq_length)
+};
+
+struct Int8WeightOptions {
+  ThreadPool* pool = nullptr;  // null = ThreadPool::Default()
+  // Tests only (no flag reaches it): every activation scale multiplied by this. 0.1 is a deliberately broken
+  // calibration (inputs saturate at a tenth of their range), which the consistency gate must reject.
+  float testing_activation_scale_multiplier = 1.0f;
+};
 
 // config.json of a BERT checkpoint (model-formats.md §5); missing keys take BERT-base defaults.
 struct BertConfig {
@@ -64,6 +102,9 @@ class BertEncoder {
   Status Embed(const std::vector<std::vector<int32_t>>& batch_ids, std::vector<float>* out) const;
   Status Embed(const std::vector<std::vector<int32_t>>& batch_ids, std::vector<float>* out,
                ThreadPool& pool) const;
+  // The same, showing each GEMM input to `observer` (calibration).
+  Status Embed(const std::vector<std::vector<int32_t>>& batch_ids, std::vector<float>* out, ThreadPool& pool,
+               const BertActivationObserver& observer) const;
 
   // --quantization fp8 on the CPU (docs/precision.md): the Linear weights of every layer (query, key, value,
   // attention output, intermediate, output) replaced by their fp8 E4M3 round trip, one scale per output
@@ -74,7 +115,14 @@ class BertEncoder {
   // The CUDA backend takes an unquantised encoder and BertDeviceOptions::quantization instead.
   // FailedPrecondition when the weights are quantised already.
   Status QuantizeWeightsFp8(const Fp8WeightOptions& options = {});
-  // kNone, or kFp8 after QuantizeWeightsFp8.
+  // --quantization int8 on the CPU (docs/precision.md; kernels/cpu/int8_gemm.h): every layer's six Linear
+  // weights quantised to int8 with one scale per output row, and each GEMM input quantised at run time with
+  // the static scale ranges.layers[layer][input] / 127 (clipping beyond it); the GEMMs run int8 x int8 ->
+  // int32 and are scaled back to fp32 (+ bias). Embeddings, LayerNorms, biases, attention and GELU stay fp32.
+  // Call before the encoder is shared. FailedPrecondition when already quantised; InvalidArgument when
+  // `ranges` does not have one entry per layer or holds a negative or non-finite value.
+  Status QuantizeWeightsInt8(const BertActivationRanges& ranges, const Int8WeightOptions& options = {});
+  // kNone, kFp8 after QuantizeWeightsFp8, kInt8 after QuantizeWeightsInt8.
   WeightQuantization quantization() const { return quantization_; }
 
   // A Linear layer's weight [out, in] (mapped, any MatMul dtype) and its bias [out] (fp32, owned).
@@ -84,6 +132,14 @@ class BertEncoder {
     int64_t out = 0;
     int64_t in = 0;
     std::vector<float> bias;
+    // --quantization int8 (QuantizeWeightsInt8): the weight [out, in] as int8 with w_scale [out], and the
+    // static scale of the input (x_scale; every q = clamp(rint(x / x_scale), -127, 127)). Empty otherwise.
+    std::vector<int8_t> w_int8;
+    std::vector<float> w_scale;
+    float x_scale = 0.f;
+    // With smoothing: the weight's columns were multiplied by s_j before quantisation, and the input is
+    // quantised per channel as q_j = clamp(rint(x_j · x_inv[j]), -127, 127), x_inv[j] = 1 / (x_scale · s_j).
+    std::vector<float> x_inv;
   };
   struct Norm {
     std::vector<float> gamma, beta;  // [hidden] fp32
@@ -108,6 +164,8 @@ class BertEncoder {
   Status LoadWeights();
   // t's data, or an aligned owned copy when the file left it misaligned for its element type.
   const void* Aligned(const TensorRef& t);
+  Status Forward(const std::vector<std::vector<int32_t>>& batch_ids, std::vector<float>* out,
+                 ThreadPool& pool, const BertActivationObserver* observer) const;
 
   std::unique_ptr<HfFolder> folder_;  // owns the mapped weights
   BertConfig config_;

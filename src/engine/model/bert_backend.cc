@@ -45,6 +45,12 @@ StatusOr<std::shared_ptr<BertDeviceModel>> LoadBertOnDevice(std::shared_ptr<cons
         "--device cuda: no CUDA GPU is visible (driver missing or "
         "CUDA_VISIBLE_DEVICES empty); use --device cpu");
   }
+  if (options.quantization == WeightQuantization::kInt8) {
+    return UnimplementedError(
+        "--quantization int8 on cuda: the int8 encoder GEMMs are not built for CUDA yet; use --device cpu "
+        "(the "
+        "reference int8 path) or --quantization fp8 on cuda");
+  }
   if (encoder != nullptr && encoder->quantization() != WeightQuantization::kNone) {
     // The device quantises its own copies (options.quantization) from the checkpoint's weights.
     return FailedPreconditionError(

@@ -84,6 +84,11 @@ struct BertDeviceOptions {
   WeightQuantization quantization = WeightQuantization::kNone;
   // Tests only (no flag): every weight scale multiplied by this (a deliberately broken quantiser).
   float fp8_scale_multiplier = 1.0f;
+  // kInt8 (encoders; docs/precision.md): the activation ranges calibration measured
+  // (precision::CalibrateForInt8), one static scale per GEMM input; required for kInt8.
+  std::shared_ptr<const BertActivationRanges> int8_ranges;
+  // Tests only (no flag): every int8 activation scale multiplied by this (0.1: a broken calibration).
+  float int8_activation_scale_multiplier = 1.0f;
 };
 
 // InvalidArgument naming the flag for an unknown `attention`.
@@ -103,9 +108,9 @@ std::string ResolveBertDevice(const std::string& device, const Backends& backend
 
 // "cpu" (or "auto" without a usable backends.cuda_bert): nullptr, run BertEncoder::Embed. "cuda": the model
 // uploaded by backends.cuda_bert, or FailedPrecondition saying why not (built without CUDA, no GPU, or an
-// encoder already quantised on the CPU: the device quantises its own copies, options.quantization). Anything
-// else: InvalidArgument. On the CPU options.quantization is the caller's to apply
-// (BertEncoder::QuantizeWeightsFp8).
+// encoder already quantised on the CPU: the device quantises its own copies, options.quantization; int8,
+// which only the CPU runs so far: Unimplemented). Anything else: InvalidArgument. On the CPU
+// options.quantization is the caller's to apply (BertEncoder::QuantizeWeightsFp8).
 StatusOr<std::shared_ptr<BertDeviceModel>> LoadBertOnDevice(std::shared_ptr<const BertEncoder> encoder,
                                                             const BertDeviceOptions& options,
                                                             const Backends& backends);

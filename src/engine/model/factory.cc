@@ -60,6 +60,11 @@ Status ValidateCudaDecoderTuning(const CudaDecoderTuning& t) {
 StatusOr<std::unique_ptr<DecoderModel>> LoadDecoder(const std::string& path, const DecoderOptions& options,
                                                     const Backends& backends) {
   RETURN_IF_ERROR(ValidateCudaDecoderTuning(options.cuda));
+  if (options.quantization == WeightQuantization::kInt8) {
+    return UnimplementedError(
+        "--quantization int8 is for BERT-family encoders; a decoder's weights can be none or fp8 "
+        "(--quantization fp8), and its KV cache int8 or fp8 (--kv-cache-dtype int8|fp8)");
+  }
   const std::string device = ResolveDecoderDevice(options.device, backends);
   if (device != "cpu" && device != "cuda") {
     return InvalidArgumentError("unknown device '{}' (expected cpu, cuda or auto)", options.device);

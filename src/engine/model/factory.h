@@ -63,7 +63,8 @@ struct DecoderOptions {
   bool ggml_compatible_numerics = true;
   // KV cache storage (--kv-cache-dtype): auto | bf16 | int8 | fp8 (KvCacheOptions, decoder.h).
   KvCacheOptions kv_cache;
-  // Weight precision (--quantization): none | fp8 (api/weight_quantization.h; docs/precision.md).
+  // Weight precision (--quantization): none | fp8 (api/weight_quantization.h; docs/precision.md). int8
+  // (encoders only) is refused by LoadDecoder.
   WeightQuantization quantization = WeightQuantization::kNone;
   // CUDA: kernel choices (see CudaDecoderTuning); ignored on the CPU.
   CudaDecoderTuning cuda;

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "base/logging.h"
+#include "tools/precision/calibration.h"
 #include "tools/precision/text_chunker.h"
 
 namespace stoke::precision {
@@ -26,9 +27,17 @@ StatusOr<EncoderAtPrecision> EncoderAtPrecisionFrom(std::unique_ptr<BertEncoder>
                             ? ""
                             : fmt::format(", weights {}", WeightQuantizationName(options.quantization));
   // On the CPU the encoder's own weights are quantised; a device quantises its copies of the fp32 ones.
-  if (ResolveBertDevice(options.device, backends) == "cpu" &&
-      options.quantization == WeightQuantization::kFp8)
+  const bool cpu = ResolveBertDevice(options.device, backends) == "cpu";
+  if (options.quantization == WeightQuantization::kInt8 && options.int8_ranges == nullptr) {
+    return InvalidArgumentError("{}", kInt8NeedsCalibration);
+  }
+  if (cpu && options.quantization == WeightQuantization::kFp8)
     RETURN_IF_ERROR(loaded->QuantizeWeightsFp8({.testing_scale_multiplier = options.fp8_scale_multiplier}));
+  if (cpu && options.quantization == WeightQuantization::kInt8) {
+    RETURN_IF_ERROR(loaded->QuantizeWeightsInt8(
+        *options.int8_ranges,
+        {.testing_activation_scale_multiplier = options.int8_activation_scale_multiplier}));
+  }
   e.encoder = std::move(loaded);
   ASSIGN_OR_RETURN(e.device, LoadBertOnDevice(e.encoder, options, backends));
   // "cuda:0 (...) bf16" (its own precision) or "cuda:0 (...), weights fp8"; "cpu fp32" or "cpu, weights fp8".
