@@ -311,7 +311,8 @@ Status BertEncoder::QuantizeWeightsInt8(const BertActivationRanges& ranges,
                                                      {&l.attn_out, BertGemmInput::kAttnOut},
                                                      {&l.intermediate, BertGemmInput::kIntermediate},
                                                      {&l.output, BertGemmInput::kOutput}};
-    for (auto [m, input] : all) {
+    for (const auto& [linear, input] : all) {
+      Linear* m = linear;  // a plain variable: lambdas may not capture structured bindings (clang, C++20)
       m->w_int8.resize(static_cast<size_t>(m->out * m->in));
       m->w_scale.resize(static_cast<size_t>(m->out));
       m->x_scale = r[static_cast<int>(input)] / 127.0f * options.testing_activation_scale_multiplier;
