@@ -12,6 +12,8 @@ import socket
 import threading
 import time
 
+import pytest
+
 
 class GoodTraffic:
     """Calls `send_one` in a loop on its own thread until stopped; counts successes, keeps failures."""
@@ -158,3 +160,21 @@ def is_json_error(body):
     if isinstance(err, dict):
         return isinstance(err.get("message"), str) and err["message"] != ""
     return isinstance(err, str) and err != ""
+
+
+POLLS = 600  # x 0.05 s: generous, only a hang runs out
+
+
+def poll(pred, what, polls=POLLS):
+    """Waits until pred() holds, checking every 50 ms; fails the test naming `what` after `polls` checks."""
+    for _ in range(polls):
+        if pred():
+            return
+        time.sleep(0.05)
+    pytest.fail(f"still waiting for {what} after {polls} polls")
+
+
+def idle_engine(srv, waiting_too=True):
+    """The decoder holds no KV block and runs no request (and, with waiting_too, queues none): from /metrics."""
+    idle = srv.metric("stoke:kv_cache_blocks_used") == 0 and srv.metric("stoke:num_requests_running") == 0
+    return idle and (not waiting_too or srv.metric("stoke:num_requests_waiting") == 0)

@@ -6,30 +6,18 @@ protocol's error shape, naming the model). Waits are bounded by a number of poll
 import concurrent.futures
 import shutil
 import subprocess
-import time
 
 import numpy as np
 import pytest
 import requests
 
 from classic_server import ClassicServer, write_model_file
-from hostile import GoodTraffic
+from hostile import GoodTraffic, idle_engine, poll
 
 openai = pytest.importorskip("openai")
 httpclient = pytest.importorskip("tritonclient.http")
 grpcclient = pytest.importorskip("tritonclient.grpc")
 from tritonclient.utils import InferenceServerException  # noqa: E402 - after the importorskip
-
-POLLS = 600  # x 0.05 s: generous, only a hang runs out
-
-
-def poll(pred, what, polls=POLLS):
-    for _ in range(polls):
-        if pred():
-            return
-        time.sleep(0.05)
-    pytest.fail(f"still waiting for {what} after {polls} polls")
-
 
 # --- KV cache exhausted ----------------------------------------------------------------------------------------------
 
@@ -69,11 +57,6 @@ def complete_streamed(srv, prompt):
             finish = chunk.choices[0].finish_reason or finish
     assert finish == "length", (text, finish)
     return text
-
-
-def idle_engine(srv):
-    return srv.metric("stoke:kv_cache_blocks_used") == 0 and srv.metric("stoke:num_requests_running") == 0 and \
-        srv.metric("stoke:num_requests_waiting") == 0
 
 
 def test_kv_exhausted_preempts_and_resumes_with_the_same_tokens(kv_srv):

@@ -12,18 +12,7 @@ import pytest
 import requests
 
 from classic_server import ClassicServer, write_model_file
-from hostile import GoodTraffic, closed_by_peer, connect, is_json_error
-
-POLLS = 600  # x 0.05 s: generous, only a hang runs out
-
-
-def poll(pred, what, polls=POLLS):
-    for _ in range(polls):
-        if pred():
-            return
-        time.sleep(0.05)
-    pytest.fail(f"still waiting for {what} after {polls} polls")
-
+from hostile import GoodTraffic, closed_by_peer, connect, idle_engine, is_json_error, poll
 
 def open_fds(pid):
     return len(os.listdir(f"/proc/{pid}/fd"))
@@ -51,10 +40,6 @@ def good(srv):
     assert not g.failures, g.failures
 
 
-def idle_engine(srv):
-    return srv.metric("stoke:kv_cache_blocks_used") == 0 and srv.metric("stoke:num_requests_running") == 0
-
-
 def stream_request(name, max_tokens=2000):
     body = json.dumps({"model": name, "messages": [{"role": "user", "content": "Tell me a long story."}],
                        "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True, "stream": True}).encode()
@@ -76,7 +61,7 @@ def test_disconnect_mid_stream_frees_kv(srv, good):
         s.close()
         good.wait_past(before)
     poll(lambda: srv.metric("stoke:request_success_total", finished_reason="abort") >= aborted + 3, "3 aborts")
-    poll(lambda: idle_engine(srv), "KV blocks back in the pool")
+    poll(lambda: idle_engine(srv, waiting_too=False), "KV blocks back in the pool")
 
 
 def test_disconnect_mid_body(srv, good):
@@ -89,7 +74,7 @@ def test_disconnect_mid_body(srv, good):
         s.close()
         good.wait_past(before)
     poll(lambda: open_fds(srv.proc.pid) <= base, "the server's descriptors back to the baseline")
-    assert idle_engine(srv) or srv.metric("stoke:num_requests_running") <= 1  # only the good client's
+    assert idle_engine(srv, waiting_too=False) or srv.metric("stoke:num_requests_running") <= 1  # only the good client's
 
 
 def test_slow_reader_does_not_hold_others_up(srv, good):
@@ -112,7 +97,7 @@ def test_slow_reader_does_not_hold_others_up(srv, good):
             range(8)))
     assert codes == [200] * 8
     s.close()
-    poll(lambda: idle_engine(srv), "the slow reader's KV blocks back in the pool")
+    poll(lambda: idle_engine(srv, waiting_too=False), "the slow reader's KV blocks back in the pool")
 
 
 def test_half_open_connections_are_reaped(srv, good):
@@ -141,7 +126,7 @@ def test_half_open_connections_are_reaped(srv, good):
         assert closed_by_peer(s, timeout=120)
         s.close()
     poll(lambda: open_fds(srv.proc.pid) <= base, "the server's descriptors back to the baseline")
-    poll(lambda: idle_engine(srv) or srv.metric("stoke:num_requests_running") <= 1, "KV blocks freed")
+    poll(lambda: idle_engine(srv, waiting_too=False) or srv.metric("stoke:num_requests_running") <= 1, "KV blocks freed")
     good.wait_past(good.ok)
 
 
@@ -164,7 +149,7 @@ def test_flood_past_max_waiting_gets_503_with_retry_after(start_server):
         if code == 503:
             assert retry_after is not None and int(retry_after) >= 1
             assert json.loads(body)["error"]["code"] == "queue_full"
-    poll(lambda: idle_engine(flood), "the flood's KV blocks freed")
+    poll(lambda: idle_engine(flood, waiting_too=False), "the flood's KV blocks freed")
     # After the flood the server serves normally.
     assert post(99)[0] == 200
 
