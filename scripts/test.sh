@@ -67,6 +67,7 @@ if has asan || has fuzz; then
       { cmake --preset debug-asan >/dev/null &&
         nice -n 10 cmake --build build/debug-asan -j"$JOBS" --target stoke_unit_tests; } || rc=1
       echo "prebuild: debug-asan done at $((SECONDS - t0)) s"
+      echo "$rc" >"$prebuild_log.asan-rc"  # the asan stage starts on this, while the fuzz tree still builds
     fi
     if has fuzz; then
       { cmake --preset fuzz >/dev/null &&
@@ -77,7 +78,19 @@ if has asan || has fuzz; then
   ) >"$prebuild_log" 2>&1 &
   prebuild_pid=$!
 fi
+rm -f "$prebuild_log.asan-rc"
 prebuild_rc=""
+# The ASan tree alone: returns when the background build has written its status (or ended without one).
+wait_asan_prebuild() {
+  [ -n "$prebuild_pid" ] || return 0
+  while [ ! -e "$prebuild_log.asan-rc" ] && kill -0 "$prebuild_pid" 2>/dev/null; do sleep 2; done
+  if [ "$(cat "$prebuild_log.asan-rc" 2>/dev/null)" != 0 ]; then
+    echo "background build of the ASan tree failed; its log:"
+    tail -n 60 "$prebuild_log"
+    return 1
+  fi
+  grep "debug-asan done" "$prebuild_log" || true
+}
 wait_prebuild() {
   [ -n "$prebuild_pid" ] && [ -z "$prebuild_rc" ] || return 0
   prebuild_rc=0
@@ -108,8 +121,7 @@ fi
 
 if has asan; then
   step "unit tests under ASan + UBSan"
-  wait_prebuild
-  (((prebuild_rc & 1) != 0)) && failures+=(asan-build)
+  wait_asan_prebuild || failures+=(asan-build)
   # -LE real: the few tests labelled `real` (REAL_TESTS in src/serve and src/tools/precision CMakeLists.txt:
   # LlmLoopRealModelTest.BatchedGreedyMatchesSingleSequenceRunner, SmolLm2Gate.*,
   # SmolLm2ServeGate.FailingPrecisionIsRefusedUnlessAllowed) run long loops of the real SmolLM2 model, 1-5 min
