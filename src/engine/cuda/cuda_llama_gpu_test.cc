@@ -351,6 +351,21 @@ TEST(CudaLlamaTest, GgufQ8_0MatchesCpu) {
   fs::remove_all(dir);
 }
 
+// Tied (SmolLM2's layout): the Q8_0 token embedding is gathered for the input and, from the same int8 values,
+// is the lm_head's GEMV: one Q8 linear for both.
+TEST(CudaLlamaTest, GgufQ8_0TiedMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  const TinyLlama m = MakeModel(16, /*tied=*/true, /*bias=*/false, /*layers=*/2);
+  const fs::path dir = TempDir("q8tied");
+  m.WriteGguf(dir / "m.gguf", /*Q8_0=*/8, &EncodeQ8_0);
+  auto a = LoadGgufWeights((dir / "m.gguf").string());
+  auto b = LoadGgufWeights((dir / "m.gguf").string());
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString();
+  ASSERT_EQ(a->lm_head.data, a->embedding.data) << "the file should be tied (no output.weight)";
+  CheckAgainstCpu(std::move(*a), std::move(*b), 0.25, 0.95, "gguf q8_0 tied", 4 * m.c.num_layers + 1);
+  fs::remove_all(dir);
+}
+
 TEST(CudaLlamaTest, GgufQ4_1TiedMatchesCpu) {
   SKIP_WITHOUT_GPU();
   const TinyLlama m = MakeModel(14, /*tied=*/true, /*bias=*/false, /*layers=*/2);
