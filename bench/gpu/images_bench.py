@@ -405,7 +405,7 @@ def jpeg_p99(stoke, name, path, out_dir, seconds, result):
                                       "errors": sum(q["requests"]["errors"].values())
                                       if isinstance(q["requests"]["errors"], dict) else q["requests"]["errors"],
                                       "valid": q["valid"]})
-            row["ledger_ms_at_c256"] = server.ledger(name, 200)
+            row["ledger_ms_last_point"] = server.ledger(name, 200)
             dj = out_dir / f"doctor_jpeg_{pre}.json"
             d = subprocess.run([stoke, "doctor", "--url", server.url, "--model", name, "--bytes-input", files,
                                 "--concurrency", "1,64", "--duration", "10", "--json", str(dj), "--quiet"],
@@ -430,7 +430,7 @@ def jpeg_p99(stoke, name, path, out_dir, seconds, result):
         for q in row["points"]:
             log(f"  --preprocess {pre} c{q['concurrency']}: {q['requests_per_s']} req/s p99 {q['p99_ms']} ms "
                 f"errors {q['errors']}")
-        log(f"  --preprocess {pre}: ledger {row.get('ledger_ms_at_c256')} doctor {row.get('doctor')}")
+        log(f"  --preprocess {pre}: ledger {row.get('ledger_ms_last_point')} doctor {row.get('doctor')}")
     equal = {}
     for b in P99_BOUNDS_MS:
         equal[f"p99<={b}ms"] = {pre: best_under(rows[pre]["points"], b) for pre in rows}
@@ -459,7 +459,7 @@ def print_summary(result):
             pts = " ".join(f"c{q['concurrency']}:{q['requests_per_s']}/{q['p99_ms']:.0f}ms"
                            for q in row["points"] if q["p99_ms"] is not None)
             lines.append(f"jpeg --preprocess {pre} (req/s / p99): {pts}")
-            lines.append(f"jpeg --preprocess {pre} ledger at c256: {row.get('ledger_ms_at_c256')}")
+            lines.append(f"jpeg --preprocess {pre} ledger at c{SWEEP[-1]}: {row.get('ledger_ms_last_point')}")
             dr = row.get("doctor", {})
             lines.append(f"jpeg --preprocess {pre} doctor: {dr.get('all', dr.get('error'))} "
                          f"host_bound={dr.get('host_bound')} {dr.get('evidence', '')}")
