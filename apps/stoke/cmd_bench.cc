@@ -20,6 +20,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "apps/stoke/bench_step_cli.h"
 #include "apps/stoke/command.h"
@@ -33,6 +34,7 @@ namespace stoke {
 namespace {
 
 struct BenchCliOptions {
+  std::vector<std::string> bytes_input;
   std::string url, model, api = "openai-chat", concurrency, rate, arrival = "poisson", workload = "short";
   std::string input_len, output_len, token_id_range, slo, output_dir, metrics_path = "/metrics", label;
   std::string metrics_url;
@@ -140,6 +142,7 @@ StatusOr<bench::BenchOptions> ToBenchOptions(const BenchCliOptions& c) {
   o.ignore_eos = !c.no_ignore_eos;
   o.temperature = c.temperature;
   o.kserve_binary = c.kserve_binary;
+  ASSIGN_OR_RETURN(o.kserve_bytes, bench::ReadBytesInputs(c.bytes_input));
   o.scrape = !c.no_scrape;
   o.metrics_path = c.metrics_path;
   o.metrics_url = c.metrics_url;
@@ -243,6 +246,10 @@ CommandRun SetupBench(CLI::App* cmd) {
                   "Sampling temperature sent with chat/completions requests (0 = greedy; default: not sent, "
                   "the server's default applies)");
   cmd->add_flag("--kserve-binary", c->kserve_binary, "Send KServe inputs with the binary tensor extension");
+  cmd->add_option("--bytes-input", c->bytes_input,
+                  "Files whose contents fill KServe BYTES inputs, one drawn per element (e.g. JPEG photos for an "
+                  "image model; default: the prompt text); implies --kserve-binary")
+      ->delimiter(',');
   cmd->add_flag("--no-scrape", c->no_scrape, "Don't scrape the server's /metrics");
   cmd->add_option("--metrics-path", c->metrics_path, "Prometheus endpoint to scrape")->capture_default_str();
   cmd->add_option("--metrics-url", c->metrics_url,

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "apps/stoke/command.h"
 #include "base/file_util.h"
@@ -26,6 +27,7 @@ struct DoctorCliOptions {
   std::string input_len, output_len, trace = "auto";
   double duration = 10, interval = 0.5, trace_seconds = 2;
   bool kserve_binary = false, quiet = false;
+  std::vector<std::string> bytes_input;
 };
 
 int Fail(const Status& s, int code) {
@@ -59,6 +61,7 @@ StatusOr<doctor::DoctorOptions> ToOptions(const DoctorCliOptions& c) {
     ASSIGN_OR_RETURN(o.workload.output, bench::ParseLengthDist(c.output_len));
   }
   o.kserve_binary = c.kserve_binary;
+  ASSIGN_OR_RETURN(o.kserve_bytes, bench::ReadBytesInputs(c.bytes_input));
   o.scrape_interval_s = c.interval;
   if (c.trace != "auto" && c.trace != "on" && c.trace != "off")
     return InvalidArgumentError("--trace '{}': expected auto, on or off", c.trace);
@@ -120,6 +123,11 @@ CommandRun SetupDoctor(CLI::App* cmd) {
                   "LLM prompt tokens for the driven load (bench's syntax; default 128)");
   cmd->add_option("--output-len", c->output_len, "LLM generated tokens for the driven load (default 128)");
   cmd->add_flag("--kserve-binary", c->kserve_binary, "Send KServe inputs with the binary tensor extension");
+  cmd->add_option("--bytes-input", c->bytes_input,
+                  "Files whose contents fill KServe BYTES inputs of the driven load, one drawn per element (an "
+                  "image model: JPEG/PNG photos; default: the prompt text, which an image model refuses); "
+                  "implies --kserve-binary")
+      ->delimiter(',');
   cmd->add_option("--scrape-interval", c->interval, "Seconds between /metrics and /v1/gpu scrapes")
       ->capture_default_str();
   cmd->add_option("--trace", c->trace,

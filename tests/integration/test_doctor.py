@@ -116,6 +116,64 @@ def test_host_bound_json_tensors(serve, tmp_path):
     assert "under_fed" not in [v["bottleneck"] for v in rep["verdicts"]]
 
 
+# --- a real image model: the pretrained classifier decoding JPEG photos on the CPU -----------------------------
+
+def jpeg_photos(tmp_path, size, names=("astronaut", "chelsea", "coffee", "rocket")):
+    """scikit-image's sample photos resized to `size` (w, h), as JPEG files; their paths, comma-separated."""
+    skdata = pytest.importorskip("skimage.data")
+    Image = pytest.importorskip("PIL.Image")
+    paths = []
+    for n in names:
+        p = tmp_path / f"{n}_{size[0]}x{size[1]}.jpg"
+        Image.fromarray(getattr(skdata, n)()).convert("RGB").resize(size, Image.BICUBIC).save(p, quality=90)
+        paths.append(str(p))
+    return ",".join(paths)
+
+
+def test_image_model_decoding_large_photos_is_host_bound(serve, tmp_path, ppocr_cls_path):
+    """ppocr-mobile-v2-cls (a 48x192 CNN) on the CPU, one instance with one thread, fed 12-Mpixel JPEG photos by
+    the doctor's own load (--bytes-input): decoding and resizing each photo is the request, the CNN a small
+    part of it. Then the same server and load with small photos: the CNN dominates and it is not host_bound."""
+    srv = serve("ppocr-mobile-v2-cls", "--no-gpu-telemetry", "--threads", 1, "--max-batch-size", 8)
+    big = jpeg_photos(tmp_path, (4000, 3000))
+    rep, out = run_doctor(srv.base_url, tmp_path, "--bytes-input", big, "--duration", 4, "--concurrency", "1,4",
+                          "--trace", "off", name="big")
+    assert rep["model"] == "ppocr-mobile-v2-cls" and rep["api"] == "kserve-http", rep["model"]
+    assert all(p["errors"] == 0 for p in rep["signals"]["load"]), rep["signals"]["load"]
+    top = rep["verdicts"][0]
+    assert top["bottleneck"] == "host_bound", out
+    e = evidence(top, "ledger.host_share")
+    assert e["value"] >= e["threshold"] == 0.5
+    pre = evidence(top, "ledger.preprocess_ms")
+    assert pre["value"] > evidence(top, "ledger.device_ms")["value"]
+    assert "preprocess" in top["summary"] and "--preprocess gpu" in top["next_step"]
+    stages = rep["signals"]["stage_s"]
+    assert stages["preprocess"] > stages["compute"] > 0
+
+    small = jpeg_photos(tmp_path, (192, 48))
+    rep, out = run_doctor(srv.base_url, tmp_path, "--bytes-input", small, "--duration", 4, "--concurrency", "1,4",
+                          "--trace", "off", name="small")
+    assert all(p["errors"] == 0 for p in rep["signals"]["load"]), rep["signals"]["load"]
+    assert "host_bound" not in [v["bottleneck"] for v in rep["verdicts"]], out
+    stages = rep["signals"]["stage_s"]
+    assert stages["compute"] > stages["preprocess"]
+
+
+def test_image_model_without_bytes_input_says_why_requests_fail(serve, tmp_path, ppocr_cls_path):
+    """The prompt text is no image: every request of the driven load is a 400, and the report says so before
+    anything else (the verdict describes refusals) and names --bytes-input; a missing file is an error naming
+    it."""
+    srv = serve("ppocr-mobile-v2-cls", "--no-gpu-telemetry", "--threads", 1)
+    rep, out = run_doctor(srv.base_url, tmp_path, "--duration", 2, "--concurrency", "1,2", "--trace", "off")
+    assert sum(p["errors"] for p in rep["signals"]["load"]) > 0
+    assert "requests of the driven load failed" in rep["notes"][0], rep["notes"]
+    assert "400" in rep["notes"][0] and "--bytes-input" in rep["notes"][0], rep["notes"]
+    assert "--bytes-input" in out
+    r = subprocess.run([str(stoke_bin_path()), "doctor", "--url", srv.base_url, "--bytes-input",
+                        str(tmp_path / "nope.jpg"), "--duration", "2"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "nope.jpg" in r.stderr, r.stderr
+
+
 def test_queue_bound_long_batching_delay(serve, tmp_path):
     """A 30 ms batching delay in front of a model that needs microseconds: requests wait, the instance idles."""
     srv = serve(synthetic(tmp_path, "delay", max_batch_size=64,

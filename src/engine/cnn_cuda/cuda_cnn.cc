@@ -38,6 +38,17 @@ ActParams ToAct(const cpu::ActivationParams& a) {
   return {.kind = static_cast<int>(a.kind), .lo = a.lo, .hi = a.hi, .alpha = a.alpha, .beta = a.beta};
 }
 
+// The sliding-window fields a CPU shape (Conv2dShape, Pool2dShape) and a kernel geometry (ConvGeom,
+// PoolGeom) share, copied in one place; each caller sets the rest.
+template <typename Geom, typename Shape>
+Geom WindowGeom(const Shape& s) {
+  Geom g;
+  g.batch = s.batch, g.in_h = s.in_h, g.in_w = s.in_w, g.out_h = s.out_h, g.out_w = s.out_w;
+  g.kernel_h = s.kernel_h, g.kernel_w = s.kernel_w, g.stride_h = s.stride_h, g.stride_w = s.stride_w;
+  g.pad_top = s.pad_top, g.pad_left = s.pad_left, g.dilation_h = s.dilation_h, g.dilation_w = s.dilation_w;
+  return g;
+}
+
 // A conv's packed weights on the device. General: [out_c, group_ld] (a row per output channel: its group's
 // [kernel_h, kernel_w, in_c / groups] taps, then zeros up to a multiple of 8 for aligned GEMM rows);
 // depthwise: [kernel_h, kernel_w, out_c] as packed for the CPU.
@@ -384,22 +395,8 @@ class CudaCnnRunner final : public CnnDeviceRunner {
   Status RunConv(const GpuPlan& gp, const Step& s) {
     const NodeWeights& w = *model_->Weights(s.node);
     const cpu::Conv2dShape& c = s.conv;
-    const ConvGeom g{.batch = c.batch,
-                     .in_h = c.in_h,
-                     .in_w = c.in_w,
-                     .in_c = c.in_c,
-                     .out_h = c.out_h,
-                     .out_w = c.out_w,
-                     .out_c = c.out_c,
-                     .kernel_h = c.kernel_h,
-                     .kernel_w = c.kernel_w,
-                     .stride_h = c.stride_h,
-                     .stride_w = c.stride_w,
-                     .pad_top = c.pad_top,
-                     .pad_left = c.pad_left,
-                     .dilation_h = c.dilation_h,
-                     .dilation_w = c.dilation_w,
-                     .groups = c.groups};
+    ConvGeom g = WindowGeom<ConvGeom>(c);
+    g.in_c = c.in_c, g.out_c = c.out_c, g.groups = c.groups;
     const void* x = Ptr(gp, s.in[0]);
     void* y = Ptr(gp, s.out);
     const float* bias = s.node->conv.bias.empty() ? nullptr : w.bias.as<float>();
@@ -436,24 +433,9 @@ class CudaCnnRunner final : public CnnDeviceRunner {
         return RunConv(gp, s);
       case StepKind::kPool: {
         const cpu::Pool2dShape& q = s.pool;
-        const PoolGeom g{.batch = q.batch,
-                         .channels = q.channels,
-                         .in_h = q.in_h,
-                         .in_w = q.in_w,
-                         .out_h = q.out_h,
-                         .out_w = q.out_w,
-                         .kernel_h = q.kernel_h,
-                         .kernel_w = q.kernel_w,
-                         .stride_h = q.stride_h,
-                         .stride_w = q.stride_w,
-                         .pad_top = q.pad_top,
-                         .pad_left = q.pad_left,
-                         .pad_bottom = q.pad_bottom,
-                         .pad_right = q.pad_right,
-                         .dilation_h = q.dilation_h,
-                         .dilation_w = q.dilation_w,
-                         .count_include_pad = q.count_include_pad,
-                         .max = s.pool_kind == cpu::PoolKind::kMax};
+        PoolGeom g = WindowGeom<PoolGeom>(q);
+        g.channels = q.channels, g.pad_bottom = q.pad_bottom, g.pad_right = q.pad_right;
+        g.count_include_pad = q.count_include_pad, g.max = s.pool_kind == cpu::PoolKind::kMax;
         CUDA_RETURN_IF_ERROR(LaunchPool(t, Ptr(gp, s.in[0]), g, Ptr(gp, s.out), stream_));
         return OkStatus();
       }

@@ -2,12 +2,13 @@
 // in memory that uses every step kind the GPU runs (conv general / 1x1 / grouped / depthwise with each fused
 // activation, BN folding, pools, add + ReLU fusion, broadcast multiply, concat, global pool, flatten, gemm,
 // softmax), at several batch sizes, in fp16 and bf16; decoded images through the GPU resize (RunImages)
-// against the CPU Preprocess + Run; bad input refused. STOKE_CNN_ONNX=a.onnx[,b.onnx] adds real models
-// (bench/gpu/images.sh passes ResNet-50 and MobileNetV2). Label gpu: skips without a device.
+// against the CPU Preprocess + Run; bad input refused. `--onnx a.onnx[,b.onnx]` (after any --gtest_* flags) adds
+// real models (bench/gpu/images.sh passes ResNet-50 and MobileNetV2). Label gpu: skips without a device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <random>
@@ -332,13 +333,14 @@ TEST(CudaCnnTest, BadInputIsAnErrorNotACrash) {
   EXPECT_EQ(CreateCudaCnnModel(model, {.precision = "fp8"}).status().code(), StatusCode::kInvalidArgument);
 }
 
-// Real models from files: STOKE_CNN_ONNX=resnet50.onnx,mobilenet_v2.onnx (fixed or dynamic [N, 3, H, W];
-// dynamic H, W run at 224). Batch 1 and 8, fp16.
+// Real models from files, `--onnx resnet50.onnx,mobilenet_v2.onnx` (main, below) (fixed or dynamic
+// [N, 3, H, W]; dynamic H, W run at 224). Batch 1 and 8, fp16.
+std::string g_onnx_files;  // set by main before the tests run
+
 TEST(CudaCnnTest, OnnxFilesMatchTheCpu) {
   SKIP_WITHOUT_GPU();
-  const char* env = std::getenv("STOKE_CNN_ONNX");
-  if (env == nullptr || *env == '\0') GTEST_SKIP() << "STOKE_CNN_ONNX not set";
-  std::stringstream ss(env);
+  if (g_onnx_files.empty()) GTEST_SKIP() << "no --onnx files given";
+  std::stringstream ss(g_onnx_files);
   std::string path;
   while (std::getline(ss, path, ',')) {
     auto model = CnnModel::Load(path);
@@ -355,3 +357,21 @@ TEST(CudaCnnTest, OnnxFilesMatchTheCpu) {
 
 }  // namespace
 }  // namespace stoke::cnn::cuda
+
+// gtest's own flags first (InitGoogleTest removes them), then ours: --onnx FILES or --onnx=FILES.
+int main(int argc, char** argv) {
+  testing::InitGoogleTest(&argc, argv);
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--onnx" && i + 1 < argc) {
+      stoke::cnn::cuda::g_onnx_files = argv[++i];
+    } else if (a.starts_with("--onnx=")) {
+      stoke::cnn::cuda::g_onnx_files = a.substr(7);
+    } else {
+      std::fprintf(stderr, "stoke_cnn_cuda_test: unknown argument '%s' (expected --onnx FILE[,FILE...])\n",
+                   a.c_str());
+      return 2;
+    }
+  }
+  return RUN_ALL_TESTS();
+}

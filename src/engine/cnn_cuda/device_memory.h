@@ -10,22 +10,24 @@
 
 namespace stoke::cnn::cuda {
 
-class DeviceMemory {
+// One grow-only buffer; `Space` says where it lives (static Alloc and Free with cudaMalloc's signatures).
+template <typename Space>
+class GrowOnlyBuffer {
  public:
-  DeviceMemory() = default;
-  ~DeviceMemory() {
-    if (p_ != nullptr) cudaFree(p_);
+  GrowOnlyBuffer() = default;
+  ~GrowOnlyBuffer() {
+    if (p_ != nullptr) Space::Free(p_);
   }
-  DeviceMemory(const DeviceMemory&) = delete;
-  DeviceMemory& operator=(const DeviceMemory&) = delete;
-  DeviceMemory(DeviceMemory&& o) noexcept : p_(o.p_), bytes_(o.bytes_) { o.p_ = nullptr, o.bytes_ = 0; }
+  GrowOnlyBuffer(const GrowOnlyBuffer&) = delete;
+  GrowOnlyBuffer& operator=(const GrowOnlyBuffer&) = delete;
+  GrowOnlyBuffer(GrowOnlyBuffer&& o) noexcept : p_(o.p_), bytes_(o.bytes_) { o.p_ = nullptr, o.bytes_ = 0; }
 
-  // Contents are lost when it grows.
+  // At least `bytes`; the contents are lost when it grows.
   Status Reserve(size_t bytes) {
     if (bytes <= bytes_) return OkStatus();
-    if (p_ != nullptr) cudaFree(p_);
+    if (p_ != nullptr) Space::Free(p_);
     p_ = nullptr, bytes_ = 0;
-    CUDA_RETURN_IF_ERROR(cudaMalloc(&p_, bytes));
+    CUDA_RETURN_IF_ERROR(Space::Alloc(&p_, bytes));
     bytes_ = bytes;
     return OkStatus();
   }
@@ -40,31 +42,16 @@ class DeviceMemory {
   size_t bytes_ = 0;
 };
 
-class PinnedMemory {
- public:
-  PinnedMemory() = default;
-  ~PinnedMemory() {
-    if (p_ != nullptr) cudaFreeHost(p_);
-  }
-  PinnedMemory(const PinnedMemory&) = delete;
-  PinnedMemory& operator=(const PinnedMemory&) = delete;
-
-  Status Reserve(size_t bytes) {
-    if (bytes <= bytes_) return OkStatus();
-    if (p_ != nullptr) cudaFreeHost(p_);
-    p_ = nullptr, bytes_ = 0;
-    CUDA_RETURN_IF_ERROR(cudaMallocHost(&p_, bytes));
-    bytes_ = bytes;
-    return OkStatus();
-  }
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(p_);
-  }
-
- private:
-  void* p_ = nullptr;
-  size_t bytes_ = 0;
+struct DeviceSpace {
+  static cudaError_t Alloc(void** p, size_t bytes) { return cudaMalloc(p, bytes); }
+  static void Free(void* p) { cudaFree(p); }
 };
+struct PinnedHostSpace {
+  static cudaError_t Alloc(void** p, size_t bytes) { return cudaMallocHost(p, bytes); }
+  static void Free(void* p) { cudaFreeHost(p); }
+};
+
+using DeviceMemory = GrowOnlyBuffer<DeviceSpace>;
+using PinnedMemory = GrowOnlyBuffer<PinnedHostSpace>;
 
 }  // namespace stoke::cnn::cuda

@@ -13,6 +13,7 @@
 #include <optional>
 #include <thread>
 
+#include "base/file_util.h"
 #include "tools/bench/grpc_client.h"
 #include "tools/bench/http_client.h"
 #include "tools/bench/metrics_scraper.h"
@@ -128,6 +129,18 @@ StatusOr<Slo> ParseSlo(std::string_view spec) {
   return slo;
 }
 
+StatusOr<std::shared_ptr<const std::vector<std::string>>> ReadBytesInputs(const std::vector<std::string>& paths) {
+  if (paths.empty()) return std::shared_ptr<const std::vector<std::string>>();
+  auto out = std::make_shared<std::vector<std::string>>();
+  for (const std::string& p : paths) {
+    StatusOr<std::string> b = ReadFileToString(p, size_t{64} << 20);
+    if (!b.ok()) return b.status().WithContext("--bytes-input");
+    if (b->empty()) return InvalidArgumentError("--bytes-input {}: the file is empty", p);
+    out->push_back(std::move(b).value());
+  }
+  return std::shared_ptr<const std::vector<std::string>>(std::move(out));
+}
+
 StatusOr<Api> ParseApi(std::string_view name) {
   for (Api a : kAllApis) {
     if (name == ApiName(a)) return a;
@@ -214,7 +227,8 @@ StatusOr<BenchReport> RunBench(const BenchOptions& opts, ProgressPrinter* progre
   proto.stream = opts.stream;
   proto.ignore_eos = opts.ignore_eos;
   proto.temperature = opts.temperature;
-  proto.kserve_binary = opts.kserve_binary;
+  proto.kserve_binary = opts.kserve_binary || (opts.kserve_bytes != nullptr && !opts.kserve_bytes->empty());
+  proto.kserve_bytes = opts.kserve_bytes;
   proto.model = opts.model;
   if (proto.model.empty()) {
     if (opts.api == Api::kKserveHttp || use_grpc) {

@@ -3,6 +3,7 @@
 // values.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,6 +29,8 @@ struct BenchOptions {
   bool ignore_eos = true;
   double temperature = -1;  // >= 0: sent with every chat/completions request
   bool kserve_binary = false;
+  // BYTES inputs drawn from these contents (--bytes-input files; e.g. JPEG photos); implies kserve_binary.
+  std::shared_ptr<const std::vector<std::string>> kserve_bytes;
   bool scrape = true;
   std::string metrics_path = "/metrics";
   double scrape_interval_s = 1;
@@ -41,6 +44,9 @@ StatusOr<std::vector<double>> ParseLoadList(std::string_view spec, bool powers_o
 // "ttft=200ms,tpot=50ms,e2e=2s"; units ms (default), s, us.
 StatusOr<Slo> ParseSlo(std::string_view spec);
 StatusOr<Api> ParseApi(std::string_view name);
+// --bytes-input: each file's whole contents (an encoded image, a document), at most 64 MiB each; an empty
+// list is nullptr. A missing or empty file is an error naming it.
+StatusOr<std::shared_ptr<const std::vector<std::string>>> ReadBytesInputs(const std::vector<std::string>& paths);
 // The gRPC server of --api kserve-grpc: "grpc://HOST:PORT" or "HOST:PORT" (no path).
 StatusOr<HttpEndpoint> ParseGrpcUrl(std::string_view url);
 

@@ -154,8 +154,8 @@ void AppendRaw(std::string* out, T v) {
 // once, not per element: a 1 MiB UINT8 input took ~90 ms to build element by element (string compares and a
 // growing append per byte), which the closed loop counted as the request's latency. Values and their order
 // of draws are unchanged.
-Status FillKserveInput(const KserveInput& in, const std::string& text, std::mt19937_64& rng, bool binary,
-                       json* data, std::string* raw) {
+Status FillKserveInput(const KserveInput& in, const std::string& text, const std::vector<std::string>* bytes,
+                       std::mt19937_64& rng, bool binary, json* data, std::string* raw) {
   const int64_t n = ElementCount(in.shape);
   if (n > (int64_t{1} << 26)) return InvalidArgumentError("input '{}': {} elements is too many", in.name, n);
   std::uniform_real_distribution<float> unit(0.0f, 1.0f);
@@ -173,6 +173,9 @@ Status FillKserveInput(const KserveInput& in, const std::string& text, std::mt19
     width = 1;
   } else if (t == "BYTES") {
     kind = Kind::kBytes;
+    if (bytes != nullptr && !bytes->empty() && !binary) {
+      return InvalidArgumentError("input '{}': BYTES from files need the binary tensor extension", in.name);
+    }
   } else if (t.starts_with("INT") || t.starts_with("UINT")) {
     kind = Kind::kInt;
     if (t == "INT8" || t == "UINT8") {
@@ -221,7 +224,11 @@ Status FillKserveInput(const KserveInput& in, const std::string& text, std::mt19
         break;
       }
       case Kind::kBytes:
-        if (binary) {
+        if (bytes != nullptr && !bytes->empty()) {
+          const std::string& b = (*bytes)[rng() % bytes->size()];
+          AppendRaw(raw, static_cast<uint32_t>(b.size()));
+          raw->append(b);
+        } else if (binary) {
           AppendRaw(raw, static_cast<uint32_t>(text.size()));
           raw->append(text);
         } else {
@@ -259,7 +266,8 @@ StatusOr<WireRequest> BuildKserve(const ProtocolOptions& opts, const PromptItem&
   for (const KserveInput& in : opts.kserve_inputs) {
     json data;
     size_t before = raw.size();
-    RETURN_IF_ERROR(FillKserveInput(in, item.text, rng, opts.kserve_binary, &data, &raw));
+    RETURN_IF_ERROR(
+        FillKserveInput(in, item.text, opts.kserve_bytes.get(), rng, opts.kserve_binary, &data, &raw));
     json t{{"name", in.name}, {"datatype", in.datatype}, {"shape", json::array()}};
     for (int64_t d : in.shape) t["shape"].push_back(std::max<int64_t>(d, 1));
     if (opts.kserve_binary) {
@@ -288,7 +296,8 @@ StatusOr<WireRequest> BuildKserveGrpc(const ProtocolOptions& opts, const PromptI
   for (const KserveInput& in : opts.kserve_inputs) {
     json unused;
     std::string* raw = req->add_raw_input_contents();
-    RETURN_IF_ERROR(FillKserveInput(in, item.text, rng, /*binary=*/true, &unused, raw));
+    RETURN_IF_ERROR(
+        FillKserveInput(in, item.text, opts.kserve_bytes.get(), rng, /*binary=*/true, &unused, raw));
     auto* t = req->add_inputs();
     t->set_name(in.name);
     t->set_datatype(in.datatype);

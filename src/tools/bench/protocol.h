@@ -48,6 +48,10 @@ struct ProtocolOptions {
   double temperature = -1;  // chat/completions: sent when >= 0 (0 = greedy); < 0 = the server's default
   std::vector<KserveInput> kserve_inputs;
   bool kserve_binary = false;  // the binary tensor extension for inputs
+  // BYTES elements: one of these, drawn from the rng per element (e.g. JPEG photos for an image model);
+  // empty = the prompt text. Binary only (kserve-http's binary extension or kserve-grpc): JSON strings
+  // cannot carry arbitrary bytes. Shared: the options are copied per connection.
+  std::shared_ptr<const std::vector<std::string>> kserve_bytes;
 };
 
 struct WireRequest {
@@ -66,7 +70,7 @@ struct WireRequest {
 };
 
 // KServe inputs are filled with random data (floats in [0, 1), integers in [0, 100), the prompt text for
-// BYTES) drawn from `rng`. kserve-grpc sends them as raw_input_contents (little-endian elements; BYTES as a
+// BYTES, or one of kserve_bytes) drawn from `rng`. kserve-grpc sends them as raw_input_contents (little-endian elements; BYTES as a
 // u32 length then the bytes), exactly the bytes kserve-http's binary extension sends.
 StatusOr<WireRequest> BuildRequest(const ProtocolOptions& opts, const PromptItem& item, std::mt19937_64& rng);
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "net/grpc/grpc_service.pb.h"
@@ -193,6 +194,27 @@ TEST(Protocol, KserveJsonAndBinaryRequests) {
   std::memcpy(&len, w->body.data() + hlen + 16, 4);
   EXPECT_EQ(len, 5u);
   EXPECT_EQ(w->body.substr(hlen + 20), "hello");
+
+  // BYTES from files (--bytes-input): each element is one of them, whole, never the prompt text.
+  const std::vector<std::string> files = {std::string("\xff\xd8jpeg-one", 10), std::string("\x89PNG-two-2")};
+  o.kserve_bytes = std::make_shared<const std::vector<std::string>>(files);
+  std::set<std::string> seen;
+  for (int i = 0; i < 16; ++i) {
+    w = BuildRequest(o, item, rng);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    hlen = std::stoul(w->headers[0].second);
+    std::memcpy(&len, w->body.data() + hlen + 16, 4);
+    const std::string elem = w->body.substr(hlen + 20);
+    EXPECT_EQ(elem.size(), len);
+    EXPECT_TRUE(elem == files[0] || elem == files[1]) << elem;
+    seen.insert(elem);
+  }
+  EXPECT_EQ(seen.size(), 2u);  // both files are drawn
+  o.kserve_binary = false;     // JSON strings cannot carry them: a clear error, not mangled bytes
+  w = BuildRequest(o, item, rng);
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.status().message().find("binary tensor extension"), std::string::npos);
+  o.kserve_bytes = nullptr;
 
   EXPECT_FALSE(ParseKserveMetadata(R"({"inputs": [{"name": "X"}]})").ok());
 }

@@ -145,8 +145,9 @@ StatusOr<Signals> Extract(const std::vector<Scrape>& scrapes, const Poller& poll
   return ExtractSignals(scrapes, cfg, model);
 }
 
+// `error_example`: the first failure's kind and detail, when the point had failures.
 StatusOr<LoadPoint> DrivePoint(const DoctorOptions& o, const DoctorReport& rep, double concurrency,
-                               double seconds) {
+                               double seconds, std::string* error_example) {
   bench::BenchOptions b;
   b.url = o.url;
   b.model = rep.model;
@@ -161,6 +162,7 @@ StatusOr<LoadPoint> DrivePoint(const DoctorOptions& o, const DoctorReport& rep, 
   b.point.drain_timeout_s = 30;
   b.point.max_cpu_percent = 100;
   b.kserve_binary = o.kserve_binary;
+  b.kserve_bytes = o.kserve_bytes;
   b.scrape = false;
   b.quiet = true;
   ASSIGN_OR_RETURN(bench::BenchReport r, bench::RunBench(b, nullptr));
@@ -171,6 +173,10 @@ StatusOr<LoadPoint> DrivePoint(const DoctorOptions& o, const DoctorReport& rep, 
     p.p50_ms = pr.latency_ms.p50;
     p.p99_ms = pr.latency_ms.p99;
     for (const auto& [kind, n] : pr.errors) p.errors += n;
+    if (!pr.error_examples.empty() && error_example->empty()) {
+      const auto& [kind, detail] = *pr.error_examples.begin();
+      *error_example = kind + ": " + detail.substr(0, 300);
+    }
   }
   return p;
 }
@@ -250,6 +256,7 @@ StatusOr<DoctorReport> RunDoctor(const DoctorOptions& o) {
   }
 
   std::vector<LoadPoint> load;
+  std::string error_example;  // the driven load's first failure
   const bool trace = WantTrace(ep, o, &rep);
   std::optional<TraceTaker> taker;
   StatusOr<TraceSignals> traced = UnavailableError("not taken");
@@ -259,7 +266,7 @@ StatusOr<DoctorReport> RunDoctor(const DoctorOptions& o) {
     const double lead_s = n > 1 ? 0.3 * o.duration_s / static_cast<double>(n - 1) : 0;
     for (size_t i = 0; i + 1 < n; ++i) {
       Say(o, fmt::format("load c={} for {:.1f} s", o.concurrency[i], lead_s));
-      ASSIGN_OR_RETURN(LoadPoint p, DrivePoint(o, rep, o.concurrency[i], lead_s));
+      ASSIGN_OR_RETURN(LoadPoint p, DrivePoint(o, rep, o.concurrency[i], lead_s, &error_example));
       load.push_back(p);
     }
     const double main_s = n > 1 ? 0.7 * o.duration_s : o.duration_s;
@@ -267,7 +274,7 @@ StatusOr<DoctorReport> RunDoctor(const DoctorOptions& o) {
     poller.Start();
     // The trace starts once the point's warm-up is over (DrivePoint: min(1, 0.2 x) s).
     if (trace) taker.emplace(ep, std::min(1.0, 0.2 * main_s), std::min(o.trace_seconds, 0.5 * main_s));
-    StatusOr<LoadPoint> p = DrivePoint(o, rep, o.concurrency.back(), main_s);
+    StatusOr<LoadPoint> p = DrivePoint(o, rep, o.concurrency.back(), main_s, &error_example);
     if (taker) traced = taker->Join();
     std::vector<Scrape> scrapes = poller.Stop();
     if (!p.ok()) return p.status();
@@ -283,6 +290,16 @@ StatusOr<DoctorReport> RunDoctor(const DoctorOptions& o) {
     ASSIGN_OR_RETURN(rep.signals, Extract(scrapes, poller, cfg, rep.model));
   }
   if (!poller.note().empty()) rep.notes.push_back(poller.note());
+  int64_t failed = 0;
+  for (const LoadPoint& p : load) failed += p.errors;
+  if (failed > 0) {
+    // A verdict on a load that the server refused describes the refusals, not the model: say so first.
+    rep.notes.insert(rep.notes.begin(),
+                     fmt::format("{} requests of the driven load failed ({}){}", failed, error_example,
+                                 rep.api.starts_with("kserve") && o.kserve_bytes == nullptr
+                                     ? "; a model with BYTES inputs (an image model) needs --bytes-input files"
+                                     : ""));
+  }
   rep.signals.load = std::move(load);
   if (taker) AddTrace(std::move(traced), &rep);
   StatusOr<json> slowest = GetJson(ep, "/v1/debug/requests?slowest=5&model=" + rep.model, &http);

@@ -15,6 +15,7 @@
 
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,8 @@ struct DoctorOptions {
   std::vector<double> concurrency = {1, 8};  // the sweep; the last point is the diagnosed window
   bench::WorkloadSpec workload;              // LLM prompts/outputs (bench's "short" by default)
   bool kserve_binary = false;
+  // --bytes-input: the contents KServe BYTES inputs are drawn from (an image model's JPEG/PNG photos).
+  std::shared_ptr<const std::vector<std::string>> kserve_bytes;
   double scrape_interval_s = 0.5;
   // The GPU timeline: "auto" takes a trace when the server answers GET /v1/debug/trace, "on" also notes
   // when it cannot, "off" never. The trace lasts trace_seconds (at most half the diagnosed window) and

@@ -118,6 +118,15 @@ std::optional<Verdict> HostBound(const Signals& s, const Thresholds& t) {
         pre_dominates ? "preprocess" : "postprocess", 1e3 * std::max(pre, post));
     v.evidence.push_back(Ev("ledger.host_share", host, ">=", t.host_share, "ratio",
                             "preprocess + postprocess (+ schedule) / service time"));
+    // The stage that makes the share, and the device time beside it: the evidence names what to move.
+    const std::string stage = pre_dominates ? "preprocess" : "postprocess";
+    v.evidence.push_back(Ev("ledger." + stage + "_ms", 1e3 * std::max(pre, post), "", kNaN, "ms",
+                            pre_dominates ? "per request, on the host (images: decode, resize, normalise; "
+                                            "text: tokenise)"
+                                          : "per request, on the host (top-k, sampling, output tensors)"));
+    if (Has(s.device_s))
+      v.evidence.push_back(Ev("ledger.device_ms", 1e3 * s.device_s, "", kNaN, "ms",
+                              "per request: compute (the model itself)"));
     if (Has(s.instance_busy))
       v.evidence.push_back(
           Ev("batcher.instance_busy", s.instance_busy, ">=", t.matters_busy, "ratio",
@@ -132,6 +141,8 @@ std::optional<Verdict> HostBound(const Signals& s, const Thresholds& t) {
           "--instances {} (each instance has its own CPU thread; model file: \"instance_group\": "
           "[{{\"count\": {}}}])",
           2 * Instances(s), 2 * Instances(s));
+      if (pre_dominates)
+        v.next_step += "; an image model with the model on the GPU: --preprocess gpu (moves the image preprocessing to the GPU)";
     }
     v.why =
         "the host stage runs once per request on one thread per instance: more instances overlap it with the "

@@ -33,6 +33,13 @@ Signals Classic(double queue_ms, double pre_ms, double h2d_ms, double compute_ms
   return s;
 }
 
+const Evidence* FindEvidence(const Verdict& v, const std::string& signal) {
+  for (const Evidence& e : v.evidence) {
+    if (e.signal == signal) return &e;
+  }
+  return nullptr;
+}
+
 std::string Top(const Signals& s) {
   return Diagnose(s).front().bottleneck;
 }
@@ -46,6 +53,45 @@ TEST(DoctorRules, HostBoundWhenPreprocessDominatesTheServiceTime) {
   EXPECT_EQ(v.front().evidence.front().threshold, 0.5);
   EXPECT_NE(v.front().next_step.find("--instances 2"), std::string::npos) << v.front().next_step;
   EXPECT_GE(v.front().confidence, 0.75);
+}
+
+// An image classifier on the CPU under 8 clients, JPEG photos in: the ledger as the doctor read it from a
+// served ppocr-mobile-v2-cls (decode + resize of a 12-Mpixel photo per row, a 48x192 CNN): preprocess is the
+// request, the instance never idles.
+TEST(DoctorRules, ImageModelDecodingLargePhotosIsHostBoundNamingPreprocess) {
+  Signals s = Classic(/*queue*/ 280, /*pre*/ 45, /*h2d*/ 0, /*compute*/ 2.5, /*busy*/ 0.99);
+  s.stage_s["postprocess"] = 0.05e-3;
+  s.host_s += 0.05e-3;
+  s.service_s += 0.05e-3;
+  std::vector<Verdict> v = Diagnose(s);
+  ASSERT_EQ(v.front().bottleneck, "host_bound");
+  EXPECT_NE(v.front().summary.find("preprocess"), std::string::npos) << v.front().summary;
+  ASSERT_NE(FindEvidence(v.front(), "ledger.host_share"), nullptr);
+  EXPECT_GE(FindEvidence(v.front(), "ledger.host_share")->value, 0.9);
+  ASSERT_NE(FindEvidence(v.front(), "ledger.preprocess_ms"), nullptr);
+  EXPECT_NEAR(FindEvidence(v.front(), "ledger.preprocess_ms")->value, 45, 1e-9);
+  EXPECT_EQ(FindEvidence(v.front(), "ledger.postprocess_ms"), nullptr);
+  ASSERT_NE(FindEvidence(v.front(), "ledger.device_ms"), nullptr);
+  EXPECT_NEAR(FindEvidence(v.front(), "ledger.device_ms")->value, 2.5, 1e-9);
+  EXPECT_NE(v.front().next_step.find("--preprocess gpu"), std::string::npos) << v.front().next_step;
+  EXPECT_NE(v.front().next_step.find("--instances 2"), std::string::npos) << v.front().next_step;
+  // The queue is long (8 clients, one busy instance) but the instance is saturated: the host is the limit.
+  for (const Verdict& x : v) EXPECT_NE(x.bottleneck, "queue_bound");
+}
+
+// The same model, the same 8 clients, small photos: decoding costs little beside the CNN, which now fills
+// the instance. Not host_bound (blind compute_bound: no GPU counters on the CPU).
+TEST(DoctorRules, ImageModelWhoseComputeDominatesIsNotHostBound) {
+  Signals s = Classic(/*queue*/ 20, /*pre*/ 0.2, /*h2d*/ 0, /*compute*/ 2.5, /*busy*/ 0.99);
+  std::vector<Verdict> v = Diagnose(s);
+  for (const Verdict& x : v) EXPECT_NE(x.bottleneck, "host_bound");
+  EXPECT_EQ(v.front().bottleneck, "compute_bound");
+  // On the GPU with the preprocessing moved there: the device stages dominate, the host share is small.
+  Signals g = Classic(/*queue*/ 3, /*pre*/ 0.15, /*h2d*/ 0.05, /*compute*/ 1.2, /*busy*/ 0.95);
+  g.stage_s["d2h"] = 0.01e-3;
+  g.copy_s += 0.01e-3;
+  g.service_s += 0.01e-3;
+  for (const Verdict& x : Diagnose(g)) EXPECT_NE(x.bottleneck, "host_bound");
 }
 
 TEST(DoctorRules, HostShareThatDoesNotMatterIsNotAVerdict) {
