@@ -9,8 +9,10 @@
 #                 the llama.cpp source bench/gpu/llama_cpp.sh builds on the GPU host
 # The binaries carry RPATH $ORIGIN/../lib (DT_RPATH, so it also applies to the libraries' own dependencies).
 # libnvjpeg.so.13 (~6 MiB, ~2.5 MiB gzip'd) comes from the nvidia-nvjpeg wheel in .venv when CMake found it
-# (cmake/StokeCuda.cmake): copied like the others, since GPU hosts' toolkits may lack it; the bundle then checks
-# that stoke loads it from lib/.
+# (cmake/StokeCuda.cmake): copied like the others, since GPU hosts' toolkits may lack it (checked below). It adds
+# ~3.5 MiB to the tarball: the default targets came to 55.4 MiB with it (51.9 without; 2026-12-04), so with
+# peers/perf_analyzer (~7 MiB) as well they pass the limit: take a subset then, e.g.
+# BUNDLE_TARGETS="stoke stoke_image_cuda_test stoke_cnn_cuda_test" (42 MiB with perf_analyzer).
 # Not bundled: glibc's core libraries (the host's are used; built against glibc 2.36 here, the GPU host has
 # 2.39), the driver (libcuda) and the CUDA toolkit's libraries (cudart, cuBLAS/cuBLASLt: cuBLASLt alone is
 # ~500 MiB). The GPU host provides those in /usr/local/cuda/lib64 (CUDA 13.0); scripts/gpu_check.sh puts it on
