@@ -1,8 +1,9 @@
 #include "engine/image_cuda/jpeg_decode_gpu.h"
 
+#include <fmt/format.h>
 #include <nvjpeg.h>
 
-#include <cstring>
+#include <algorithm>
 
 #include "engine/image/image_decode.h"
 #include "kernels/cuda/cuda_check.h"
@@ -143,12 +144,15 @@ class NvjpegDecoder final : public GpuJpegDecoder {
     if (!batch.empty()) {
       nvjpegHandle_t h = hw_ != nullptr ? hw_ : hybrid_;
       nvjpegJpegState_t s = hw_ != nullptr ? hw_state_ : batch_state_;
-      const bool ok = nvjpegDecodeBatchedInitialize(h, s, static_cast<int>(batch.size()), 1,
-                                                    NVJPEG_OUTPUT_RGBI) == NVJPEG_STATUS_SUCCESS &&
-                      nvjpegDecodeBatched(h, s, data_.data(), lengths_.data(), dest_.data(), stream_) ==
-                          NVJPEG_STATUS_SUCCESS;
+      // Initialised once per batch size, and again after a failed batch (nvJPEG's reset).
+      const int size = static_cast<int>(batch.size());
+      bool ok = size == batched_size_ ||
+                nvjpegDecodeBatchedInitialize(h, s, size, 1, NVJPEG_OUTPUT_RGBI) == NVJPEG_STATUS_SUCCESS;
+      ok = ok && nvjpegDecodeBatched(h, s, data_.data(), lengths_.data(), dest_.data(), stream_) ==
+                     NVJPEG_STATUS_SUCCESS;
+      batched_size_ = ok ? size : 0;
       if (ok) {
-        st.batched = static_cast<int>(batch.size());
+        st.batched = size;
       } else {
         for (size_t i : batch) route_[i] = Route::kSingle;
       }
@@ -223,6 +227,7 @@ class NvjpegDecoder final : public GpuJpegDecoder {
   nvjpegHandle_t hw_ = nullptr;  // the hardware decoder, when the GPU has one
   nvjpegJpegState_t hw_state_ = nullptr;
   nvjpegJpegStream_t stream_parse_ = nullptr;
+  int batched_size_ = 0;    // the batch size the batched state is initialised for (0: none)
   uint8_t* buf_ = nullptr;  // every image of the batch, RGB8, one after another
   size_t cap_ = 0;
   std::vector<Route> route_;
