@@ -4,12 +4,13 @@
 driven by Triton's perf_analyzer over KServe v2 gRPC at a few concurrencies with real photos
 (tests/fixtures/photos, baseline JPEGs of 451x300 to 600x400). Per point: requests/s, p50/p99 and the ledger's
 mean stages of the last requests (/v1/debug/requests). Then, for each cpu point, the best gpu / nvjpeg rate within
-its p99. Writes $OUT/images_nvjpeg.json; its summary is the last line on stdout.
+its p99, and each photo's scores (REST, one at a time) with gpu and nvjpeg against cpu (top-1, max |difference|). Writes $OUT/images_nvjpeg.json; its summary is the last line on stdout.
 
   python3 bench/gpu/images_nvjpeg.py --stoke .bundle/bin/stoke --model resnet50.onnx \
       --perf-analyzer .bundle/peers/perf_analyzer/perf_analyzer --out /tmp/out
 """
 import argparse
+import array
 import base64
 import csv
 import json
@@ -67,6 +68,20 @@ class Server:
         self.proc.terminate()
         self.proc.wait(timeout=60)
 
+    def scores(self, jpeg):
+        """One photo over KServe v2 REST with the binary tensor extension: its scores as a list of floats."""
+        elem = struct.pack("<I", len(jpeg)) + jpeg
+        header = json.dumps({"inputs": [{"name": "image", "datatype": "BYTES", "shape": [1, 1],
+                                         "parameters": {"binary_data_size": len(elem)}}],
+                             "outputs": [{"name": "scores", "parameters": {"binary_data": True}}]}).encode()
+        req = urllib.request.Request(f"{self.url}/v2/models/r50/infer", data=header + elem, method="POST",
+                                     headers={"Inference-Header-Content-Length": str(len(header)),
+                                              "Content-Type": "application/octet-stream"})
+        with urllib.request.urlopen(req, timeout=120) as r:
+            hlen = int(r.headers["Inference-Header-Content-Length"])
+            data = r.read()
+        return list(array.array("f", data[hlen:]))
+
     def ledger(self, n):
         with urllib.request.urlopen(f"{self.url}/v1/debug/requests?model=r50&limit={n}", timeout=60) as r:
             reqs = json.loads(r.read())["requests"]
@@ -115,6 +130,9 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     data = out / "nvjpeg_input.json"
     result = {"photos": input_data(data), "settings": vars(args), "modes": {}}
+    # Every photo (the progressive one too) scored once per mode: nvjpeg and gpu against cpu.
+    all_photos = sorted(p.name for p in (ROOT / "tests/fixtures/photos").glob("*.jpg"))
+    scores = {}
     for mode in args.modes.split(","):
         try:
             srv = Server(args.stoke, args.model, mode, args, out / f"serve_{mode}.log")
@@ -124,6 +142,11 @@ def main():
             continue
         res = {"command": srv.cmd, "points": []}
         try:
+            try:
+                scores[mode] = [srv.scores((ROOT / "tests/fixtures/photos" / n).read_bytes()) for n in all_photos]
+            except Exception as e:  # noqa: BLE001 - a failed request is a result here
+                res["scores_error"] = str(e)[-1000:]
+                log(f"{mode}: scoring the photos failed: {e}")
             for c in (int(x) for x in args.concurrency.split(",")):
                 pt = perf_analyzer(args.perf_analyzer, srv.grpc, data, c, out / f"pa_{mode}_{c}.csv", args.interval_ms)
                 if "error" not in pt:
@@ -145,8 +168,21 @@ def main():
                           f"{mode}_best_req_s": max([round(q["infer_per_s"]) for q in pts if q["p99_ms"] <= b["p99_ms"]],
                                                     default=None)} for b in base]
     result["at_equal_p99"] = summary
+    agree = {}
+    for mode in ("gpu", "nvjpeg"):
+        if "cpu" not in scores or mode not in scores:
+            continue
+        diffs, same, rng = 0.0, 0, 0.0
+        for a, b in zip(scores["cpu"], scores[mode]):
+            diffs = max(diffs, max(abs(x - y) for x, y in zip(a, b)))
+            rng = max(rng, max(a) - min(a))
+            same += a.index(max(a)) == b.index(max(b))
+        agree[mode] = {"photos": len(all_photos), "top1_equal": same, "max_abs_score_diff": round(diffs, 5),
+                       "cpu_score_range": round(rng, 3)}
+    result["scores_vs_cpu"] = agree
+    log(f"scores against --preprocess cpu: {agree}")
     (out / "images_nvjpeg.json").write_text(json.dumps(result, indent=1))
-    print(json.dumps({"at_equal_p99": summary, "points": {
+    print(json.dumps({"at_equal_p99": summary, "scores_vs_cpu": agree, "points": {
         m: [(p.get("concurrency"), round(p.get("infer_per_s", 0)), round(p.get("p99_ms", 0), 2),
              (p.get("ledger") or {}).get("preprocess_ms")) for p in r.get("points", [])]
         for m, r in result["modes"].items()}}))
