@@ -25,3 +25,29 @@ if(NOT STOKE_CUDA STREQUAL "OFF")
     message(STATUS "stoke: CUDA backend OFF (no nvcc)")
   endif()
 endif()
+
+# nvJPEG (GPU JPEG decoding, engine/image_cuda/jpeg_decode_gpu.h) is optional: the toolkit on the build machine
+# may lack it, so it is also looked for in the pip wheel nvidia-nvjpeg (tests/nvjpeg.txt; scripts/setup.sh
+# installs it into .venv: nvidia/cu13/{include/nvjpeg.h,lib/libnvjpeg.so.13}). STOKE_NVJPEG_ROOT points at
+# another folder holding include/ and lib/. Found: the imported target stoke::nvjpeg and STOKE_HAVE_NVJPEG ON;
+# the binaries then carry the library's folder in their RPATH and scripts/bundle.sh copies it into .bundle/lib.
+set(STOKE_HAVE_NVJPEG OFF)
+if(STOKE_HAVE_CUDA)
+  file(GLOB _stoke_nvjpeg_wheel LIST_DIRECTORIES true
+       ${PROJECT_SOURCE_DIR}/.venv/lib/python3*/site-packages/nvidia/cu13)
+  set(_stoke_nvjpeg_hints ${STOKE_NVJPEG_ROOT} ${_stoke_nvjpeg_wheel} ${CUDAToolkit_LIBRARY_ROOT})
+  find_path(STOKE_NVJPEG_INCLUDE_DIR nvjpeg.h HINTS ${_stoke_nvjpeg_hints} ${CUDAToolkit_INCLUDE_DIRS}
+            PATH_SUFFIXES include NO_DEFAULT_PATH)
+  find_library(STOKE_NVJPEG_LIBRARY NAMES nvjpeg libnvjpeg.so.13 HINTS ${_stoke_nvjpeg_hints}
+               ${CUDAToolkit_LIBRARY_DIR} PATH_SUFFIXES lib lib64 NO_DEFAULT_PATH)
+  if(STOKE_NVJPEG_INCLUDE_DIR AND STOKE_NVJPEG_LIBRARY)
+    add_library(stoke::nvjpeg SHARED IMPORTED)
+    set_target_properties(stoke::nvjpeg PROPERTIES IMPORTED_LOCATION ${STOKE_NVJPEG_LIBRARY}
+                                                   INTERFACE_INCLUDE_DIRECTORIES ${STOKE_NVJPEG_INCLUDE_DIR})
+    set(STOKE_HAVE_NVJPEG ON)
+    message(STATUS "stoke: nvJPEG found (${STOKE_NVJPEG_LIBRARY})")
+  else()
+    message(STATUS "stoke: nvJPEG not found (GPU JPEG decoding off; scripts/setup.sh installs the "
+                   "nvidia-nvjpeg wheel into .venv, or set STOKE_NVJPEG_ROOT)")
+  endif()
+endif()

@@ -8,6 +8,11 @@
 #   .bundle/peers/llama.cpp.tar.xz  when peers/llama.cpp.tar.xz exists (bench/gpu/llama_cpp_pack.sh, ~3 MB):
 #                 the llama.cpp source bench/gpu/llama_cpp.sh builds on the GPU host
 # The binaries carry RPATH $ORIGIN/../lib (DT_RPATH, so it also applies to the libraries' own dependencies).
+# libnvjpeg.so.13 (~6 MiB, ~2.5 MiB gzip'd) comes from the nvidia-nvjpeg wheel in .venv when CMake found it
+# (cmake/StokeCuda.cmake): copied like the others, since GPU hosts' toolkits may lack it (checked below). It adds
+# ~3.5 MiB to the tarball: the default targets came to 55.4 MiB with it (51.9 without; 2026-12-04), so with
+# peers/perf_analyzer (~7 MiB) as well they pass the limit: take a subset then, e.g.
+# BUNDLE_TARGETS="stoke stoke_image_cuda_test stoke_cnn_cuda_test" (42 MiB with perf_analyzer).
 # Not bundled: glibc's core libraries (the host's are used; built against glibc 2.36 here, the GPU host has
 # 2.39), the driver (libcuda) and the CUDA toolkit's libraries (cudart, cuBLAS/cuBLASLt: cuBLASLt alone is
 # ~500 MiB). The GPU host provides those in /usr/local/cuda/lib64 (CUDA 13.0); scripts/gpu_check.sh puts it on
@@ -64,6 +69,10 @@ for b in "$OUT"/bin/*; do
   copy_deps "$b"
 done
 
+if grep -q '^STOKE_NVJPEG_LIBRARY:FILEPATH=/' "$BUILD_DIR/CMakeCache.txt" 2>/dev/null; then
+  [[ -e "$OUT/lib/libnvjpeg.so.13" ]] || { echo "bundle: nvJPEG was found at build time but libnvjpeg.so.13 is not in $OUT/lib" >&2; exit 1; }
+fi
+
 if [[ -f peers/llama.cpp.tar.xz ]]; then
   mkdir -p "$OUT/peers"
   cp peers/llama.cpp.tar.xz "$OUT/peers/"
@@ -77,6 +86,7 @@ cat > "$OUT/README.txt" <<TXT
 stoke bundle built $(date -u +%Y-%m-%dT%H:%M:%SZ) from commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 bin/ binaries with RPATH \$ORIGIN/../lib; lib/ their non-system shared libraries.
 Needs on the host: glibc >= 2.36, an NVIDIA driver, CUDA 13 runtime + cuBLASLt (LD_LIBRARY_PATH=/usr/local/cuda/lib64).
+nvJPEG (--preprocess nvjpeg) is in lib/ when the build had it ($(ls "$OUT/lib" | grep -c nvjpeg) file(s) here).
 Run scripts/gpu_check.sh from the repo root.
 TXT
 

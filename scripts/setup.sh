@@ -56,6 +56,15 @@ if [ "$(readlink .venv 2>/dev/null)" != "$VENV_REAL" ]; then
   ln -s "$VENV_REAL" .venv
 fi
 
+# nvJPEG (the GPU JPEG decoder; the CUDA toolkit here may lack it): the pinned wheel in tests/nvjpeg.txt, found by
+# CMake in .venv (cmake/StokeCuda.cmake). Optional for the build; idempotent.
+nvjpeg_pin=$(grep -E '^nvidia-nvjpeg==' tests/nvjpeg.txt)
+if ! .venv/bin/python -m pip show -q nvidia-nvjpeg 2>/dev/null \
+    || [ "$(.venv/bin/python -m pip show nvidia-nvjpeg 2>/dev/null | sed -n 's/^Version: //p')" != "${nvjpeg_pin#*==}" ]; then
+  echo "[setup] installing $nvjpeg_pin"
+  .venv/bin/python -m pip install -q --no-deps "$nvjpeg_pin" || echo "[setup] $nvjpeg_pin not installed: no GPU JPEG decoding"
+fi
+
 # perf_analyzer (the KServe cross-check and the perf_analyzer tests): its own folder beside the venv, because
 # the PyPI builds that still run on Debian 12's glibc pin an old numpy. Idempotent.
 bash tests/fixtures/install_perf_analyzer.sh

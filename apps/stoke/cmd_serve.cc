@@ -75,7 +75,7 @@ struct ServeOptions {
   DeviceFlags device;  // also the engine tuning flags (--gemv-max-rows, --decode-pipeline, ...: cli_util.h)
   std::string encoder_attention = "auto";  // encoders on CUDA: BertDeviceOptions::attention
   std::string encoder_epilogues = "fused-tanh";  // and BertDeviceOptions::epilogues
-  std::string preprocess = "cpu";          // image models: cpu | gpu (resize + normalise on the GPU)
+  std::string preprocess = "cpu";          // image models: cpu | gpu (resize + normalise on the GPU) | nvjpeg
   int instances = 0;                // classic models: instances (0 = the model file's instance_group, else 1)
   int max_batch_size = 0;           // classic models: 0 = the model file's max_batch_size
   int64_t max_queue_delay_us = -1;  // classic models: -1 = the model file's max_queue_delay_microseconds
@@ -348,10 +348,11 @@ CommandRegistrar kServe(
       AddEncoderEpiloguesFlag(cmd, &o->encoder_epilogues);
       cmd->add_option(
              "--preprocess", o->preprocess,
-             "Image models: where resize and normalise run: cpu (with the JPEG/PNG decode, on each "
-             "instance's thread pool) or gpu (decode on the CPU, resize + normalise on the GPU into the "
-             "model's input; needs the model on the GPU: --device cuda)")
-          ->check(CLI::IsMember({"cpu", "gpu"}))
+             "Image models: where decode, resize and normalise run: cpu (all of it on each instance's "
+             "thread pool), gpu (decode on the CPU, resize + normalise on the GPU into the model's input) or "
+             "nvjpeg (JPEGs decoded on the GPU by nvJPEG too, PNG still on the CPU; needs a build with "
+             "nvJPEG). gpu and nvjpeg need the model on the GPU: --device cuda")
+          ->check(CLI::IsMember({"cpu", "gpu", "nvjpeg"}))
           ->capture_default_str();
       cmd->add_option("--instances", o->instances,
                       "Encoder models: instances, each with its own thread pool or CUDA stream (0: the model "

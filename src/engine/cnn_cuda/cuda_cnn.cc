@@ -13,6 +13,7 @@
 #include "engine/cnn_cuda/cnn_kernels.h"
 #include "engine/cnn_cuda/device_memory.h"
 #include "engine/image/preprocess.h"
+#include "engine/image_cuda/jpeg_decode_gpu.h"
 #include "engine/image_cuda/resize_normalize.h"
 #include "kernels/cuda/device.h"
 
@@ -69,6 +70,7 @@ class CudaCnnModel final : public CnnDeviceModel, public std::enable_shared_from
   }
 
   std::string device_name() const override { return name_; }
+  bool decodes_jpeg() const override { return image::cuda::NvjpegInBuild(); }
   StatusOr<std::unique_ptr<CnnDeviceRunner>> CreateRunner() override;
 
   Status Upload() {
@@ -223,6 +225,32 @@ class CudaCnnRunner final : public CnnDeviceRunner {
           image::cuda::ResizeNormalizeNchw(rgb_.as<uint8_t>() + at, images[i].width, images[i].height, cfg,
                                            in_f32_.as<float>() + static_cast<int64_t>(i) * per, stream_));
       at += static_cast<size_t>(images[i].width * images[i].height * 3);
+    }
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(ev_[2], stream_));
+    return Finish(*p, t0, out, out_dims, times);
+  }
+
+  Status RunEncoded(std::span<const std::string_view> images, const image::PreprocessConfig& cfg,
+                    std::vector<float>* out, std::vector<int64_t>* out_dims, CnnDeviceTimes* times) override {
+    const Nanos t0 = MonotonicNanos();
+    if (images.empty()) return InvalidArgumentError("no images");
+    RETURN_IF_ERROR(cfg.Validate());
+    CUDA_RETURN_IF_ERROR(cudaSetDevice(model_->gpu_index()));
+    if (jpeg_ == nullptr) {
+      ASSIGN_OR_RETURN(jpeg_, image::cuda::GpuJpegDecoder::Create({.stream = stream_}));
+    }
+    const std::vector<int64_t> dims = {static_cast<int64_t>(images.size()), 3, cfg.height, cfg.width};
+    ASSIGN_OR_RETURN(GpuPlan * p, GetPlan(dims));
+    RETURN_IF_ERROR(ReserveInput(NumElements(dims)));
+    // No separate input copy: the bitstreams go up inside nvJPEG, so decoding and resizing are one span.
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(ev_[0], stream_));
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(ev_[1], stream_));
+    RETURN_IF_ERROR(jpeg_->Decode(images, &decoded_, nullptr));
+    const int64_t per = 3 * cfg.height * cfg.width;
+    for (size_t i = 0; i < decoded_.size(); ++i) {
+      const image::cuda::DeviceRgb& im = decoded_[i];
+      RETURN_IF_ERROR(image::cuda::ResizeNormalizeNchw(
+          im.pixels, im.width, im.height, cfg, in_f32_.as<float>() + static_cast<int64_t>(i) * per, stream_));
     }
     CUDA_RETURN_IF_ERROR(cudaEventRecord(ev_[2], stream_));
     return Finish(*p, t0, out, out_dims, times);
@@ -526,6 +554,8 @@ class CudaCnnRunner final : public CnnDeviceRunner {
   DeviceMemory cols_;               // im2col
   DeviceMemory out_f32_;
   PinnedMemory host_in_, host_out_;
+  std::unique_ptr<image::cuda::GpuJpegDecoder> jpeg_;  // RunEncoded, created on first use
+  std::vector<image::cuda::DeviceRgb> decoded_;
 };
 
 StatusOr<std::unique_ptr<CnnDeviceRunner>> CudaCnnModel::CreateRunner() {

@@ -12,6 +12,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -27,8 +28,9 @@ struct PreprocessConfig;  // engine/image/preprocess.h
 }
 
 // Where one batch's time went, ns. h2d/compute/d2h are CUDA events on the runner's stream; preprocess is the
-// device resize + normalise of RunImages (0 for Run); host_ns is host time inside the call outside those
-// (staging into and out of pinned memory, waiting).
+// device resize + normalise of RunImages (0 for Run), and for RunEncoded the decoding too (nvJPEG's host
+// Huffman work, its bitstream upload, the CPU-decoded images' upload: h2d is 0 there); host_ns is host time
+// inside the call outside those (staging into and out of pinned memory, waiting).
 struct CnnDeviceTimes {
   int64_t preprocess_ns = 0;
   int64_t h2d_ns = 0;
@@ -56,6 +58,13 @@ class CnnDeviceRunner {
   virtual Status RunImages(std::span<const RgbView> images, const image::PreprocessConfig& cfg,
                            std::vector<float>* out, std::vector<int64_t>* out_dims,
                            CnnDeviceTimes* times) = 0;
+  // Encoded images (JPEG or PNG bytes), one per row: JPEGs decoded on the device by nvJPEG (PNG and what
+  // nvJPEG refuses on the host), then as RunImages. InvalidArgument naming the image that no decoder takes;
+  // FailedPrecondition on a backend or build without a GPU JPEG decoder.
+  virtual Status RunEncoded(std::span<const std::string_view> images, const image::PreprocessConfig& cfg,
+                            std::vector<float>* out, std::vector<int64_t>* out_dims, CnnDeviceTimes* times) {
+    return FailedPreconditionError("this device has no JPEG decoder");
+  }
 };
 
 // A CNN's weights on a device, shared by every runner created from it. Thread-safe.
@@ -64,6 +73,8 @@ class CnnDeviceModel {
   virtual ~CnnDeviceModel() = default;
   virtual std::string device_name() const = 0;  // "cuda:0 (NVIDIA H200), fp16"
   virtual StatusOr<std::unique_ptr<CnnDeviceRunner>> CreateRunner() = 0;
+  // Whether its runners' RunEncoded decodes JPEGs on the device (a CUDA build with nvJPEG).
+  virtual bool decodes_jpeg() const { return false; }
 };
 
 struct CnnDeviceOptions {

@@ -27,13 +27,14 @@ class ImageInstance final : public ModelInstance {
  public:
   ImageInstance(std::shared_ptr<const cnn::CnnModel> model, const ImageClassicModel* owner,
                 ImageInputForm form, int threads, std::unique_ptr<CnnDeviceRunner> device,
-                bool gpu_preprocess)
+                bool gpu_preprocess, bool gpu_decode)
       : owner_(owner),
         form_(form),
         runner_(std::move(model)),
         pool_(threads),
         device_(std::move(device)),
-        gpu_preprocess_(gpu_preprocess && form == ImageInputForm::kEncoded) {}
+        gpu_preprocess_(gpu_preprocess && form == ImageInputForm::kEncoded),
+        gpu_decode_(gpu_decode && gpu_preprocess_) {}
 
   Status Execute(std::span<const PreparedInput* const> inputs, std::span<const int64_t> rows,
                  std::vector<std::vector<InferTensor>>* outputs, ExecTimes* times) override {
@@ -50,13 +51,16 @@ class ImageInstance final : public ModelInstance {
         at += static_cast<int64_t>(px.size());
       }
     } else {
-      RETURN_IF_ERROR(DecodeBatch(inputs, pc, per_row, total));
+      RETURN_IF_ERROR(SplitRows(inputs, total));
+      if (!gpu_decode_) RETURN_IF_ERROR(DecodeBatch(pc, per_row, total));
     }
     const Nanos t1 = Now();
     std::vector<int64_t> od;
     const std::vector<int64_t> dims = {total, 3, pc.height, pc.width};
     CnnDeviceTimes dt;
-    if (gpu_preprocess_) {
+    if (gpu_decode_) {
+      RETURN_IF_ERROR(device_->RunEncoded(elements_, pc, &scores_, &od, &dt));
+    } else if (gpu_preprocess_) {
       views_.clear();
       for (const image::RgbImage& im : decoded_) {
         views_.push_back({.pixels = im.pixels.data(), .width = im.width, .height = im.height});
@@ -93,9 +97,8 @@ class ImageInstance final : public ModelInstance {
   }
 
  private:
-  // Decode + preprocess every row, one image per task on the pool.
-  Status DecodeBatch(std::span<const PreparedInput* const> inputs, const image::PreprocessConfig& pc,
-                     int64_t per_row, int64_t total) {
+  // The batch's images, one per row, and the request each came from.
+  Status SplitRows(std::span<const PreparedInput* const> inputs, int64_t total) {
     elements_.clear();
     owners_.clear();
     for (size_t i = 0; i < inputs.size(); ++i) {
@@ -107,6 +110,11 @@ class ImageInstance final : public ModelInstance {
     if (static_cast<int64_t>(elements_.size()) != total) {
       return InternalError("{} images for {} rows", elements_.size(), total);
     }
+    return OkStatus();
+  }
+
+  // Decode + preprocess every row, one image per task on the pool.
+  Status DecodeBatch(const image::PreprocessConfig& pc, int64_t per_row, int64_t total) {
     std::vector<Status> status(elements_.size());
     if (gpu_preprocess_) decoded_.resize(elements_.size());
     pool_.ParallelFor(total, 1, [&](int64_t a, int64_t b) {
@@ -174,6 +182,7 @@ class ImageInstance final : public ModelInstance {
   ThreadPool pool_;
   std::unique_ptr<CnnDeviceRunner> device_;  // null: the CPU (runner_)
   const bool gpu_preprocess_;
+  const bool gpu_decode_;                 // the encoded bytes go to device_->RunEncoded (nvJPEG)
   std::vector<image::RgbImage> decoded_;  // gpu_preprocess_: the batch's images, decoded
   std::vector<RgbView> views_;
   std::vector<float> batch_;   // [rows, 3, H, W]
@@ -190,8 +199,14 @@ StatusOr<std::shared_ptr<ImageClassicModel>> ImageClassicModel::Create(
   RETURN_IF_ERROR(config.preprocess.Validate());
   if (device.gpu_preprocess && device.model == nullptr) {
     return FailedPreconditionError(
-        "--preprocess gpu: the model runs on the CPU; GPU preprocessing needs the model on the GPU too "
-        "(--device cuda)");
+        "--preprocess {}: the model runs on the CPU; GPU preprocessing needs the model on the GPU too "
+        "(--device cuda)",
+        device.gpu_decode ? "nvjpeg" : "gpu");
+  }
+  if (device.gpu_decode && (device.model == nullptr || !device.model->decodes_jpeg())) {
+    return FailedPreconditionError(
+        "--preprocess nvjpeg: this build has no nvJPEG (the GPU JPEG decoder; scripts/setup.sh installs the "
+        "nvidia-nvjpeg wheel, then rebuild); --preprocess gpu decodes on the CPU and resizes on the GPU");
   }
   auto m = std::shared_ptr<ImageClassicModel>(new ImageClassicModel());
   m->model_ = std::move(model);
@@ -265,14 +280,15 @@ StatusOr<std::unique_ptr<ModelInstance>> ImageClassicModel::CreateInstance(int i
   }
   LOG_INFO("image model: instance {} of {} on {} with {} CPU thread(s)", index, count, device_name(),
            threads);
-  return std::unique_ptr<ModelInstance>(
-      new ImageInstance(model_, this, form_, threads, std::move(runner), device_.gpu_preprocess));
+  return std::unique_ptr<ModelInstance>(new ImageInstance(model_, this, form_, threads, std::move(runner),
+                                                          device_.gpu_preprocess, device_.gpu_decode));
 }
 
 std::string ImageClassicModel::device_name() const {
   if (device_.model == nullptr) return "cpu";
+  if (!device_.gpu_preprocess || form_ != ImageInputForm::kEncoded) return device_.model->device_name();
   return device_.model->device_name() +
-         (device_.gpu_preprocess && form_ == ImageInputForm::kEncoded ? ", gpu preprocessing" : "");
+         (device_.gpu_decode ? ", nvjpeg decoding + gpu preprocessing" : ", gpu preprocessing");
 }
 
 }  // namespace stoke

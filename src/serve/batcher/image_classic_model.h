@@ -11,9 +11,12 @@
 //
 // Where it runs (ImageDevice): on the CPU (cnn::CnnRunner), or on a GPU (a CnnDeviceModel from
 // LoadCnnOnDevice, engine/model/cnn_backend.h: one CnnDeviceRunner per instance). With gpu_preprocess the
-// images are only decoded on the CPU; resize + normalise run on the GPU straight into the model's input.
+// images are only decoded on the CPU; resize + normalise run on the GPU straight into the model's input. With
+// gpu_decode too (--preprocess nvjpeg) the encoded bytes go to the runner (RunEncoded): nvJPEG decodes them on
+// the GPU (PNG and what it refuses on the CPU, inside the runner) and no thread-pool work is left.
 //
-// Ledger stages of an execution: preprocess = decode (+ resize + normalise on the CPU, or their GPU time)
+// Ledger stages of an execution: preprocess = decode (+ resize + normalise on the CPU, or their GPU time;
+// with gpu_decode the whole nvJPEG decode, its bitstream upload included, and the resize)
 // of every row into one batch tensor (on the instance's thread pool, one image per task), plus staging into
 // pinned memory on a GPU; h2d and d2h = the copies (0 on the CPU); compute = the CNN; postprocess = top-k
 // and the output tensors. Prepare (net thread) only checks each image's header (type and size), so a
@@ -36,6 +39,7 @@ enum class ImageInputForm { kEncoded, kTensor };
 struct ImageDevice {
   std::shared_ptr<CnnDeviceModel> model;  // null: the CPU
   bool gpu_preprocess = false;            // --preprocess gpu: needs `model`
+  bool gpu_decode = false;                // --preprocess nvjpeg: needs gpu_preprocess and model->decodes_jpeg()
 };
 
 class ImageClassicModel final : public ClassicModel {
@@ -56,7 +60,8 @@ class ImageClassicModel final : public ClassicModel {
   int64_t num_classes() const { return classes_; }
   bool graph_ends_with_softmax() const { return model_->ends_with_softmax(); }
   const image::ImageModelConfig& config() const { return config_; }
-  // "cpu", or the device's name ("cuda:0 (NVIDIA H200), fp16") and ", gpu preprocessing" when it applies.
+  // "cpu", or the device's name ("cuda:0 (NVIDIA H200), fp16") and ", gpu preprocessing" (", nvjpeg decoding
+  // + gpu preprocessing") when it applies.
   std::string device_name() const;
 
  private:

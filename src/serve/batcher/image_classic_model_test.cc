@@ -157,7 +157,7 @@ TEST(ImageClassicModelTest, LabelsMustMatchTheClasses) {
 // A device that computes on the CPU (CnnRunner) and reports fixed device times: checks the wiring of a GPU
 // instance (which call, which ledger stages) without a GPU.
 struct FakeCalls {
-  int run = 0, run_images = 0;
+  int run = 0, run_images = 0, run_encoded = 0;
 };
 
 class FakeRunner final : public CnnDeviceRunner {
@@ -183,6 +183,22 @@ class FakeRunner final : public CnnDeviceRunner {
     return cpu_.Run(x.data(), {static_cast<int64_t>(images.size()), 3, cfg.height, cfg.width}, out, out_dims,
                     pool_);
   }
+  // Decodes on the host, then as RunImages (whose count it undoes): stands in for nvJPEG.
+  Status RunEncoded(std::span<const std::string_view> images, const image::PreprocessConfig& cfg,
+                    std::vector<float>* out, std::vector<int64_t>* out_dims, CnnDeviceTimes* t) override {
+    ++calls_->run_encoded;
+    std::vector<image::RgbImage> decoded(images.size());
+    std::vector<RgbView> views;
+    for (size_t i = 0; i < images.size(); ++i) {
+      RETURN_IF_ERROR(image::DecodeImage(images[i], &decoded[i]));
+      views.push_back(
+          {.pixels = decoded[i].pixels.data(), .width = decoded[i].width, .height = decoded[i].height});
+    }
+    RETURN_IF_ERROR(RunImages(views, cfg, out, out_dims, t));
+    --calls_->run_images;
+    t->h2d_ns = 0;  // the bitstreams go up inside the decoder
+    return OkStatus();
+  }
 
  private:
   cnn::CnnRunner cpu_;
@@ -192,14 +208,16 @@ class FakeRunner final : public CnnDeviceRunner {
 
 class FakeDevice final : public CnnDeviceModel {
  public:
-  explicit FakeDevice(FakeCalls* calls) : calls_(calls) {}
+  explicit FakeDevice(FakeCalls* calls, bool decodes_jpeg = false) : calls_(calls), jpeg_(decodes_jpeg) {}
   std::string device_name() const override { return "fake:0"; }
+  bool decodes_jpeg() const override { return jpeg_; }
   StatusOr<std::unique_ptr<CnnDeviceRunner>> CreateRunner() override {
     return std::unique_ptr<CnnDeviceRunner>(new FakeRunner(MeanModel(), calls_));
   }
 
  private:
   FakeCalls* calls_;
+  bool jpeg_;
 };
 
 TEST(ImageClassicModelTest, OnADeviceWithGpuPreprocessing) {
@@ -249,6 +267,49 @@ TEST(ImageClassicModelTest, GpuPreprocessingNeedsTheModelOnTheGpu) {
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(m.status().message().find("--device cuda"), std::string::npos) << m.status().message();
+}
+
+// --preprocess nvjpeg: the encoded bytes go to the device (RunEncoded), nothing is decoded on the pool, and
+// the device's decode + resize time is the ledger's preprocess (no h2d).
+TEST(ImageClassicModelTest, NvjpegHandsTheBytesToTheDevice) {
+  FakeCalls calls;
+  auto dev = std::make_shared<FakeDevice>(&calls, /*decodes_jpeg=*/true);
+  auto enc = ImageClassicModel::Create(MeanModel(), Config(), ImageInputForm::kEncoded, 1,
+                                       {.model = dev, .gpu_preprocess = true, .gpu_decode = true});
+  ASSERT_TRUE(enc.ok()) << enc.status().message();
+  EXPECT_EQ((*enc)->device_name(), "fake:0, nvjpeg decoding + gpu preprocessing");
+  int64_t tokens = 0;
+  auto pe = (*enc)->Prepare({Images({Png(7, 8, 9), Png(1, 2, 3)})}, 2, &tokens);
+  ASSERT_TRUE(pe.ok());
+  auto inst = (*enc)->CreateInstance(0, 1);
+  ASSERT_TRUE(inst.ok()) << inst.status().message();
+  std::vector<std::vector<InferTensor>> out(1);
+  ExecTimes times;
+  const int64_t rows[] = {2};
+  const PreparedInput* in[] = {pe->get()};
+  ASSERT_TRUE((*inst)->Execute(in, rows, &out, &times).ok());
+  EXPECT_EQ(calls.run_encoded, 1);
+  EXPECT_EQ(calls.run_images, 0);
+  EXPECT_EQ(calls.run, 0);
+  EXPECT_EQ(Floats(out[0][0]), (std::vector<float>{7, 8, 9, 1, 2, 3}));
+  EXPECT_EQ(times.h2d, 0);
+  EXPECT_EQ(times.compute, 2000);
+  EXPECT_GE(times.preprocess, 450);
+}
+
+TEST(ImageClassicModelTest, NvjpegNeedsADeviceThatDecodesJpeg) {
+  FakeCalls calls;
+  auto dev = std::make_shared<FakeDevice>(&calls, /*decodes_jpeg=*/false);
+  auto m = ImageClassicModel::Create(MeanModel(), Config(), ImageInputForm::kEncoded, 1,
+                                     {.model = dev, .gpu_preprocess = true, .gpu_decode = true});
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(m.status().message().find("this build has no nvJPEG"), std::string::npos) << m.status().message();
+  m = ImageClassicModel::Create(MeanModel(), Config(), ImageInputForm::kEncoded, 1,
+                                {.gpu_preprocess = true, .gpu_decode = true});
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("--preprocess nvjpeg: the model runs on the CPU"), std::string::npos)
+      << m.status().message();
 }
 
 }  // namespace

@@ -11,8 +11,8 @@ bool IsImageModel(const std::string& model) {
 }
 
 StatusOr<LoadedImageModel> LoadImageModel(const ImageServeSpec& spec) {
-  if (spec.preprocess != "cpu" && spec.preprocess != "gpu") {
-    return InvalidArgumentError("--preprocess '{}': expected cpu or gpu", spec.preprocess);
+  if (spec.preprocess != "cpu" && spec.preprocess != "gpu" && spec.preprocess != "nvjpeg") {
+    return InvalidArgumentError("--preprocess '{}': expected cpu, gpu or nvjpeg", spec.preprocess);
   }
   // auto stays on the CPU for image models: the GPU executor (fp16, a few 1e-3 of the scores' range from the
   // CPU's fp32) is asked for by name, --device cuda, until its figures are committed (docs/images.md).
@@ -30,7 +30,8 @@ StatusOr<LoadedImageModel> LoadImageModel(const ImageServeSpec& spec) {
   ImageDevice dev;
   ASSIGN_OR_RETURN(dev.model, LoadCnnOnDevice(model, {.device = device, .precision = spec.precision},
                                               spec.backends != nullptr ? *spec.backends : cpu_only));
-  dev.gpu_preprocess = spec.preprocess == "gpu";
+  dev.gpu_preprocess = spec.preprocess == "gpu" || spec.preprocess == "nvjpeg";
+  dev.gpu_decode = spec.preprocess == "nvjpeg";
   image::ImageModelConfig config;
   const image::ImageModelConfig* known = image::KnownImageConfig(spec.model);
   if (known != nullptr)

@@ -18,7 +18,8 @@ struct ImageServeSpec {
   nlohmann::json file;                 // the model file's object (null when --model named the .onnx or alias)
   std::string source;                  // the model file's path, for errors
   int threads = 0;                     // compute threads for all instances together (0: hardware threads)
-  std::string preprocess = "cpu";      // cpu | gpu (decode on the CPU, resize + normalise on the GPU)
+  std::string preprocess = "cpu";      // cpu | gpu (decode on the CPU, resize + normalise on the GPU) |
+                                       // nvjpeg (decode with nvJPEG on the GPU too)
   std::string device = "cpu";          // cpu | cuda | auto (cuda when `backends` has a usable GPU)
   std::string precision = "fp16";      // on a GPU: fp16 | bf16 (CnnDeviceOptions::precision)
   const Backends* backends = nullptr;  // null: the CPU only
