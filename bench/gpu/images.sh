@@ -10,7 +10,8 @@
 #            --max-body-bytes 64MiB: a batch of 64 preprocessed images is 38.5 MB) and PNG bytes with
 #            --preprocess cpu vs gpu, beside PyTorch eager fp16 and torch.compile, scores vs PyTorch fp32 and
 #            (real photos) vs onnxruntime;
-#   jpeg:    images_bench.py --jpeg-p99: ResNet-50 on 1920x1280 JPEG photos, --preprocess cpu vs gpu, `stoke
+#   jpeg:    images_bench.py --jpeg-p99: ResNet-50 on 1920x1280 JPEG photos, --preprocess cpu, gpu and nvjpeg
+#            (IMAGES_JPEG_PREPROCESS, comma-separated; IMAGES_POINT_S seconds per concurrency point, default 5), `stoke
 #            bench --bytes-input` at concurrency 1..256 (requests/s at equal p99) and `stoke doctor
 #            --bytes-input` against each configuration (host_bound or not).
 #
@@ -57,8 +58,9 @@ if [[ $PARTS == *" tensors "* ]]; then
   fi
 fi
 if [[ $PARTS == *" jpeg "* ]]; then
-  echo "== jpeg: --preprocess cpu vs gpu at equal p99, stoke doctor on each"
+  echo "== jpeg: --preprocess ${IMAGES_JPEG_PREPROCESS:-cpu,gpu,nvjpeg} at equal p99, stoke doctor on each"
   if ! timeout 420 python3 bench/gpu/images_bench.py --stoke "$BUNDLE/bin/stoke" --out "$OUT" --jpeg-p99 \
+    --jpeg-preprocess "${IMAGES_JPEG_PREPROCESS:-cpu,gpu,nvjpeg}" --point-s "${IMAGES_POINT_S:-5}" \
     2> "$OUT/images_jpeg_p99.log"; then
     rc=1; tail -20 "$OUT/images_jpeg_p99.log"
   fi

@@ -381,11 +381,11 @@ def best_under(points, bound_ms):
     return {"requests_per_s": q["requests_per_s"], "concurrency": q["concurrency"], "p99_ms": q["p99_ms"]}
 
 
-def jpeg_p99(stoke, name, path, out_dir, seconds, result):
+def jpeg_p99(stoke, name, path, out_dir, seconds, result, preprocess=("cpu", "gpu", "nvjpeg")):
     jpegs = large_jpegs(out_dir)
     files = ",".join(str(p) for p in jpegs)
     rows = {}
-    for pre in ("cpu", "gpu"):
+    for pre in preprocess:
         server = Server(stoke, path, out_dir / f"serve_{name}_jpeg_{pre}.log",
                         ["--device", "cuda", "--preprocess", pre, "--threads", str(os.cpu_count())])
         row = {"points": []}
@@ -495,6 +495,9 @@ def main():
                     help="only the JPEG comparison: ResNet-50, --preprocess cpu vs gpu, concurrency 1..256, "
                          "equal p99, stoke doctor on each (writes $OUT/images_jpeg_p99.json)")
     ap.add_argument("--point-s", type=float, default=5, help="--jpeg-p99: seconds per concurrency point")
+    ap.add_argument("--jpeg-preprocess", default="cpu,gpu,nvjpeg",
+                    help="--jpeg-p99: the --preprocess settings to compare (cpu: decode and resize on the CPU; "
+                         "gpu: CPU decode, GPU resize; nvjpeg: decode and resize on the GPU)")
     args = ap.parse_args()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -517,7 +520,8 @@ def main():
         return
     if args.jpeg_p99:
         if "resnet50" in models:
-            jpeg_p99(args.stoke, "resnet50", models["resnet50"], out, args.point_s, result)
+            jpeg_p99(args.stoke, "resnet50", models["resnet50"], out, args.point_s, result,
+                     tuple(args.jpeg_preprocess.split(",")))
         result["wall_s"] = round(time.time() - T0, 1)
         (out / "images_jpeg_p99.json").write_text(json.dumps(result, indent=1))
         print_summary(result)
