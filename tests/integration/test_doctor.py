@@ -146,7 +146,7 @@ def test_image_model_decoding_large_photos_is_host_bound(serve, tmp_path, ppocr_
     assert e["value"] >= e["threshold"] == 0.5
     pre = evidence(top, "ledger.preprocess_ms")
     assert pre["value"] > evidence(top, "ledger.device_ms")["value"]
-    assert "preprocess" in top["summary"] and "--preprocess gpu" in top["next_step"]
+    assert "preprocess" in top["summary"] and "--preprocess nvjpeg" in top["next_step"]
     stages = rep["signals"]["stage_s"]
     assert stages["preprocess"] > stages["compute"] > 0
 

@@ -142,7 +142,9 @@ std::optional<Verdict> HostBound(const Signals& s, const Thresholds& t) {
           "[{{\"count\": {}}}])",
           2 * Instances(s), 2 * Instances(s));
       if (pre_dominates)
-        v.next_step += "; an image model with the model on the GPU: --preprocess gpu (moves the image preprocessing to the GPU)";
+        v.next_step +=
+            "; an image model with the model on the GPU: --preprocess nvjpeg (JPEG decode and resize on the "
+            "GPU; --preprocess gpu moves only the resize)";
     }
     v.why =
         "the host stage runs once per request on one thread per instance: more instances overlap it with the "

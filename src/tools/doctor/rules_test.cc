@@ -73,7 +73,7 @@ TEST(DoctorRules, ImageModelDecodingLargePhotosIsHostBoundNamingPreprocess) {
   EXPECT_EQ(FindEvidence(v.front(), "ledger.postprocess_ms"), nullptr);
   ASSERT_NE(FindEvidence(v.front(), "ledger.device_ms"), nullptr);
   EXPECT_NEAR(FindEvidence(v.front(), "ledger.device_ms")->value, 2.5, 1e-9);
-  EXPECT_NE(v.front().next_step.find("--preprocess gpu"), std::string::npos) << v.front().next_step;
+  EXPECT_NE(v.front().next_step.find("--preprocess nvjpeg"), std::string::npos) << v.front().next_step;
   EXPECT_NE(v.front().next_step.find("--instances 2"), std::string::npos) << v.front().next_step;
   // The queue is long (8 clients, one busy instance) but the instance is saturated: the host is the limit.
   for (const Verdict& x : v) EXPECT_NE(x.bottleneck, "queue_bound");
