@@ -220,6 +220,19 @@ class FakeDevice final : public CnnDeviceModel {
   bool jpeg_;
 };
 
+// Two PNGs (pixels 7,8,9 and 1,2,3) through `m` as one batch on a new instance: the outputs, `times` filled.
+void ExecuteTwoPngs(ImageClassicModel& m, std::vector<std::vector<InferTensor>>* out, ExecTimes* times) {
+  int64_t tokens = 0;
+  auto pe = m.Prepare({Images({Png(7, 8, 9), Png(1, 2, 3)})}, 2, &tokens);
+  ASSERT_TRUE(pe.ok());
+  auto inst = m.CreateInstance(0, 1);
+  ASSERT_TRUE(inst.ok()) << inst.status().message();
+  out->assign(1, {});
+  const int64_t rows[] = {2};
+  const PreparedInput* in[] = {pe->get()};
+  ASSERT_TRUE((*inst)->Execute(in, rows, out, times).ok());
+}
+
 TEST(ImageClassicModelTest, OnADeviceWithGpuPreprocessing) {
   FakeCalls calls;
   auto dev = std::make_shared<FakeDevice>(&calls);
@@ -230,16 +243,9 @@ TEST(ImageClassicModelTest, OnADeviceWithGpuPreprocessing) {
   ASSERT_TRUE(enc.ok() && ten.ok()) << enc.status().message() << ten.status().message();
   EXPECT_EQ((*enc)->device_name(), "fake:0, gpu preprocessing");
   EXPECT_EQ((*ten)->device_name(), "fake:0");  // the tensor form has nothing to preprocess
-  int64_t tokens = 0;
-  auto pe = (*enc)->Prepare({Images({Png(7, 8, 9), Png(1, 2, 3)})}, 2, &tokens);
-  ASSERT_TRUE(pe.ok());
-  auto inst = (*enc)->CreateInstance(0, 1);
-  ASSERT_TRUE(inst.ok()) << inst.status().message();
-  std::vector<std::vector<InferTensor>> out(1);
+  std::vector<std::vector<InferTensor>> out;
   ExecTimes times;
-  const int64_t rows[] = {2};
-  const PreparedInput* in[] = {pe->get()};
-  ASSERT_TRUE((*inst)->Execute(in, rows, &out, &times).ok());
+  ASSERT_NO_FATAL_FAILURE(ExecuteTwoPngs(**enc, &out, &times));
   EXPECT_EQ(calls.run_images, 1);
   EXPECT_EQ(calls.run, 0);
   EXPECT_EQ(Floats(out[0][0]), (std::vector<float>{7, 8, 9, 1, 2, 3}));
@@ -252,6 +258,7 @@ TEST(ImageClassicModelTest, OnADeviceWithGpuPreprocessing) {
   InferTensor t{.name = "input", .type = TensorType::kFp32, .shape = {1, 3, 4, 6}};
   std::vector<float> x(72, 4.0f);
   t.data.assign(reinterpret_cast<const char*>(x.data()), x.size() * sizeof(float));
+  int64_t tokens = 0;
   auto pt = (*ten)->Prepare({t}, 1, &tokens);
   ASSERT_TRUE(pt.ok());
   const int64_t one[] = {1};
@@ -278,16 +285,9 @@ TEST(ImageClassicModelTest, NvjpegHandsTheBytesToTheDevice) {
                                        {.model = dev, .gpu_preprocess = true, .gpu_decode = true});
   ASSERT_TRUE(enc.ok()) << enc.status().message();
   EXPECT_EQ((*enc)->device_name(), "fake:0, nvjpeg decoding + gpu preprocessing");
-  int64_t tokens = 0;
-  auto pe = (*enc)->Prepare({Images({Png(7, 8, 9), Png(1, 2, 3)})}, 2, &tokens);
-  ASSERT_TRUE(pe.ok());
-  auto inst = (*enc)->CreateInstance(0, 1);
-  ASSERT_TRUE(inst.ok()) << inst.status().message();
-  std::vector<std::vector<InferTensor>> out(1);
+  std::vector<std::vector<InferTensor>> out;
   ExecTimes times;
-  const int64_t rows[] = {2};
-  const PreparedInput* in[] = {pe->get()};
-  ASSERT_TRUE((*inst)->Execute(in, rows, &out, &times).ok());
+  ASSERT_NO_FATAL_FAILURE(ExecuteTwoPngs(**enc, &out, &times));
   EXPECT_EQ(calls.run_encoded, 1);
   EXPECT_EQ(calls.run_images, 0);
   EXPECT_EQ(calls.run, 0);
