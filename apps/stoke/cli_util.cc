@@ -47,9 +47,10 @@ void AddEngineTuningFlags(CLI::App* cmd, EngineTuningFlags* flags) {
       "--gemm-cache", flags->gemm_cache,
       "cuda: cuBLASLt algorithm cache file, read at start and written as shapes are tuned (empty: "
       "in memory only)");
-  cmd->add_option("--gemv-max-rows", flags->gemv_max_rows,
-                  "cuda: steps of at most this many tokens use the GEMV (bf16, fp8 or GGUF Q8_0 weights) instead of "
-                  "cuBLASLt (0..8; 0: always cuBLASLt)")
+  cmd->add_option(
+         "--gemv-max-rows", flags->gemv_max_rows,
+         "cuda: steps of at most this many tokens use the GEMV (bf16, fp8 or GGUF Q8_0 weights) instead of "
+         "cuBLASLt (0..8; 0: always cuBLASLt)")
       ->capture_default_str();
   cmd->add_option("--gemv-split", flags->gemv_split,
                   "cuda: warps per output row in the one-token GEMVs (0: auto, 1, 2, 4, 8)")
@@ -114,11 +115,12 @@ void AddEncoderAttentionFlag(CLI::App* cmd, std::string* attention) {
 }
 
 void AddEncoderEpiloguesFlag(CLI::App* cmd, std::string* epilogues) {
-  cmd->add_option("--encoder-epilogues", *epilogues,
-                  "cuda, encoders: fused-tanh (biases and the FFN's GELU in cuBLASLt's epilogue, GELU's tanh "
-                  "approximation; bf16 residual, residual + LayerNorm one kernel), fused (the same with BERT's "
-                  "exact erf GELU as a kernel) or separate (bias, GELU, LayerNorm kernels after each GEMM, fp32 "
-                  "residual)")
+  cmd->add_option(
+         "--encoder-epilogues", *epilogues,
+         "cuda, encoders: fused-tanh (biases and the FFN's GELU in cuBLASLt's epilogue, GELU's tanh "
+         "approximation; bf16 residual, residual + LayerNorm one kernel), fused (the same with BERT's "
+         "exact erf GELU as a kernel) or separate (bias, GELU, LayerNorm kernels after each GEMM, fp32 "
+         "residual)")
       ->check(CLI::IsMember({"fused", "fused-tanh", "separate"}))
       ->capture_default_str();
 }
@@ -127,18 +129,28 @@ void AddCalibrationFlags(CLI::App* cmd, precision::Int8CalibrationOptions* calib
   cmd->add_option(
       "--calibration-data", calibration->data,
       "Encoders at --quantization int8: a text file of representative samples, one per line, that "
-      "the unquantised encoder runs over to measure the int8 activation scales (docs/precision.md)");
+      "the unquantised encoder runs over to measure the int8 activations' smoothing factors (and static "
+      "scales) (docs/precision.md)");
   cmd->add_option("--calibration-percentile", calibration->percentile,
-                  "--calibration-data: each activation scale clips |x| at this percentile of the values "
-                  "calibration saw (100 = their maximum)")
+                  "--calibration-data with --int8-activations static: each activation scale clips |x| at "
+                  "this percentile of the values calibration saw (100 = their maximum)")
       ->check(CLI::Range(0.0, 100.0))
       ->capture_default_str();
   cmd->add_option(
          "--calibration-smoothing", calibration->smoothing_alpha,
          "--calibration-data: SmoothQuant's alpha, how much of each activation channel's range moves "
-         "into the weights before the per-tensor int8 scale is measured (0 = none)")
+         "into the weights before the int8 scales are taken (0 = none)")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
+  cmd->add_option_function<std::string>(
+         "--int8-activations",
+         [calibration](const std::string& s) { calibration->activations = *ParseInt8Activations(s); },
+         "Encoders at --quantization int8: per-token (each GEMM input row quantised with its own scale "
+         "at run time, the GELU output centred on its range; passes the gate on all-MiniLM-L6-v2) or static "
+         "(one scale per "
+         "GEMM input from --calibration-percentile; fails it there) (docs/precision.md)")
+      ->check(CLI::IsMember({"per-token", "static"}))
+      ->default_str(std::string(Int8ActivationsName(calibration->activations)));
 }
 
 StatusOr<DecoderOptions> DecoderOptionsFromFlags(const DeviceFlags& flags) {

@@ -48,10 +48,10 @@ struct EmbedOptions {
   int max_seq_length = 0;
   int threads = 0;
   int bench_repeat = 0;
-  std::string device = "auto";  // as serve: cuda when this build has CUDA and a GPU is visible
+  std::string device = "auto";             // as serve: cuda when this build has CUDA and a GPU is visible
   std::string encoder_attention = "auto";  // BertDeviceOptions::attention
-  std::string encoder_epilogues = "fused-tanh";  // BertDeviceOptions::epilogues
-  std::string quantization = "none";       // none | fp8 | int8: the Linear weights (docs/precision.md)
+  std::string encoder_epilogues = "fused-tanh";   // BertDeviceOptions::epilogues
+  std::string quantization = "none";              // none | fp8 | int8: the Linear weights (docs/precision.md)
   precision::Int8CalibrationOptions calibration;  // int8: the activation scales' samples
   std::string ids_file;
   std::vector<int> bench_batch;
@@ -187,11 +187,12 @@ StatusOr<nlohmann::json> BenchEncoder(const BertEncoder& enc, const EmbedFn& emb
                         {"h2d_ms_median", Median(h2d)},
                         {"compute_ms_median", Median(compute)},
                         {"d2h_ms_median", Median(d2h)}};
-    fmt::print(stderr,
-               "stoke embed: batch {:4d} x {} tokens: {:9.1f} seq/s, {:8.3f} ms/batch (compute {:.3f} ms)\n",
-               b, o.bench_lengths.empty() ? fmt::format("{}", o.seq_len) : fmt::format("{:.1f} (mean)", double(tokens) / b),
-               r["seqs_per_s"].get<double>(), r["ms_per_batch"].get<double>(),
-               r["compute_ms_median"].get<double>());
+    fmt::print(
+        stderr, "stoke embed: batch {:4d} x {} tokens: {:9.1f} seq/s, {:8.3f} ms/batch (compute {:.3f} ms)\n",
+        b,
+        o.bench_lengths.empty() ? fmt::format("{}", o.seq_len)
+                                : fmt::format("{:.1f} (mean)", double(tokens) / b),
+        r["seqs_per_s"].get<double>(), r["ms_per_batch"].get<double>(), r["compute_ms_median"].get<double>());
     results.push_back(std::move(r));
   }
   return results;
@@ -392,7 +393,8 @@ CommandRegistrar kEmbed(
       cmd->add_option(
              "--quantization", o->quantization,
              "Linear weights: none (the checkpoint's: bf16 on cuda, fp32 on cpu), fp8 (E4M3, one scale "
-             "per output channel) or int8 (cpu; int8 activations too, scales from --calibration-data); "
+             "per output channel) or int8 (cpu; int8 activations too, --int8-activations, smoothing from "
+             "--calibration-data); "
              "unchecked here: `stoke model check` gates it; docs/precision.md")
           ->check(CLI::IsMember({"none", "fp8", "int8"}))
           ->capture_default_str();
@@ -403,9 +405,10 @@ CommandRegistrar kEmbed(
                       "time the encoder alone at these batch sizes (e.g. 1,2,4,8) on random ids")
           ->delimiter(',');
       cmd->add_option("--seq-len", o->seq_len, "--bench-batch: tokens per sequence")->capture_default_str();
-      cmd->add_option("--gemm-candidates", o->gemm_candidates,
-                      "cuda: cuBLASLt algorithms timed per GEMM shape the first time it is seen (1 = the "
-                      "heuristic's first, no timing; more finds faster kernels for fixed shapes, as a benchmark's)")
+      cmd->add_option(
+             "--gemm-candidates", o->gemm_candidates,
+             "cuda: cuBLASLt algorithms timed per GEMM shape the first time it is seen (1 = the "
+             "heuristic's first, no timing; more finds faster kernels for fixed shapes, as a benchmark's)")
           ->check(CLI::Range(1, 64))
           ->capture_default_str();
       cmd->add_option("--bench-lengths", o->bench_lengths,

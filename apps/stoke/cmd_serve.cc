@@ -73,9 +73,9 @@ struct ServeOptions {
   int gpu_telemetry_interval_ms = 1000;
   bool no_gpu_telemetry = false;
   DeviceFlags device;  // also the engine tuning flags (--gemv-max-rows, --decode-pipeline, ...: cli_util.h)
-  std::string encoder_attention = "auto";  // encoders on CUDA: BertDeviceOptions::attention
+  std::string encoder_attention = "auto";        // encoders on CUDA: BertDeviceOptions::attention
   std::string encoder_epilogues = "fused-tanh";  // and BertDeviceOptions::epilogues
-  std::string preprocess = "cpu";          // image models: cpu | gpu (resize + normalise on the GPU) | nvjpeg
+  std::string preprocess = "cpu";                // image models: cpu | gpu (resize + normalise on the GPU) | nvjpeg
   int instances = 0;                // classic models: instances (0 = the model file's instance_group, else 1)
   int max_batch_size = 0;           // classic models: 0 = the model file's max_batch_size
   int64_t max_queue_delay_us = -1;  // classic models: -1 = the model file's max_queue_delay_microseconds
@@ -233,6 +233,7 @@ int RunServe(CLI::App* cmd, ServeOptions* bound, const Backends& backends) {
   so.calibration_data = o.calibration.data;
   so.calibration_percentile = o.calibration.percentile;
   so.calibration_smoothing = o.calibration.smoothing_alpha;
+  so.int8_activations = o.calibration.activations;
   so.kv_cache_bytes = o.kv_cache_bytes;
   so.kv_cache_bytes_set = o.kv_cache_bytes_set;
   so.kv_blocks = o.kv_blocks;

@@ -97,7 +97,7 @@ struct BatchedSpec {
   // output-consistency gate at load (tools/precision/encoder_gate.h) unless it is none.
   WeightQuantization quantization = WeightQuantization::kNone;
   precision::Int8CalibrationOptions calibration;  // int8: the activation scales' samples
-  bool allow_inconsistent = false;  // ServerOptions::allow_inconsistent
+  bool allow_inconsistent = false;                // ServerOptions::allow_inconsistent
 };
 
 StatusOr<BatchedSpec> ReadBatchedSpec(const ModelSettings& m, const ServerOptions& o) {
@@ -110,7 +110,8 @@ StatusOr<BatchedSpec> ReadBatchedSpec(const ModelSettings& m, const ServerOption
   s.quantization = m.quantization.value_or(o.decoder.quantization);
   s.calibration = {.data = m.calibration_data.value_or(o.calibration_data),
                    .percentile = o.calibration_percentile,
-                   .smoothing_alpha = o.calibration_smoothing};
+                   .smoothing_alpha = o.calibration_smoothing,
+                   .activations = o.int8_activations};
   s.allow_inconsistent = o.allow_inconsistent;
   s.encoder_attention = o.encoder_attention;
   s.encoder_epilogues = o.encoder_epilogues;

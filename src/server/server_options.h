@@ -22,17 +22,17 @@ struct ModelSettings {
   std::string name;    // served name ("" = the file's "name", the alias, or the file/folder name)
   std::string source;  // alias, GGUF file, HF folder, ONNX file (image classifier), or model file (*.json)
   std::string kind;    // "" = from the source | decoder | encoder | image | synthetic
-  std::optional<std::string> device;           // auto | cpu | cuda
-  std::optional<double> gpu_memory_fraction;   // decoders on CUDA: its share of the GPU's memory
-  std::optional<int64_t> kv_cache_bytes;       // decoders
-  std::optional<KvCacheDtype> kv_cache_dtype;  // decoders: its KV precision (docs/precision.md)
+  std::optional<std::string> device;               // auto | cpu | cuda
+  std::optional<double> gpu_memory_fraction;       // decoders on CUDA: its share of the GPU's memory
+  std::optional<int64_t> kv_cache_bytes;           // decoders
+  std::optional<KvCacheDtype> kv_cache_dtype;      // decoders: its KV precision (docs/precision.md)
   std::optional<WeightQuantization> quantization;  // decoders, encoders: weight precision (docs/precision.md)
   std::optional<std::string> calibration_data;     // encoders at int8: the calibration samples' file
-  std::optional<int> instances;                // batched models
-  std::optional<int> max_batch_size;           // batched models
-  std::optional<int64_t> max_queue_delay_us;   // batched models
-  bool load = true;                            // loaded at start (false: only by the repository API)
-  std::string origin;                          // for messages: "--model X", "DIR/NAME/stoke.toml"
+  std::optional<int> instances;                    // batched models
+  std::optional<int> max_batch_size;               // batched models
+  std::optional<int64_t> max_queue_delay_us;       // batched models
+  bool load = true;                                // loaded at start (false: only by the repository API)
+  std::string origin;                              // for messages: "--model X", "DIR/NAME/stoke.toml"
 };
 
 struct ServerOptions {
@@ -70,6 +70,7 @@ struct ServerOptions {
   std::string calibration_data;
   double calibration_percentile = BertCalibrationOptions{}.percentile;
   double calibration_smoothing = BertCalibrationOptions{}.smoothing_alpha;
+  Int8Activations int8_activations = BertCalibrationOptions{}.activations;  // --int8-activations
   int64_t kv_cache_bytes = int64_t{1} << 30;
   bool kv_cache_bytes_set = false;  // given explicitly; else cuda sizes the KV itself
   int kv_blocks = 0;

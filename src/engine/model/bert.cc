@@ -86,6 +86,16 @@ std::string_view BertGemmInputName(BertGemmInput input) {
   return "?";
 }
 
+std::string_view Int8ActivationsName(Int8Activations a) {
+  return a == Int8Activations::kStatic ? "static" : "per-token";
+}
+
+StatusOr<Int8Activations> ParseInt8Activations(std::string_view s) {
+  if (s == "per-token") return Int8Activations::kPerToken;
+  if (s == "static") return Int8Activations::kStatic;
+  return InvalidArgumentError("--int8-activations {}: expected per-token or static", s);
+}
+
 StatusOr<BertConfig> BertConfig::FromJson(const nlohmann::json& j, const std::string& source) {
   if (!j.is_object()) return InvalidArgumentError("{}: expected a JSON object", source);
   BertConfig c;
@@ -300,6 +310,7 @@ Status BertEncoder::QuantizeWeightsInt8(const BertActivationRanges& ranges,
     }
   }
   ThreadPool& pool = options.pool != nullptr ? *options.pool : ThreadPool::Default();
+  const bool per_token = ranges.activations == Int8Activations::kPerToken;
   // Into copies first: a failure leaves the encoder as it was.
   std::vector<Layer> quantized = layers_;
   for (size_t i = 0; i < quantized.size(); ++i) {
@@ -315,11 +326,28 @@ Status BertEncoder::QuantizeWeightsInt8(const BertActivationRanges& ranges,
       Linear* m = linear;  // a plain variable: lambdas may not capture structured bindings (clang, C++20)
       m->w_int8.resize(static_cast<size_t>(m->out * m->in));
       m->w_scale.resize(static_cast<size_t>(m->out));
-      m->x_scale = r[static_cast<int>(input)] / 127.0f * options.testing_activation_scale_multiplier;
-      const float* s = smoothed ? ranges.smooth[i][static_cast<int>(input)].data() : nullptr;
-      if (s != nullptr) {
-        m->x_inv.resize(m->in);
-        for (int64_t j = 0; j < m->in; ++j) m->x_inv[j] = m->x_scale > 0.f ? 1.0f / (m->x_scale * s[j]) : 0.f;
+      // Per-token: the GELU output (FFN2's input) is quantised centred and unsmoothed, the others symmetric
+      // and smoothed: what passes the gate on all-MiniLM-L6-v2 (docs/precision.md).
+      const bool gelu_out = input == BertGemmInput::kOutput;
+      const float* s =
+          smoothed && !(per_token && gelu_out) ? ranges.smooth[i][static_cast<int>(input)].data() : nullptr;
+      if (per_token) {
+        m->x_per_token = true;
+        m->x_centred = gelu_out;
+        m->x_scale = 0.f;
+        m->w_sum.resize(static_cast<size_t>(m->out));
+        m->x_scale_mul = options.testing_activation_scale_multiplier;
+        if (s != nullptr) {
+          m->x_inv.resize(m->in);
+          for (int64_t j = 0; j < m->in; ++j) m->x_inv[j] = 1.0f / s[j];
+        }
+      } else {
+        m->x_scale = r[static_cast<int>(input)] / 127.0f * options.testing_activation_scale_multiplier;
+        if (s != nullptr) {
+          m->x_inv.resize(m->in);
+          for (int64_t j = 0; j < m->in; ++j)
+            m->x_inv[j] = m->x_scale > 0.f ? 1.0f / (m->x_scale * s[j]) : 0.f;
+        }
       }
       // Widen each row to fp32 (the same values the fp32 path multiplies), smooth it, then quantise it.
       const size_t elem = m->dtype == DType::kF32 ? 4 : 2;
@@ -336,7 +364,13 @@ Status BertEncoder::QuantizeWeightsInt8(const BertActivationRanges& ranges,
           if (s != nullptr) {
             for (int64_t j = 0; j < m->in; ++j) (*f)[j] *= s[j];
           }
+          const int8_t* q = m->w_int8.data() + o * m->in;
           m->w_scale[o] = cpu::QuantizeInt8Row(f->data(), m->in, m->w_int8.data() + o * m->in);
+          if (per_token) {
+            int32_t sum = 0;
+            for (int64_t j = 0; j < m->in; ++j) sum += q[j];
+            m->w_sum[o] = m->w_scale[o] * static_cast<float>(sum);
+          }
         }
       });
     }
@@ -345,8 +379,9 @@ Status BertEncoder::QuantizeWeightsInt8(const BertActivationRanges& ranges,
   quantization_ = WeightQuantization::kInt8;
   LOG_INFO(
       "bert: --quantization int8: {} Linear weights as int8 with a scale per output row; activations "
-      "with static scales from {} calibration samples ({} tokens, percentile {}, smoothing alpha {})",
-      layers_.size() * 6, ranges.samples, ranges.tokens, ranges.percentile, ranges.smoothing_alpha);
+      "{} ({} calibration samples, {} tokens, percentile {}, smoothing alpha {})",
+      layers_.size() * 6, per_token ? "with a scale per token" : "with static scales", ranges.samples,
+      ranges.tokens, ranges.percentile, ranges.smoothing_alpha);
   return OkStatus();
 }
 
@@ -418,11 +453,26 @@ Status BertEncoder::Forward(const std::vector<std::vector<int32_t>>& batch_ids, 
   const bool int8 = quantization_ == WeightQuantization::kInt8;
   std::vector<int8_t> xq(int8 ? t * std::max(h, inter) : 0);
   std::vector<int32_t> acc32(int8 ? t * std::max(h, inter) : 0);
+  std::vector<float> row_scale(int8 ? t : 0), row_mid(int8 ? t : 0);  // per-token: each row's scale, centre
   int layer_index = 0;
   auto observe = [&](BertGemmInput input, const float* in, int64_t cols) {
     if (observer != nullptr) (*observer)(layer_index, input, in, t, cols);
   };
   auto linear = [&](const Linear& l, const float* in, float* y) -> Status {
+    if (!l.w_int8.empty() && l.x_per_token) {
+      ForRows(pool, t, l.in, [&](int64_t r0, int64_t r1) {
+        cpu::QuantizeInt8PerToken(in + r0 * l.in, r1 - r0, l.in, l.x_inv.empty() ? nullptr : l.x_inv.data(),
+                                  l.x_scale_mul, l.x_centred, xq.data() + r0 * l.in, row_scale.data() + r0,
+                                  row_mid.data() + r0);
+      });
+      RETURN_IF_ERROR(cpu::MatMulInt8(xq.data(), t, l.in, l.w_int8.data(), l.out, acc32.data(), pool));
+      ForRows(pool, t, l.out, [&](int64_t r0, int64_t r1) {
+        cpu::DequantizeInt8GemmPerToken(acc32.data() + r0 * l.out, r1 - r0, l.out, row_scale.data() + r0,
+                                        row_mid.data() + r0, l.w_scale.data(), l.w_sum.data(), l.bias.data(),
+                                        y + r0 * l.out);
+      });
+      return OkStatus();
+    }
     if (!l.w_int8.empty()) {
       const float inv = l.x_scale > 0.f ? 1.0f / l.x_scale : 0.f;
       ForRows(pool, t, l.in, [&](int64_t r0, int64_t r1) {

@@ -37,6 +37,16 @@ enum class BertGemmInput : uint8_t {
 inline constexpr int kBertGemmInputs = 4;
 std::string_view BertGemmInputName(BertGemmInput input);
 
+// --quantization int8: how each GEMM input is scaled to int8 (flag --int8-activations; docs/precision.md).
+//   kPerToken (default): every row (token) of the input gets its own scale, amax of the row / 127, computed
+//                        at run time (nothing clips); calibration still measures the SmoothQuant factors.
+//   kStatic:             one scale per input from calibration (its percentile of |x|; larger values clip).
+// On all-MiniLM-L6-v2 only per-token passes the consistency gate (docs/precision.md).
+enum class Int8Activations : uint8_t { kPerToken = 0, kStatic = 1 };
+std::string_view Int8ActivationsName(Int8Activations a);  // "per-token", "static"
+// "per-token" | "static"; InvalidArgument naming --int8-activations otherwise.
+StatusOr<Int8Activations> ParseInt8Activations(std::string_view s);
+
 // Sees each GEMM input of a forward pass before it is multiplied (calibration): `x` is [rows, cols] fp32,
 // rows = every token of the batch. Called on Embed's calling thread, in layer order.
 using BertActivationObserver =
@@ -45,8 +55,10 @@ using BertActivationObserver =
 // --quantization int8: the value each GEMM input is clipped to, [layer][BertGemmInput] (>= 0), measured by
 // CalibrateBertActivations (bert_int8.h); the static activation scale is clip / 127. With smoothing
 // (SmoothQuant), smooth[layer][input] holds one factor s_j > 0 per input channel: the GEMM multiplies
-// x_j / s_j by W[:, j] · s_j (the same product), and `layers` is the range of x / s.
+// x_j / s_j by W[:, j] · s_j (the same product), and `layers` is the range of x / s. With per-token
+// activations `layers` is unused (all 0: each row's scale is its own amax of x / s at run time).
 struct BertActivationRanges {
+  Int8Activations activations = Int8Activations::kPerToken;
   std::vector<std::array<float, kBertGemmInputs>> layers;
   std::vector<std::array<std::vector<float>, kBertGemmInputs>> smooth;  // empty: no smoothing
   double smoothing_alpha = 0.0;
@@ -140,6 +152,14 @@ class BertEncoder {
     // With smoothing: the weight's columns were multiplied by s_j before quantisation, and the input is
     // quantised per channel as q_j = clamp(rint(x_j · x_inv[j]), -127, 127), x_inv[j] = 1 / (x_scale · s_j).
     std::vector<float> x_inv;
+    // Per-token activations (Int8Activations::kPerToken): x_scale is unused (0); each row i of the input is
+    // quantised with its own scale and centre (cpu::QuantizeInt8PerToken over x_j · x_inv[j], the scale
+    // times x_scale_mul), here x_inv[j] = 1 / s_j (empty without smoothing), and w_sum[r] = w_scale[r] ·
+    // Σ_j w_int8[r, j] (the centre's term). x_scale_mul is 1 but in tests.
+    bool x_per_token = false;
+    bool x_centred = false;  // per-token: each row quantised around the centre of its range (the GELU output)
+    float x_scale_mul = 1.0f;
+    std::vector<float> w_sum;
   };
   struct Norm {
     std::vector<float> gamma, beta;  // [hidden] fp32

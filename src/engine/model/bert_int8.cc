@@ -134,7 +134,12 @@ StatusOr<BertActivationRanges> CalibrateBertActivations(const BertEncoder& fp32,
       }
     }
   }
-  // Pass 2 (the only one without smoothing): the percentile of |x / s| per input.
+  r.activations = options.activations;
+  r.samples = static_cast<int64_t>(samples.size());
+  r.tokens = tokens;
+  r.layers.resize(c.num_hidden_layers);  // per-token: all 0, unused (no static scale)
+  if (options.activations == Int8Activations::kPerToken) return r;
+  // Pass 2 (static scales; the only one without smoothing): the percentile of |x / s| per input.
   std::vector<AbsPercentile> stats;
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     for (int j = 0; j < kBertGemmInputs; ++j) stats.emplace_back(tokens * widths[j], options.percentile);
@@ -151,9 +156,6 @@ StatusOr<BertActivationRanges> CalibrateBertActivations(const BertEncoder& fp32,
     st.Add(scratch.data(), rows * cols);
   }));
   r.percentile = options.percentile;
-  r.samples = static_cast<int64_t>(samples.size());
-  r.tokens = tokens;
-  r.layers.resize(c.num_hidden_layers);
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     for (int j = 0; j < kBertGemmInputs; ++j) r.layers[l][j] = stats[l * kBertGemmInputs + j].Value();
   }

@@ -1,7 +1,9 @@
-// --quantization int8 for BERT encoders: calibration, the pass that measures the static activation scales
-// (docs/precision.md). The unquantised encoder runs over representative samples and, for each GEMM input of
-// each layer (BertGemmInput), records a high percentile of |x| over every element the samples produce; that
-// value / 127 becomes the input's int8 scale (BertEncoder::QuantizeWeightsInt8), and larger values clip.
+// --quantization int8 for BERT encoders: calibration, the pass that measures SmoothQuant's per-channel
+// factors and, with static activation scales (Int8Activations::kStatic), those scales (docs/precision.md).
+// The unquantised encoder runs over representative samples and, for each GEMM input of each layer
+// (BertGemmInput), records each channel's max |x_j| (smoothing) and a high percentile of |x| over every
+// element the samples produce; that value / 127 becomes the input's static int8 scale
+// (BertEncoder::QuantizeWeightsInt8), and larger values clip. Per-token scales need only the first.
 //
 //   ASSIGN_OR_RETURN(BertActivationRanges r, CalibrateBertActivations(*fp32, samples, {.percentile
 //   = 99.99})); RETURN_IF_ERROR(encoder->QuantizeWeightsInt8(r));
@@ -26,6 +28,9 @@ struct BertCalibrationOptions {
   // activations' outlier channels into the weights (x_j / s_j, W[:, j] · s_j); a second pass measures the
   // percentile of |x / s|. 0 = no smoothing (one pass). Measured on all-MiniLM-L6-v2: docs/precision.md.
   double smoothing_alpha = 0.8;
+  // kPerToken: only the smoothing factors are measured (each token's scale is computed at run time; the
+  // percentile is unused, BertActivationRanges::layers stays 0); kStatic: the percentile pass as well.
+  Int8Activations activations = Int8Activations::kPerToken;
   int batch_size = 32;         // samples per forward pass
   ThreadPool* pool = nullptr;  // null = ThreadPool::Default()
 };

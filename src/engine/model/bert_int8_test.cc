@@ -92,10 +92,16 @@ TEST_F(BertInt8Test, AbsMaxCalibrationIsTheLargestInputEachGemmSaw) {
   // Calibration in one batch: the same maxima; in batches of 5, the same up to the fp32 matmul's rounding
   // (its blocking depends on the rows).
   auto r5 = CalibrateBertActivations(*enc, samples_,
-                                     {.percentile = 100.0, .smoothing_alpha = 0.0, .batch_size = 5});
+                                     {.percentile = 100.0,
+                                      .smoothing_alpha = 0.0,
+                                      .activations = Int8Activations::kStatic,
+                                      .batch_size = 5});
   ASSERT_TRUE(r5.ok()) << r5.status().ToString();
   auto r = CalibrateBertActivations(*enc, samples_,
-                                    {.percentile = 100.0, .smoothing_alpha = 0.0, .batch_size = 12});
+                                    {.percentile = 100.0,
+                                     .smoothing_alpha = 0.0,
+                                     .activations = Int8Activations::kStatic,
+                                     .batch_size = 12});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->samples, 12);
   int64_t tokens = 0;
@@ -110,7 +116,8 @@ TEST_F(BertInt8Test, AbsMaxCalibrationIsTheLargestInputEachGemmSaw) {
     }
   }
   // A percentile clips below the maximum, never above it.
-  auto p = CalibrateBertActivations(*enc, samples_, {.percentile = 99.0, .smoothing_alpha = 0.0});
+  auto p = CalibrateBertActivations(
+      *enc, samples_, {.percentile = 99.0, .smoothing_alpha = 0.0, .activations = Int8Activations::kStatic});
   ASSERT_TRUE(p.ok());
   for (int l = 0; l < shape_.layers; ++l) {
     for (int j = 0; j < kBertGemmInputs; ++j) EXPECT_LT(p->layers[l][j], r->layers[l][j]) << l << " " << j;
@@ -121,7 +128,8 @@ TEST_F(BertInt8Test, WeightsAreTheReferenceRowQuantiserAndScalesComeFromTheRange
   auto ref = Load();
   auto enc = Load();
   ASSERT_NE(enc, nullptr);
-  auto r = CalibrateBertActivations(*enc, samples_, {.percentile = 100.0, .smoothing_alpha = 0.0});
+  auto r = CalibrateBertActivations(
+      *enc, samples_, {.percentile = 100.0, .smoothing_alpha = 0.0, .activations = Int8Activations::kStatic});
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(r->smooth.empty());
   ASSERT_TRUE(enc->QuantizeWeightsInt8(*r).ok());
@@ -146,7 +154,8 @@ TEST_F(BertInt8Test, SmoothingFoldsItsFactorsIntoTheWeightsAndTheInputScales) {
   auto ref = Load();
   auto enc = Load();
   ASSERT_NE(enc, nullptr);
-  auto r = CalibrateBertActivations(*enc, samples_, {.percentile = 100.0, .smoothing_alpha = 0.5});
+  auto r = CalibrateBertActivations(
+      *enc, samples_, {.percentile = 100.0, .smoothing_alpha = 0.5, .activations = Int8Activations::kStatic});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_EQ(r->smooth.size(), static_cast<size_t>(shape_.layers));
   const std::vector<float>& s = r->smooth[0][static_cast<int>(BertGemmInput::kOutput)];
@@ -175,7 +184,8 @@ TEST_F(BertInt8Test, Int8EmbeddingsStayCloseAndABrokenCalibrationDoesNot) {
   ASSERT_NE(ref, nullptr);
   std::vector<float> want, got, broken;
   ASSERT_TRUE(ref->Embed(samples_, &want).ok());
-  auto r = CalibrateBertActivations(*ref, samples_, {.percentile = 100.0, .smoothing_alpha = 0.0});
+  auto r = CalibrateBertActivations(
+      *ref, samples_, {.percentile = 100.0, .smoothing_alpha = 0.0, .activations = Int8Activations::kStatic});
   ASSERT_TRUE(r.ok());
   auto enc = Load();
   ASSERT_TRUE(enc->QuantizeWeightsInt8(*r).ok());
@@ -192,6 +202,77 @@ TEST_F(BertInt8Test, Int8EmbeddingsStayCloseAndABrokenCalibrationDoesNot) {
   std::vector<float> alone;
   ASSERT_TRUE(enc->Embed({samples_[4]}, &alone).ok());
   for (int64_t j = 0; j < shape_.hidden; ++j) EXPECT_EQ(alone[j], got[4 * shape_.hidden + j]) << j;
+}
+
+// --int8-activations per-token (the default): calibration measures only the smoothing factors; each row is
+// quantised with its own scale (the GELU output centred and unsmoothed, cpu::QuantizeInt8PerToken), so a
+// sequence embeds the same alone or batched, close to fp32, and x0.1 row scales (saturating) far from it.
+TEST_F(BertInt8Test, PerTokenActivationsAreQuantisedRowByRow) {
+  auto ref = Load();
+  ASSERT_NE(ref, nullptr);
+  auto r = CalibrateBertActivations(*ref, samples_, {.percentile = 99.0, .smoothing_alpha = 0.8});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->activations, Int8Activations::kPerToken);
+  ASSERT_EQ(r->smooth.size(), static_cast<size_t>(shape_.layers));
+  EXPECT_EQ(r->layers[0][0], 0.f);  // no static scale measured
+  auto enc = Load();
+  ASSERT_TRUE(enc->QuantizeWeightsInt8(*r).ok());
+  const BertEncoder::Linear& q = enc->layers()[0].query;
+  const BertEncoder::Linear& o = enc->layers()[0].output;
+  EXPECT_TRUE(q.x_per_token && o.x_per_token);
+  EXPECT_FALSE(q.x_centred);
+  EXPECT_TRUE(o.x_centred);
+  EXPECT_TRUE(o.x_inv.empty());  // the GELU output is not smoothed
+  const std::vector<float>& s = r->smooth[0][static_cast<int>(BertGemmInput::kQkv)];
+  ASSERT_EQ(q.x_inv.size(), s.size());
+  for (size_t j = 0; j < s.size(); ++j) EXPECT_EQ(q.x_inv[j], 1.0f / s[j]) << j;
+  int32_t sum = 0;
+  for (int64_t j = 0; j < o.in; ++j) sum += o.w_int8[2 * o.in + j];
+  EXPECT_EQ(o.w_sum[2], o.w_scale[2] * static_cast<float>(sum));
+  std::vector<float> want, got, alone, broken;
+  ASSERT_TRUE(ref->Embed(samples_, &want).ok());
+  ASSERT_TRUE(enc->Embed(samples_, &got).ok());
+  const double good = MinCosine(want, got, shape_.hidden);
+  EXPECT_LT(good, 1.0);
+  EXPECT_GT(good, 0.99);
+  ASSERT_TRUE(enc->Embed({samples_[4]}, &alone).ok());
+  for (int64_t j = 0; j < shape_.hidden; ++j) EXPECT_EQ(alone[j], got[4 * shape_.hidden + j]) << j;
+  auto bad = Load();
+  ASSERT_TRUE(bad->QuantizeWeightsInt8(*r, {.testing_activation_scale_multiplier = 0.1f}).ok());
+  ASSERT_TRUE(bad->Embed(samples_, &broken).ok());
+  EXPECT_LT(MinCosine(want, broken, shape_.hidden), good - 0.01);
+}
+
+TEST(Int8PerTokenQuantiser, SymmetricAndCentredRows) {
+  // Row 0: symmetric, amax 2 -> scale 2/127; row 1 centred over [-0.5, 1.5]: mid 0.5, scale 2/254; row 2:
+  // constant (centred: mid = the value, q 0); row 3 all zero.
+  const float x[4][4] = {{2.f, -1.f, 0.5f, 0.f}, {-0.5f, 1.5f, 0.5f, 0.f}, {3.f, 3.f, 3.f, 3.f}, {}};
+  int8_t q[4][4];
+  float scale[4], mid[4];
+  cpu::QuantizeInt8PerToken(&x[0][0], 1, 4, nullptr, 1.f, false, q[0], &scale[0], &mid[0]);
+  EXPECT_EQ(scale[0], 2.f / 127.f);
+  EXPECT_EQ(mid[0], 0.f);
+  EXPECT_EQ(q[0][0], 127);
+  EXPECT_EQ(q[0][1], -64);  // rint(-63.5) = -64 (half to even)
+  cpu::QuantizeInt8PerToken(&x[1][0], 3, 4, nullptr, 1.f, true, q[1], &scale[1], &mid[1]);
+  EXPECT_EQ(mid[1], 0.5f);
+  EXPECT_EQ(scale[1], 2.f / 254.f);
+  EXPECT_EQ(q[1][0], -127);
+  EXPECT_EQ(q[1][1], 127);
+  EXPECT_EQ(q[1][2], 0);
+  EXPECT_EQ(mid[2], 3.f);
+  EXPECT_EQ(scale[2], 0.f);
+  EXPECT_EQ(q[2][0], 0);
+  EXPECT_EQ(scale[3], 0.f);
+  EXPECT_EQ(mid[3], 0.f);
+  // With the centre: y = acc · scale · w_scale + mid · w_sum reproduces x · w for w = 1.
+  const int8_t w[4] = {127, 127, 127, 127};
+  int32_t acc = 0;
+  for (int j = 0; j < 4; ++j) acc += q[1][j] * w[j];
+  const float w_scale = 1.f / 127.f, w_sum = w_scale * 4 * 127;
+  float y = 0;
+  cpu::DequantizeInt8GemmPerToken(&acc, 1, 1, &scale[1], &mid[1], &w_scale, &w_sum, nullptr, &y);
+  EXPECT_NEAR(y, -0.5f + 1.5f + 0.5f + 0.f, 4 * scale[1] / 2);  // each q within half a step
 }
 
 TEST_F(BertInt8Test, BadRangesAndDoubleQuantisationAreErrors) {

@@ -37,6 +37,40 @@ void QuantizeInt8Columns(const float* x, int64_t rows, int64_t cols, const float
   }
 }
 
+void QuantizeInt8PerToken(const float* x, int64_t rows, int64_t cols, const float* col_inv, float multiplier,
+                          bool centred, int8_t* q, float* scale, float* mid) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * cols;
+    int8_t* qr = q + r * cols;
+    float lo = 0.0f, hi = 0.0f;
+    for (int64_t j = 0; j < cols; ++j) {
+      const float y = col_inv != nullptr ? xr[j] * col_inv[j] : xr[j];
+      lo = j == 0 ? y : std::min(lo, y);
+      hi = j == 0 ? y : std::max(hi, y);
+    }
+    const float m = centred ? 0.5f * (lo + hi) : 0.0f;
+    const float s = centred ? (hi - lo) / 254.0f * multiplier : std::max(-lo, hi) / 127.0f * multiplier;
+    if (!std::isfinite(m) || !std::isfinite(s)) {
+      std::memset(qr, 0, static_cast<size_t>(cols));
+      scale[r] = 0.0f;
+      mid[r] = 0.0f;
+      continue;
+    }
+    scale[r] = s;
+    mid[r] = m;
+    if (!(s > 0.0f)) {  // a constant row: every value is m
+      std::memset(qr, 0, static_cast<size_t>(cols));
+      continue;
+    }
+    const float inv = 1.0f / s;
+    for (int64_t j = 0; j < cols; ++j) {
+      const float y = col_inv != nullptr ? xr[j] * col_inv[j] : xr[j];
+      const float v = std::nearbyint((y - m) * inv);
+      qr[j] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
+    }
+  }
+}
+
 float QuantizeInt8Row(const float* w, int64_t n, int8_t* q) {
   float amax = 0.0f;
   for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(w[i]));
@@ -75,6 +109,17 @@ void DequantizeInt8Gemm(const int32_t* acc, int64_t m, int64_t n, float x_scale,
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
       const float v = static_cast<float>(acc[i * n + j]) * (x_scale * w_scale[j]);
+      y[i * n + j] = bias != nullptr ? v + bias[j] : v;
+    }
+  }
+}
+
+void DequantizeInt8GemmPerToken(const int32_t* acc, int64_t m, int64_t n, const float* x_scale,
+                                const float* x_mid, const float* w_scale, const float* w_sum,
+                                const float* bias, float* y) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      const float v = static_cast<float>(acc[i * n + j]) * (x_scale[i] * w_scale[j]) + x_mid[i] * w_sum[j];
       y[i * n + j] = bias != nullptr ? v + bias[j] : v;
     }
   }

@@ -26,6 +26,18 @@ void QuantizeInt8Static(const float* x, int64_t n, float inv_scale, int8_t* q);
 // factors folded into the tensor's scale).
 void QuantizeInt8Columns(const float* x, int64_t rows, int64_t cols, const float* inv_scale, int8_t* q);
 
+// Per-token (dynamic) activation scales: for each row i of x [rows, cols], y_j = x[i, j] · col_inv[j]
+// (col_inv: SmoothQuant's 1 / s_j, null = 1), lo / hi = min / max_j y_j, and
+//   symmetric (centred = false): mid[i] = 0, scale[i] = max(-lo, hi) / 127 · multiplier;
+//   centred:                     mid[i] = (lo + hi) / 2, scale[i] = (hi - lo) / 254 · multiplier;
+// q[i, j] = clamp(rint((y_j - mid[i]) · (1 / scale[i])), -127, 127), so y_j ≈ scale[i] · q[i, j] + mid[i].
+// Centred, the row's whole range uses all 255 levels (a GELU output, floor -0.17 and a long positive tail,
+// gets about twice the resolution of amax / 127). A row with scale 0 (constant, or all zero) gets q 0 (and
+// mid = its value when centred); a non-finite one scale 0, mid 0, q 0. multiplier is 1 but in tests (a broken
+// quantiser). The CUDA kernels compute the same values in the same order (bit-exact q, scale, mid).
+void QuantizeInt8PerToken(const float* x, int64_t rows, int64_t cols, const float* col_inv, float multiplier,
+                          bool centred, int8_t* q, float* scale, float* mid);
+
 // One row's per-channel weight quantisation (above); returns its scale (0 for an all-zero or non-finite row,
 // whose q are then 0).
 float QuantizeInt8Row(const float* w, int64_t n, int8_t* q);
@@ -38,5 +50,11 @@ Status MatMulInt8(const int8_t* x, int64_t m, int64_t k, const int8_t* w, int64_
 // y [m, n] = acc · (x_scale · w_scale[j]) + bias[j] (bias may be null), row by row.
 void DequantizeInt8Gemm(const int32_t* acc, int64_t m, int64_t n, float x_scale, const float* w_scale,
                         const float* bias, float* y);
+
+// The per-token form: y [m, n] = acc · (x_scale[i] · w_scale[j]) + x_mid[i] · w_sum[j] + bias[j], where
+// w_sum[j] = w_scale[j] · Σ_k Wq[j, k] (the centre's share: Σ_k mid · W[j, k]).
+void DequantizeInt8GemmPerToken(const int32_t* acc, int64_t m, int64_t n, const float* x_scale,
+                                const float* x_mid, const float* w_scale, const float* w_sum,
+                                const float* bias, float* y);
 
 }  // namespace stoke::cpu

@@ -40,11 +40,14 @@ Status CalibrateForInt8(const BertEncoder& fp32, const Tokenizer& tokenizer,
   ASSIGN_OR_RETURN(BertActivationRanges ranges,
                    CalibrateBertActivations(fp32, samples,
                                             {.percentile = calibration.percentile,
-                                             .smoothing_alpha = calibration.smoothing_alpha}));
-  LOG_INFO(
-      "int8 calibration: {} samples ({} tokens) of {}, percentile {} of |x| per GEMM input, smoothing "
-      "alpha {}",
-      ranges.samples, ranges.tokens, calibration.data, ranges.percentile, ranges.smoothing_alpha);
+                                             .smoothing_alpha = calibration.smoothing_alpha,
+                                             .activations = calibration.activations}));
+  LOG_INFO("int8 calibration: {} samples ({} tokens) of {}, {} activation scales{}, smoothing alpha {}",
+           ranges.samples, ranges.tokens, calibration.data, Int8ActivationsName(ranges.activations),
+           ranges.activations == Int8Activations::kStatic
+               ? fmt::format(" (percentile {} of |x| per GEMM input)", ranges.percentile)
+               : std::string(),
+           ranges.smoothing_alpha);
   options->int8_ranges = std::make_shared<const BertActivationRanges>(std::move(ranges));
   return OkStatus();
 }

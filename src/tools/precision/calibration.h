@@ -1,6 +1,7 @@
-// --quantization int8 for encoders needs --calibration-data FILE: int8 activations are multiplied with one
-// static scale per GEMM input, and those scales must come from running the unquantised encoder over
-// representative samples (engine/model/bert_int8.h). Without them stoke refuses int8 (kInt8NeedsCalibration).
+// --quantization int8 for encoders needs --calibration-data FILE: each GEMM input is divided per channel by
+// SmoothQuant's factors and (--int8-activations static) multiplied with one static scale, and both must
+// come from running the unquantised encoder over representative samples (engine/model/bert_int8.h). Without
+// them stoke refuses int8 (kInt8NeedsCalibration).
 //
 // The file: UTF-8 text, one sample per line (a sentence, a query, a passage: what the encoder will be asked
 // to embed). Blank lines are skipped, "\r\n" endings accepted; each line is tokenised as the server would
@@ -27,15 +28,16 @@ inline constexpr int kMaxCalibrationSamples = 1024;
 
 // The refusal when int8 is asked for without calibration data.
 inline constexpr const char* kInt8NeedsCalibration =
-    "--quantization int8 needs --calibration-data FILE (stoke.toml: calibration_data): int8 activations use "
-    "static scales, which are "
+    "--quantization int8 needs --calibration-data FILE (stoke.toml: calibration_data): int8 activations are "
+    "smoothed per channel (SmoothQuant) and, with --int8-activations static, scaled statically, and both are "
     "measured by running the unquantised encoder over representative samples (a text file, one sample per "
     "line; docs/precision.md)";
 
 struct Int8CalibrationOptions {
-  std::string data;                                                   // the sample file ("" = none)
-  double percentile = BertCalibrationOptions{}.percentile;            // --calibration-percentile
-  double smoothing_alpha = BertCalibrationOptions{}.smoothing_alpha;  // --calibration-smoothing
+  std::string data;                                                    // the sample file ("" = none)
+  double percentile = BertCalibrationOptions{}.percentile;             // --calibration-percentile
+  double smoothing_alpha = BertCalibrationOptions{}.smoothing_alpha;   // --calibration-smoothing
+  Int8Activations activations = BertCalibrationOptions{}.activations;  // --int8-activations
 };
 
 // The file's samples as token ids (above). InvalidArgument naming the file when it has no non-blank line;
