@@ -14,7 +14,7 @@ import requests
     ("--prefill-attention", "tiled", b"--prefill-attention"),
     ("--decode-pipeline", "maybe", b"--decode-pipeline"),
     ("--encoder-attention", "fast", b"--encoder-attention"),
-    ("--quantization", "int8", b"--quantization"),
+    ("--quantization", "int4", b"--quantization"),  # int8 parses (encoders); a decoder refuses it at load
 ])
 def test_bad_engine_knob_is_a_usage_error(stoke_bin, smollm2_path, flag, value, message):
     p = subprocess.run([str(stoke_bin), "serve", "--model", str(smollm2_path), "--port", "0", flag, value],
