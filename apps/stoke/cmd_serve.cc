@@ -356,12 +356,13 @@ CommandRegistrar kServe(
              "nvJPEG). gpu and nvjpeg need the model on the GPU: --device cuda")
           ->check(CLI::IsMember({"cpu", "gpu", "nvjpeg"}))
           ->capture_default_str();
-      cmd->add_option("--conv-backend", o->conv_backend,
-                      "Image models on the GPU (--device cuda): how convolutions run: cudnn (cuDNN, conv + bias "
-                      "+ ReLU in one call, the fastest algorithm measured per shape), im2col (our im2col + a "
-                      "cuBLAS GEMM, then bias + activation) or auto (cudnn when this build has cuDNN, else "
-                      "im2col). Depthwise convs always run our direct kernel. Other than auto with the model on "
-                      "the CPU: refused at load")
+      cmd->add_option(
+             "--conv-backend", o->conv_backend,
+             "Image models on the GPU (--device cuda): how convolutions run: cudnn (cuDNN, conv + bias "
+             "+ ReLU in one call, the fastest algorithm measured per shape), im2col (our im2col + a "
+             "cuBLAS GEMM, then bias + activation) or auto (cudnn when this build has cuDNN, else "
+             "im2col). Depthwise convs always run our direct kernel. Other than auto with the model on "
+             "the CPU: refused at load")
           ->check(CLI::IsMember({"auto", "cudnn", "im2col"}))
           ->capture_default_str();
       cmd->add_option("--instances", o->instances,

@@ -39,10 +39,10 @@ Status CublasError(cublasStatus_t st, const char* what) {
 Status CudnnError(cudnnStatus_t st, const char* what) {
   return InternalError("cuDNN {}: {}", what, cudnnGetErrorString(st));
 }
-#define CUDNN_RETURN_IF_ERROR(expr, what)                         \
-  do {                                                            \
-    const cudnnStatus_t _s = (expr);                              \
-    if (_s != CUDNN_STATUS_SUCCESS) return CudnnError(_s, what);  \
+#define CUDNN_RETURN_IF_ERROR(expr, what)                        \
+  do {                                                           \
+    const cudnnStatus_t _s = (expr);                             \
+    if (_s != CUDNN_STATUS_SUCCESS) return CudnnError(_s, what); \
   } while (0)
 
 // cuDNN's largest workspace we accept for one conv (an algorithm asking more is passed over).
@@ -59,7 +59,8 @@ struct CudnnConv {
   cudnnConvolutionFwdAlgo_t algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
   size_t workspace = 0;
   // cudnnConvolutionBiasActivationForward (conv + bias, + ReLU when `relu`); else cudnnConvolutionForward and
-  // our bias + activation pass. Cleared at run time if cuDNN refuses the fused call (NOT_SUPPORTED).
+  // our bias + activation pass. Cleared at run time if cuDNN refuses the fused call (NOT_SUPPORTED or
+  // BAD_PARAM for this algorithm / data type).
   mutable bool fused = false;
   bool relu = false;
 
@@ -76,7 +77,8 @@ struct CudnnConv {
   }
 
   Status Describe(const cpu::Conv2dShape& c, cudnnDataType_t dt) {
-    const int64_t dims[] = {c.batch, c.in_h, c.in_w, c.in_c, c.out_h, c.out_w, c.out_c, c.kernel_h, c.kernel_w};
+    const int64_t dims[] = {c.batch, c.in_h,  c.in_w,     c.in_c,    c.out_h,
+                            c.out_w, c.out_c, c.kernel_h, c.kernel_w};
     for (int64_t d : dims) {
       if (d > INT32_MAX) return InvalidArgumentError("a conv dimension of {} is over cuDNN's 32 bits", d);
     }
@@ -95,23 +97,26 @@ struct CudnnConv {
                           "output descriptor");
     CUDNN_RETURN_IF_ERROR(cudnnSetTensor4dDescriptor(bias, CUDNN_TENSOR_NHWC, dt, 1, i32(c.out_c), 1, 1),
                           "bias descriptor");
-    CUDNN_RETURN_IF_ERROR(cudnnSetFilter4dDescriptor(w, dt, CUDNN_TENSOR_NHWC, i32(c.out_c),
-                                                     i32(c.in_c / c.groups), i32(c.kernel_h), i32(c.kernel_w)),
-                          "filter descriptor");
-    // Padding: cuDNN's is symmetric; the plan's output size fixes the rest (a larger bottom/right pad only
-    // adds rows the output does not have), so top/left is what matters. Asymmetric pads where the extra
-    // bottom/right rows would be read are refused below by comparing the output size.
-    CUDNN_RETURN_IF_ERROR(cudnnSetConvolution2dDescriptor(conv, i32(c.pad_top), i32(c.pad_left), i32(c.stride_h),
-                                                          i32(c.stride_w), i32(c.dilation_h), i32(c.dilation_w),
-                                                          CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
-                          "convolution descriptor");
+    CUDNN_RETURN_IF_ERROR(
+        cudnnSetFilter4dDescriptor(w, dt, CUDNN_TENSOR_NHWC, i32(c.out_c), i32(c.in_c / c.groups),
+                                   i32(c.kernel_h), i32(c.kernel_w)),
+        "filter descriptor");
+    // Padding: cuDNN's is symmetric (the plan's top/left here). Where the plan's bottom/right padding differs
+    // but the output size comes out the same, both read the same windows (outside the image: zeros); where
+    // the size differs, Unimplemented below and the step runs im2col.
+    CUDNN_RETURN_IF_ERROR(
+        cudnnSetConvolution2dDescriptor(conv, i32(c.pad_top), i32(c.pad_left), i32(c.stride_h),
+                                        i32(c.stride_w), i32(c.dilation_h), i32(c.dilation_w),
+                                        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+        "convolution descriptor");
     CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionGroupCount(conv, i32(c.groups)), "group count");
     CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(conv, CUDNN_TENSOR_OP_MATH), "math type");
     int n = 0, oc = 0, oh = 0, ow = 0;
     CUDNN_RETURN_IF_ERROR(cudnnGetConvolution2dForwardOutputDim(conv, x, w, &n, &oc, &oh, &ow), "output dim");
     if (oh != c.out_h || ow != c.out_w || oc != c.out_c) {
-      return UnimplementedError("cuDNN's output {}x{}x{} differs from the plan's {}x{}x{} (asymmetric padding)",
-                                oh, ow, oc, c.out_h, c.out_w, c.out_c);
+      return UnimplementedError(
+          "cuDNN's output {}x{}x{} differs from the plan's {}x{}x{} (asymmetric padding)", oh, ow, oc,
+          c.out_h, c.out_w, c.out_c);
     }
     return OkStatus();
   }
@@ -155,8 +160,8 @@ struct NodeWeights {
   DeviceMemory w;
   DeviceMemory w_krsc;  // cuDNN: [out_c, kernel_h, kernel_w, in_c / groups] unpadded, when w has padding
   DeviceMemory bias16;  // cuDNN: the bias in the 16-bit type (zeros when the conv has none)
-  DeviceMemory bias;   // fp32 [out_c] / [n]; empty = none
-  DeviceMemory scale;  // kChannelAffine: fp32 [channels]
+  DeviceMemory bias;    // fp32 [out_c] / [n]; empty = none
+  DeviceMemory scale;   // kChannelAffine: fp32 [channels]
   DeviceMemory shift;
   int64_t group_ld = 0;
   bool depthwise = false;
@@ -172,8 +177,12 @@ class CudaCnnModel final : public CnnDeviceModel, public std::enable_shared_from
 #endif
   }
 
-  std::string device_name() const override { return name_; }
-  bool decodes_jpeg() const override { return image::cuda::NvjpegInBuild(); }
+  std::string device_name() const override {
+    return name_;
+  }
+  bool decodes_jpeg() const override {
+    return image::cuda::NvjpegInBuild();
+  }
   StatusOr<std::unique_ptr<CnnDeviceRunner>> CreateRunner() override;
 
   Status Upload() {
@@ -206,10 +215,18 @@ class CudaCnnModel final : public CnnDeviceModel, public std::enable_shared_from
     auto it = weights_.find(n);
     return it == weights_.end() ? nullptr : &it->second;
   }
-  const CnnModel& model() const { return *model_; }
-  ElemType elem() const { return elem_; }
-  int gpu_index() const { return options_.gpu_index; }
-  bool cudnn() const { return cudnn_; }
+  const CnnModel& model() const {
+    return *model_;
+  }
+  ElemType elem() const {
+    return elem_;
+  }
+  int gpu_index() const {
+    return options_.gpu_index;
+  }
+  bool cudnn() const {
+    return cudnn_;
+  }
 
  private:
   Status UploadConv(const CnnNode& n) {
@@ -289,7 +306,8 @@ class CudaCnnRunner final : public CnnDeviceRunner {
     CUBLAS_RETURN_IF_ERROR(cublasSetStream(blas_, stream_), "set stream");
 #ifdef STOKE_WITH_CUDNN
     if (model_->cudnn()) {
-      CUDNN_RETURN_IF_ERROR(cudnnCreate(&dnn_), "create (is libcudnn.so.9 with its engine libraries installed?)");
+      CUDNN_RETURN_IF_ERROR(cudnnCreate(&dnn_),
+                            "create (is libcudnn.so.9 with its engine libraries installed?)");
       CUDNN_RETURN_IF_ERROR(cudnnSetStream(dnn_, stream_), "set stream");
     }
 #endif
@@ -469,13 +487,27 @@ class CudaCnnRunner final : public CnnDeviceRunner {
     RETURN_IF_ERROR(st);
     const cpu::ActivationParams& a = s.node->act;
     cc->relu = a.kind == cpu::Activation::kRelu;
-    CUDNN_RETURN_IF_ERROR(cudnnSetActivationDescriptor(cc->act,
-                                                       cc->relu ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY,
-                                                       CUDNN_PROPAGATE_NAN, 0.0),
-                          "activation descriptor");
-    const CudnnKey key = {c.batch,    c.in_h,     c.in_w,       c.in_c,      c.out_c,        c.kernel_h,
-                          c.kernel_w, c.stride_h, c.stride_w,   c.pad_top,   c.pad_left,     c.dilation_h,
-                          c.dilation_w, c.groups, cc->relu ? 1 : 0, static_cast<int64_t>(dt), 0};
+    CUDNN_RETURN_IF_ERROR(
+        cudnnSetActivationDescriptor(cc->act, cc->relu ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY,
+                                     CUDNN_PROPAGATE_NAN, 0.0),
+        "activation descriptor");
+    const CudnnKey key = {c.batch,
+                          c.in_h,
+                          c.in_w,
+                          c.in_c,
+                          c.out_c,
+                          c.kernel_h,
+                          c.kernel_w,
+                          c.stride_h,
+                          c.stride_w,
+                          c.pad_top,
+                          c.pad_left,
+                          c.dilation_h,
+                          c.dilation_w,
+                          c.groups,
+                          cc->relu ? 1 : 0,
+                          static_cast<int64_t>(dt),
+                          0};
     auto it = choices_.find(key);
     if (it == choices_.end()) {
       ASSIGN_OR_RETURN(CudnnChoice ch, FindAlgorithm(*cc));
@@ -491,8 +523,8 @@ class CudaCnnRunner final : public CnnDeviceRunner {
 
   // The fastest algorithm cuDNN measures (cudnnFindConvolutionForwardAlgorithm; its heuristic,
   // cudnnGetConvolutionForwardAlgorithm_v7, when measuring fails). Fused (conv + bias (+ ReLU) in one call)
-  // with ReLU or no activation; cuDNN fuses an IDENTITY activation only with IMPLICIT_PRECOMP_GEMM, taken when
-  // it measures within 10% of the best (that saves our bias pass).
+  // with ReLU or no activation; cuDNN fuses an IDENTITY activation only with IMPLICIT_PRECOMP_GEMM, taken
+  // when it measures within 10% of the best (that saves our bias pass).
   StatusOr<CudnnChoice> FindAlgorithm(const CudnnConv& cc) {
     constexpr int kCount = CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
     cudnnConvolutionFwdAlgoPerf_t perf[kCount] = {};
@@ -832,7 +864,8 @@ StatusOr<std::shared_ptr<CnnDeviceModel>> CreateCudaCnnModel(std::shared_ptr<con
   }
   if (options.conv_backend == "cudnn" && !CudnnInBuild()) {
     return FailedPreconditionError(
-        "--conv-backend cudnn: this stoke was built without cuDNN (CMake looks for cudnn.h and libcudnn beside "
+        "--conv-backend cudnn: this stoke was built without cuDNN (CMake looks for cudnn.h and libcudnn "
+        "beside "
         "the CUDA toolkit, or in STOKE_CUDNN_ROOT); --conv-backend im2col runs the convolutions as im2col + "
         "cuBLAS");
   }

@@ -179,8 +179,9 @@ CpuScores RunCpu(std::shared_ptr<const CnnModel> model, std::vector<int64_t> dim
 
 // The GPU (conv backend `backend`) against the CPU's scores; relative tolerance `rel` of their range.
 // `reps` runs (the second on reuses the plan and buffers); the fastest compute is printed.
-void ExpectAgreesWith(std::shared_ptr<const CnnModel> model, const CpuScores& cpu, const std::string& precision,
-                      const std::string& backend, float rel, const std::string& what, int reps = 2) {
+void ExpectAgreesWith(std::shared_ptr<const CnnModel> model, const CpuScores& cpu,
+                      const std::string& precision, const std::string& backend, float rel,
+                      const std::string& what, int reps = 2) {
   ASSERT_FALSE(cpu.want.empty()) << what << ": the CPU run failed";
   auto dev = CreateCudaCnnModel(model, {.device = "cuda", .precision = precision, .conv_backend = backend});
   STATUS_ASSERT(dev.status());
@@ -199,11 +200,12 @@ void ExpectAgreesWith(std::shared_ptr<const CnnModel> model, const CpuScores& cp
     best_ns = std::min(best_ns, t.compute_ns);
   }
   const Compared c = Compare(cpu.want, got, cpu.dims.back(), rel);
-  EXPECT_LE(c.max_abs, c.tol) << what << " " << precision << " " << backend << ": max |gpu - cpu| " << c.max_abs
-                              << " over a range of " << c.range;
+  EXPECT_LE(c.max_abs, c.tol) << what << " " << precision << " " << backend << ": max |gpu - cpu| "
+                              << c.max_abs << " over a range of " << c.range;
   EXPECT_EQ(c.top1_mismatch, 0) << what << " " << precision << " " << backend;
-  std::cout << what << " " << precision << " " << backend << " batch " << cpu.in_dims[0] << ": max |gpu - cpu| "
-            << c.max_abs << " (range " << c.range << "), compute " << best_ns / 1000 << " us\n";
+  std::cout << what << " " << precision << " " << backend << " batch " << cpu.in_dims[0]
+            << ": max |gpu - cpu| " << c.max_abs << " (range " << c.range << "), compute " << best_ns / 1000
+            << " us\n";
 }
 
 // Both conv backends run every comparison; cudnn skips in a build without cuDNN.
