@@ -51,3 +51,26 @@ if(STOKE_HAVE_CUDA)
                    "nvidia-nvjpeg wheel into .venv, or set STOKE_NVJPEG_ROOT)")
   endif()
 endif()
+
+# cuDNN (the CNN executor's convolutions, engine/cnn_cuda/cuda_cnn.cc: --conv-backend cudnn) is optional:
+# cudnn.h and libcudnn are looked for beside the toolkit (STOKE_CUDNN_ROOT points at another folder holding
+# include/ and lib/). Found: the imported target stoke::cudnn and STOKE_HAVE_CUDNN ON (stoke_cnn_cuda then
+# compiles with STOKE_WITH_CUDNN). It links by soname (libcudnn.so.9) and is NOT bundled (scripts/bundle.sh:
+# hundreds of MiB; GPU hosts have it on the default linker path).
+set(STOKE_HAVE_CUDNN OFF)
+if(STOKE_HAVE_CUDA)
+  find_path(STOKE_CUDNN_INCLUDE_DIR cudnn.h HINTS ${STOKE_CUDNN_ROOT} ${CUDAToolkit_INCLUDE_DIRS}
+            ${CUDAToolkit_LIBRARY_ROOT} PATH_SUFFIXES include)
+  find_library(STOKE_CUDNN_LIBRARY NAMES cudnn libcudnn.so.9 HINTS ${STOKE_CUDNN_ROOT} ${CUDAToolkit_LIBRARY_DIR}
+               ${CUDAToolkit_LIBRARY_ROOT} PATH_SUFFIXES lib lib64 lib/x86_64-linux-gnu)
+  if(STOKE_CUDNN_INCLUDE_DIR AND STOKE_CUDNN_LIBRARY)
+    add_library(stoke::cudnn SHARED IMPORTED)
+    set_target_properties(stoke::cudnn PROPERTIES IMPORTED_LOCATION ${STOKE_CUDNN_LIBRARY}
+                                                  INTERFACE_INCLUDE_DIRECTORIES ${STOKE_CUDNN_INCLUDE_DIR})
+    set(STOKE_HAVE_CUDNN ON)
+    message(STATUS "stoke: cuDNN found (${STOKE_CUDNN_LIBRARY})")
+  else()
+    message(STATUS "stoke: cuDNN not found (--conv-backend cudnn off: convolutions run as im2col + cuBLAS; "
+                   "set STOKE_CUDNN_ROOT)")
+  endif()
+endif()

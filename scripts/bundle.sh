@@ -15,7 +15,8 @@
 # BUNDLE_TARGETS="stoke stoke_image_cuda_test stoke_cnn_cuda_test" (42 MiB with perf_analyzer).
 # Not bundled: glibc's core libraries (the host's are used; built against glibc 2.36 here, the GPU host has
 # 2.39), the driver (libcuda) and the CUDA toolkit's libraries (cudart, cuBLAS/cuBLASLt: cuBLASLt alone is
-# ~500 MiB). The GPU host provides those in /usr/local/cuda/lib64 (CUDA 13.0); scripts/gpu_check.sh puts it on
+# ~500 MiB), nor cuDNN (libcudnn*.so.9, linked when CMake found it for --conv-backend cudnn: several hundred
+# MiB with its engine libraries; the GPU host has them in /usr/lib/x86_64-linux-gnu). The GPU host provides those in /usr/local/cuda/lib64 (CUDA 13.0); scripts/gpu_check.sh puts it on
 # LD_LIBRARY_PATH. The bundle travels as .bundle.tar.gz, which must stay under 60 MiB (the device tool
 # carries at most 64 MiB).
 #
@@ -52,6 +53,7 @@ is_system() {
   case "$(basename "$1")" in
     libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libresolv.so*|ld-linux*|libutil.so*) return 0 ;;
     libcuda.so*|libcudart.so*|libcublas.so*|libcublasLt.so*|libnvidia-*|libnvrtc*) return 0 ;;
+    libcudnn*) return 0 ;;  # cuDNN: hundreds of MiB; GPU hosts have libcudnn.so.9 on the linker path
   esac
   [[ "$1" == /usr/local/cuda* ]]
 }
@@ -86,6 +88,7 @@ cat > "$OUT/README.txt" <<TXT
 stoke bundle built $(date -u +%Y-%m-%dT%H:%M:%SZ) from commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 bin/ binaries with RPATH \$ORIGIN/../lib; lib/ their non-system shared libraries.
 Needs on the host: glibc >= 2.36, an NVIDIA driver, CUDA 13 runtime + cuBLASLt (LD_LIBRARY_PATH=/usr/local/cuda/lib64).
+cuDNN (--conv-backend cudnn) comes from the host (libcudnn.so.9 on the default linker path), never lib/.
 nvJPEG (--preprocess nvjpeg) is in lib/ when the build had it ($(ls "$OUT/lib" | grep -c nvjpeg) file(s) here).
 Run scripts/gpu_check.sh from the repo root.
 TXT

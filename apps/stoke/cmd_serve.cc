@@ -76,6 +76,7 @@ struct ServeOptions {
   std::string encoder_attention = "auto";        // encoders on CUDA: BertDeviceOptions::attention
   std::string encoder_epilogues = "fused-tanh";  // and BertDeviceOptions::epilogues
   std::string preprocess = "cpu";                // image models: cpu | gpu (resize + normalise on the GPU) | nvjpeg
+  std::string conv_backend = "auto";             // image models on the GPU: auto | cudnn | im2col
   int instances = 0;                // classic models: instances (0 = the model file's instance_group, else 1)
   int max_batch_size = 0;           // classic models: 0 = the model file's max_batch_size
   int64_t max_queue_delay_us = -1;  // classic models: -1 = the model file's max_queue_delay_microseconds
@@ -249,6 +250,7 @@ int RunServe(CLI::App* cmd, ServeOptions* bound, const Backends& backends) {
   so.encoder_attention = o.encoder_attention;
   so.encoder_epilogues = o.encoder_epilogues;
   so.image_preprocess = o.preprocess;
+  so.image_conv_backend = o.conv_backend;
   so.instances = o.instances;
   so.max_batch_size = o.max_batch_size;
   so.max_queue_delay_us = o.max_queue_delay_us;
@@ -354,6 +356,15 @@ CommandRegistrar kServe(
              "nvjpeg (JPEGs decoded on the GPU by nvJPEG too, PNG still on the CPU; needs a build with "
              "nvJPEG). gpu and nvjpeg need the model on the GPU: --device cuda")
           ->check(CLI::IsMember({"cpu", "gpu", "nvjpeg"}))
+          ->capture_default_str();
+      cmd->add_option(
+             "--conv-backend", o->conv_backend,
+             "Image models on the GPU (--device cuda): how convolutions run: cudnn (cuDNN, conv + bias "
+             "+ ReLU in one call, the fastest algorithm measured per shape), im2col (our im2col + a "
+             "cuBLAS GEMM, then bias + activation) or auto (cudnn when this build has cuDNN, else "
+             "im2col). Depthwise convs always run our direct kernel. Other than auto with the model on "
+             "the CPU: refused at load")
+          ->check(CLI::IsMember({"auto", "cudnn", "im2col"}))
           ->capture_default_str();
       cmd->add_option("--instances", o->instances,
                       "Encoder models: instances, each with its own thread pool or CUDA stream (0: the model "

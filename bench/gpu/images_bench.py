@@ -205,14 +205,19 @@ def tensor(batch):
     return np.random.RandomState(batch).randn(batch, 3, 224, 224).astype(np.float32)
 
 
-def stoke_tensor_figures(stoke, name, path, out_dir, device, batches, reps, figures, scores):
+def stoke_tensor_figures(stoke, name, path, out_dir, device, batches, reps, figures, scores, conv_backend=""):
     # A batch of 64 preprocessed 224x224 images is 64 * 3 * 224 * 224 * 4 = 38.5 MB on the wire, over the
     # default 8 MiB --max-body-bytes (413); the limit covers REST bodies and gRPC messages alike, so gRPC would
     # not avoid it. A client that sends preprocessed FP32 batches raises the limit, as here; encoded JPEGs
     # (the image form, --jpeg-p99 below) are ~100x smaller and fit the default.
     extra = ["--device", device, "--max-body-bytes", "64MiB"] + (
         ["--threads", str(os.cpu_count())] if device == "cpu" else [])
-    server = Server(stoke, path, out_dir / f"serve_{name}_{device}.log", extra)
+    engine = f"stoke serve --device {device}"
+    if conv_backend and device == "cuda":  # --conv-backends: one server per backend
+        extra += ["--conv-backend", conv_backend]
+        engine += f" --conv-backend {conv_backend}"
+    server = Server(stoke, path, out_dir / f"serve_{name}_{device}{'_' + conv_backend if conv_backend else ''}.log",
+                    extra)
     try:
         for batch in batches:
             x = tensor(batch)
@@ -224,7 +229,7 @@ def stoke_tensor_figures(stoke, name, path, out_dir, device, batches, reps, figu
                 got = server.infer(served, "input", "FP32", list(x.shape), x.tobytes())
             secs = time.perf_counter() - t0
             led = server.ledger(served, n)
-            fig = {"engine": f"stoke serve --device {device}", "model": name, "input": "FP32 tensors over REST",
+            fig = {"engine": engine, "model": name, "input": "FP32 tensors over REST",
                    "batch": batch, "images_per_s": round(n * batch / secs, 1), "ledger": led}
             if led.get("compute_ms"):
                 fig["compute_images_per_s"] = round(batch / (led["compute_ms"] / 1e3), 1)
@@ -491,6 +496,9 @@ def main():
     ap.add_argument("--budget-s", type=float, default=240, help="torch.compile only while under 60%% of this")
     ap.add_argument("--with-cpu", action="store_true", help="also stoke serve --device cpu at batch 1 and 8")
     ap.add_argument("--export-only", action="store_true", help="write the .onnx files and stop")
+    ap.add_argument("--conv-backends", default="",
+                    help="comma-separated --conv-backend values (auto,cudnn,im2col): the GPU tensor figures once "
+                         "per backend (default: the server's default only)")
     ap.add_argument("--jpeg-p99", action="store_true",
                     help="only the JPEG comparison: ResNet-50, --preprocess cpu vs gpu, concurrency 1..256, "
                          "equal p99, stoke doctor on each (writes $OUT/images_jpeg_p99.json)")
@@ -531,7 +539,9 @@ def main():
     for name, path in models.items():
         log(f"stoke {name}")
         try:
-            stoke_tensor_figures(args.stoke, name, path, out, "cuda", BATCHES, args.reps, result["figures"], scores)
+            for cb in (args.conv_backends.split(",") if args.conv_backends else [""]):
+                stoke_tensor_figures(args.stoke, name, path, out, "cuda", BATCHES, args.reps, result["figures"],
+                                     scores, cb)
             if name == "resnet50":
                 stoke_png_figures(args.stoke, name, path, out, args.reps, result["figures"])
             if args.with_cpu:

@@ -93,6 +93,7 @@ struct BatchedSpec {
   std::string encoder_attention = "auto";
   std::string encoder_epilogues = "fused-tanh";
   std::string image_preprocess = "cpu";
+  std::string image_conv_backend = "auto";
   // Encoders: the Linear weights' precision (--quantization, stoke.toml quantization), checked by the
   // output-consistency gate at load (tools/precision/encoder_gate.h) unless it is none.
   WeightQuantization quantization = WeightQuantization::kNone;
@@ -116,6 +117,7 @@ StatusOr<BatchedSpec> ReadBatchedSpec(const ModelSettings& m, const ServerOption
   s.encoder_attention = o.encoder_attention;
   s.encoder_epilogues = o.encoder_epilogues;
   s.image_preprocess = o.image_preprocess;
+  s.image_conv_backend = o.image_conv_backend;
   s.threads = o.threads;
   if (!m.source.ends_with(".json")) {
     s.kind = m.kind == "image" || IsImageModel(m.source) ? ModelKind::kImage : ModelKind::kEncoder;
@@ -219,6 +221,7 @@ StatusOr<LoadedModel> LoadBatched(const BatchedSpec& s, const std::vector<std::s
                                                           .threads = s.threads,
                                                           .preprocess = s.image_preprocess,
                                                           .device = s.device,
+                                                          .conv_backend = s.image_conv_backend,
                                                           .backends = &backends}));
     LOG_INFO("image model {}: {}", im.path, im.summary);
     path = im.path;

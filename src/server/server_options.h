@@ -87,6 +87,7 @@ struct ServerOptions {
   std::string encoder_attention = "auto";
   std::string encoder_epilogues = "fused-tanh";  // BertDeviceOptions::epilogues
   std::string image_preprocess = "cpu";  // image classifiers: where decoding and resizing run (gpu: not yet)
+  std::string image_conv_backend = "auto";  // image classifiers on a GPU: --conv-backend auto, cudnn, im2col
   int instances = 0;
   int max_batch_size = 0;
   int64_t max_queue_delay_us = -1;

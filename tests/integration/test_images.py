@@ -296,7 +296,7 @@ def test_image_model_beside_a_decoder_and_an_encoder(stoke_bin, smollm2_path, mi
 
 def test_gpu_flags_refused_clearly_where_they_cannot_run(stoke_bin, tmp_path):
     """--preprocess gpu (or nvjpeg) with the model on the CPU (device auto keeps image models there) is refused at load naming
-    --device cuda; --device cuda without CUDA in the build or without a GPU is refused saying which (on a GPU host
+    --device cuda, as is --conv-backend cudnn or im2col; --device cuda without CUDA in the build or without a GPU is refused saying which (on a GPU host
     with a CUDA build it serves: that case is bench/gpu/images.sh's)."""
     import subprocess
 
@@ -317,6 +317,15 @@ def test_gpu_flags_refused_clearly_where_they_cannot_run(stoke_bin, tmp_path):
     r = serve("--preprocess", "nvjpeg")
     assert r is not None and r.returncode != 0
     assert "--preprocess nvjpeg: the model runs on the CPU" in r.stderr, r.stderr[-2000:]
+    # --conv-backend is the GPU executor's choice: other than auto on a CPU model is a usage error, not ignored.
+    for backend in ("cudnn", "im2col"):
+        r = serve("--device", "cpu", "--conv-backend", backend)
+        assert r is not None and r.returncode != 0
+        assert f"--conv-backend {backend}: the image model runs on the CPU" in r.stderr, r.stderr[-2000:]
+        assert "--device cuda" in r.stderr, r.stderr[-2000:]
+    r = serve("--conv-backend", "winograd")  # CLI11 refuses it before anything loads
+    assert r is not None and r.returncode != 0
+    assert "--conv-backend" in r.stderr, r.stderr[-2000:]
     r = serve("--device", "cuda")
     if r is None:
         pytest.skip("this stoke has CUDA and sees a GPU: --device cuda serves")

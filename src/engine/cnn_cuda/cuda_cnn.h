@@ -4,9 +4,13 @@
 // in the plan's own buffers (reused after a value's last reader).
 //
 //   step                 on the GPU
-//   conv (general)       im2col (ours) + cuBLAS GEMM (tensor cores, fp32 accumulation), one per group
-//                        (strided batched), then bias + activation (ours, in place)
-//   conv 1x1, stride 1   the GEMM straight on the NHWC activation (no im2col)
+//   conv (general)       conv_backend cudnn (the default when the build has cuDNN): cuDNN on the NHWC
+//                        activation with KRSC weights, the algorithm measured once per shape
+//                        (cudnnFindConvolutionForwardAlgorithm), bias + ReLU fused into the call
+//                        (cudnnConvolutionBiasActivationForward); other activations ours after it.
+//                        conv_backend im2col: im2col (ours) + cuBLAS GEMM (tensor cores, fp32 accumulation),
+//                        one per group (strided batched), then bias + activation (ours, in place)
+//   conv 1x1, stride 1   im2col backend: the GEMM straight on the NHWC activation (no im2col)
 //   conv depthwise       a direct kernel with bias + activation fused
 //   add/sub/mul/div      a broadcasting kernel; an activation right after it (ResNet's add + ReLU) is fused
 //   pools, softmax, ...  one kernel each (cnn_kernels.h)
@@ -28,6 +32,9 @@ namespace stoke::cnn::cuda {
 // FailedPrecondition when no GPU is visible; errors from CUDA as Status.
 StatusOr<std::shared_ptr<CnnDeviceModel>> CreateCudaCnnModel(std::shared_ptr<const CnnModel> model,
                                                              const CnnDeviceOptions& options);
+
+// Whether this build has the cuDNN conv path (CMake found cuDNN: STOKE_WITH_CUDNN).
+bool CudnnInBuild();
 
 // For Backends::cuda_cnn (engine/cuda/cuda_backends.cc).
 CnnBackend CudaCnnBackend();

@@ -2,8 +2,11 @@
 // in memory that uses every step kind the GPU runs (conv general / 1x1 / grouped / depthwise with each fused
 // activation, BN folding, pools, add + ReLU fusion, broadcast multiply, concat, global pool, flatten, gemm,
 // softmax), at several batch sizes, in fp16 and bf16; decoded images through the GPU resize (RunImages)
-// against the CPU Preprocess + Run; bad input refused. `--onnx a.onnx[,b.onnx]` (after any --gtest_* flags) adds
-// real models (bench/gpu/images.sh passes ResNet-50 and MobileNetV2). Label gpu: skips without a device.
+// against the CPU Preprocess + Run; bad input refused. Each comparison runs with both conv backends
+// (CnnDeviceOptions::conv_backend im2col and cudnn; cudnn skips in a build without cuDNN). `--onnx
+// a.onnx[,b.onnx]` (after any --gtest_* flags) adds real models (bench/gpu/images.sh passes ResNet-50 and
+// MobileNetV2) at batch 1, 8, 32 and 64, printing per backend "NAME fp16 BACKEND batch N: max |gpu - cpu| X
+// (range R), compute T us" (T: the fastest of a few runs). Label gpu: skips without a device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -158,38 +161,68 @@ std::shared_ptr<const CnnModel> Build(const OnnxModel& m) {
   return model.ok() ? *model : nullptr;
 }
 
-// CPU and GPU on the same random input; relative tolerance `rel` of the CPU scores' range.
-void ExpectAgrees(std::shared_ptr<const CnnModel> model, std::vector<int64_t> dims,
-                  const std::string& precision, float rel, const std::string& what) {
-  const std::vector<float> x =
-      stoke::cuda::testing::RandomFloats(static_cast<size_t>(NumElements(dims)), 5, -2, 2);
+// The CPU's scores for `x` ([dims] NCHW), the reference every backend is compared with.
+struct CpuScores {
+  std::vector<float> x, want;
+  std::vector<int64_t> in_dims, dims;  // the input's, the scores'
+};
+CpuScores RunCpu(std::shared_ptr<const CnnModel> model, std::vector<int64_t> dims) {
+  CpuScores r;
+  r.in_dims = dims;
+  r.x = stoke::cuda::testing::RandomFloats(static_cast<size_t>(NumElements(dims)), 5, -2, 2);
   CnnRunner cpu(model);
   ThreadPool pool(static_cast<int>(std::max(2u, std::thread::hardware_concurrency())));
-  std::vector<float> want, got;
-  std::vector<int64_t> wd, gd;
-  STATUS_ASSERT(cpu.Run(x.data(), dims, &want, &wd, pool));
-  auto dev = CreateCudaCnnModel(model, {.device = "cuda", .precision = precision});
+  const Status st = cpu.Run(r.x.data(), dims, &r.want, &r.dims, pool);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return r;
+}
+
+// The GPU (conv backend `backend`) against the CPU's scores; relative tolerance `rel` of their range.
+// `reps` runs (the second on reuses the plan and buffers); the fastest compute is printed.
+void ExpectAgreesWith(std::shared_ptr<const CnnModel> model, const CpuScores& cpu,
+                      const std::string& precision, const std::string& backend, float rel,
+                      const std::string& what, int reps = 2) {
+  ASSERT_FALSE(cpu.want.empty()) << what << ": the CPU run failed";
+  auto dev = CreateCudaCnnModel(model, {.device = "cuda", .precision = precision, .conv_backend = backend});
   STATUS_ASSERT(dev.status());
   auto runner = (*dev)->CreateRunner();
   STATUS_ASSERT(runner.status());
   CnnDeviceTimes t;
-  for (int rep = 0; rep < 2; ++rep) {  // the second run reuses the plan and buffers
-    STATUS_ASSERT((*runner)->Run(x.data(), dims, &got, &gd, &t));
-    ASSERT_EQ(gd, wd) << what;
-    ASSERT_EQ(got.size(), want.size()) << what;
+  int64_t best_ns = INT64_MAX;
+  std::vector<float> got;
+  std::vector<int64_t> gd;
+  for (int rep = 0; rep < reps; ++rep) {
+    STATUS_ASSERT((*runner)->Run(cpu.x.data(), cpu.in_dims, &got, &gd, &t));
+    ASSERT_EQ(gd, cpu.dims) << what;
+    ASSERT_EQ(got.size(), cpu.want.size()) << what;
     for (float v : got) ASSERT_TRUE(std::isfinite(v)) << what << ": a non-finite score";
+    EXPECT_GT(t.compute_ns, 0) << what;
+    best_ns = std::min(best_ns, t.compute_ns);
   }
-  const Compared c = Compare(want, got, wd.back(), rel);
-  EXPECT_LE(c.max_abs, c.tol) << what << " " << precision << ": max |gpu - cpu| " << c.max_abs
-                              << " over a range of " << c.range;
-  EXPECT_EQ(c.top1_mismatch, 0) << what << " " << precision;
-  EXPECT_GT(t.compute_ns, 0) << what;
-  std::cout << what << " " << precision << " batch " << dims[0] << ": max |gpu - cpu| " << c.max_abs
-            << " (range " << c.range << "), compute " << t.compute_ns / 1000 << " us\n";
+  const Compared c = Compare(cpu.want, got, cpu.dims.back(), rel);
+  EXPECT_LE(c.max_abs, c.tol) << what << " " << precision << " " << backend << ": max |gpu - cpu| "
+                              << c.max_abs << " over a range of " << c.range;
+  EXPECT_EQ(c.top1_mismatch, 0) << what << " " << precision << " " << backend;
+  std::cout << what << " " << precision << " " << backend << " batch " << cpu.in_dims[0]
+            << ": max |gpu - cpu| " << c.max_abs << " (range " << c.range << "), compute " << best_ns / 1000
+            << " us\n";
 }
 
-TEST(CudaCnnTest, SmallNetMatchesTheCpu) {
-  SKIP_WITHOUT_GPU();
+// Both conv backends run every comparison; cudnn skips in a build without cuDNN.
+class CudaCnnBackendTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    SKIP_WITHOUT_GPU();
+    if (GetParam() == "cudnn" && !CudnnInBuild()) GTEST_SKIP() << "this build has no cuDNN";
+  }
+  // CPU and GPU on the same random input.
+  void ExpectAgrees(std::shared_ptr<const CnnModel> model, std::vector<int64_t> dims,
+                    const std::string& precision, float rel, const std::string& what) {
+    ExpectAgreesWith(model, RunCpu(model, std::move(dims)), precision, GetParam(), rel, what);
+  }
+};
+
+TEST_P(CudaCnnBackendTest, SmallNetMatchesTheCpu) {
   auto model = Build(SmallNet(10, 32, false));
   ASSERT_NE(model, nullptr);
   for (int64_t batch : {1, 3, 8}) {
@@ -200,8 +233,7 @@ TEST(CudaCnnTest, SmallNetMatchesTheCpu) {
 }
 
 // One step kind per graph, so a failure names the kernel: [N, 3, 20, 20] -> a 3->8 stem conv -> the op.
-TEST(CudaCnnTest, EachStepKindAloneMatchesTheCpu) {
-  SKIP_WITHOUT_GPU();
+TEST_P(CudaCnnBackendTest, EachStepKindAloneMatchesTheCpu) {
   struct OneOp {
     const char* name;
     std::function<std::string(Net&, const std::string&)> op;  // x: [N, 8, 20, 20]
@@ -257,16 +289,14 @@ TEST(CudaCnnTest, EachStepKindAloneMatchesTheCpu) {
   }
 }
 
-TEST(CudaCnnTest, SoftmaxHeadMatchesTheCpu) {
-  SKIP_WITHOUT_GPU();
+TEST_P(CudaCnnBackendTest, SoftmaxHeadMatchesTheCpu) {
   auto model = Build(SmallNet(7, 24, true));
   ASSERT_NE(model, nullptr);
   ExpectAgrees(model, {4, 3, 24, 24}, "fp16", 1e-2f, "softmax head");
 }
 
 // RunImages: RGB8 images resized and normalised on the device, against the CPU Preprocess + CnnRunner.
-TEST(CudaCnnTest, RunImagesMatchesCpuPreprocessAndRun) {
-  SKIP_WITHOUT_GPU();
+TEST_P(CudaCnnBackendTest, RunImagesMatchesCpuPreprocessAndRun) {
   auto model = Build(SmallNet(10, 32, false));
   ASSERT_NE(model, nullptr);
   image::PreprocessConfig cfg;
@@ -293,7 +323,7 @@ TEST(CudaCnnTest, RunImagesMatchesCpuPreprocessAndRun) {
   std::vector<float> want, got;
   std::vector<int64_t> wd, gd;
   STATUS_ASSERT(cpu.Run(x.data(), {static_cast<int64_t>(imgs.size()), 3, 32, 32}, &want, &wd, pool));
-  auto dev = CreateCudaCnnModel(model, {});
+  auto dev = CreateCudaCnnModel(model, {.conv_backend = GetParam()});
   STATUS_ASSERT(dev.status());
   auto runner = (*dev)->CreateRunner();
   STATUS_ASSERT(runner.status());
@@ -331,10 +361,21 @@ TEST(CudaCnnTest, BadInputIsAnErrorNotACrash) {
   STATUS_ASSERT((*runner)->Run(x.data(), {1, 3, 32, 32}, &out, &od, nullptr));
   EXPECT_EQ(out.size(), 10u);
   EXPECT_EQ(CreateCudaCnnModel(model, {.precision = "fp8"}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(CreateCudaCnnModel(model, {.conv_backend = "winograd"}).status().code(),
+            StatusCode::kInvalidArgument);
+  if (!CudnnInBuild()) {
+    EXPECT_EQ(CreateCudaCnnModel(model, {.conv_backend = "cudnn"}).status().code(),
+              StatusCode::kFailedPrecondition);
+  }
 }
 
+INSTANTIATE_TEST_SUITE_P(ConvBackends, CudaCnnBackendTest, ::testing::Values("im2col", "cudnn"),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
+
 // Real models from files, `--onnx resnet50.onnx,mobilenet_v2.onnx` (main, below) (fixed or dynamic
-// [N, 3, H, W]; dynamic H, W run at 224). Batch 1 and 8, fp16.
+// [N, 3, H, W]; dynamic H, W run at 224). Batch 1, 8, 32 and 64 (a fixed batch: that one), fp16, each conv
+// backend against one CPU run; 5 runs each, the fastest compute printed (the bench hook: throughput per
+// backend = batch / compute).
 std::string g_onnx_files;  // set by main before the tests run
 
 TEST(CudaCnnTest, OnnxFilesMatchTheCpu) {
@@ -347,10 +388,14 @@ TEST(CudaCnnTest, OnnxFilesMatchTheCpu) {
     ASSERT_TRUE(model.ok()) << path << ": " << model.status().message();
     std::vector<int64_t> d = (*model)->input_dims();
     ASSERT_EQ(d.size(), 4u) << path;
-    for (int64_t batch : {1, 8}) {
+    const std::string name = path.substr(path.find_last_of('/') + 1);
+    for (int64_t batch : {1, 8, 32, 64}) {
       if (d[0] > 0 && batch != d[0]) continue;
-      const std::vector<int64_t> dims = {batch, 3, d[2] > 0 ? d[2] : 224, d[3] > 0 ? d[3] : 224};
-      ExpectAgrees(*model, dims, "fp16", 2e-2f, path);
+      const CpuScores cpu = RunCpu(*model, {batch, 3, d[2] > 0 ? d[2] : 224, d[3] > 0 ? d[3] : 224});
+      for (const char* backend : {"im2col", "cudnn"}) {
+        if (std::string(backend) == "cudnn" && !CudnnInBuild()) continue;
+        ExpectAgreesWith(*model, cpu, "fp16", backend, 2e-2f, name, 5);
+      }
     }
   }
 }

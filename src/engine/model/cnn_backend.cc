@@ -10,11 +10,22 @@ StatusOr<std::shared_ptr<CnnDeviceModel>> LoadCnnOnDevice(std::shared_ptr<const 
   if (options.precision != "fp16" && options.precision != "bf16") {
     return InvalidArgumentError("image model precision '{}': expected fp16 or bf16", options.precision);
   }
+  if (options.conv_backend != "auto" && options.conv_backend != "cudnn" && options.conv_backend != "im2col") {
+    return InvalidArgumentError("--conv-backend '{}': expected auto, cudnn or im2col", options.conv_backend);
+  }
   const CnnBackend& b = backends.cuda_cnn;
   const bool usable = b.create != nullptr && (b.available == nullptr || b.available());
   std::string device = options.device.empty() ? "auto" : options.device;
   if (device == "auto") device = usable ? "cuda" : "cpu";
-  if (device == "cpu") return std::shared_ptr<CnnDeviceModel>();
+  if (device == "cpu") {
+    if (options.conv_backend != "auto") {
+      return InvalidArgumentError(
+          "--conv-backend {}: the image model runs on the CPU, where convolutions are im2col + sgemm; the "
+          "choice is for the GPU executor (--device cuda)",
+          options.conv_backend);
+    }
+    return std::shared_ptr<CnnDeviceModel>();
+  }
   if (device != "cuda") {
     return InvalidArgumentError("unknown device '{}' (expected cpu, cuda or auto)", options.device);
   }

@@ -83,6 +83,10 @@ struct CnnDeviceOptions {
   // Weights and activations on the device: "fp16" (tensor cores, fp32 accumulation; ImageNet CNNs stay far
   // inside its range) or "bf16" (more range, 3 fewer mantissa bits).
   std::string precision = "fp16";
+  // How the device runs the non-depthwise convolutions: "cudnn" (cuDNN, conv + bias (+ ReLU) in one call,
+  // the algorithm found per shape), "im2col" (our im2col + a cuBLAS GEMM, then bias + activation), or "auto"
+  // (cudnn when the build has cuDNN, else im2col). Depthwise convs always run our direct kernel.
+  std::string conv_backend = "auto";
 };
 
 // A device CNN backend (engine/cnn_cuda: CudaCnnBackend()), carried in Backends::cuda_cnn. `available`: a
@@ -95,7 +99,8 @@ struct CnnBackend {
 
 // "cpu" (or "auto" without a usable backends.cuda_cnn): nullptr, run cnn::CnnRunner. "cuda": the model
 // uploaded by backends.cuda_cnn, or FailedPrecondition saying why not (built without CUDA, no GPU).
-// Anything else, or an unknown precision: InvalidArgument.
+// Anything else, an unknown precision or conv_backend, or a conv_backend other than auto for a model that
+// stays on the CPU: InvalidArgument.
 StatusOr<std::shared_ptr<CnnDeviceModel>> LoadCnnOnDevice(std::shared_ptr<const cnn::CnnModel> model,
                                                           const CnnDeviceOptions& options,
                                                           const Backends& backends);

@@ -12,6 +12,7 @@ namespace {
 struct Calls {
   int creates = 0;
   std::string precision;
+  std::string conv_backend;
 };
 Calls g_calls;
 bool g_visible = true;
@@ -26,6 +27,7 @@ StatusOr<std::shared_ptr<CnnDeviceModel>> FakeCreate(std::shared_ptr<const cnn::
                                                      const CnnDeviceOptions& o) {
   ++g_calls.creates;
   g_calls.precision = o.precision;
+  g_calls.conv_backend = o.conv_backend;
   return std::shared_ptr<CnnDeviceModel>(std::make_shared<NoDevice>());
 }
 bool FakeVisible() {
@@ -71,6 +73,30 @@ TEST(CnnBackendTest, FakeCudaValueGetsTheModel) {
   auto c = LoadCnnOnDevice(AnyModel(), {.device = "cuda"}, fake);
   EXPECT_EQ(c.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(c.status().message().find("no CUDA GPU is visible"), std::string::npos);
+  EXPECT_EQ(g_calls.creates, 1);
+}
+
+// --conv-backend: passed to the device; refused when unknown, and when the model stays on the CPU (the
+// choice is the GPU executor's: a usage error beats a flag silently ignored).
+TEST(CnnBackendTest, ConvBackendReachesTheDeviceAndIsRefusedOnTheCpu) {
+  Backends fake = CpuBackends();
+  fake.cuda_cnn = {.create = &FakeCreate, .available = &FakeVisible};
+  g_calls = {};
+  g_visible = true;
+  auto a = LoadCnnOnDevice(AnyModel(), {.device = "cuda", .conv_backend = "im2col"}, fake);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(g_calls.conv_backend, "im2col");
+  auto bad = LoadCnnOnDevice(AnyModel(), {.device = "cuda", .conv_backend = "winograd"}, fake);
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("expected auto, cudnn or im2col"), std::string::npos);
+  for (const char* backend : {"cudnn", "im2col"}) {
+    auto cpu = LoadCnnOnDevice(AnyModel(), {.device = "cpu", .conv_backend = backend}, CpuBackends());
+    EXPECT_EQ(cpu.status().code(), StatusCode::kInvalidArgument) << backend;
+    EXPECT_NE(cpu.status().message().find("--device cuda"), std::string::npos) << cpu.status().message();
+  }
+  auto cpu_auto = LoadCnnOnDevice(AnyModel(), {.device = "cpu", .conv_backend = "auto"}, CpuBackends());
+  ASSERT_TRUE(cpu_auto.ok());
+  EXPECT_EQ(*cpu_auto, nullptr);
   EXPECT_EQ(g_calls.creates, 1);
 }
 

@@ -28,8 +28,12 @@ StatusOr<LoadedImageModel> LoadImageModel(const ImageServeSpec& spec) {
   // On a GPU the weights are uploaded once and shared by both forms' instances.
   const Backends cpu_only = CpuBackends();
   ImageDevice dev;
-  ASSIGN_OR_RETURN(dev.model, LoadCnnOnDevice(model, {.device = device, .precision = spec.precision},
-                                              spec.backends != nullptr ? *spec.backends : cpu_only));
+  ASSIGN_OR_RETURN(dev.model,
+                   LoadCnnOnDevice(model,
+                                   {.device = device,
+                                    .precision = spec.precision,
+                                    .conv_backend = spec.conv_backend.empty() ? "auto" : spec.conv_backend},
+                                   spec.backends != nullptr ? *spec.backends : cpu_only));
   dev.gpu_preprocess = spec.preprocess == "gpu" || spec.preprocess == "nvjpeg";
   dev.gpu_decode = spec.preprocess == "nvjpeg";
   image::ImageModelConfig config;

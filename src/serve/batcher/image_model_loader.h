@@ -22,6 +22,8 @@ struct ImageServeSpec {
                                        // nvjpeg (decode with nvJPEG on the GPU too)
   std::string device = "cpu";          // cpu | cuda | auto (cuda when `backends` has a usable GPU)
   std::string precision = "fp16";      // on a GPU: fp16 | bf16 (CnnDeviceOptions::precision)
+  std::string conv_backend = "auto";   // on a GPU: auto | cudnn | im2col (CnnDeviceOptions::conv_backend);
+                                       // other than auto with the model on the CPU: InvalidArgument
   const Backends* backends = nullptr;  // null: the CPU only
 };
 
