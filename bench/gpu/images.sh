@@ -12,7 +12,8 @@
 #            (real photos) vs onnxruntime;
 #   jpeg:    images_bench.py --jpeg-p99: ResNet-50 on 1920x1280 JPEG photos, --preprocess cpu, gpu and nvjpeg
 #            (IMAGES_JPEG_PREPROCESS, comma-separated; IMAGES_POINT_S seconds per concurrency point, default 5;
-#            IMAGES_BUDGET_S: the tensors part's time budget, torch.compile only while under 60 % of it), `stoke
+#            IMAGES_BUDGET_S: the tensors part's time budget, torch.compile only while under 60 % of it;
+#            IMAGES_CONV_BACKENDS, e.g. cudnn,im2col: the served tensor figures once per --conv-backend), `stoke
 #            bench --bytes-input` at concurrency 1..256 (requests/s at equal p99) and `stoke doctor
 #            --bytes-input` against each configuration (host_bound or not).
 #
@@ -56,7 +57,8 @@ fi
 if [[ $PARTS == *" tensors "* ]]; then
   echo "== tensors (stoke serve --device cuda vs PyTorch)"
   if ! timeout 420 python3 bench/gpu/images_bench.py --stoke "$BUNDLE/bin/stoke" --out "$OUT" \
-    --budget-s "${IMAGES_BUDGET_S:-240}" 2> "$OUT/images_bench.log"; then
+    --budget-s "${IMAGES_BUDGET_S:-240}" --conv-backends "${IMAGES_CONV_BACKENDS:-}" \
+    2> "$OUT/images_bench.log"; then
     rc=1; tail -20 "$OUT/images_bench.log"
   fi
 fi
