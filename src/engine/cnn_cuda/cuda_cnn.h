@@ -4,7 +4,8 @@
 // in the plan's own buffers (reused after a value's last reader).
 //
 //   step                 on the GPU
-//   conv (general)       conv_backend cudnn (the default when the build has cuDNN): cuDNN on the NHWC
+//   conv (general)       conv_backend cudnn (auto: from a batch of 32 images, when the build has cuDNN; below
+//                        that im2col, measured faster at small batches): cuDNN on the NHWC
 //                        activation with KRSC weights, the algorithm measured once per shape
 //                        (cudnnFindConvolutionForwardAlgorithm), bias + ReLU fused into the call
 //                        (cudnnConvolutionBiasActivationForward); other activations ours after it.

@@ -369,7 +369,7 @@ TEST(CudaCnnTest, BadInputIsAnErrorNotACrash) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(ConvBackends, CudaCnnBackendTest, ::testing::Values("im2col", "cudnn"),
+INSTANTIATE_TEST_SUITE_P(ConvBackends, CudaCnnBackendTest, ::testing::Values("im2col", "cudnn", "auto"),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 // Real models from files, `--onnx resnet50.onnx,mobilenet_v2.onnx` (main, below) (fixed or dynamic
