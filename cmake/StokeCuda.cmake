@@ -32,6 +32,20 @@ endif()
 # another folder holding include/ and lib/. Found: the imported target stoke::nvjpeg and STOKE_HAVE_NVJPEG ON;
 # the binaries then carry the library's folder in their RPATH and scripts/bundle.sh copies it into .bundle/lib.
 set(STOKE_HAVE_NVJPEG OFF)
+# An optional shared library found by header and library: the imported target `target`, `have_var` ON in the
+# caller's scope, and a status line saying which (with `missing`, what its absence turns off).
+function(stoke_optional_library target have_var what include_dir library missing)
+  if(include_dir AND library)
+    add_library(${target} SHARED IMPORTED)
+    set_target_properties(${target} PROPERTIES IMPORTED_LOCATION ${library}
+                                               INTERFACE_INCLUDE_DIRECTORIES ${include_dir})
+    set(${have_var} ON PARENT_SCOPE)
+    message(STATUS "stoke: ${what} found (${library})")
+  else()
+    message(STATUS "stoke: ${what} not found (${missing})")
+  endif()
+endfunction()
+
 if(STOKE_HAVE_CUDA)
   file(GLOB _stoke_nvjpeg_wheel LIST_DIRECTORIES true
        ${PROJECT_SOURCE_DIR}/.venv/lib/python3*/site-packages/nvidia/cu13)
@@ -40,16 +54,9 @@ if(STOKE_HAVE_CUDA)
             PATH_SUFFIXES include NO_DEFAULT_PATH)
   find_library(STOKE_NVJPEG_LIBRARY NAMES nvjpeg libnvjpeg.so.13 HINTS ${_stoke_nvjpeg_hints}
                ${CUDAToolkit_LIBRARY_DIR} PATH_SUFFIXES lib lib64 NO_DEFAULT_PATH)
-  if(STOKE_NVJPEG_INCLUDE_DIR AND STOKE_NVJPEG_LIBRARY)
-    add_library(stoke::nvjpeg SHARED IMPORTED)
-    set_target_properties(stoke::nvjpeg PROPERTIES IMPORTED_LOCATION ${STOKE_NVJPEG_LIBRARY}
-                                                   INTERFACE_INCLUDE_DIRECTORIES ${STOKE_NVJPEG_INCLUDE_DIR})
-    set(STOKE_HAVE_NVJPEG ON)
-    message(STATUS "stoke: nvJPEG found (${STOKE_NVJPEG_LIBRARY})")
-  else()
-    message(STATUS "stoke: nvJPEG not found (GPU JPEG decoding off; scripts/setup.sh installs the "
-                   "nvidia-nvjpeg wheel into .venv, or set STOKE_NVJPEG_ROOT)")
-  endif()
+  stoke_optional_library(stoke::nvjpeg STOKE_HAVE_NVJPEG nvJPEG "${STOKE_NVJPEG_INCLUDE_DIR}"
+                         "${STOKE_NVJPEG_LIBRARY}" "GPU JPEG decoding off; scripts/setup.sh installs the \
+nvidia-nvjpeg wheel into .venv, or set STOKE_NVJPEG_ROOT")
 endif()
 
 # cuDNN (the CNN executor's convolutions, engine/cnn_cuda/cuda_cnn.cc: --conv-backend cudnn) is optional:
@@ -63,14 +70,7 @@ if(STOKE_HAVE_CUDA)
             ${CUDAToolkit_LIBRARY_ROOT} PATH_SUFFIXES include)
   find_library(STOKE_CUDNN_LIBRARY NAMES cudnn libcudnn.so.9 HINTS ${STOKE_CUDNN_ROOT} ${CUDAToolkit_LIBRARY_DIR}
                ${CUDAToolkit_LIBRARY_ROOT} PATH_SUFFIXES lib lib64 lib/x86_64-linux-gnu)
-  if(STOKE_CUDNN_INCLUDE_DIR AND STOKE_CUDNN_LIBRARY)
-    add_library(stoke::cudnn SHARED IMPORTED)
-    set_target_properties(stoke::cudnn PROPERTIES IMPORTED_LOCATION ${STOKE_CUDNN_LIBRARY}
-                                                  INTERFACE_INCLUDE_DIRECTORIES ${STOKE_CUDNN_INCLUDE_DIR})
-    set(STOKE_HAVE_CUDNN ON)
-    message(STATUS "stoke: cuDNN found (${STOKE_CUDNN_LIBRARY})")
-  else()
-    message(STATUS "stoke: cuDNN not found (--conv-backend cudnn off: convolutions run as im2col + cuBLAS; "
-                   "set STOKE_CUDNN_ROOT)")
-  endif()
+  stoke_optional_library(stoke::cudnn STOKE_HAVE_CUDNN cuDNN "${STOKE_CUDNN_INCLUDE_DIR}"
+                         "${STOKE_CUDNN_LIBRARY}" "--conv-backend cudnn off: convolutions run as im2col + \
+cuBLAS; set STOKE_CUDNN_ROOT")
 endif()

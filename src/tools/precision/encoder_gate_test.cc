@@ -13,30 +13,15 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/loader/model_registry.h"
+#include "tools/precision/minilm_gate_fixture.h"
 #include "tools/precision/serve_gate.h"
 #include "tools/precision/text_chunker.h"
 
 namespace stoke::precision {
 namespace {
 
-class MiniLmEncoderGate : public ::testing::Test {
+class MiniLmEncoderGate : public MiniLmGateFixture {
  protected:
-  void SetUp() override {
-    path_ = DefaultModelDir() + "/all-minilm-l6-v2";
-    struct stat st {};
-    if (::stat((path_ + "/model.safetensors").c_str(), &st) != 0)
-      GTEST_SKIP() << path_ << " is absent (stoke model fetch all-minilm-l6-v2)";
-    auto text = ReadGateText("");
-    if (!text.ok()) GTEST_SKIP() << "no default gate text";
-    text_ = std::move(text).value();
-    auto tok = LoadTokenizer(path_);
-    ASSERT_TRUE(tok.ok()) << tok.status().ToString();
-    tok_ = std::move(tok).value();
-    auto ref = BertEncoder::Load(path_);
-    ASSERT_TRUE(ref.ok()) << ref.status().ToString();
-    reference_ = std::move(ref).value();
-  }
-
   GateReport Check(float multiplier) {
     BertDeviceOptions o{
         .device = "cpu", .quantization = WeightQuantization::kFp8, .fp8_scale_multiplier = multiplier};
@@ -51,9 +36,6 @@ class MiniLmEncoderGate : public ::testing::Test {
     return *r;
   }
 
-  std::string path_, text_;
-  std::unique_ptr<Tokenizer> tok_;
-  std::shared_ptr<const BertEncoder> reference_;
 };
 
 // Measured on the development machine (docs/precision.md): mean_cosine 0.99848, min_cosine 0.99731 over 64

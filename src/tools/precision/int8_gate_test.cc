@@ -13,6 +13,7 @@
 #include "engine/loader/model_registry.h"
 #include "tools/precision/calibration.h"
 #include "tools/precision/encoder_gate.h"
+#include "tools/precision/minilm_gate_fixture.h"
 #include "tools/precision/text_chunker.h"
 
 namespace stoke::precision {
@@ -20,23 +21,12 @@ namespace {
 
 constexpr const char* kCalibrationText = "/usr/share/common-licenses/GPL-2";
 
-class MiniLmInt8Gate : public ::testing::Test {
+class MiniLmInt8Gate : public MiniLmGateFixture {
  protected:
   void SetUp() override {
-    path_ = DefaultModelDir() + "/all-minilm-l6-v2";
     struct stat st {};
-    if (::stat((path_ + "/model.safetensors").c_str(), &st) != 0)
-      GTEST_SKIP() << path_ << " is absent (stoke model fetch all-minilm-l6-v2)";
     if (::stat(kCalibrationText, &st) != 0) GTEST_SKIP() << kCalibrationText << " is absent";
-    auto text = ReadGateText("");
-    if (!text.ok()) GTEST_SKIP() << "no default gate text";
-    text_ = std::move(text).value();
-    auto tok = LoadTokenizer(path_);
-    ASSERT_TRUE(tok.ok()) << tok.status().ToString();
-    tok_ = std::move(tok).value();
-    auto ref = BertEncoder::Load(path_);
-    ASSERT_TRUE(ref.ok()) << ref.status().ToString();
-    reference_ = std::move(ref).value();
+    MiniLmGateFixture::SetUp();
   }
 
   // The int8 encoder calibrated on GPL-2 at `percentile` (static scales only), activation scales x
@@ -65,9 +55,6 @@ class MiniLmInt8Gate : public ::testing::Test {
     return *r;
   }
 
-  std::string path_, text_;
-  std::unique_ptr<Tokenizer> tok_;
-  std::shared_ptr<const BertEncoder> reference_;
 };
 
 TEST_F(MiniLmInt8Gate, RefusedWithoutCalibrationData) {
