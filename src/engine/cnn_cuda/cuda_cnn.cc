@@ -2,9 +2,6 @@
 
 #include <cublas_v2.h>
 #include <fmt/format.h>
-#ifdef STOKE_WITH_CUDNN
-#include <cudnn.h>
-#endif
 
 #include <algorithm>
 #include <array>
@@ -15,124 +12,18 @@
 #include "base/clock.h"
 #include "base/half.h"
 #include "engine/cnn_cuda/cnn_kernels.h"
+#include "engine/cnn_cuda/cudnn_conv.h"
 #include "engine/cnn_cuda/device_memory.h"
 #include "engine/image/preprocess.h"
 #include "engine/image_cuda/jpeg_decode_gpu.h"
 #include "engine/image_cuda/resize_normalize.h"
+#include "kernels/cuda/cublas_check.h"
 #include "kernels/cuda/device.h"
 
 namespace stoke::cnn::cuda {
 namespace {
 
 constexpr size_t kElem = 2;  // bytes of one fp16 / bf16 activation or weight
-
-Status CublasError(cublasStatus_t st, const char* what) {
-  return InternalError("cuBLAS {}: {}", what, cublasGetStatusString(st));
-}
-#define CUBLAS_RETURN_IF_ERROR(expr, what)                         \
-  do {                                                             \
-    const cublasStatus_t _s = (expr);                              \
-    if (_s != CUBLAS_STATUS_SUCCESS) return CublasError(_s, what); \
-  } while (0)
-
-#ifdef STOKE_WITH_CUDNN
-Status CudnnError(cudnnStatus_t st, const char* what) {
-  return InternalError("cuDNN {}: {}", what, cudnnGetErrorString(st));
-}
-#define CUDNN_RETURN_IF_ERROR(expr, what)                        \
-  do {                                                           \
-    const cudnnStatus_t _s = (expr);                             \
-    if (_s != CUDNN_STATUS_SUCCESS) return CudnnError(_s, what); \
-  } while (0)
-
-// cuDNN's largest workspace we accept for one conv (an algorithm asking more is passed over).
-constexpr size_t kMaxCudnnWorkspace = size_t{1} << 30;
-
-// One conv step's cuDNN setup for one input shape: NHWC tensors, the KRSC filter (our packed weights without
-// the im2col path's row padding), cross-correlation with fp32 accumulation on tensor cores, and the algorithm
-// found for it.
-struct CudnnConv {
-  cudnnTensorDescriptor_t x = nullptr, y = nullptr, bias = nullptr;
-  cudnnFilterDescriptor_t w = nullptr;
-  cudnnConvolutionDescriptor_t conv = nullptr;
-  cudnnActivationDescriptor_t act = nullptr;
-  cudnnConvolutionFwdAlgo_t algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
-  size_t workspace = 0;
-  // cudnnConvolutionBiasActivationForward (conv + bias, + ReLU when `relu`); else cudnnConvolutionForward and
-  // our bias + activation pass. Cleared at run time if cuDNN refuses the fused call (NOT_SUPPORTED or
-  // BAD_PARAM for this algorithm / data type).
-  mutable bool fused = false;
-  bool relu = false;
-
-  CudnnConv() = default;
-  CudnnConv(const CudnnConv&) = delete;
-  CudnnConv& operator=(const CudnnConv&) = delete;
-  ~CudnnConv() {
-    if (x != nullptr) cudnnDestroyTensorDescriptor(x);
-    if (y != nullptr) cudnnDestroyTensorDescriptor(y);
-    if (bias != nullptr) cudnnDestroyTensorDescriptor(bias);
-    if (w != nullptr) cudnnDestroyFilterDescriptor(w);
-    if (conv != nullptr) cudnnDestroyConvolutionDescriptor(conv);
-    if (act != nullptr) cudnnDestroyActivationDescriptor(act);
-  }
-
-  Status Describe(const cpu::Conv2dShape& c, cudnnDataType_t dt) {
-    const int64_t dims[] = {c.batch, c.in_h,  c.in_w,     c.in_c,    c.out_h,
-                            c.out_w, c.out_c, c.kernel_h, c.kernel_w};
-    for (int64_t d : dims) {
-      if (d > INT32_MAX) return InvalidArgumentError("a conv dimension of {} is over cuDNN's 32 bits", d);
-    }
-    auto i32 = [](int64_t v) { return static_cast<int>(v); };
-    CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&x), "create tensor descriptor");
-    CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&y), "create tensor descriptor");
-    CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&bias), "create tensor descriptor");
-    CUDNN_RETURN_IF_ERROR(cudnnCreateFilterDescriptor(&w), "create filter descriptor");
-    CUDNN_RETURN_IF_ERROR(cudnnCreateConvolutionDescriptor(&conv), "create convolution descriptor");
-    CUDNN_RETURN_IF_ERROR(cudnnCreateActivationDescriptor(&act), "create activation descriptor");
-    CUDNN_RETURN_IF_ERROR(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NHWC, dt, i32(c.batch), i32(c.in_c),
-                                                     i32(c.in_h), i32(c.in_w)),
-                          "input descriptor");
-    CUDNN_RETURN_IF_ERROR(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NHWC, dt, i32(c.batch), i32(c.out_c),
-                                                     i32(c.out_h), i32(c.out_w)),
-                          "output descriptor");
-    CUDNN_RETURN_IF_ERROR(cudnnSetTensor4dDescriptor(bias, CUDNN_TENSOR_NHWC, dt, 1, i32(c.out_c), 1, 1),
-                          "bias descriptor");
-    CUDNN_RETURN_IF_ERROR(
-        cudnnSetFilter4dDescriptor(w, dt, CUDNN_TENSOR_NHWC, i32(c.out_c), i32(c.in_c / c.groups),
-                                   i32(c.kernel_h), i32(c.kernel_w)),
-        "filter descriptor");
-    // Padding: cuDNN's is symmetric (the plan's top/left here). Where the plan's bottom/right padding differs
-    // but the output size comes out the same, both read the same windows (outside the image: zeros); where
-    // the size differs, Unimplemented below and the step runs im2col.
-    CUDNN_RETURN_IF_ERROR(
-        cudnnSetConvolution2dDescriptor(conv, i32(c.pad_top), i32(c.pad_left), i32(c.stride_h),
-                                        i32(c.stride_w), i32(c.dilation_h), i32(c.dilation_w),
-                                        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
-        "convolution descriptor");
-    CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionGroupCount(conv, i32(c.groups)), "group count");
-    CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(conv, CUDNN_TENSOR_OP_MATH), "math type");
-    int n = 0, oc = 0, oh = 0, ow = 0;
-    CUDNN_RETURN_IF_ERROR(cudnnGetConvolution2dForwardOutputDim(conv, x, w, &n, &oc, &oh, &ow), "output dim");
-    if (oh != c.out_h || ow != c.out_w || oc != c.out_c) {
-      return UnimplementedError(
-          "cuDNN's output {}x{}x{} differs from the plan's {}x{}x{} (asymmetric padding)", oh, ow, oc,
-          c.out_h, c.out_w, c.out_c);
-    }
-    return OkStatus();
-  }
-};
-
-// What cudnnFindConvolutionForwardAlgorithm chose for one conv geometry (cached per runner: ResNet repeats
-// its shapes, and each batch size is a new plan).
-struct CudnnChoice {
-  bool supported = false;
-  cudnnConvolutionFwdAlgo_t algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
-  cudnnMathType_t math = CUDNN_TENSOR_OP_MATH;
-  size_t workspace = 0;
-  bool fused = false;
-};
-using CudnnKey = std::array<int64_t, 17>;
-#endif
 
 int64_t RoundUp8(int64_t v) {
   return (v + 7) / 8 * 8;
@@ -172,9 +63,7 @@ class CudaCnnModel final : public CnnDeviceModel, public std::enable_shared_from
   CudaCnnModel(std::shared_ptr<const CnnModel> model, CnnDeviceOptions options, std::string name)
       : model_(std::move(model)), options_(std::move(options)), name_(std::move(name)) {
     elem_ = options_.precision == "bf16" ? ElemType::kBF16 : ElemType::kF16;
-#ifdef STOKE_WITH_CUDNN
-    cudnn_ = options_.conv_backend != "im2col";
-#endif
+    cudnn_ = options_.conv_backend != "im2col" && CudnnInBuild();
   }
 
   std::string device_name() const override {
@@ -287,9 +176,7 @@ struct GpuPlan {
   std::map<int, DeviceMemory> consts;  // value id -> its 16-bit copy
   std::vector<bool> fused;             // per step: an activation folded into the step before it
   int64_t im2col_elems = 0;            // the largest im2col matrix of any conv step
-#ifdef STOKE_WITH_CUDNN
-  std::vector<std::unique_ptr<CudnnConv>> cudnn;  // per step: the conv's cuDNN setup; null: not through cuDNN
-#endif
+  std::vector<CudnnConvStepPtr> cudnn;  // per step: the conv's cuDNN setup; null: not through cuDNN
 };
 
 class CudaCnnRunner final : public CnnDeviceRunner {
@@ -299,10 +186,8 @@ class CudaCnnRunner final : public CnnDeviceRunner {
     for (cudaEvent_t e : ev_)
       if (e != nullptr) cudaEventDestroy(e);
     if (blas_ != nullptr) cublasDestroy(blas_);
-#ifdef STOKE_WITH_CUDNN
-    plans_.clear();  // their descriptors before the handle
-    if (dnn_ != nullptr) cudnnDestroy(dnn_);
-#endif
+    plans_.clear();  // their cuDNN descriptors before the handle
+    dnn_.reset();
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
@@ -310,15 +195,11 @@ class CudaCnnRunner final : public CnnDeviceRunner {
     CUDA_RETURN_IF_ERROR(cudaSetDevice(model_->gpu_index()));
     CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     for (cudaEvent_t& e : ev_) CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
-    CUBLAS_RETURN_IF_ERROR(cublasCreate(&blas_), "create");
-    CUBLAS_RETURN_IF_ERROR(cublasSetStream(blas_, stream_), "set stream");
-#ifdef STOKE_WITH_CUDNN
+    CUBLAS_RETURN_IF_ERROR(cublasCreate(&blas_));
+    CUBLAS_RETURN_IF_ERROR(cublasSetStream(blas_, stream_));
     if (model_->cudnn_compiled_in()) {
-      CUDNN_RETURN_IF_ERROR(cudnnCreate(&dnn_),
-                            "create (is libcudnn.so.9 with its engine libraries installed?)");
-      CUDNN_RETURN_IF_ERROR(cudnnSetStream(dnn_, stream_), "set stream");
+      ASSIGN_OR_RETURN(dnn_, CudnnConvs::Create(stream_));
     }
-#endif
     return OkStatus();
   }
 
@@ -447,13 +328,13 @@ class CudaCnnRunner final : public CnnDeviceRunner {
         const NodeWeights* w = model_->Weights(s.node);
         if (w == nullptr) return InternalError("{}: no device weights", s.node->src.Describe());
         bool im2col = !w->depthwise;
-#ifdef STOKE_WITH_CUDNN
         if (!w->depthwise && model_->cudnn(s.conv.batch)) {
           gp->cudnn.resize(steps.size());
-          RETURN_IF_ERROR(PrepareCudnn(s, &gp->cudnn[i]).WithContext(s.node->src.Describe()));
+          auto cc = dnn_->Prepare(s.conv, s.node->act.kind == cpu::Activation::kRelu, model_->elem());
+          if (!cc.ok()) return cc.status().WithContext(s.node->src.Describe());
+          gp->cudnn[i] = std::move(cc).value();
           if (gp->cudnn[i] != nullptr) im2col = false;
         }
-#endif
         if (im2col) {
           gp->im2col_elems = std::max(
               gp->im2col_elems, s.conv.batch * s.conv.out_h * s.conv.out_w * s.conv.groups * w->group_ld);
@@ -472,100 +353,10 @@ class CudaCnnRunner final : public CnnDeviceRunner {
     for (size_t b = 0; b < sizes.size(); ++b)
       RETURN_IF_ERROR(bufs_[b].Reserve(static_cast<size_t>(std::max<int64_t>(1, sizes[b])) * kElem));
     RETURN_IF_ERROR(cols_.Reserve(static_cast<size_t>(std::max<int64_t>(1, gp->im2col_elems)) * kElem));
-#ifdef STOKE_WITH_CUDNN
-    size_t ws = 0;
-    for (const auto& cc : gp->cudnn)
-      if (cc != nullptr) ws = std::max(ws, cc->workspace);
-    if (ws > 0) RETURN_IF_ERROR(ws_.Reserve(ws));
-#endif
     const int64_t out_n = NumElements(p.values()[p.output_value()].dims);
     RETURN_IF_ERROR(out_f32_.Reserve(static_cast<size_t>(out_n) * sizeof(float)));
     return host_out_.Reserve(static_cast<size_t>(out_n) * sizeof(float));
   }
-
-#ifdef STOKE_WITH_CUDNN
-  // A conv step's cuDNN descriptors and algorithm; *out stays null when cuDNN has no algorithm for it (the
-  // step then runs im2col + GEMM).
-  Status PrepareCudnn(const Step& s, std::unique_ptr<CudnnConv>* out) {
-    const cpu::Conv2dShape& c = s.conv;
-    const cudnnDataType_t dt = model_->elem() == ElemType::kBF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
-    auto cc = std::make_unique<CudnnConv>();
-    Status st = cc->Describe(c, dt);
-    if (st.code() == StatusCode::kUnimplemented) return OkStatus();
-    RETURN_IF_ERROR(st);
-    const cpu::ActivationParams& a = s.node->act;
-    cc->relu = a.kind == cpu::Activation::kRelu;
-    CUDNN_RETURN_IF_ERROR(
-        cudnnSetActivationDescriptor(cc->act, cc->relu ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY,
-                                     CUDNN_PROPAGATE_NAN, 0.0),
-        "activation descriptor");
-    const CudnnKey key = {c.batch,
-                          c.in_h,
-                          c.in_w,
-                          c.in_c,
-                          c.out_c,
-                          c.kernel_h,
-                          c.kernel_w,
-                          c.stride_h,
-                          c.stride_w,
-                          c.pad_top,
-                          c.pad_left,
-                          c.dilation_h,
-                          c.dilation_w,
-                          c.groups,
-                          cc->relu ? 1 : 0,
-                          static_cast<int64_t>(dt),
-                          0};
-    auto it = choices_.find(key);
-    if (it == choices_.end()) {
-      ASSIGN_OR_RETURN(CudnnChoice ch, FindAlgorithm(*cc));
-      it = choices_.emplace(key, ch).first;
-    }
-    const CudnnChoice& ch = it->second;
-    if (!ch.supported) return OkStatus();
-    cc->algo = ch.algo, cc->workspace = ch.workspace, cc->fused = ch.fused;
-    CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(cc->conv, ch.math), "math type");
-    *out = std::move(cc);
-    return OkStatus();
-  }
-
-  // The fastest algorithm cuDNN measures (cudnnFindConvolutionForwardAlgorithm; its heuristic,
-  // cudnnGetConvolutionForwardAlgorithm_v7, when measuring fails). Fused (conv + bias (+ ReLU) in one call)
-  // with ReLU or no activation; cuDNN fuses an IDENTITY activation only with IMPLICIT_PRECOMP_GEMM, taken
-  // when it measures within 10% of the best (that saves our bias pass).
-  StatusOr<CudnnChoice> FindAlgorithm(const CudnnConv& cc) {
-    constexpr int kCount = CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
-    cudnnConvolutionFwdAlgoPerf_t perf[kCount] = {};
-    int n = 0;
-    bool measured = true;
-    if (cudnnFindConvolutionForwardAlgorithm(dnn_, cc.x, cc.w, cc.conv, cc.y, kCount, &n, perf) !=
-        CUDNN_STATUS_SUCCESS) {
-      measured = false;
-      CUDNN_RETURN_IF_ERROR(
-          cudnnGetConvolutionForwardAlgorithm_v7(dnn_, cc.x, cc.w, cc.conv, cc.y, kCount, &n, perf),
-          "GetConvolutionForwardAlgorithm_v7");
-    }
-    CudnnChoice ch;
-    const cudnnConvolutionFwdAlgoPerf_t* best = nullptr;
-    const cudnnConvolutionFwdAlgoPerf_t* precomp = nullptr;
-    for (int i = 0; i < n; ++i) {
-      const cudnnConvolutionFwdAlgoPerf_t& p = perf[i];
-      if (p.status != CUDNN_STATUS_SUCCESS || p.memory > kMaxCudnnWorkspace) continue;
-      if (best == nullptr) best = &p;
-      if (precomp == nullptr && p.algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM) precomp = &p;
-    }
-    if (best == nullptr) return ch;  // none: im2col for this step
-    const cudnnConvolutionFwdAlgoPerf_t* pick = best;
-    ch.fused = cc.relu || best->algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
-    if (!ch.fused && precomp != nullptr && measured && precomp->time <= 1.1f * best->time) {
-      pick = precomp;
-      ch.fused = true;
-    }
-    ch.supported = true;
-    ch.algo = pick->algo, ch.math = pick->mathType, ch.workspace = pick->memory;
-    return ch;
-  }
-#endif
 
   // Step i (binary) can apply step i + 1's activation when that reads only i's output, nothing later reads
   // i's output, and i is a plain elementwise op (no broadcasting: writing into a buffer an input had is
@@ -655,16 +446,14 @@ class CudaCnnRunner final : public CnnDeviceRunner {
     if (groups == 1) {
       CUBLAS_RETURN_IF_ERROR(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, ni, mi, ki, &alpha, w, dt,
                                           static_cast<int>(ldw), x, dt, static_cast<int>(ldx), &beta, y, dt,
-                                          static_cast<int>(ldy), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                             "GemmEx");
+                                          static_cast<int>(ldy), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
       return OkStatus();
     }
     CUBLAS_RETURN_IF_ERROR(
         cublasGemmStridedBatchedEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, ni, mi, ki, &alpha, w, dt,
                                    static_cast<int>(ldw), w_group, x, dt, static_cast<int>(ldx), x_group,
                                    &beta, y, dt, static_cast<int>(ldy), y_group, static_cast<int>(groups),
-                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-        "GemmStridedBatchedEx");
+                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return OkStatus();
   }
 
@@ -683,12 +472,17 @@ class CudaCnnRunner final : public CnnDeviceRunner {
       return OkStatus();
     }
     const int64_t m = c.batch * c.out_h * c.out_w, cg = c.in_c / c.groups, ocg = c.out_c / c.groups;
-#ifdef STOKE_WITH_CUDNN
     if (const size_t i = static_cast<size_t>(&s - gp.plan->steps().data());
         i < gp.cudnn.size() && gp.cudnn[i] != nullptr) {
-      return RunCudnnConv(*gp.cudnn[i], w, x, y, bias, act, m, c.out_c);
+      const void* wk = w.w_krsc.get() != nullptr ? w.w_krsc.get() : w.w.get();
+      ASSIGN_OR_RETURN(const CudnnConvDone done, dnn_->Run(*gp.cudnn[i], x, wk, w.bias16.get(), y));
+      if (!done.bias) {
+        CUDA_RETURN_IF_ERROR(LaunchBiasActivation(t, y, bias, act, m, c.out_c, stream_));
+      } else if (!done.relu && act.kind != 0) {  // ReLU6, hardswish, ...: ours after cuDNN's conv + bias
+        CUDA_RETURN_IF_ERROR(LaunchBiasActivation(t, y, nullptr, act, m, c.out_c, stream_));
+      }
+      return OkStatus();
     }
-#endif
     const int64_t k = c.kernel_h * c.kernel_w * cg;
     const bool direct = c.groups == 1 && c.kernel_h == 1 && c.kernel_w == 1 && c.stride_h == 1 &&
                         c.stride_w == 1 && c.pad_top == 0 && c.pad_left == 0 && c.out_h == c.in_h &&
@@ -705,38 +499,6 @@ class CudaCnnRunner final : public CnnDeviceRunner {
     CUDA_RETURN_IF_ERROR(LaunchBiasActivation(t, y, bias, act, m, c.out_c, stream_));
     return OkStatus();
   }
-
-#ifdef STOKE_WITH_CUDNN
-  Status RunCudnnConv(const CudnnConv& cc, const NodeWeights& w, const void* x, void* y, const float* bias,
-                      const ActParams& act, int64_t m, int64_t out_c) {
-    const float one = 1.0f, zero = 0.0f;
-    const void* wk = w.w_krsc.get() != nullptr ? w.w_krsc.get() : w.w.get();
-    void* ws = cc.workspace > 0 ? ws_.get() : nullptr;
-    if (cc.fused) {
-      // z = y with alpha2 0: cuDNN wants a z tensor; no residual is added.
-      const cudnnStatus_t st = cudnnConvolutionBiasActivationForward(
-          dnn_, &one, cc.x, x, cc.w, wk, cc.conv, cc.algo, ws, cc.workspace, &zero, cc.y, y, cc.bias,
-          w.bias16.get(), cc.act, cc.y, y);
-      if (st == CUDNN_STATUS_SUCCESS) {
-        if (!cc.relu && act.kind != 0) {  // ReLU6, hardswish, ...: ours after cuDNN's conv + bias
-          CUDA_RETURN_IF_ERROR(LaunchBiasActivation(model_->elem(), y, nullptr, act, m, out_c, stream_));
-        }
-        return OkStatus();
-      }
-      // Refused (this version's fused call lacks the algorithm or data type): from now on the plain conv and
-      // our bias + activation pass, which give the same result.
-      if (st != CUDNN_STATUS_NOT_SUPPORTED && st != CUDNN_STATUS_BAD_PARAM) {
-        return CudnnError(st, "ConvolutionBiasActivationForward");
-      }
-      cc.fused = false;
-    }
-    CUDNN_RETURN_IF_ERROR(cudnnConvolutionForward(dnn_, &one, cc.x, x, cc.w, wk, cc.conv, cc.algo, ws,
-                                                  cc.workspace, &zero, cc.y, y),
-                          "ConvolutionForward");
-    CUDA_RETURN_IF_ERROR(LaunchBiasActivation(model_->elem(), y, bias, act, m, out_c, stream_));
-    return OkStatus();
-  }
-#endif
 
   // `fused_act`: the activation step folded into this one (binary steps only), else null.
   Status RunStep(const GpuPlan& gp, const Step& s, const Step* fused_act) {
@@ -829,11 +591,7 @@ class CudaCnnRunner final : public CnnDeviceRunner {
   std::shared_ptr<const CudaCnnModel> model_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
-#ifdef STOKE_WITH_CUDNN
-  cudnnHandle_t dnn_ = nullptr;
-  std::map<CudnnKey, CudnnChoice> choices_;  // per conv geometry (batch included)
-  DeviceMemory ws_;                          // cuDNN's workspace, the largest any plan's conv asked for
-#endif
+  std::unique_ptr<CudnnConvs> dnn_;  // the cuDNN conv path, when the build has it and the options want it
   // 0 before the input copy, 1 after it, 2 after device preprocessing, 3 after the model, 4 after the output
   // copy.
   cudaEvent_t ev_[5] = {};
@@ -891,14 +649,6 @@ StatusOr<std::shared_ptr<CnnDeviceModel>> CreateCudaCnnModel(std::shared_ptr<con
                                                                       : "im2col below batch 32, cudnn"));
   RETURN_IF_ERROR(m->Upload());
   return std::shared_ptr<CnnDeviceModel>(std::move(m));
-}
-
-bool CudnnInBuild() {
-#ifdef STOKE_WITH_CUDNN
-  return true;
-#else
-  return false;
-#endif
 }
 
 CnnBackend CudaCnnBackend() {

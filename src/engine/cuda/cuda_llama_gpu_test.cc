@@ -336,46 +336,43 @@ TEST(CudaLlamaTest, Bf16UnfusedTiedWithBiasMatchesCpu) {
   CheckAgainstCpu(ToBf16Weights(m, false), ToBf16Weights(m, false), 0.1, 0.98, "bf16 unfused tied bias");
 }
 
-TEST(CudaLlamaTest, GgufQ8_0MatchesCpu) {
-  SKIP_WITHOUT_GPU();
-  const TinyLlama m = MakeModel(13, /*tied=*/false, /*bias=*/false, /*layers=*/2);
-  const fs::path dir = TempDir("q8");
-  m.WriteGguf(dir / "m.gguf", /*Q8_0=*/8, &EncodeQ8_0);
+// A random 2-layer model (seed, tied or not) written as a GGUF file of `ggml_type` and loaded twice, CPU vs CUDA;
+// with `q8`, every projection and the lm_head must decode from the file's int8 values.
+// The CPU quantises activations to 8 bits in its quantised matmuls; the GPU keeps them in bf16. Measured on the
+// CPU alone, that activation quantisation moves these logits by up to ~0.1 std (bf16 weights: ~0.03).
+template <typename Encode>
+void CheckGgufAgainstCpu(uint32_t seed, bool tied, int ggml_type, Encode encode, const char* what, bool q8) {
+  const TinyLlama m = MakeModel(seed, tied, /*bias=*/false, /*layers=*/2);
+  std::string name = what;
+  std::replace(name.begin(), name.end(), ' ', '_');
+  const fs::path dir = TempDir(name);
+  m.WriteGguf(dir / "m.gguf", ggml_type, encode);
   auto a = LoadGgufWeights((dir / "m.gguf").string());
   auto b = LoadGgufWeights((dir / "m.gguf").string());
   ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString();
-  // The CPU quantises activations to 8 bits in its quantised matmuls; the GPU keeps them in bf16. Measured on
-  // the CPU alone, that activation quantisation moves these logits by up to ~0.1 std (bf16 weights: ~0.03).
-  // Every projection and the untied lm_head decode from the file's int8 values (not the gathered embedding).
-  CheckAgainstCpu(std::move(*a), std::move(*b), 0.25, 0.95, "gguf q8_0", 4 * m.c.num_layers + 1);
+  if (tied) {
+    ASSERT_EQ(a->lm_head.data, a->embedding.data) << "the file should be tied (no output.weight)";
+  }
+  CheckAgainstCpu(std::move(*a), std::move(*b), 0.25, 0.95, what, q8 ? 4 * m.c.num_layers + 1 : -1);
   fs::remove_all(dir);
+}
+
+// The untied lm_head decodes from the file's own int8 values (not the gathered embedding's).
+TEST(CudaLlamaTest, GgufQ8_0MatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  CheckGgufAgainstCpu(13, /*tied=*/false, /*Q8_0=*/8, &EncodeQ8_0, "gguf q8_0", /*q8=*/true);
 }
 
 // Tied (SmolLM2's layout): the Q8_0 token embedding is gathered for the input and, from the same int8 values,
 // is the lm_head's GEMV: one Q8 linear for both.
 TEST(CudaLlamaTest, GgufQ8_0TiedMatchesCpu) {
   SKIP_WITHOUT_GPU();
-  const TinyLlama m = MakeModel(16, /*tied=*/true, /*bias=*/false, /*layers=*/2);
-  const fs::path dir = TempDir("q8tied");
-  m.WriteGguf(dir / "m.gguf", /*Q8_0=*/8, &EncodeQ8_0);
-  auto a = LoadGgufWeights((dir / "m.gguf").string());
-  auto b = LoadGgufWeights((dir / "m.gguf").string());
-  ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString();
-  ASSERT_EQ(a->lm_head.data, a->embedding.data) << "the file should be tied (no output.weight)";
-  CheckAgainstCpu(std::move(*a), std::move(*b), 0.25, 0.95, "gguf q8_0 tied", 4 * m.c.num_layers + 1);
-  fs::remove_all(dir);
+  CheckGgufAgainstCpu(16, /*tied=*/true, /*Q8_0=*/8, &EncodeQ8_0, "gguf q8_0 tied", /*q8=*/true);
 }
 
 TEST(CudaLlamaTest, GgufQ4_1TiedMatchesCpu) {
   SKIP_WITHOUT_GPU();
-  const TinyLlama m = MakeModel(14, /*tied=*/true, /*bias=*/false, /*layers=*/2);
-  const fs::path dir = TempDir("q4");
-  m.WriteGguf(dir / "m.gguf", /*Q4_1=*/3, &EncodeQ4_1);
-  auto a = LoadGgufWeights((dir / "m.gguf").string());
-  auto b = LoadGgufWeights((dir / "m.gguf").string());
-  ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString();
-  CheckAgainstCpu(std::move(*a), std::move(*b), 0.25, 0.95, "gguf q4_1 tied");
-  fs::remove_all(dir);
+  CheckGgufAgainstCpu(14, /*tied=*/true, /*Q4_1=*/3, &EncodeQ4_1, "gguf q4_1 tied", /*q8=*/false);
 }
 
 TEST(CudaLlamaTest, GraphsOnAndOffGiveIdenticalLogits) {

@@ -9,21 +9,15 @@
 
 #include "base/file_util.h"
 #include "base/logging.h"
+#include "kernels/cuda/cublas_check.h"
 #include "kernels/cuda/cuda_check.h"
 
 namespace stoke::cuda {
-namespace {
 
-Status LtError(const char* what, cublasStatus_t s) {
-  return InternalError("cuBLASLt {} failed: {} ({})", what, cublasLtGetStatusString(s), static_cast<int>(s));
+Status CublasError(const char* file, int line, const char* expr, cublasStatus_t status) {
+  return InternalError("{}:{}: {} failed: {} ({})", file, line, expr, cublasLtGetStatusString(status),
+                       static_cast<int>(status));
 }
-#define LT_RETURN_IF_ERROR(expr)                                \
-  do {                                                          \
-    cublasStatus_t _s = (expr);                                 \
-    if (_s != CUBLAS_STATUS_SUCCESS) return LtError(#expr, _s); \
-  } while (0)
-
-}  // namespace
 
 // The descriptors of one call, destroyed with it (creating them costs ~1 µs each; cache later if it shows).
 struct BlasLtGemm::Descs {
@@ -105,7 +99,7 @@ StatusOr<std::unique_ptr<BlasLtGemm>> BlasLtGemm::Create(const GemmOptions& opti
   int rt = 0;
   CUDA_RETURN_IF_ERROR(cudaRuntimeGetVersion(&rt));
   g->key_ = GemmCacheKey(prop.name, prop.major, prop.minor, rt, cublasLtGetVersion());
-  LT_RETURN_IF_ERROR(cublasLtCreate(&g->handle_));
+  CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&g->handle_));
   if (options.workspace_bytes > 0) CUDA_RETURN_IF_ERROR(cudaMalloc(&g->workspace_, options.workspace_bytes));
   if (!options.cache_path.empty() && std::filesystem::exists(options.cache_path)) {
     auto text = ReadFileToString(options.cache_path);
@@ -160,18 +154,18 @@ static Status BuildDescs(int64_t m, int64_t n, int64_t k, DType out_type, size_t
                                 GetDTypeInfo(out_type).name);
   }
   const cudaDataType_t ct = out_type == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F;
-  LT_RETURN_IF_ERROR(cublasLtMatmulDescCreate(op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-  LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
   const cudaDataType_t in = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
   if (fp8) {
     const cublasLtMatmulMatrixScale_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
-    LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)));
-    LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)));
-    LT_RETURN_IF_ERROR(
+    CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)));
+    CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)));
+    CUBLAS_RETURN_IF_ERROR(
         cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale, sizeof(w_scale)));
-    LT_RETURN_IF_ERROR(
+    CUBLAS_RETURN_IF_ERROR(
         cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scale, sizeof(x_scale)));
   }
   if (epilogue != GemmEpilogue::kNone) {
@@ -180,15 +174,15 @@ static Status BuildDescs(int64_t m, int64_t n, int64_t k, DType out_type, size_t
     const cublasLtEpilogue_t ep =
         epilogue == GemmEpilogue::kBias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_GELU_BIAS;
     const cudaDataType_t bt = CUDA_R_16BF;
-    LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)));
-    LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
-    LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)));
+    CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
+    CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   }
-  LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(a, in, k, n, k));
-  LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(b, in, k, m, k));
-  LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(c, ct, n, m, n));
-  LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(pref));
-  LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(*pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(a, in, k, n, k));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(b, in, k, m, k));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(c, ct, n, m, n));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(pref));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(*pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                           &workspace, sizeof(workspace)));
   return OkStatus();
 }
@@ -209,7 +203,7 @@ Status BlasLtGemm::Choose(const Descs& d, const std::string& shape, const void* 
   }
   std::vector<cublasLtMatmulHeuristicResult_t> cands(options_.candidates);
   int returned = 0;
-  LT_RETURN_IF_ERROR(cublasLtMatmulAlgoGetHeuristic(handle_, d.op, d.a, d.b, d.c, d.c, d.pref,
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulAlgoGetHeuristic(handle_, d.op, d.a, d.b, d.c, d.c, d.pref,
                                                     options_.candidates, cands.data(), &returned));
   if (returned <= 0) return UnimplementedError("cuBLASLt has no algorithm for {}", shape);
   const float alpha = 1.f, beta = 0.f;
@@ -272,7 +266,7 @@ Status BlasLtGemm::Run(const __nv_bfloat16* x, const __nv_bfloat16* w, void* y, 
   cublasLtMatmulAlgo_t algo;
   RETURN_IF_ERROR(Choose(d, shape, x, w, y, stream, &algo));
   const float alpha = 1.f, beta = 0.f;
-  LT_RETURN_IF_ERROR(cublasLtMatmul(handle_, d.op, &alpha, w, d.a, x, d.b, &beta, y, d.c, y, d.c, &algo,
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(handle_, d.op, &alpha, w, d.a, x, d.b, &beta, y, d.c, y, d.c, &algo,
                                     workspace_, options_.workspace_bytes, stream));
   return OkStatus();
 }
@@ -287,7 +281,7 @@ Status BlasLtGemm::RunFp8(const uint8_t* x, const float* x_scale, const uint8_t*
   cublasLtMatmulAlgo_t algo;
   RETURN_IF_ERROR(Choose(d, GemmShapeKey(m, n, k, out_type) + ",in=F8_E4M3", x, w, y, stream, &algo));
   const float alpha = 1.f, beta = 0.f;
-  LT_RETURN_IF_ERROR(cublasLtMatmul(handle_, d.op, &alpha, w, d.a, x, d.b, &beta, y, d.c, y, d.c, &algo,
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(handle_, d.op, &alpha, w, d.a, x, d.b, &beta, y, d.c, y, d.c, &algo,
                                     workspace_, options_.workspace_bytes, stream));
   return OkStatus();
 }
