@@ -29,6 +29,18 @@ step() {
 }
 end_stage() { ((${#stage_names[@]})) && ((${#stage_secs[@]} < ${#stage_names[@]})) && stage_secs+=($((SECONDS - stage_t0))); true; }
 failures=()
+# The names of failed tests, printed again at the very end: CI keeps only the tail of a long log.
+failed_tests=$ROOT/build/failed-tests.txt
+mkdir -p build && : >"$failed_tests"
+# Runs a test command with its output also in a log, then copies its failure lines (ctest's list, pytest's short
+# summary) into $failed_tests. Returns the command's status.
+run_logged() {
+  local log=$1 rc=0; shift
+  "$@" 2>&1 | tee "$log" || rc=$?
+  { sed -n '/The following tests FAILED:/,$p' "$log" | grep -E '^[[:space:]]+[0-9]+ - ' || true
+    grep -E '^(FAILED|ERROR) ' "$log" || true; } >>"$failed_tests"
+  return "$rc"
+}
 
 # ccache (CMakeLists.txt uses it when installed): paths under the clone are hashed relative to it, so another
 # clone of the same commit hits the same cache (~/.cache/ccache unless CCACHE_DIR says otherwise).
@@ -107,7 +119,8 @@ for m in smollm2-135m-instruct all-minilm-l6-v2 ppocr-mobile-v2-cls; do "$STOKE_
 
 if has ctest; then
   step "ctest (release)"
-  ctest --test-dir build/release --output-on-failure -j"$JOBS" -LE gpu || failures+=(ctest)
+  run_logged build/ctest-release.log ctest --test-dir build/release --output-on-failure -j"$JOBS" -LE gpu \
+    || failures+=(ctest)
 fi
 
 if has pytest; then
@@ -115,8 +128,9 @@ if has pytest; then
   # --dist loadfile: a file's tests run in order in one worker, so a module's server fixtures start once. Every
   # server listens on port 0 and every test writes under its own tmp_path, so workers share nothing mutable.
   # Tests marked `serial` (pytest.ini) compare measurements taken at different moments; they run alone after.
-  .venv/bin/python -m pytest -q tests -n "$PYTEST_WORKERS" --dist loadfile -m "not serial" || failures+=(pytest)
-  .venv/bin/python -m pytest -q tests -m serial || failures+=(pytest-serial)
+  run_logged build/pytest.log .venv/bin/python -m pytest -q tests -n "$PYTEST_WORKERS" --dist loadfile -m "not serial" \
+    || failures+=(pytest)
+  run_logged build/pytest-serial.log .venv/bin/python -m pytest -q tests -m serial || failures+=(pytest-serial)
 fi
 
 if has asan; then
@@ -129,7 +143,8 @@ if has asan; then
   # tiny-model tests of the same code run instead (llm_loop_test.cc, DecoderGateTest, ServeGateTest), as do the
   # other real-model tests (loaders, tokenizers, one decode step). docs/testing.md has the list and the why.
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir build/debug-asan --output-on-failure -j"$JOBS" -L unit -LE real || failures+=(asan)
+    run_logged build/ctest-asan.log ctest --test-dir build/debug-asan --output-on-failure -j"$JOBS" -L unit -LE real \
+    || failures+=(asan)
 fi
 
 if has tsan; then
@@ -186,6 +201,10 @@ fi
 command -v ccache >/dev/null && ccache --show-stats 2>/dev/null | grep -Ei '^ *(hits|misses|cacheable)' | head -3 || true
 echo
 if ((${#failures[@]})); then
+  if [ -s "$failed_tests" ]; then
+    echo "failed tests (build/failed-tests.txt; their output is above and in build/*.log):"
+    head -n 40 "$failed_tests" | cut -c1-300
+  fi
   echo "FAILED stages: ${failures[*]}"
   exit 1
 fi
