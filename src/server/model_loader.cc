@@ -326,9 +326,11 @@ StatusOr<LoadedModel> LoadDecoderModel(const DecoderSpec& d, const ServerOptions
   lo.enable_prefix_caching = o.prefix_cache;
   lo.device_sampling = o.device_sampling;
   lo.max_waiting = o.max_waiting;
+  // The timeline first, then the metrics (as a request's ledger goes to both): once /metrics counts a step, a
+  // trace that was on holds it (test_trace.py waits on the metrics before it stops a trace).
   lo.on_step = [metrics, name = d.name](const StepRecord& step) {
-    if (metrics != nullptr) metrics->RecordStep(step);
     TraceStep(name, step);  // the timeline, while a trace is on (telemetry/step_trace.h)
+    if (metrics != nullptr) metrics->RecordStep(step);
   };
   ASSIGN_OR_RETURN(std::unique_ptr<LlmLoop> created,
                    LlmLoop::Create(lo, std::move(model), handle->tokenizer));

@@ -21,16 +21,15 @@ import sys
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "fixtures"))
-from bench_helpers import (DelayServer, cv, finished_in, fixture_window, pct, run_bench,  # noqa: E402
-                           service_ms_of_arrivals_in, stoke_bin_path)
+from bench_helpers import (NO_MACHINE_LIMITS, DelayServer, cv, finished_in, fixture_window, pct,  # noqa: E402
+                           run_bench, service_ms_of_arrivals_in, stoke_bin_path)
 
 # The generator's own health limits (p99 send lag 10 ms, its thread 90 % busy) are meant for a dedicated
 # machine: on 2 shared cores a timer wake-up can be late by 60 ms, even by a second with a second test suite
 # running, and the point would be marked invalid for the machine's sake. The tests that are not about those
 # limits switch them off (the schedule is checked on the fixture's side, against due times);
 # test_a_point_the_generator_cannot_drive_is_marked_invalid keeps the defaults.
-FAST = ["--warmup", "0.5", "--window", "1", "--duration", "3", "--stability", "0", "--max-send-lag-ms", "1e6",
-        "--max-generator-cpu", "100"]
+FAST = ["--warmup", "0.5", "--window", "1", "--duration", "3", "--stability", "0", *NO_MACHINE_LIMITS]
 # What the client's side may add to a latency over the fixture's own record of the same request, in multiples of
 # the fixture's delay: loopback, HTTP parsing, the generator's timer and late wake-ups of either process,
 # including the fixture's own before it reads a request (its clock starts only then). A fraction of a

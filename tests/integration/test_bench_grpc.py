@@ -11,15 +11,15 @@ import pytest
 from classic_server import ClassicServer, write_model_file
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "fixtures"))
-from bench_helpers import DelayServer, run_bench  # noqa: E402
+from bench_helpers import NO_MACHINE_LIMITS, DelayServer, run_bench  # noqa: E402
 
 pytest.importorskip("grpc")
 
-FAST = ["--warmup", 1, "--window", 2, "--duration", 4, "--stability", 0]
+FAST = ["--warmup", 1, "--window", 2, "--duration", 4, "--stability", 0, *NO_MACHINE_LIMITS]
 # No warm-up: every request bench sends is one it measures, so the server's counters over the run hold exactly
 # bench's requests and the two views compare request for request (sums and counts), not as two samples of a
 # latency that a loaded machine moves between the warm-up and the measurement.
-MEASURE_ALL = ["--warmup", 0, "--window", 2, "--duration", 4, "--stability", 0]
+MEASURE_ALL = ["--warmup", 0, "--window", 2, "--duration", 4, "--stability", 0, *NO_MACHINE_LIMITS]
 # What the client's side may add to a request over the server's own time: loopback, gRPC framing, the hop from
 # the completion-queue thread and late wake-ups, the server's own before it reads a request included (its clock
 # starts then). Well under a millisecond when idle, ~5 ms on the mean on 2 busy cores beside a CPU hog, tens of

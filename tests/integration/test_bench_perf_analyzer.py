@@ -28,7 +28,8 @@ import sys
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "fixtures"))
-from bench_helpers import ROOT, DelayServer, finished_in, fixture_window, pct, run_bench  # noqa: E402
+from bench_helpers import (NO_MACHINE_LIMITS, ROOT, DelayServer, finished_in, fixture_window, pct,  # noqa: E402
+                           run_bench)
 
 # What one tool's client side may add to a median (or a mean) over the other's: up to ~5 ms seen on 2 busy cores
 # beside a CPU hog, and a single tool ~45 ms over the fixture's own record with a second test suite running on
@@ -107,7 +108,7 @@ def test_kserve_throughput_and_latency_agree_with_perf_analyzer(tmp_path):
         srv.reset()  # the fixture's records from here on are bench's point alone
         bench = run_bench(srv.url, tmp_path / "bench", "--api", "kserve-http", "--model", "fixture",
                           "--kserve-binary", "--concurrency", 4, "--warmup", 1, "--window", 3, "--duration", 12,
-                          "--stability", 0.1)
+                          "--stability", 0.1, *NO_MACHINE_LIMITS)
         st = srv.stats()
     row = next(csv.DictReader(open(tmp_path / "pa.csv")))
     pa = {"rps": float(row["Inferences/Second"]), "p50": float(row["p50 latency"]) / 1e3,
@@ -131,7 +132,7 @@ def test_kserve_grpc_throughput_and_latency_agree_with_perf_analyzer(tmp_path):
         srv.reset()  # the fixture's records from here on are bench's point alone
         bench = run_bench(srv.grpc_url, tmp_path / "bench", "--api", "kserve-grpc", "--model", "fixture",
                           "--concurrency", 4, "--warmup", 1, "--window", 3, "--duration", 12, "--stability", 0.1,
-                          "--metrics-url", srv.url)
+                          "--metrics-url", srv.url, *NO_MACHINE_LIMITS)
         st = srv.stats()
         seen = st["paths"].get("grpc:ModelInfer", 0)
     row = next(csv.DictReader(open(tmp_path / "pa.csv")))
@@ -161,7 +162,7 @@ def test_openai_streaming_ttft_and_itl_agree_with_perf_analyzer(tmp_path):
                 tmp_path / "in.json", "--profile-export-file", tmp_path / "prof.json"], tmp_path)
         bench = run_bench(srv.url, tmp_path / "bench", "--api", "openai-completions", "--concurrency", 2,
                           "--input-len", 16, "--output-len", n_tokens, "--warmup", 1, "--window", 3,
-                          "--duration", 9, "--stability", 0.1)
+                          "--duration", 9, "--stability", 0.1, *NO_MACHINE_LIMITS)
     requests = json.loads((tmp_path / "prof.json").read_text())["experiments"][0]["requests"]
     ttft, itl = [], []
     for r in requests:

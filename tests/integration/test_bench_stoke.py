@@ -8,14 +8,15 @@ import time
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "fixtures"))
-from bench_helpers import run_bench  # noqa: E402
+from bench_helpers import NO_MACHINE_LIMITS, run_bench  # noqa: E402
 
-SHORT = ["--input-len", 16, "--output-len", 8, "--warmup", 1, "--window", 2, "--duration", 4, "--stability", 0]
+SHORT = ["--input-len", 16, "--output-len", 8, "--warmup", 1, "--window", 2, "--duration", 4, "--stability", 0,
+         *NO_MACHINE_LIMITS]
 # No warm-up: every request bench sends is one it measures, so the server's ledger over the run holds exactly
 # bench's requests, and the two views can be compared request for request (sums and counts), not as two
 # samples of a latency that a loaded machine moves between the warm-up and the measurement.
 MEASURE_ALL = ["--input-len", 16, "--output-len", 8, "--warmup", 0, "--window", 2, "--duration", 4,
-               "--stability", 0]
+               "--stability", 0, *NO_MACHINE_LIMITS]
 # What the client's side may add to a request over the server's own e2e time: loopback, SSE parsing and late
 # wake-ups, the server's own before it reads a request included (its clock starts then). A fraction of a
 # millisecond when idle, a few ms on 2 busy cores beside a CPU hog, tens of ms with a second test suite running:

@@ -307,6 +307,13 @@ def test_llm_trace_steps_and_requests_reconcile(start_server):
         outs = list(ex.map(one, range(n)))
     base = stage_sums(before, model).get("recv", [0])[0]
     wait_until(lambda: stage_sums(server.metrics(), model)["recv"][0] - base == n, "requests not on /metrics")
+    # A step is recorded after its tokens went out (the last one after the last response): wait until the step
+    # histograms hold every decode token (each request's first token comes from its prefill step). The server
+    # traces a step before it counts it, so the trace then holds them too.
+    hsum = lambda m, name: sum(v for (k, ls), v in m.items() if k == name)
+    decoded = sum(o["usage"]["completion_tokens"] - 1 for o in outs)
+    wait_until(lambda: hsum(server.metrics(), "stoke:step_decode_tokens_sum")
+               - hsum(before, "stoke:step_decode_tokens_sum") == decoded, "the last step not on /metrics")
     trace = tr.stop()
     after = server.metrics()
 
@@ -321,7 +328,6 @@ def test_llm_trace_steps_and_requests_reconcile(start_server):
     steps = [s for (pid, tid), spans in spans_by_track(trace).items() if procs[pid] == f"engine {model}"
              for s in spans if s["name"].startswith("step")]
     assert steps
-    hsum = lambda m, name: sum(v for (k, ls), v in m.items() if k == name)
     delta = lambda name: hsum(after, name) - hsum(before, name)
     assert sum(s["args"]["prefill_tokens"] for s in steps) == delta("stoke:step_prefill_tokens_sum")
     assert sum(s["args"]["decode_tokens"] for s in steps) == delta("stoke:step_decode_tokens_sum")

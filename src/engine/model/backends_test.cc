@@ -2,6 +2,7 @@
 // says "built without CUDA" for --device cuda), and a value holding test function pointers is what
 // LoadDecoder, ResolveDecoderDevice, LoadBertOnDevice and NewSyntheticRunner call, with no registry between.
 #include "engine/model/backends.h"
+#include "engine/model/device_choice.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -70,6 +71,34 @@ TEST(BackendsTest, CpuValueHasNoCuda) {
   EXPECT_EQ(ResolveDecoderDevice("auto", cpu), "cpu");
   EXPECT_EQ(ResolveDecoderDevice("cpu", cpu), "cpu");
   EXPECT_EQ(ResolveDecoderDevice("cuda", cpu), "cuda");  // passed through; LoadDecoder says why not
+}
+
+// The one device rule every model kind's loader calls.
+TEST(BackendsTest, ResolveBackendDeviceSaysWhyCudaCannotBeUsed) {
+  auto resolve = [](const std::string& device, bool compiled, bool (*available)()) {
+    return ResolveBackendDevice(device, compiled, available, "--device cuda:", "--device cpu");
+  };
+  g_gpu_visible = true;
+  EXPECT_EQ(*resolve("auto", true, &FakeAvailable), "cuda");
+  EXPECT_EQ(*resolve("auto", true, nullptr), "cuda");  // no availability check: always
+  EXPECT_EQ(*resolve("cuda", true, &FakeAvailable), "cuda");
+  EXPECT_EQ(*resolve("cpu", true, &FakeAvailable), "cpu");
+  EXPECT_EQ(*resolve("auto", false, nullptr), "cpu");
+  const auto unbuilt = resolve("cuda", false, nullptr);
+  ASSERT_FALSE(unbuilt.ok());
+  EXPECT_EQ(unbuilt.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(unbuilt.status().message().rfind("--device cuda: this stoke was built without CUDA", 0), 0u)
+      << unbuilt.status().ToString();
+  g_gpu_visible = false;
+  EXPECT_EQ(*resolve("auto", true, &FakeAvailable), "cpu");
+  const auto hidden = resolve("cuda", true, &FakeAvailable);
+  ASSERT_FALSE(hidden.ok());
+  EXPECT_EQ(hidden.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(hidden.status().message().find("no CUDA GPU is visible"), std::string::npos);
+  EXPECT_NE(hidden.status().message().find("use --device cpu"), std::string::npos);
+  g_gpu_visible = true;
+  EXPECT_EQ(resolve("tpu", true, &FakeAvailable).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(resolve("", true, &FakeAvailable).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(BackendsTest, CpuValueRefusesDeviceCudaAndRunsAutoOnTheCpu) {

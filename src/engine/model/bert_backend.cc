@@ -1,6 +1,7 @@
 #include "engine/model/bert_backend.h"
 
 #include "engine/model/backends.h"
+#include "engine/model/device_choice.h"
 
 namespace stoke {
 
@@ -28,23 +29,9 @@ StatusOr<std::shared_ptr<BertDeviceModel>> LoadBertOnDevice(std::shared_ptr<cons
                                                             const Backends& backends) {
   RETURN_IF_ERROR(ValidateBertDeviceOptions(options));
   const BertBackend& b = backends.cuda_bert;
-  const bool usable = b.create != nullptr && (b.available == nullptr || b.available());
-  std::string device = options.device;
-  if (device == "auto") device = usable ? "cuda" : "cpu";
+  ASSIGN_OR_RETURN(const std::string device, ResolveBackendDevice(options.device, b.create != nullptr,
+                                                                  b.available, "--device cuda:", "--device cpu"));
   if (device == "cpu") return std::shared_ptr<BertDeviceModel>();
-  if (device != "cuda") {
-    return InvalidArgumentError("unknown device '{}' (expected cpu, cuda or auto)", options.device);
-  }
-  if (b.create == nullptr) {
-    return FailedPreconditionError(
-        "--device cuda: this stoke was built without CUDA (configure with the "
-        "release-cuda preset on a machine with nvcc)");
-  }
-  if (!usable) {
-    return FailedPreconditionError(
-        "--device cuda: no CUDA GPU is visible (driver missing or "
-        "CUDA_VISIBLE_DEVICES empty); use --device cpu");
-  }
   if (options.quantization == WeightQuantization::kInt8) {
     return UnimplementedError(
         "--quantization int8 on cuda: the int8 encoder GEMMs are not built for CUDA yet; use --device cpu "

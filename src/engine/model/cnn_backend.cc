@@ -1,6 +1,7 @@
 #include "engine/model/cnn_backend.h"
 
 #include "engine/model/backends.h"
+#include "engine/model/device_choice.h"
 
 namespace stoke {
 
@@ -14,9 +15,9 @@ StatusOr<std::shared_ptr<CnnDeviceModel>> LoadCnnOnDevice(std::shared_ptr<const 
     return InvalidArgumentError("--conv-backend '{}': expected auto, cudnn or im2col", options.conv_backend);
   }
   const CnnBackend& b = backends.cuda_cnn;
-  const bool usable = b.create != nullptr && (b.available == nullptr || b.available());
-  std::string device = options.device.empty() ? "auto" : options.device;
-  if (device == "auto") device = usable ? "cuda" : "cpu";
+  ASSIGN_OR_RETURN(const std::string device,
+                   ResolveBackendDevice(options.device.empty() ? "auto" : options.device, b.create != nullptr,
+                                        b.available, "--device cuda:", "--device cpu"));
   if (device == "cpu") {
     if (options.conv_backend != "auto") {
       return InvalidArgumentError(
@@ -25,19 +26,6 @@ StatusOr<std::shared_ptr<CnnDeviceModel>> LoadCnnOnDevice(std::shared_ptr<const 
           options.conv_backend);
     }
     return std::shared_ptr<CnnDeviceModel>();
-  }
-  if (device != "cuda") {
-    return InvalidArgumentError("unknown device '{}' (expected cpu, cuda or auto)", options.device);
-  }
-  if (b.create == nullptr) {
-    return FailedPreconditionError(
-        "--device cuda: this stoke was built without CUDA (configure with the release-cuda preset on a "
-        "machine with nvcc)");
-  }
-  if (!usable) {
-    return FailedPreconditionError(
-        "--device cuda: no CUDA GPU is visible (driver missing or CUDA_VISIBLE_DEVICES empty); use --device "
-        "cpu");
   }
   if (model == nullptr) return InvalidArgumentError("LoadCnnOnDevice: no model");
   return b.create(std::move(model), options);

@@ -5,6 +5,7 @@
 #include "engine/loader/hf_folder.h"
 #include "engine/loader/model_registry.h"
 #include "engine/model/backends.h"
+#include "engine/model/device_choice.h"
 #include "engine/model/llama.h"
 #include "engine/model/weight_quant.h"
 
@@ -65,21 +66,9 @@ StatusOr<std::unique_ptr<DecoderModel>> LoadDecoder(const std::string& path, con
         "--quantization int8 is for BERT-family encoders; a decoder's weights can be none or fp8 "
         "(--quantization fp8), and its KV cache int8 or fp8 (--kv-cache-dtype int8|fp8)");
   }
-  const std::string device = ResolveDecoderDevice(options.device, backends);
-  if (device != "cpu" && device != "cuda") {
-    return InvalidArgumentError("unknown device '{}' (expected cpu, cuda or auto)", options.device);
-  }
-  if (device == "cuda") {
-    const DecoderBackend& b = backends.cuda_decoder;
-    if (b.create == nullptr) {
-      return FailedPreconditionError("--device cuda: this stoke was built without CUDA (configure with the "
-                                     "release-cuda preset on a machine with nvcc)");
-    }
-    if (b.available != nullptr && !b.available()) {
-      return FailedPreconditionError("--device cuda: no CUDA GPU is visible (driver missing or "
-                                     "CUDA_VISIBLE_DEVICES empty); use --device cpu");
-    }
-  }
+  const DecoderBackend& b = backends.cuda_decoder;
+  ASSIGN_OR_RETURN(const std::string device, ResolveBackendDevice(options.device, b.create != nullptr,
+                                                                  b.available, "--device cuda:", "--device cpu"));
   ASSIGN_OR_RETURN(LlamaWeights weights, LoadWeights(path));
   // The CUDA engine quantises its own device copies (options.quantization); the CPU rounds the weights here.
   if (device == "cuda") return backends.cuda_decoder.create(std::move(weights), options);

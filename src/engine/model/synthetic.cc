@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "engine/model/backends.h"
+#include "engine/model/device_choice.h"
 
 namespace stoke {
 
@@ -115,20 +116,10 @@ class CpuRunner final : public SyntheticRunner {
 StatusOr<std::unique_ptr<SyntheticRunner>> NewSyntheticRunner(std::shared_ptr<const SyntheticModel> model,
                                                               int64_t max_rows, const Backends& backends) {
   const SyntheticCudaBackend& b = backends.cuda_synthetic;
-  const bool usable = b.create != nullptr && (b.available == nullptr || b.available());
-  std::string device = model->config().device;
-  if (device == "auto") device = usable ? "cuda" : "cpu";
+  ASSIGN_OR_RETURN(const std::string device,
+                   ResolveBackendDevice(model->config().device, b.create != nullptr, b.available,
+                                        "synthetic model: \"device\": \"cuda\" but", "\"cpu\""));
   if (device == "cpu") return std::unique_ptr<SyntheticRunner>(new CpuRunner(std::move(model)));
-  if (b.create == nullptr) {
-    return FailedPreconditionError(
-        "synthetic model: \"device\": \"cuda\" but this stoke was built without "
-        "CUDA (configure with the release-cuda preset on a machine with nvcc)");
-  }
-  if (!usable) {
-    return FailedPreconditionError(
-        "synthetic model: \"device\": \"cuda\" but no CUDA GPU is visible (driver "
-        "missing or CUDA_VISIBLE_DEVICES empty); use \"cpu\"");
-  }
   return b.create(std::move(model), std::max<int64_t>(1, max_rows));
 }
 
