@@ -16,6 +16,10 @@ enum class DType : uint8_t {
   kF32, kF16, kBF16, kF64,
   kI8, kU8, kI16, kU16, kI32, kU32, kI64, kU64, kBool,
   kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ8_0, kQ4_K, kQ6_K,
+  // fp8 E4M3 ("e4m3fn": no infinities, 0x7f / 0xff are NaN, largest finite 448), one byte per value. Only
+  // pre-quantised FP8 checkpoints (safetensors "F8_E4M3") hold it, beside their scale tensors; the values of
+  // the type alone are unscaled (docs/precision.md, "Pre-quantised FP8 checkpoints").
+  kF8E4M3,
 };
 
 struct DTypeInfo {

@@ -18,7 +18,7 @@ struct NamedDType {
   std::string_view name;
   DType dtype;
 };
-constexpr std::array<NamedDType, 13> kDTypes = {{
+constexpr std::array<NamedDType, 14> kDTypes = {{
     {"F64", DType::kF64},
     {"F32", DType::kF32},
     {"F16", DType::kF16},
@@ -32,6 +32,7 @@ constexpr std::array<NamedDType, 13> kDTypes = {{
     {"U16", DType::kU16},
     {"U8", DType::kU8},
     {"BOOL", DType::kBool},
+    {"F8_E4M3", DType::kF8E4M3},  // pre-quantised FP8 checkpoints: the loader pairs it with a weight_scale
 }};
 
 // Checked a * b for sizes; false on overflow.
@@ -64,18 +65,17 @@ StatusOr<DType> SafetensorsDType(std::string_view name) {
   for (const auto& d : kDTypes) {
     if (d.name == name) return d.dtype;
   }
-  // F8_E4M3, F8_E5M2, F8_E8M0, F4, F6_E2M3, F6_E3M2, C64 and whatever comes next: loading them is not
-  // implemented. F8 tensors come from pre-quantised FP8 checkpoints (compressed-tensors, fbgemm_fp8): say
-  // what to do instead.
+  // F8_E5M2, F8_E8M0, F4, F6_E2M3, F6_E3M2, C64 and whatever comes next: loading them is not implemented.
+  // FP8 checkpoints store their weights as F8_E4M3 (read above); an F8_E5M2 / E8M0 one says so.
   if (name.starts_with("F8_")) {
     return UnimplementedError(
-        "dtype '{}' is not supported: pre-quantised FP8 checkpoints (F8 weights with weight_scale tensors) "
-        "cannot be loaded yet; load the bf16 checkpoint with --quantization fp8 (docs/precision.md)",
+        "dtype '{}' is not supported: of the fp8 types stoke reads F8_E4M3 (the weights of pre-quantised FP8 "
+        "checkpoints, with their weight_scale tensors; docs/precision.md)",
         name);
   }
   return UnimplementedError(
       "dtype '{}' is not supported (stoke reads F64, F32, F16, BF16, I64, I32, I16, I8, U64, U32, U16, U8, "
-      "BOOL)",
+      "BOOL, F8_E4M3)",
       name);
 }
 

@@ -22,8 +22,8 @@ namespace stoke {
 // The reference implementation's limit on the JSON header; bigger headers are refused before parsing.
 inline constexpr size_t kSafetensorsMaxHeaderBytes = 100'000'000;
 
-// "F32" -> DType::kF32 ... Any other name (F8_E4M3, F8_E5M2, F8_E8M0, F4, F6_*, C64, ...) gives
-// Unimplemented.
+// "F32" -> DType::kF32 ..., "F8_E4M3" -> DType::kF8E4M3. Any other name (F8_E5M2, F8_E8M0, F4, F6_*, C64,
+// ...) gives Unimplemented.
 StatusOr<DType> SafetensorsDType(std::string_view name);
 
 class SafetensorsFile {

@@ -70,10 +70,23 @@ StatusOr<std::unique_ptr<DecoderModel>> LoadDecoder(const std::string& path, con
   ASSIGN_OR_RETURN(const std::string device, ResolveBackendDevice(options.device, b.create != nullptr,
                                                                   b.available, "--device cuda:", "--device cpu"));
   ASSIGN_OR_RETURN(LlamaWeights weights, LoadWeights(path));
+  // A pre-quantised FP8 checkpoint runs as fp8 whatever --quantization says: its weights are fp8 values.
+  DecoderOptions opts = options;
+  const LlamaWeights::Fp8Checkpoint& ck = weights.fp8_checkpoint;
+  if (ck.total() > 0) {
+    LOG_INFO(
+        "{}: pre-quantised FP8 checkpoint{}: {} fp8 matrices ({} per-tensor, {} per-channel, {} per-block "
+        "scales) dequantised at load; {}",
+        path, ck.method.empty() ? "" : " (" + ck.method + ")", ck.total(), ck.matrices[0], ck.matrices[1],
+        ck.matrices[2],
+        device == "cuda" ? "the device re-quantises them with a scale per output row (--quantization fp8)"
+                         : "the CPU computes with those values in fp32");
+    opts.quantization = WeightQuantization::kFp8;
+  }
   // The CUDA engine quantises its own device copies (options.quantization); the CPU rounds the weights here.
-  if (device == "cuda") return backends.cuda_decoder.create(std::move(weights), options);
+  if (device == "cuda") return backends.cuda_decoder.create(std::move(weights), opts);
   const bool ggml = options.ggml_compatible_numerics && weights.from_gguf;
-  if (options.quantization == WeightQuantization::kFp8)
+  if (options.quantization == WeightQuantization::kFp8 && ck.total() == 0)
     RETURN_IF_ERROR(QuantizeCpuWeightsFp8(&weights, options));
   ASSIGN_OR_RETURN(std::unique_ptr<CpuLlama> model,
                    CpuLlama::Create(std::move(weights), options.pool, ggml, options.kv_cache));

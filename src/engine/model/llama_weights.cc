@@ -6,6 +6,7 @@
 
 #include "engine/loader/gguf_reader.h"
 #include "engine/loader/hf_folder.h"
+#include "engine/model/fp8_checkpoint.h"
 #include "kernels/cpu/quants.h"
 
 namespace stoke {
@@ -102,8 +103,13 @@ using FindFn = std::function<const TensorRef*(const std::string&)>;
 
 class Loader {
  public:
-  Loader(FindFn find, const TensorNames& names, std::string file, bool gguf_llama_permuted)
-      : find_(std::move(find)), names_(names), file_(std::move(file)), unpermute_(gguf_llama_permuted) {}
+  Loader(FindFn find, const TensorNames& names, std::string file, bool gguf_llama_permuted,
+         Fp8CheckpointFormat fp8 = {})
+      : find_(std::move(find)),
+        names_(names),
+        file_(std::move(file)),
+        unpermute_(gguf_llama_permuted),
+        fp8_(std::move(fp8)) {}
 
   Status Load(LlamaWeights* w);
 
@@ -113,12 +119,13 @@ class Loader {
     if (t == nullptr) return NotFoundError("{}: tensor {} missing", file_, name);
     return t;
   }
-  StatusOr<LinearWeight> Matrix(const std::string& name, int64_t rows, int64_t cols) const {
+  StatusOr<LinearWeight> Matrix(const std::string& name, int64_t rows, int64_t cols, LlamaWeights* w) {
     ASSIGN_OR_RETURN(const TensorRef* t, Get(name));
     if (t->shape.size() != 2 || t->shape[0] != rows || t->shape[1] != cols) {
       return InvalidArgumentError("{}: tensor {} has shape {}, expected [{}, {}]", file_, name,
                                   t->ShapeString(), rows, cols);
     }
+    if (t->dtype == DType::kF8E4M3) return Fp8Matrix(*t, w);
     const DTypeInfo& info = GetDTypeInfo(t->dtype);
     const bool supported =
         t->dtype == DType::kF32 || t->dtype == DType::kF16 || t->dtype == DType::kBF16 || info.quantized;
@@ -138,10 +145,36 @@ class Loader {
       return InvalidArgumentError("{}: tensor {} has shape {}, expected [{}]", file_, name, t->ShapeString(),
                                   n);
     }
+    if (t->dtype == DType::kF8E4M3) {
+      return InvalidArgumentError("{}: tensor {} is F8_E4M3; stoke reads fp8 only for Linear weights", file_,
+                                  name);
+    }
     std::vector<float> v(n);
     Status st = cpu::DequantizeRow(t->dtype, t->data, v.data(), n);
     if (!st.ok()) return st.WithContext(fmt::format("{}: tensor {}", file_, name));
     return v;
+  }
+  // A pre-quantised FP8 weight (engine/model/fp8_checkpoint.h), dequantised into an owned F32 matrix; marks
+  // `w` as fp8 and counts the layout of its scale.
+  StatusOr<LinearWeight> Fp8Matrix(const TensorRef& t, LlamaWeights* w) {
+    const std::string scale_name = Fp8ScaleName(t.name, [&](const std::string& n) { return find_(n) != nullptr; });
+    if (scale_name.empty()) {
+      return NotFoundError(
+          "{}: tensor {} is F8_E4M3 but {}_scale (or {}_scale_inv) is missing: a pre-quantised FP8 checkpoint "
+          "keeps a scale beside each fp8 weight",
+          file_, t.name, t.name, t.name);
+    }
+    const int64_t rows = t.shape[0], cols = t.shape[1];
+    auto buf = std::make_unique<uint8_t[]>(static_cast<size_t>(rows * cols) * sizeof(float));
+    auto* out = reinterpret_cast<float*>(buf.get());
+    StatusOr<Fp8ScaleLayout> layout =
+        DequantizeFp8Weight(t, *find_(scale_name), fp8_, ThreadPool::Default(), out);
+    if (!layout.ok()) return layout.status().WithContext(file_);
+    w->quantization = WeightQuantization::kFp8;
+    ++w->fp8_checkpoint.matrices[static_cast<size_t>(*layout)];
+    LinearWeight lin{buf.get(), DType::kF32, rows, cols};
+    w->owned.push_back(std::move(buf));
+    return lin;
   }
   Status LoadLayer(int l, LlamaWeights* w);
 
@@ -149,6 +182,7 @@ class Loader {
   const TensorNames& names_;
   std::string file_;
   bool unpermute_;
+  Fp8CheckpointFormat fp8_;
 };
 
 Status Loader::LoadLayer(int l, LlamaWeights* w) {
@@ -160,13 +194,13 @@ Status Loader::LoadLayer(int l, LlamaWeights* w) {
   LlamaLayerWeights& lw = w->layers[l];
   ASSIGN_OR_RETURN(lw.attn_norm, Vector(name("attn_norm"), hidden));
   ASSIGN_OR_RETURN(lw.ffn_norm, Vector(name("ffn_norm"), hidden));
-  ASSIGN_OR_RETURN(LinearWeight q, Matrix(name("q"), q_rows, hidden));
-  ASSIGN_OR_RETURN(LinearWeight k, Matrix(name("k"), kv_rows, hidden));
-  ASSIGN_OR_RETURN(LinearWeight v, Matrix(name("v"), kv_rows, hidden));
-  ASSIGN_OR_RETURN(lw.o, Matrix(name("o"), hidden, q_rows));
-  ASSIGN_OR_RETURN(LinearWeight gate, Matrix(name("gate"), ffn, hidden));
-  ASSIGN_OR_RETURN(LinearWeight up, Matrix(name("up"), ffn, hidden));
-  ASSIGN_OR_RETURN(lw.down, Matrix(name("down"), hidden, ffn));
+  ASSIGN_OR_RETURN(LinearWeight q, Matrix(name("q"), q_rows, hidden, w));
+  ASSIGN_OR_RETURN(LinearWeight k, Matrix(name("k"), kv_rows, hidden, w));
+  ASSIGN_OR_RETURN(LinearWeight v, Matrix(name("v"), kv_rows, hidden, w));
+  ASSIGN_OR_RETURN(lw.o, Matrix(name("o"), hidden, q_rows, w));
+  ASSIGN_OR_RETURN(LinearWeight gate, Matrix(name("gate"), ffn, hidden, w));
+  ASSIGN_OR_RETURN(LinearWeight up, Matrix(name("up"), ffn, hidden, w));
+  ASSIGN_OR_RETURN(lw.down, Matrix(name("down"), hidden, ffn, w));
 
   RowSource qs{q, unpermute_, static_cast<int>(hd)}, ks{k, unpermute_, static_cast<int>(hd)}, vs{v};
   if (q.dtype == k.dtype && k.dtype == v.dtype) {
@@ -206,10 +240,10 @@ Status Loader::Load(LlamaWeights* w) {
                                   names_.embedding, emb->shape[0], c.vocab_size);
     }
   }
-  ASSIGN_OR_RETURN(w->embedding, Matrix(names_.embedding, c.vocab_size, c.hidden_size));
+  ASSIGN_OR_RETURN(w->embedding, Matrix(names_.embedding, c.vocab_size, c.hidden_size, w));
   ASSIGN_OR_RETURN(w->final_norm, Vector(names_.final_norm, c.hidden_size));
   if (find_(names_.lm_head) != nullptr) {
-    ASSIGN_OR_RETURN(w->lm_head, Matrix(names_.lm_head, c.vocab_size, c.hidden_size));
+    ASSIGN_OR_RETURN(w->lm_head, Matrix(names_.lm_head, c.vocab_size, c.hidden_size, w));
     c.tie_word_embeddings = false;
   } else {
     // Tied models omit the head (and some untied-config files still tie in practice): reuse the table.
@@ -247,8 +281,12 @@ StatusOr<LlamaWeights> LoadLlamaWeights(std::shared_ptr<const HfFolder> folder) 
     if (!c.ok()) return c.status().WithContext(folder->dir());
     w.config = std::move(c).value();
   }
+  StatusOr<Fp8CheckpointFormat> fp8 = Fp8CheckpointFormatFromConfig(folder->config());
+  if (!fp8.ok()) return fp8.status().WithContext(folder->dir());
+  w.fp8_checkpoint.method = fp8->method;
   const HfFolder* f = folder.get();
-  Loader loader([f](const std::string& n) { return f->FindTensor(n); }, HfNames(), folder->dir(), false);
+  Loader loader([f](const std::string& n) { return f->FindTensor(n); }, HfNames(), folder->dir(), false,
+                *std::move(fp8));
   RETURN_IF_ERROR(loader.Load(&w));
   w.source = std::move(folder);
   return w;

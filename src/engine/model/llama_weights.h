@@ -5,6 +5,7 @@
 // matmul per group.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -53,8 +54,17 @@ struct LlamaWeights {
   bool from_gguf = false;
   bool gguf_qk_interleaved = false;
   // kFp8 once QuantizeLlamaWeightsFp8 (engine/model/weight_quant.h) has rounded the projections and lm_head
-  // (CPU only: the CUDA engine quantises its own copies on the device).
+  // (CPU only: the CUDA engine quantises its own copies on the device), or when the file is a pre-quantised
+  // FP8 checkpoint (below).
   WeightQuantization quantization = WeightQuantization::kNone;
+  // A pre-quantised FP8 checkpoint (engine/model/fp8_checkpoint.h): its F8_E4M3 matrices were dequantised
+  // at load into F32 (the values the checkpoint stands for), counted here by the layout of their scales
+  // (index: Fp8ScaleLayout). All zero for any other file.
+  struct Fp8Checkpoint {
+    std::string method;                      // quantization_config.quant_method, "" when absent
+    std::array<int, 3> matrices = {0, 0, 0};  // per-tensor, per-channel, per-block
+    int total() const { return matrices[0] + matrices[1] + matrices[2]; }
+  } fp8_checkpoint;
   // Buffers the LinearWeights above may point into, and the mapped file(s) the others point into.
   std::vector<std::unique_ptr<uint8_t[]>> owned;
   std::shared_ptr<const void> source;

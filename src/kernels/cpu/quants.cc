@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "base/half.h"
+#include "kernels/cpu/kv_quant.h"
 
 namespace stoke::cpu {
 namespace {
@@ -226,6 +227,9 @@ Status DequantizeRow(DType t, const void* src, float* dst, int64_t n) {
       return OkStatus();
     case DType::kQ6_K:
       DequantQ6_K(x, dst, nb);
+      return OkStatus();
+    case DType::kF8E4M3:  // unscaled: the checkpoint's weight_scale is the loader's to apply
+      for (int64_t i = 0; i < n; ++i) dst[i] = Fp8E4M3ToFloat(x[i]);
       return OkStatus();
     default:
       return InvalidArgumentError("DequantizeRow: {} is not a floating-point or quantised type", info.name);
