@@ -70,7 +70,7 @@ double ShortFloat(float f) {
 // Weights, not buffers: BERT checkpoints carry an I64 position_ids buffer that is no parameter.
 bool CountsAsParameter(DType t) {
   return GetDTypeInfo(t).quantized || t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 ||
-         t == DType::kF64;
+         t == DType::kF64 || t == DType::kF8E4M3;
 }
 
 // The template's family from its marker tokens, for templates stoke's ChatTemplate does not render.
@@ -308,6 +308,11 @@ StatusOr<Json> InspectHf(const std::string& dir) {
       dt.is_string()) {
     j["torch_dtype"] = dt.get<std::string>();
   }
+  // A pre-quantised checkpoint says how in config.json (an FP8 one loads as fp8: docs/precision.md).
+  if (cfg.contains("quantization_config") && cfg["quantization_config"].is_object() &&
+      cfg["quantization_config"].value("quant_method", nlohmann::json()).is_string()) {
+    j["quantization"] = cfg["quantization_config"]["quant_method"].get<std::string>();
+  }
   j["tensors"] = hf->tensors().size();
   std::vector<std::string> type_names;
   for (const TensorRef& t : hf->tensors()) type_names.emplace_back(DTypeName(t.dtype));
@@ -354,6 +359,8 @@ void PrintInspect(const Json& j) {
   Row("architecture", arch);
   const uint64_t params = j["parameters"];
   Row("parameters", fmt::format("{} ({})", HumanCount(params), Thousands(params)));
+  if (j.contains("quantization"))
+    Row("quantization", j["quantization"].get<std::string>() + " (quantization_config in config.json)");
   if (j["config"].is_object()) {
     for (const auto& [k, v] : j["config"].items()) Row("  " + k, Scalar(v));
   }

@@ -2,8 +2,11 @@
 // precision, on the same device? (tools/precision/gate.h; thresholds and metrics in docs/precision.md)
 //
 //   stoke model check --model M [--kv-cache-dtype auto|bf16|int8|fp8] [--quantization none|fp8|int8]
-//       [--calibration-data FILE] [--data FILE] [--device cpu|cuda] [--tokens N] [--greedy-prompts N]
-//       [--greedy-tokens N] [--json FILE]
+//       [--reference R] [--calibration-data FILE] [--data FILE] [--device cpu|cuda] [--tokens N]
+//       [--greedy-prompts N] [--greedy-tokens N] [--json FILE]
+//
+// --reference R (decoders): the reference is another file, R at its own precision (a pre-quantised FP8
+// checkpoint against the bf16 checkpoint it came from), and M may be at its own precision too.
 //
 // Decoders: teacher-forced top-1 agreement, mean KL, perplexity of both and greedy-text agreement over the
 // first N tokens of the text (default the GPL-3 licence text; N default 256 on the CPU, 4096 on CUDA).
@@ -35,6 +38,7 @@ namespace {
 
 struct CheckCliOptions {
   std::string model;
+  std::string reference;              // "" = --model at its reference precision
   std::string data;                   // "" = precision::kDefaultGateText
   int tokens = 0;                     // 0 = 256 on the CPU, 4096 on CUDA
   int greedy_prompts = precision::DecoderGateOptions{}.greedy_prompts;
@@ -73,10 +77,13 @@ StatusOr<precision::GateReport> CheckDecoder(const CheckCliOptions& o, const std
   ASSIGN_OR_RETURN(DecoderOptions cand, DecoderOptionsFromFlags(o.device));
   cand.device = ResolveDecoderDevice(cand.device, backends);
   const DecoderOptions ref = precision::ReferenceOptions(cand);
-  if (!precision::DiffersFromReference(cand, cand.device)) {
+  std::string ref_path = path;
+  if (!o.reference.empty()) {
+    ASSIGN_OR_RETURN(ref_path, ResolveModel(o.reference));
+  } else if (!precision::DiffersFromReference(cand, cand.device)) {
     return InvalidArgumentError(
         "nothing to compare: --quantization none with --kv-cache-dtype {} is the reference precision on {} "
-        "(give --quantization fp8, or --kv-cache-dtype bf16, int8 or fp8)",
+        "(give --quantization fp8, --kv-cache-dtype bf16, int8 or fp8, or --reference MODEL)",
         KvCacheDtypeName(cand.kv_cache.dtype), cand.device);
   }
   ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, LoadTokenizer(path));
@@ -85,8 +92,15 @@ StatusOr<precision::GateReport> CheckDecoder(const CheckCliOptions& o, const std
   g.greedy_prompts = o.greedy_prompts;
   g.greedy_tokens = o.greedy_tokens;
   if (cand.device == "cuda") g.chunk = 512;
-  auto load = [&](const DecoderOptions& d) { return LoadDecoder(path, d, backends); };
-  return precision::CheckDecoderPrecision(load, ref, cand, *tok, text, g);
+  ASSIGN_OR_RETURN(std::unique_ptr<DecoderModel> reference, LoadDecoder(ref_path, ref, backends));
+  ASSIGN_OR_RETURN(std::unique_ptr<DecoderModel> candidate, LoadDecoder(path, cand, backends));
+  ASSIGN_OR_RETURN(precision::GateReport report,
+                   precision::RunDecoderGate(*reference, *candidate, *tok, text, g));
+  if (ref_path != path) {  // two files: the labels say which
+    report.reference = fmt::format("{}: {}", std::filesystem::path(ref_path).filename().string(), report.reference);
+    report.candidate = fmt::format("{}: {}", std::filesystem::path(path).filename().string(), report.candidate);
+  }
+  return report;
 }
 
 // Reference: the CPU's fp32 encoder. Candidate: the encoder on --device at --quantization (cpu + fp8: the
@@ -97,6 +111,10 @@ StatusOr<precision::GateReport> CheckEncoder(const CheckCliOptions& o, const std
                                              const std::string& text, const Backends& backends) {
   if (o.device.tuning.kv_cache_dtype != "auto") {
     return InvalidArgumentError("--kv-cache-dtype: {} is an encoder, which has no KV cache", path);
+  }
+  if (!o.reference.empty()) {
+    return InvalidArgumentError(
+        "--reference: {} is an encoder, whose reference is always its own fp32 weights on the CPU", path);
   }
   BertDeviceOptions dev;
   dev.device = o.device.device;
@@ -159,6 +177,10 @@ CLI::App* AddModelCheckCommand(CLI::App* model, CommandRun* run) {
   CLI::App* cmd = model->add_subcommand(
       "check", "Output-consistency gate: the model at a lower precision against its reference precision");
   cmd->add_option("--model", o->model, "Alias, GGUF file or HF folder (decoder or BERT encoder)")->required();
+  cmd->add_option("--reference", o->reference,
+                  "Decoders: compare against this model (alias, GGUF or HF folder) at its own precision instead "
+                  "of --model's reference precision; e.g. a pre-quantised FP8 checkpoint against its bf16 "
+                  "original. Same tokenizer expected");
   cmd->add_option("--data", o->data,
                   std::string("English text to compare on (default: ") + precision::kDefaultGateText + ")");
   cmd->add_option("--tokens", o->tokens, "Decoders: teacher-forced tokens (0: 256 on cpu, 4096 on cuda)")

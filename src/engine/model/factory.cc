@@ -74,13 +74,21 @@ StatusOr<std::unique_ptr<DecoderModel>> LoadDecoder(const std::string& path, con
   DecoderOptions opts = options;
   const LlamaWeights::Fp8Checkpoint& ck = weights.fp8_checkpoint;
   if (ck.total() > 0) {
-    LOG_INFO(
+    const std::string what = fmt::format(
         "{}: pre-quantised FP8 checkpoint{}: {} fp8 matrices ({} per-tensor, {} per-channel, {} per-block "
-        "scales) dequantised at load; {}",
+        "scales) dequantised at load",
         path, ck.method.empty() ? "" : " (" + ck.method + ")", ck.total(), ck.matrices[0], ck.matrices[1],
-        ck.matrices[2],
-        device == "cuda" ? "the device re-quantises them with a scale per output row (--quantization fp8)"
-                         : "the CPU computes with those values in fp32");
+        ck.matrices[2]);
+    if (device != "cuda") {
+      LOG_INFO("{}; the CPU computes with those values in fp32", what);
+    } else if (ck.matrices[1] == ck.total()) {
+      LOG_INFO("{}; the device re-quantises them per output row, which gives back their codes and scales", what);
+    } else {  // a per-row scale cannot hold a per-tensor or per-block one: the values round again
+      LOG_WARN(
+          "{}; the device re-quantises them with one scale per output row, so the {} per-tensor / per-block "
+          "matrices round a second time (docs/precision.md)",
+          what, ck.matrices[0] + ck.matrices[2]);
+    }
     opts.quantization = WeightQuantization::kFp8;
   }
   // The CUDA engine quantises its own device copies (options.quantization); the CPU rounds the weights here.
