@@ -89,6 +89,8 @@ run() {
     fi
   fi
 
+  fp8_checkpoint_check || test_rc=1
+
   echo "=== cuda_bench"
   timeout 150 "$BUNDLE/bin/cuda_bench" --gemm-cache "$GEMM_CACHE" > "$OUT/cuda_bench.jsonl"
   echo "=== cuda_bench exit $?"
@@ -120,6 +122,39 @@ run() {
     STOKE_BIN="$BUNDLE/bin/stoke" OUT="$OUT" bench/gpu/llm_bench.sh || true
   fi
   return $test_rc
+}
+
+# --- Pre-quantised FP8 checkpoints on the GPU (docs/precision.md): a synthetic SmolLM2 shape (8 layers, bf16)
+# written as FP8 checkpoints by tests/fixtures/fp8_checkpoint.py (numpy). The per-channel one must be what
+# --quantization fp8 makes of the bf16 folder on the device (the same codes; scales within a bf16 rounding:
+# mean KL < 1e-3, top-1 >= 0.99); the per-tensor and per-block ones are reported against the bf16 folder (their
+# per-row re-quantisation rounds twice). Reports: $OUT/fp8_checkpoint_*.json.
+fp8_checkpoint_check() {
+  local stoke="$BUNDLE/bin/stoke" dir="$OUT/fp8ck" rc=0
+  [[ -x "$stoke" ]] || return 0
+  python3 -c "import numpy" 2>/dev/null || { echo "=== FP8 checkpoints: no numpy, skipped"; return 0; }
+  echo "=== FP8 checkpoints on cuda"
+  rm -rf "$dir" && mkdir -p "$dir"
+  "$stoke" model synth --shape smollm2-135m --layers 8 --quiet --out "$dir/bf16" || return 1
+  for s in channel tensor block; do
+    python3 tests/fixtures/fp8_checkpoint.py "$dir/bf16" "$dir/$s" --scales "$s" || return 1
+  done
+  local gate=(--device cuda --tokens 1024 --greedy-prompts 2 --greedy-tokens 16)
+  timeout 120 "$stoke" model check --model "$dir/bf16" --quantization fp8 --reference "$dir/channel" "${gate[@]}" \
+    --json "$OUT/fp8_checkpoint_channel_vs_in_engine.json"
+  python3 - "$OUT/fp8_checkpoint_channel_vs_in_engine.json" <<'PY' || rc=1
+import json, sys
+r = {m["name"]: m["value"] for m in json.load(open(sys.argv[1]))["metrics"]}
+ok = r["mean_kl"] < 1e-3 and r["top1_agreement"] >= 0.99
+print("fp8 checkpoint (per-channel) vs --quantization fp8 on cuda:", r, "OK" if ok else "FAIL")
+sys.exit(0 if ok else 1)
+PY
+  for s in channel tensor block; do
+    timeout 120 "$stoke" model check --model "$dir/$s" --reference "$dir/bf16" "${gate[@]}" \
+      --json "$OUT/fp8_checkpoint_${s}_vs_bf16.json" | tail -6
+  done
+  rm -rf "$dir"
+  return $rc
 }
 
 # --- GPU telemetry (NVML + GPM; docs/telemetry.md). Informational: never changes the exit code. ---------------
