@@ -279,6 +279,7 @@ StatusOr<float*> CudaLlama::UploadFloats(const std::vector<float>& v) {
 
 StatusOr<CudaLlama::Linear> CudaLlama::UploadLinear(const std::vector<const LinearWeight*>& parts,
                                                     int64_t pad_rows_to, bool gemv_copy) {
+  if (parts.front()->dtype == DType::kF8E4M3) return UploadFp8Linear(parts, pad_rows_to);
   Linear lin;
   lin.cols = parts.front()->cols;
   // fp8 weights never take the GGUF GEMV paths (they are re-quantised from the bf16 copy). Q8_0 matrices (the
@@ -351,7 +352,42 @@ void CudaLlama::DeviceFree(void* p, size_t bytes) {
   weight_bytes_ -= static_cast<int64_t>(bytes);
 }
 
+StatusOr<CudaLlama::Linear> CudaLlama::UploadFp8Linear(const std::vector<const LinearWeight*>& parts,
+                                                       int64_t pad_rows_to) {
+  if (!fp8_weights()) {
+    return FailedPreconditionError(
+        "cuda llama: an FP8 checkpoint's matrices need fp8 weights (LoadDecoder sets --quantization fp8 for one)");
+  }
+  Linear lin;
+  lin.cols = parts.front()->cols;
+  for (const LinearWeight* p : parts) {
+    if (p->dtype != DType::kF8E4M3 || p->row_scale == nullptr || p->cols != lin.cols) {
+      return InvalidArgumentError("cuda llama: fused parts differ in type or columns (F8_E4M3 with row scales)");
+    }
+    lin.rows += p->rows;
+  }
+  const int64_t alloc_rows = RoundUp(lin.rows, pad_rows_to);
+  ASSIGN_OR_RETURN(void* q, DeviceAlloc(alloc_rows * lin.cols));
+  ASSIGN_OR_RETURN(void* sc, DeviceAlloc(alloc_rows * sizeof(float)));
+  lin.q = static_cast<uint8_t*>(q);
+  lin.scale = static_cast<float*>(sc);
+  if (alloc_rows > lin.rows) {  // padding rows: code 0 and scale 0
+    CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(lin.q + lin.rows * lin.cols, 0, (alloc_rows - lin.rows) * lin.cols, stream_.get()));
+    CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(lin.scale + lin.rows, 0, (alloc_rows - lin.rows) * sizeof(float), stream_.get()));
+  }
+  int64_t offset = 0;
+  for (const LinearWeight* p : parts) {
+    RETURN_IF_ERROR(Upload(lin.q + offset * lin.cols, p->data, p->rows * p->cols));
+    RETURN_IF_ERROR(Upload(lin.scale + offset, p->row_scale, p->rows * sizeof(float)));
+    offset += p->rows;
+  }
+  return lin;
+}
+
 Status CudaLlama::QuantizeLinearFp8(Linear* lin, int64_t alloc_rows, bool free_bf16) {
+  if (lin->q != nullptr && lin->w == nullptr) return OkStatus();  // uploaded as fp8 codes (UploadFp8Linear)
   ASSIGN_OR_RETURN(void* q, DeviceAlloc(alloc_rows * lin->cols));
   ASSIGN_OR_RETURN(void* sc, DeviceAlloc(alloc_rows * sizeof(float)));
   lin->q = static_cast<uint8_t*>(q);

@@ -187,6 +187,9 @@ class CudaLlama final : public DecoderModel {
                                 bool gemv_copy = true);
   // Quantises lin's bf16 rows to fp8 + scales (new allocations); frees the bf16 copy when free_bf16.
   Status QuantizeLinearFp8(Linear* lin, int64_t alloc_rows, bool free_bf16);
+  // A pre-quantised FP8 checkpoint's projection (F8_E4M3 codes with row scales, LinearWeight::row_scale): the
+  // codes and scales go to the device as they are, no bf16 copy (fp8 weights only).
+  StatusOr<Linear> UploadFp8Linear(const std::vector<const LinearWeight*>& parts, int64_t pad_rows_to);
   bool fp8_weights() const { return options_.quantization == WeightQuantization::kFp8; }
   StatusOr<void*> DeviceAlloc(size_t bytes);
   void DeviceFree(void* p, size_t bytes);

@@ -75,19 +75,18 @@ StatusOr<std::unique_ptr<DecoderModel>> LoadDecoder(const std::string& path, con
   const LlamaWeights::Fp8Checkpoint& ck = weights.fp8_checkpoint;
   if (ck.total() > 0) {
     const std::string what = fmt::format(
-        "{}: pre-quantised FP8 checkpoint{}: {} fp8 matrices ({} per-tensor, {} per-channel, {} per-block "
-        "scales) dequantised at load",
+        "{}: pre-quantised FP8 checkpoint{}: {} fp8 matrices ({} per-tensor, {} per-channel, {} per-block scales)",
         path, ck.method.empty() ? "" : " (" + ck.method + ")", ck.total(), ck.matrices[0], ck.matrices[1],
         ck.matrices[2]);
     if (device != "cuda") {
-      LOG_INFO("{}; the CPU computes with those values in fp32", what);
-    } else if (ck.matrices[1] == ck.total()) {
-      LOG_INFO("{}; the device re-quantises them per output row, which gives back their codes and scales", what);
-    } else {  // a per-row scale cannot hold a per-tensor or per-block one: the values round again
+      LOG_INFO("{}; the CPU multiplies their values in fp32", what);
+    } else if (ck.matrices[2] == 0) {
+      LOG_INFO("{}; their codes and scales go to the device as they are", what);
+    } else {  // per-block scales: dequantised at load, then one scale per output row on the device
       LOG_WARN(
-          "{}; the device re-quantises them with one scale per output row, so the {} per-tensor / per-block "
-          "matrices round a second time (docs/precision.md)",
-          what, ck.matrices[0] + ck.matrices[2]);
+          "{}; the device keeps one scale per output row, so the {} per-block matrices are dequantised and "
+          "round a second time (docs/precision.md)",
+          what, ck.matrices[2]);
     }
     opts.quantization = WeightQuantization::kFp8;
   }

@@ -43,8 +43,21 @@ std::string_view Fp8ScaleLayoutName(Fp8ScaleLayout layout) {
   return "?";
 }
 
-StatusOr<Fp8ScaleLayout> DequantizeFp8Weight(const TensorRef& weight, const TensorRef& scale,
-                                             const Fp8CheckpointFormat& format, ThreadPool& pool, float* out) {
+namespace {
+
+const std::array<float, 256>& E4M3Table() {
+  static const std::array<float, 256> kTable = [] {
+    std::array<float, 256> t{};
+    for (int b = 0; b < 256; ++b) t[b] = cpu::Fp8E4M3ToFloat(static_cast<uint8_t>(b));
+    return t;
+  }();
+  return kTable;
+}
+
+}  // namespace
+
+StatusOr<Fp8Scales> ReadFp8Scales(const TensorRef& weight, const TensorRef& scale,
+                                  const Fp8CheckpointFormat& format) {
   if (weight.dtype != DType::kF8E4M3 || weight.shape.size() != 2) {
     return InvalidArgumentError("{}: expected a 2-D F8_E4M3 weight, got {} {}", weight.name,
                                 DTypeName(weight.dtype), weight.ShapeString());
@@ -56,60 +69,80 @@ StatusOr<Fp8ScaleLayout> DequantizeFp8Weight(const TensorRef& weight, const Tens
   const int64_t rows = weight.shape[0], cols = weight.shape[1];
   const int64_t n = scale.numel();
   const auto& s = scale.shape;
+  Fp8Scales out;
+  out.block_rows = format.block_rows;
+  out.block_cols = format.block_cols;
   const int64_t brows = (rows + format.block_rows - 1) / format.block_rows;
-  const int64_t bcols = (cols + format.block_cols - 1) / format.block_cols;
-  Fp8ScaleLayout layout;
+  out.blocks_per_row = (cols + format.block_cols - 1) / format.block_cols;
   if (n == 1) {
-    layout = Fp8ScaleLayout::kPerTensor;
+    out.layout = Fp8ScaleLayout::kPerTensor;
   } else if (n == rows && (s.size() == 1 || (s.size() == 2 && s[1] == 1))) {
-    layout = Fp8ScaleLayout::kPerChannel;
-  } else if (s.size() == 2 && s[0] == brows && s[1] == bcols) {
-    layout = Fp8ScaleLayout::kPerBlock;
+    out.layout = Fp8ScaleLayout::kPerChannel;
+  } else if (s.size() == 2 && s[0] == brows && s[1] == out.blocks_per_row) {
+    out.layout = Fp8ScaleLayout::kPerBlock;
   } else {
     return InvalidArgumentError(
         "{} has shape {}: the scale of {} {} must be [] or [1] (per tensor), [{}] or [{}, 1] (per output "
         "channel) or [{}, {}] (per block of {} x {}, quantization_config.weight_block_size)",
-        scale.name, scale.ShapeString(), weight.name, weight.ShapeString(), rows, rows, brows, bcols,
-        format.block_rows, format.block_cols);
+        scale.name, scale.ShapeString(), weight.name, weight.ShapeString(), rows, rows, brows,
+        out.blocks_per_row, format.block_rows, format.block_cols);
   }
-  std::vector<float> scales(n);
-  RETURN_IF_ERROR(cpu::DequantizeRow(scale.dtype, scale.data, scales.data(), n));
+  out.values.resize(n);
+  RETURN_IF_ERROR(cpu::DequantizeRow(scale.dtype, scale.data, out.values.data(), n));
   for (int64_t i = 0; i < n; ++i) {
-    if (!std::isfinite(scales[i]) || scales[i] < 0.0f) {
+    if (!std::isfinite(out.values[i]) || out.values[i] < 0.0f) {
       return InvalidArgumentError("{}[{}] is {}: a scale must be finite and >= 0 (the scale of {})",
-                                  scale.name, i, scales[i], weight.name);
+                                  scale.name, i, out.values[i], weight.name);
     }
   }
-  static const std::array<float, 256> kTable = [] {
-    std::array<float, 256> t{};
-    for (int b = 0; b < 256; ++b) t[b] = cpu::Fp8E4M3ToFloat(static_cast<uint8_t>(b));
-    return t;
-  }();
+  return out;
+}
+
+Status CheckFp8Codes(const TensorRef& weight, ThreadPool& pool) {
+  const int64_t n = weight.numel(), cols = weight.cols();
   const uint8_t* q = weight.data;
-  std::atomic<int64_t> nan_at{-1};
-  pool.ParallelFor(rows, 16, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const uint8_t* qr = q + r * cols;
-      float* o = out + r * cols;
-      for (int64_t c = 0; c < cols; ++c) {
-        if ((qr[c] & 0x7f) == 0x7f) {
-          int64_t expected = -1;
-          nan_at.compare_exchange_strong(expected, r * cols + c);
-          return;
+  std::atomic<int64_t> nan_at{n};
+  pool.ParallelFor(n, int64_t{1} << 16, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      if ((q[i] & 0x7f) == 0x7f) {
+        int64_t cur = nan_at.load();
+        while (i < cur && !nan_at.compare_exchange_weak(cur, i)) {
         }
-        const float sc = layout == Fp8ScaleLayout::kPerTensor    ? scales[0]
-                         : layout == Fp8ScaleLayout::kPerChannel ? scales[r]
-                                                                 : scales[(r / format.block_rows) * bcols +
-                                                                          c / format.block_cols];
-        o[c] = kTable[qr[c]] * sc;
+        return;
       }
     }
   });
-  if (const int64_t at = nan_at.load(); at >= 0) {
-    return InvalidArgumentError("{}: row {} column {} holds an E4M3 NaN code (0x{:02x}); an FP8 weight must be finite",
-                                weight.name, at / cols, at % cols, q[at]);
+  if (const int64_t at = nan_at.load(); at < n) {
+    return InvalidArgumentError(
+        "{}: row {} column {} holds an E4M3 NaN code (0x{:02x}); an FP8 weight must be finite", weight.name,
+        at / cols, at % cols, q[at]);
   }
-  return layout;
+  return OkStatus();
+}
+
+StatusOr<Fp8ScaleLayout> DequantizeFp8Weight(const TensorRef& weight, const TensorRef& scale,
+                                             const Fp8CheckpointFormat& format, ThreadPool& pool, float* out) {
+  ASSIGN_OR_RETURN(const Fp8Scales scales, ReadFp8Scales(weight, scale, format));
+  RETURN_IF_ERROR(CheckFp8Codes(weight, pool));
+  const int64_t rows = weight.shape[0], cols = weight.shape[1];
+  const std::array<float, 256>& table = E4M3Table();
+  const uint8_t* q = weight.data;
+  pool.ParallelFor(rows, 16, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = table[q[r * cols + c]] * scales.at(r, c);
+    }
+  });
+  return scales.layout;
+}
+
+void DequantizeFp8Rows(const uint8_t* codes, const float* row_scale, int64_t rows, int64_t cols, ThreadPool& pool,
+                       float* out) {
+  const std::array<float, 256>& table = E4M3Table();
+  pool.ParallelFor(rows, 16, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = table[codes[r * cols + c]] * row_scale[r];
+    }
+  });
 }
 
 }  // namespace stoke

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/status.h"
 #include "base/thread_pool.h"
@@ -48,11 +49,33 @@ std::string Fp8ScaleName(const std::string& weight_name, Has has) {
   return "";
 }
 
+// A weight's scales, checked: the layout its shape has and its values as fp32 (1, rows, or blocks_rows x
+// block_cols of them). InvalidArgument naming the tensors for a scale whose shape fits no layout, a scale
+// that is negative or not finite, a scale dtype other than F32 / BF16 / F16, a weight that is not 2-D F8_E4M3.
+struct Fp8Scales {
+  Fp8ScaleLayout layout = Fp8ScaleLayout::kPerTensor;
+  std::vector<float> values;
+  int64_t block_rows = 0, block_cols = 0, blocks_per_row = 0;  // kPerBlock
+  float at(int64_t r, int64_t c) const {
+    return layout == Fp8ScaleLayout::kPerTensor    ? values[0]
+           : layout == Fp8ScaleLayout::kPerChannel ? values[r]
+                                                   : values[(r / block_rows) * blocks_per_row + c / block_cols];
+  }
+};
+StatusOr<Fp8Scales> ReadFp8Scales(const TensorRef& weight, const TensorRef& scale,
+                                  const Fp8CheckpointFormat& format);
+
+// InvalidArgument naming the row and column of the first E4M3 NaN code (0x7f / 0xff) in `weight`.
+Status CheckFp8Codes(const TensorRef& weight, ThreadPool& pool);
+
 // Dequantises `weight` (F8_E4M3, [rows, cols]) with `scale` into out[rows * cols] fp32, on `pool`, and says
-// which layout the scale's shape has. InvalidArgument naming the tensors for a scale whose shape fits no
-// layout, a scale that is negative or not finite, a scale dtype other than F32 / BF16 / F16, and a NaN code
-// (0x7f / 0xff) in the weight (its row and column).
+// which layout the scale's shape has: ReadFp8Scales' and CheckFp8Codes' errors.
 StatusOr<Fp8ScaleLayout> DequantizeFp8Weight(const TensorRef& weight, const TensorRef& scale,
                                              const Fp8CheckpointFormat& format, ThreadPool& pool, float* out);
+
+// The fp32 values of `rows` x `cols` E4M3 codes with one scale per row, into out (the CPU form of a matrix
+// LoadLlamaWeights kept as codes: LinearWeight::row_scale).
+void DequantizeFp8Rows(const uint8_t* codes, const float* row_scale, int64_t rows, int64_t cols, ThreadPool& pool,
+                       float* out);
 
 }  // namespace stoke

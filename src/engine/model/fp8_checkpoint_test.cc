@@ -13,6 +13,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "engine/loader/hf_folder.h"
 #include "engine/model/backends.h"
 #include "engine/model/factory.h"
 #include "engine/model/llama_test_util.h"
@@ -282,6 +283,53 @@ TEST(Fp8CheckpointTest, PerTensorAndPerBlockCheckpointsComputeTheirDequantisedWe
     const std::vector<float> logits = ScoreAll(**model, kIds);
     EXPECT_LT(RelErr(logits, ck.dequantised.Reference(kIds)), 2e-5) << tag;
     EXPECT_GT(RelErr(logits, m.Reference(kIds)), 1e-3) << tag;
+    fs::remove_all(ck.dir);
+  }
+}
+
+TEST(Fp8CheckpointTest, ProjectionsStayCodesWithRowScalesUnlessPerBlock) {
+  const TinyLlama m(64);
+  for (Layout layout : {Layout::kChannel, Layout::kTensor, Layout::kBlock}) {
+    Written ck = WriteFp8Folder(m, layout, "codes");
+    auto folder = HfFolder::Open(ck.dir.string());
+    ASSERT_TRUE(folder.ok()) << folder.status().ToString();
+    auto w = LoadLlamaWeights(std::shared_ptr<const HfFolder>(std::move(*folder)));
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    EXPECT_EQ(w->quantization, WeightQuantization::kFp8);
+    EXPECT_EQ(w->embedding.dtype, DType::kF32);  // not an fp8 tensor in the file
+    const LlamaLayerWeights& l = w->layers[1];
+    if (layout == Layout::kBlock) {  // a row scale cannot hold per-block scales: dequantised at load
+      EXPECT_EQ(w->fp8_checkpoint.matrices[2], 14);
+      EXPECT_EQ(l.qkv.dtype, DType::kF32);
+      EXPECT_EQ(l.qkv.row_scale, nullptr);
+      fs::remove_all(ck.dir);
+      continue;
+    }
+    EXPECT_EQ(w->fp8_checkpoint.matrices[layout == Layout::kChannel ? 1 : 0], 14);
+    // q, k, v fused into one matrix of codes; its row scales are q's, then k's, then v's.
+    ASSERT_EQ(l.qkv.dtype, DType::kF8E4M3);
+    ASSERT_NE(l.qkv.row_scale, nullptr);
+    EXPECT_EQ(l.gate_up.dtype, DType::kF8E4M3);
+    EXPECT_EQ(l.down.dtype, DType::kF8E4M3);
+    const int64_t qd = m.c.num_heads * m.c.head_dim, kvd = m.c.num_kv_heads * m.c.head_dim;
+    ASSERT_EQ(l.qkv.rows, qd + 2 * kvd);
+    const std::vector<float>& k = ck.dequantised.W("model.layers.1.self_attn.k_proj.weight");
+    for (int64_t r = 0; r < kvd; ++r) {
+      for (int64_t c = 0; c < l.qkv.cols; c += 7) {
+        const uint8_t code = static_cast<const uint8_t*>(l.qkv.data)[(qd + r) * l.qkv.cols + c];
+        ASSERT_EQ(cpu::Fp8E4M3ToFloat(code) * l.qkv.row_scale[qd + r], k[r * l.qkv.cols + c]) << r << "," << c;
+      }
+    }
+    // The codes of an unfused matrix are the file's bytes, not a copy.
+    const TensorRef* down = std::static_pointer_cast<const HfFolder>(w->source)
+                                ->FindTensor("model.layers.1.mlp.down_proj.weight");
+    ASSERT_NE(down, nullptr);
+    EXPECT_EQ(l.down.data, down->data);
+    // CpuLlama multiplies their fp32 values.
+    LlamaWeights copy = std::move(*w);
+    ASSERT_TRUE(WidenFp8Matrices(&copy, ThreadPool::Default()).ok());
+    EXPECT_EQ(copy.layers[1].qkv.dtype, DType::kF32);
+    EXPECT_EQ(static_cast<const float*>(copy.layers[1].qkv.data)[qd * l.qkv.cols], k[0]);
     fs::remove_all(ck.dir);
   }
 }

@@ -26,6 +26,8 @@ StatusOr<std::unique_ptr<CpuLlama>> CpuLlama::Create(LlamaWeights weights, Threa
                                                      bool ggml_numerics, KvCacheOptions kv) {
   const LlamaConfig& c = weights.config;
   RETURN_IF_ERROR(c.Validate());
+  // A pre-quantised FP8 checkpoint's projections arrive as codes with row scales: multiplied as fp32 here.
+  RETURN_IF_ERROR(WidenFp8Matrices(&weights, pool != nullptr ? *pool : ThreadPool::Default()));
   const int64_t hidden = c.hidden_size, ffn = c.intermediate_size;
   const int64_t qd = int64_t{c.num_heads} * c.head_dim, kvd = int64_t{c.num_kv_heads} * c.head_dim;
   RETURN_IF_ERROR(CheckMatrix(weights.embedding, c.vocab_size, hidden, "embedding"));

@@ -47,7 +47,39 @@ StatusOr<LinearWeight> ConcatRows(const std::vector<RowSource>& parts, LlamaWeig
   }
   LinearWeight out{buf.get(), dt, rows, cols};
   owner->owned.push_back(std::move(buf));
+  if (dt == DType::kF8E4M3) {  // codes with a scale per row: the scales follow their rows
+    auto scales = std::make_unique<uint8_t[]>(static_cast<size_t>(rows) * sizeof(float));
+    auto* s = reinterpret_cast<float*>(scales.get());
+    for (const RowSource& p : parts) {
+      if (p.w.row_scale == nullptr || p.unpermute_qk) {
+        return InvalidArgumentError("ConcatRows: F8_E4M3 parts need their row scales (and no Q/K permutation)");
+      }
+      s = std::copy(p.w.row_scale, p.w.row_scale + p.w.rows, s);
+    }
+    out.row_scale = reinterpret_cast<const float*>(scales.get());
+    owner->owned.push_back(std::move(scales));
+  }
   return out;
+}
+
+Status WidenFp8Matrices(LlamaWeights* w, ThreadPool& pool) {
+  auto widen = [&](LinearWeight* m) -> Status {
+    if (m->empty() || m->dtype != DType::kF8E4M3) return OkStatus();
+    if (m->row_scale == nullptr) return InvalidArgumentError("an F8_E4M3 matrix without row scales");
+    auto buf = std::make_unique<uint8_t[]>(static_cast<size_t>(m->rows * m->cols) * sizeof(float));
+    auto* out = reinterpret_cast<float*>(buf.get());
+    DequantizeFp8Rows(static_cast<const uint8_t*>(m->data), m->row_scale, m->rows, m->cols, pool, out);
+    *m = LinearWeight{out, DType::kF32, m->rows, m->cols};
+    w->owned.push_back(std::move(buf));
+    return OkStatus();
+  };
+  RETURN_IF_ERROR(widen(&w->embedding));
+  RETURN_IF_ERROR(widen(&w->lm_head));
+  for (LlamaLayerWeights& l : w->layers) {
+    for (LinearWeight* m : {&l.qkv, &l.q, &l.k, &l.v, &l.o, &l.gate_up, &l.gate, &l.up, &l.down})
+      RETURN_IF_ERROR(widen(m));
+  }
+  return OkStatus();
 }
 
 namespace {
@@ -119,13 +151,16 @@ class Loader {
     if (t == nullptr) return NotFoundError("{}: tensor {} missing", file_, name);
     return t;
   }
-  StatusOr<LinearWeight> Matrix(const std::string& name, int64_t rows, int64_t cols, LlamaWeights* w) {
+  // keep_codes: an F8 matrix with per-tensor or per-channel scales may stay codes with row scales (the
+  // projections); false dequantises it (the embedding and lm_head, read as tables and by other paths).
+  StatusOr<LinearWeight> Matrix(const std::string& name, int64_t rows, int64_t cols, LlamaWeights* w,
+                                bool keep_codes = true) {
     ASSIGN_OR_RETURN(const TensorRef* t, Get(name));
     if (t->shape.size() != 2 || t->shape[0] != rows || t->shape[1] != cols) {
       return InvalidArgumentError("{}: tensor {} has shape {}, expected [{}, {}]", file_, name,
                                   t->ShapeString(), rows, cols);
     }
-    if (t->dtype == DType::kF8E4M3) return Fp8Matrix(*t, w);
+    if (t->dtype == DType::kF8E4M3) return Fp8Matrix(*t, w, keep_codes);
     const DTypeInfo& info = GetDTypeInfo(t->dtype);
     const bool supported =
         t->dtype == DType::kF32 || t->dtype == DType::kF16 || t->dtype == DType::kBF16 || info.quantized;
@@ -154,9 +189,10 @@ class Loader {
     if (!st.ok()) return st.WithContext(fmt::format("{}: tensor {}", file_, name));
     return v;
   }
-  // A pre-quantised FP8 weight (engine/model/fp8_checkpoint.h), dequantised into an owned F32 matrix; marks
-  // `w` as fp8 and counts the layout of its scale.
-  StatusOr<LinearWeight> Fp8Matrix(const TensorRef& t, LlamaWeights* w) {
+  // A pre-quantised FP8 weight (engine/model/fp8_checkpoint.h): its codes with one scale per row when its
+  // scales allow it and keep_codes, else dequantised into an owned F32 matrix. Marks `w` as fp8 and counts the
+  // layout of its scale.
+  StatusOr<LinearWeight> Fp8Matrix(const TensorRef& t, LlamaWeights* w, bool keep_codes) {
     const std::string scale_name = Fp8ScaleName(t.name, [&](const std::string& n) { return find_(n) != nullptr; });
     if (scale_name.empty()) {
       return NotFoundError(
@@ -165,13 +201,24 @@ class Loader {
           file_, t.name, t.name, t.name);
     }
     const int64_t rows = t.shape[0], cols = t.shape[1];
-    auto buf = std::make_unique<uint8_t[]>(static_cast<size_t>(rows * cols) * sizeof(float));
-    auto* out = reinterpret_cast<float*>(buf.get());
-    StatusOr<Fp8ScaleLayout> layout =
-        DequantizeFp8Weight(t, *find_(scale_name), fp8_, ThreadPool::Default(), out);
-    if (!layout.ok()) return layout.status().WithContext(file_);
+    ThreadPool& pool = ThreadPool::Default();
+    StatusOr<Fp8Scales> scales = ReadFp8Scales(t, *find_(scale_name), fp8_);
+    if (!scales.ok()) return scales.status().WithContext(file_);
     w->quantization = WeightQuantization::kFp8;
-    ++w->fp8_checkpoint.matrices[static_cast<size_t>(*layout)];
+    ++w->fp8_checkpoint.matrices[static_cast<size_t>(scales->layout)];
+    if (keep_codes && scales->layout != Fp8ScaleLayout::kPerBlock) {
+      if (Status st = CheckFp8Codes(t, pool); !st.ok()) return st.WithContext(file_);
+      auto buf = std::make_unique<uint8_t[]>(static_cast<size_t>(rows) * sizeof(float));
+      auto* rs = reinterpret_cast<float*>(buf.get());
+      for (int64_t r = 0; r < rows; ++r) rs[r] = scales->at(r, 0);
+      LinearWeight lin{t.data, DType::kF8E4M3, rows, cols, rs};
+      w->owned.push_back(std::move(buf));
+      return lin;
+    }
+    auto buf = std::make_unique<uint8_t[]>(static_cast<size_t>(rows * cols) * sizeof(float));
+    StatusOr<Fp8ScaleLayout> layout =
+        DequantizeFp8Weight(t, *find_(scale_name), fp8_, pool, reinterpret_cast<float*>(buf.get()));
+    if (!layout.ok()) return layout.status().WithContext(file_);
     LinearWeight lin{buf.get(), DType::kF32, rows, cols};
     w->owned.push_back(std::move(buf));
     return lin;
@@ -240,10 +287,10 @@ Status Loader::Load(LlamaWeights* w) {
                                   names_.embedding, emb->shape[0], c.vocab_size);
     }
   }
-  ASSIGN_OR_RETURN(w->embedding, Matrix(names_.embedding, c.vocab_size, c.hidden_size, w));
+  ASSIGN_OR_RETURN(w->embedding, Matrix(names_.embedding, c.vocab_size, c.hidden_size, w, /*keep_codes=*/false));
   ASSIGN_OR_RETURN(w->final_norm, Vector(names_.final_norm, c.hidden_size));
   if (find_(names_.lm_head) != nullptr) {
-    ASSIGN_OR_RETURN(w->lm_head, Matrix(names_.lm_head, c.vocab_size, c.hidden_size, w));
+    ASSIGN_OR_RETURN(w->lm_head, Matrix(names_.lm_head, c.vocab_size, c.hidden_size, w, /*keep_codes=*/false));
     c.tie_word_embeddings = false;
   } else {
     // Tied models omit the head (and some untied-config files still tie in practice): reuse the table.

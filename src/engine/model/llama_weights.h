@@ -14,6 +14,7 @@
 #include "api/dtype.h"
 #include "api/weight_quantization.h"
 #include "base/status.h"
+#include "base/thread_pool.h"
 #include "engine/model/llama_config.h"
 
 namespace stoke {
@@ -27,6 +28,10 @@ struct LinearWeight {
   DType dtype = DType::kF32;
   int64_t rows = 0;
   int64_t cols = 0;
+  // kF8E4M3 only (a pre-quantised FP8 checkpoint's projection, kept as its codes): W[r, :] = e4m3(data[r, :]) ·
+  // row_scale[r]. Owned by the LlamaWeights. CpuLlama::Create widens such matrices to F32; CudaLlama uploads
+  // the codes and scales as they are.
+  const float* row_scale = nullptr;
   bool empty() const { return data == nullptr; }
 };
 
@@ -57,9 +62,10 @@ struct LlamaWeights {
   // (CPU only: the CUDA engine quantises its own copies on the device), or when the file is a pre-quantised
   // FP8 checkpoint (below).
   WeightQuantization quantization = WeightQuantization::kNone;
-  // A pre-quantised FP8 checkpoint (engine/model/fp8_checkpoint.h): its F8_E4M3 matrices were dequantised
-  // at load into F32 (the values the checkpoint stands for), counted here by the layout of their scales
-  // (index: Fp8ScaleLayout). All zero for any other file.
+  // A pre-quantised FP8 checkpoint (engine/model/fp8_checkpoint.h): its F8_E4M3 matrices, counted by the
+  // layout of their scales (index: Fp8ScaleLayout). Projections with per-tensor or per-channel scales stay
+  // codes with a scale per row (LinearWeight::row_scale); per-block ones, and an F8 embedding or lm_head, are
+  // dequantised at load into F32. All zero for any other file.
   struct Fp8Checkpoint {
     std::string method;                      // quantization_config.quant_method, "" when absent
     std::array<int, 3> matrices = {0, 0, 0};  // per-tensor, per-channel, per-block
@@ -74,6 +80,10 @@ struct LlamaWeights {
 // mis-shaped tensors give an error naming the tensor and the file.
 StatusOr<LlamaWeights> LoadLlamaWeights(std::shared_ptr<const GgufFile> gguf);
 StatusOr<LlamaWeights> LoadLlamaWeights(std::shared_ptr<const HfFolder> folder);
+
+// Replaces every F8_E4M3 matrix kept as codes with row scales (a pre-quantised FP8 checkpoint's projections)
+// by its fp32 values, in buffers `w` owns: the form CpuLlama multiplies. A no-op for any other weights.
+Status WidenFp8Matrices(LlamaWeights* w, ThreadPool& pool);
 
 // Row r of a GGUF Llama Q/K matrix holding `num_heads` heads of `head_dim` rows: the file row that holds
 // HF row r. Within a head, HF row j * hd/2 + i is file row 2i + j (llama.cpp's converter permutation).
