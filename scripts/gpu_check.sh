@@ -126,9 +126,9 @@ run() {
 
 # --- Pre-quantised FP8 checkpoints on the GPU (docs/precision.md): a synthetic SmolLM2 shape (8 layers, bf16)
 # written as FP8 checkpoints by tests/fixtures/fp8_checkpoint.py (numpy). The per-channel one must be what
-# --quantization fp8 makes of the bf16 folder on the device (the same codes; scales within a bf16 rounding:
-# mean KL < 1e-3, top-1 >= 0.99); the per-tensor and per-block ones are reported against the bf16 folder (their
-# per-row re-quantisation rounds twice). Reports: $OUT/fp8_checkpoint_*.json.
+# --quantization fp8 makes of the bf16 folder on the device (its codes and scales go up as they are and equal
+# the device quantiser's: mean KL 0 expected, < 1e-3 required, top-1 >= 0.99); the per-tensor and per-block ones
+# are reported against the bf16 folder. Reports: $OUT/fp8_checkpoint_*.json.
 fp8_checkpoint_check() {
   local stoke="$BUNDLE/bin/stoke" dir="$OUT/fp8ck" rc=0
   [[ -x "$stoke" ]] || return 0

@@ -28,6 +28,7 @@
 #include "engine/model/bert.h"
 #include "engine/model/bert_backend.h"
 #include "engine/model/factory.h"
+#include "engine/model/fp8_checkpoint.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tools/precision/encoder_gate.h"
 #include "tools/precision/gate.h"
@@ -66,6 +67,12 @@ bool IsEncoderFolder(const std::string& dir) {
   return false;
 }
 
+// `o` with --quantization none: what is left to compare on a pre-quantised FP8 checkpoint (its KV cache).
+DecoderOptions ReferenceOptionsKeepingKv(DecoderOptions o) {
+  o.quantization = WeightQuantization::kNone;
+  return o;
+}
+
 StatusOr<precision::GateReport> CheckDecoder(const CheckCliOptions& o, const std::string& path,
                                              const std::string& text, const Backends& backends) {
   if (!o.calibration.data.empty()) {
@@ -80,6 +87,12 @@ StatusOr<precision::GateReport> CheckDecoder(const CheckCliOptions& o, const std
   std::string ref_path = path;
   if (!o.reference.empty()) {
     ASSIGN_OR_RETURN(ref_path, ResolveModel(o.reference));
+  } else if (IsFp8CheckpointFolder(path) && !precision::DiffersFromReference(
+                                                ReferenceOptionsKeepingKv(cand), cand.device)) {
+    return InvalidArgumentError(
+        "nothing to compare: {} is a pre-quantised FP8 checkpoint, which loads as fp8 at every --quantization; "
+        "compare it with the model it came from (--reference ORIGINAL), or give a --kv-cache-dtype",
+        path);
   } else if (!precision::DiffersFromReference(cand, cand.device)) {
     return InvalidArgumentError(
         "nothing to compare: --quantization none with --kv-cache-dtype {} is the reference precision on {} "

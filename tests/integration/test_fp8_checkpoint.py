@@ -5,7 +5,9 @@ the three released layouts (tests/fixtures/fp8_checkpoint.py, numpy only), and s
 - against their bf16 original (`stoke model check --reference`) the three layouts land where in-engine fp8 does,
   and a checkpoint with wrong scales fails the gate;
 - `stoke serve` serves one as fp8 (no gate: the checkpoint's own precision is the reference) and says so;
-- a checkpoint missing a scale is refused, naming the tensor."""
+- a checkpoint missing a scale is refused, naming the tensor.
+Serial: the conversions and two 135M models at fp32 take ~2 GB, and beside the parallel tests' servers a CI run
+was killed for memory."""
 import json
 import pathlib
 import subprocess
@@ -14,10 +16,17 @@ import sys
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "fixtures"))
-import fp8_checkpoint  # noqa: E402
-import gguf_to_hf  # noqa: E402
+import fp8_checkpoint  # noqa: E402  (its safetensors reader and writer)
 
 TOKENS = ["--tokens", "256", "--greedy-prompts", "2", "--greedy-tokens", "16"]
+FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures"
+pytestmark = pytest.mark.serial
+
+
+def fixture_script(name, *args):
+    """Runs tests/fixtures/NAME.py in its own process, so its arrays are freed when it ends."""
+    subprocess.run([sys.executable, str(FIXTURES / f"{name}.py"), *map(str, args)], check=True, capture_output=True,
+                   timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -27,13 +36,13 @@ def folders(stoke_bin, smollm2_path, tmp_path_factory):
     subprocess.run([str(stoke_bin), "model", "synth", "--shape", "smollm2-135m", "--layers", "1", "--quiet",
                     "--out", str(template)], check=True, capture_output=True, timeout=120)
     bf16 = root / "smollm2-bf16"
-    gguf_to_hf.convert(smollm2_path, template, bf16)
+    fixture_script("gguf_to_hf", smollm2_path, template, bf16)
     out = {"bf16": bf16}
     for scales in ("channel", "tensor", "block"):
         out[scales] = root / f"smollm2-fp8-{scales}"
-        fp8_checkpoint.convert(bf16, out[scales], scales)
+        fixture_script("fp8_checkpoint", bf16, out[scales], "--scales", scales)
     out["wrong"] = root / "smollm2-fp8-wrong-scales"
-    fp8_checkpoint.convert(bf16, out["wrong"], "channel", scale_multiplier=1.25)
+    fixture_script("fp8_checkpoint", bf16, out["wrong"], "--scale-multiplier", 1.25)
     return out
 
 
@@ -81,7 +90,10 @@ def test_checkpoints_against_their_bf16_original(stoke_bin, folders, tmp_path):
 
 
 def test_serve_an_fp8_checkpoint(start_server, folders):
-    srv = start_server("--device", "cpu", "--kv-cache-bytes", 16 << 20, model=folders["channel"])
+    """Served as fp8, with or without --quantization fp8: no load-time gate (fp8 is the checkpoint's own
+    precision; comparing it with itself would say nothing)."""
+    srv = start_server("--device", "cpu", "--kv-cache-bytes", 16 << 20, "--quantization", "fp8",
+                       model=folders["channel"])
     entry = srv.get("/v1/models").json()["data"][0]
     assert entry["precision"]["quantization"] == "fp8", entry
     assert entry["precision"]["consistency_gate"] is None, entry
@@ -92,9 +104,16 @@ def test_serve_an_fp8_checkpoint(start_server, folders):
     srv.stop()
 
 
+def test_model_check_without_a_reference_has_nothing_to_compare(stoke_bin, folders):
+    p = subprocess.run([str(stoke_bin), "model", "check", "--device", "cpu", "--model", str(folders["channel"]),
+                        "--quantization", "fp8", *TOKENS], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "is a pre-quantised FP8 checkpoint" in p.stderr and "--reference" in p.stderr, p.stderr
+
+
 def test_a_missing_scale_is_named(stoke_bin, folders, tmp_path):
     broken = tmp_path / "no-scale"
-    fp8_checkpoint.convert(folders["bf16"], broken, "channel")
+    fixture_script("fp8_checkpoint", folders["bf16"], broken)
     st = broken / "model.safetensors"
     tensors = {name: (dtype, v.shape, raw) for name, (v, dtype, raw) in fp8_checkpoint.read_safetensors(st).items()
                if name != "model.layers.7.mlp.up_proj.weight_scale"}

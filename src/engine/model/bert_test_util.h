@@ -13,19 +13,36 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 namespace stoke::testing {
 
 struct RandomBertShape {
   int vocab = 512, hidden = 128, heads = 2, layers = 2, inter = 256, max_pos = 160;
 };
 
+// Folders removed when the test process exits (so runs leave nothing in the temp directory).
+inline void RemoveAtExit(const std::filesystem::path& dir) {
+  struct Dirs {
+    std::vector<std::filesystem::path> paths;
+    ~Dirs() {
+      std::error_code ec;
+      for (const auto& p : paths) std::filesystem::remove_all(p, ec);
+    }
+  };
+  static Dirs dirs;
+  dirs.paths.push_back(dir);
+}
+
 // A random BERT as an HF folder (F32 safetensors): weights N(0, 1/in) so activations stay O(1) and softmax
-// is neither flat nor one-hot; norms 1 +- 0.1.
+// is neither flat nor one-hot; norms 1 +- 0.1. The folder goes when the process exits.
 inline std::filesystem::path WriteRandomBert(const RandomBertShape& sh, uint32_t seed,
                                              const std::string& name) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::path(::testing::TempDir()) / ("random_bert_" + name + "_" + std::to_string(seed));
+  const fs::path dir = fs::path(::testing::TempDir()) /
+                       ("random_bert_" + name + "_" + std::to_string(seed) + "_" + std::to_string(::getpid()));
   fs::create_directories(dir);
+  RemoveAtExit(dir);
   std::mt19937 rng(seed);
   nlohmann::json header = nlohmann::json::object();
   std::string data;

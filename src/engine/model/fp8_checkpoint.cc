@@ -3,6 +3,8 @@
 #include <array>
 #include <atomic>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <vector>
 
 #include "kernels/cpu/kv_quant.h"
@@ -29,6 +31,21 @@ StatusOr<Fp8CheckpointFormat> Fp8CheckpointFormatFromConfig(const nlohmann::json
     f.block_cols = b[1].get<int64_t>();
   }
   return f;
+}
+
+bool IsFp8CheckpointFolder(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(path, ec)) return false;
+  std::ifstream in(std::filesystem::path(path) / "config.json");
+  if (!in) return false;
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("quantization_config") || !j["quantization_config"].is_object()) return false;
+  const nlohmann::json& q = j["quantization_config"];
+  const nlohmann::json method = q.value("quant_method", nlohmann::json());
+  if (!method.is_string()) return false;
+  const std::string m = method.get<std::string>();
+  if (m == "fp8" || m == "fbgemm_fp8") return true;
+  return m == "compressed-tensors" && q.value("format", nlohmann::json()) == "float-quantized";
 }
 
 std::string_view Fp8ScaleLayoutName(Fp8ScaleLayout layout) {

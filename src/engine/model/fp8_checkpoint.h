@@ -34,6 +34,11 @@ struct Fp8CheckpointFormat {
 // From config.json (the whole object). InvalidArgument for a malformed weight_block_size.
 StatusOr<Fp8CheckpointFormat> Fp8CheckpointFormatFromConfig(const nlohmann::json& config);
 
+// Whether `path` is an HF folder whose config.json names a pre-quantised FP8 checkpoint: quantization_config
+// with quant_method "fp8" or "fbgemm_fp8", or "compressed-tensors" in its "float-quantized" format. Reads
+// config.json only (false for anything it cannot read).
+bool IsFp8CheckpointFolder(const std::string& path);
+
 enum class Fp8ScaleLayout : uint8_t { kPerTensor, kPerChannel, kPerBlock };
 std::string_view Fp8ScaleLayoutName(Fp8ScaleLayout layout);  // "per-tensor", "per-channel", "per-block"
 

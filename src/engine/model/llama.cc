@@ -126,15 +126,17 @@ Status CpuLlama::AllocateKvCache(int num_blocks, int block_size) {
   const size_t scales = KvCacheDtypeIsQuantized(kv_opts_.dtype)
                             ? size_t{2} * num_blocks * block_size * c.num_kv_heads * c.num_layers
                             : 0;
-  try {
-    if (quantized_kv()) {
-      kv_.clear();
-      kvq_.assign(per_layer * c.num_layers * cpu::KvElementBytes(kv_opts_.dtype), 0);
-      kv_scales_.assign(scales, 0.0f);
-    } else {
-      kv_.assign(per_layer * c.num_layers, 0.0f);
-    }
-  } catch (const std::bad_alloc&) {
+  // Zero pages until written: the cache costs memory as sequences fill it.
+  bool ok;
+  if (quantized_kv()) {
+    kv_.Reset();
+    ok = kvq_.Assign(per_layer * c.num_layers * cpu::KvElementBytes(kv_opts_.dtype)) && kv_scales_.Assign(scales);
+  } else {
+    kvq_.Reset();
+    kv_scales_.Reset();
+    ok = kv_.Assign(per_layer * c.num_layers);
+  }
+  if (!ok) {
     return ResourceExhaustedError("KV cache: cannot allocate {} MiB",
                                   static_cast<int64_t>(num_blocks) * block_size * KvBytesPerToken() >> 20);
   }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "base/zeroed_buffer.h"
 #include "engine/model/decoder.h"
 #include "engine/model/llama_weights.h"
 #include "kernels/cpu/attention.h"
@@ -67,13 +68,13 @@ class CpuLlama final : public DecoderModel {
   bool ggml_rope_ = false;       // ... including RoPE (RopeParams can express the model's scaling)
 
   // KV cache: per layer, k and v = [num_blocks, block_size, kv_heads, head_dim] fp32, back to back.
-  std::vector<float> kv_;
+  ZeroedBuffer<float> kv_;  // pages committed as the cache fills (base/zeroed_buffer.h)
   // With kv_opts_.dtype bf16 / int8 / fp8 instead: per layer k then v, each [num_blocks, block_size,
   // kv_heads, head_dim] of 2 or 1 bytes (kvq_), and per layer k then v scales [num_blocks, block_size,
   // kv_heads] fp32 (kv_scales_, 8-bit only).
   KvCacheOptions kv_opts_;
-  std::vector<uint8_t> kvq_;
-  std::vector<float> kv_scales_;
+  ZeroedBuffer<uint8_t> kvq_;
+  ZeroedBuffer<float> kv_scales_;
   int num_blocks_ = 0;
   int block_size_ = 0;
 

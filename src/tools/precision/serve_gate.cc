@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/logging.h"
+#include "engine/model/fp8_checkpoint.h"
 #include "tools/precision/text_chunker.h"
 
 namespace stoke::precision {
@@ -33,6 +34,16 @@ StatusOr<std::optional<precision::GateReport>> RunServeGate(const std::string& p
                                                             const Backends& backends) {
   DecoderOptions candidate = serving;
   candidate.device = ResolveDecoderDevice(serving.device, backends);
+  // A pre-quantised FP8 checkpoint is fp8 whatever --quantization says: fp8 is its own precision, the
+  // reference, and the gate would compare it with itself. Its original is another file (model check
+  // --reference); only a KV precision is left to check here.
+  if (candidate.quantization == WeightQuantization::kFp8 && IsFp8CheckpointFolder(path)) {
+    LOG_INFO(
+        "serve: {} is a pre-quantised FP8 checkpoint: fp8 is its own precision (compare it with the model it "
+        "came from: stoke model check --model {} --reference ORIGINAL)",
+        path, path);
+    candidate.quantization = WeightQuantization::kNone;
+  }
   if (!precision::DiffersFromReference(candidate, candidate.device)) return GateResult();
   auto text = precision::ReadGateText("");
   if (!text.ok()) {
