@@ -11,27 +11,13 @@
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "engine/loader/safetensors_fuzz_input.h"
 #include "engine/loader/safetensors_reader.h"
 #include "engine/model/fp8_checkpoint.h"
 
-namespace {
-
-std::vector<uint8_t> MakeFile(const uint8_t* data, size_t size) {
-  if (size == 0 || data[0] != '{') return std::vector<uint8_t>(data, data + size);
-  size_t header_len = size;
-  while (header_len > 0 && data[header_len - 1] != '}') --header_len;
-  std::vector<uint8_t> buf(8 + size);
-  const uint64_t n = header_len;
-  std::memcpy(buf.data(), &n, 8);
-  std::memcpy(buf.data() + 8, data, size);
-  return buf;
-}
-
-}  // namespace
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static stoke::ThreadPool pool(1);
-  std::vector<uint8_t> buf = MakeFile(data, size);
+  std::vector<uint8_t> buf = stoke::SafetensorsFuzzFile(data, size);
   auto f = stoke::SafetensorsFile::FromBuffer(buf.data(), buf.size(), "fuzz.safetensors");
   if (!f.ok()) return 0;
   stoke::Fp8CheckpointFormat format;

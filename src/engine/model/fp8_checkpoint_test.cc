@@ -234,19 +234,8 @@ Written WriteFp8Folder(const TinyLlama& m, Layout layout, const std::string& tag
   return out;
 }
 
-std::vector<float> ScoreAll(DecoderModel& model, const std::vector<int32_t>& ids) {
-  EXPECT_TRUE(model.AllocateKvCache(32, 16).ok());
-  StepInput in;
-  in.token_ids = ids;
-  in.sequences = {
-      StepSequence{0, static_cast<int32_t>(ids.size()), 0, {0, 1, 2, 3}, StepSequence::Logits::kAll}};
-  StepOutput out;
-  Status st = model.Step(in, &out);
-  EXPECT_TRUE(st.ok()) << st.ToString();
-  return out.logits;
-}
-
-const std::vector<int32_t> kIds = {1, 17, 42, 5, 88, 3, 64, 9, 33, 71, 2, 50, 11, 95, 0, 27, 60, 8, 14};
+using testing::ScoreAll;
+const std::vector<int32_t>& kIds = testing::kTinyIds;
 
 TEST(Fp8CheckpointTest, PerChannelCheckpointIsExactlyQuantizationFp8OfTheOriginal) {
   // compressed-tensors' channel strategy quantises as --quantization fp8 does: loading the checkpoint must

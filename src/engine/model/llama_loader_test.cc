@@ -29,19 +29,8 @@ fs::path TempDir(const std::string& name) {
   return p;
 }
 
-std::vector<float> ScoreAll(DecoderModel& model, const std::vector<int32_t>& ids) {
-  EXPECT_TRUE(model.AllocateKvCache(32, 16).ok());
-  StepInput in;
-  in.token_ids = ids;
-  in.sequences = {
-      StepSequence{0, static_cast<int32_t>(ids.size()), 0, {0, 1, 2, 3}, StepSequence::Logits::kAll}};
-  StepOutput out;
-  Status st = model.Step(in, &out);
-  EXPECT_TRUE(st.ok()) << st.ToString();
-  return out.logits;
-}
-
-const std::vector<int32_t> kIds = {1, 17, 42, 5, 88, 3, 64, 9, 33, 71, 2, 50, 11, 95, 0, 27, 60, 8, 14};
+using testing::ScoreAll;
+const std::vector<int32_t>& kIds = testing::kTinyIds;
 
 TEST(LlamaLoaderTest, GgufAndHfFolderMatchReference) {
   for (bool tied : {false, true}) {

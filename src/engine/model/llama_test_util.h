@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/model/decoder.h"
 #include "engine/model/llama_config.h"
 #include "engine/model/llama_weights.h"
 
@@ -358,6 +359,22 @@ inline double RelErr(const std::vector<float>& a, const std::vector<float>& b) {
     den += double(b[i]) * b[i];
   }
   return std::sqrt(num / std::max(den, 1e-30));
+}
+
+// Token ids for a teacher-forced pass through TinyLlama (vocab 96).
+inline const std::vector<int32_t> kTinyIds = {1, 17, 42, 5, 88, 3, 64, 9, 33, 71, 2, 50, 11, 95, 0, 27, 60, 8, 14};
+
+// Logits [ids.size(), vocab] of one teacher-forced step of `model` over `ids` (KV cache: 32 blocks of 16).
+inline std::vector<float> ScoreAll(DecoderModel& model, const std::vector<int32_t>& ids) {
+  EXPECT_TRUE(model.AllocateKvCache(32, 16).ok());
+  StepInput in;
+  in.token_ids = ids;
+  in.sequences = {
+      StepSequence{0, static_cast<int32_t>(ids.size()), 0, {0, 1, 2, 3}, StepSequence::Logits::kAll}};
+  StepOutput out;
+  Status st = model.Step(in, &out);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return out.logits;
 }
 
 }  // namespace stoke::testing
