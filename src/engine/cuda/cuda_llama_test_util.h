@@ -76,6 +76,14 @@ inline TinyLlama MakeModel(uint32_t seed, bool tied, bool bias, int layers) {
 }
 
 // The same weights rounded to bf16 and stored as BF16 (an HF bf16 checkpoint as loaded).
+// Calls fn(LinearWeight&) on each of the layers' projections, fused or not (the unused ones are empty).
+template <typename Fn>
+void ForEachProjection(LlamaWeights& w, Fn fn) {
+  for (LlamaLayerWeights& l : w.layers) {
+    for (LinearWeight* lw : {&l.qkv, &l.q, &l.k, &l.v, &l.o, &l.gate_up, &l.gate, &l.up, &l.down}) fn(*lw);
+  }
+}
+
 inline LlamaWeights ToBf16Weights(const TinyLlama& m, bool fuse) {
   LlamaWeights w = m.ToWeights(fuse);
   auto convert = [&](LinearWeight& lw) {
@@ -98,10 +106,7 @@ inline LlamaWeights ToBf16Weights(const TinyLlama& m, bool fuse) {
   } else {
     convert(w.lm_head);
   }
-  for (LlamaLayerWeights& l : w.layers) {
-    for (LinearWeight* lw : {&l.qkv, &l.q, &l.k, &l.v, &l.o, &l.gate_up, &l.gate, &l.up, &l.down})
-      convert(*lw);
-  }
+  ForEachProjection(w, convert);
   return w;
 }
 

@@ -18,6 +18,8 @@ StatusOr<Fp8CheckpointFormat> Fp8CheckpointFormatFromConfig(const nlohmann::json
   const nlohmann::json& q = config["quantization_config"];
   if (!q.is_object()) return InvalidArgumentError("config.json: quantization_config is not an object");
   if (q.contains("quant_method") && q["quant_method"].is_string()) f.method = q["quant_method"];
+  f.pre_quantized = f.method == "fp8" || f.method == "fbgemm_fp8" ||
+                    (f.method == "compressed-tensors" && q.value("format", nlohmann::json()) == "float-quantized");
   if (q.contains("weight_block_size") && !q["weight_block_size"].is_null()) {
     const nlohmann::json& b = q["weight_block_size"];
     if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() || !b[1].is_number_integer() ||
@@ -39,13 +41,8 @@ bool IsFp8CheckpointFolder(const std::string& path) {
   std::ifstream in(std::filesystem::path(path) / "config.json");
   if (!in) return false;
   const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || !j.contains("quantization_config") || !j["quantization_config"].is_object()) return false;
-  const nlohmann::json& q = j["quantization_config"];
-  const nlohmann::json method = q.value("quant_method", nlohmann::json());
-  if (!method.is_string()) return false;
-  const std::string m = method.get<std::string>();
-  if (m == "fp8" || m == "fbgemm_fp8") return true;
-  return m == "compressed-tensors" && q.value("format", nlohmann::json()) == "float-quantized";
+  const StatusOr<Fp8CheckpointFormat> f = Fp8CheckpointFormatFromConfig(j);
+  return f.ok() && f->pre_quantized;
 }
 
 std::string_view Fp8ScaleLayoutName(Fp8ScaleLayout layout) {
@@ -59,19 +56,6 @@ std::string_view Fp8ScaleLayoutName(Fp8ScaleLayout layout) {
   }
   return "?";
 }
-
-namespace {
-
-const std::array<float, 256>& E4M3Table() {
-  static const std::array<float, 256> kTable = [] {
-    std::array<float, 256> t{};
-    for (int b = 0; b < 256; ++b) t[b] = cpu::Fp8E4M3ToFloat(static_cast<uint8_t>(b));
-    return t;
-  }();
-  return kTable;
-}
-
-}  // namespace
 
 StatusOr<Fp8Scales> ReadFp8Scales(const TensorRef& weight, const TensorRef& scale,
                                   const Fp8CheckpointFormat& format) {
@@ -142,7 +126,7 @@ StatusOr<Fp8ScaleLayout> DequantizeFp8Weight(const TensorRef& weight, const Tens
   ASSIGN_OR_RETURN(const Fp8Scales scales, ReadFp8Scales(weight, scale, format));
   RETURN_IF_ERROR(CheckFp8Codes(weight, pool));
   const int64_t rows = weight.shape[0], cols = weight.shape[1];
-  const std::array<float, 256>& table = E4M3Table();
+  const std::array<float, 256>& table = cpu::Fp8E4M3Table();
   const uint8_t* q = weight.data;
   pool.ParallelFor(rows, 16, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
@@ -154,7 +138,7 @@ StatusOr<Fp8ScaleLayout> DequantizeFp8Weight(const TensorRef& weight, const Tens
 
 void DequantizeFp8Rows(const uint8_t* codes, const float* row_scale, int64_t rows, int64_t cols, ThreadPool& pool,
                        float* out) {
-  const std::array<float, 256>& table = E4M3Table();
+  const std::array<float, 256>& table = cpu::Fp8E4M3Table();
   pool.ParallelFor(rows, 16, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = table[codes[r * cols + c]] * row_scale[r];

@@ -27,6 +27,9 @@ namespace stoke {
 // What config.json's quantization_config says about an FP8 checkpoint.
 struct Fp8CheckpointFormat {
   std::string method;  // quant_method ("compressed-tensors", "fp8", "fbgemm_fp8"); "" when absent
+  // Whether the config names a pre-quantised FP8 checkpoint: quant_method "fp8" or "fbgemm_fp8", or
+  // "compressed-tensors" in its "float-quantized" format.
+  bool pre_quantized = false;
   // weight_block_size of block-wise checkpoints; 128 x 128 (the only size released) when the config has none.
   int64_t block_rows = 128, block_cols = 128;
 };
@@ -34,9 +37,8 @@ struct Fp8CheckpointFormat {
 // From config.json (the whole object). InvalidArgument for a malformed weight_block_size.
 StatusOr<Fp8CheckpointFormat> Fp8CheckpointFormatFromConfig(const nlohmann::json& config);
 
-// Whether `path` is an HF folder whose config.json names a pre-quantised FP8 checkpoint: quantization_config
-// with quant_method "fp8" or "fbgemm_fp8", or "compressed-tensors" in its "float-quantized" format. Reads
-// config.json only (false for anything it cannot read).
+// Whether `path` is an HF folder whose config.json names a pre-quantised FP8 checkpoint
+// (Fp8CheckpointFormatFromConfig's pre_quantized). Reads config.json only (false for anything it cannot read).
 bool IsFp8CheckpointFolder(const std::string& path);
 
 enum class Fp8ScaleLayout : uint8_t { kPerTensor, kPerChannel, kPerBlock };

@@ -116,6 +116,19 @@ TEST(Fp8CheckpointTest, BlockSizeComesFromTheConfig) {
   EXPECT_EQ(f->method, "fp8");
   EXPECT_EQ(f->block_rows, 64);
   EXPECT_EQ(f->block_cols, 32);
+  EXPECT_TRUE(f->pre_quantized);
+  for (const char* q : {R"({"quant_method": "fbgemm_fp8"})",
+                        R"({"quant_method": "compressed-tensors", "format": "float-quantized"})"}) {
+    auto c = Fp8CheckpointFormatFromConfig(nlohmann::json{{"quantization_config", nlohmann::json::parse(q)}});
+    ASSERT_TRUE(c.ok());
+    EXPECT_TRUE(c->pre_quantized) << q;
+  }
+  for (const char* q : {R"({"quant_method": "compressed-tensors", "format": "int-quantized"})",
+                        R"({"quant_method": "gptq"})", R"({"quant_method": 7})"}) {
+    auto c = Fp8CheckpointFormatFromConfig(nlohmann::json{{"quantization_config", nlohmann::json::parse(q)}});
+    ASSERT_TRUE(c.ok());
+    EXPECT_FALSE(c->pre_quantized) << q;
+  }
   auto none = Fp8CheckpointFormatFromConfig(nlohmann::json::parse(R"({"model_type": "llama"})"));
   ASSERT_TRUE(none.ok());
   EXPECT_EQ(none->block_rows, 128);

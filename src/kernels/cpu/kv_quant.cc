@@ -28,6 +28,15 @@ uint8_t Fp8E4M3FromFloat(float x) {
   return static_cast<uint8_t>(sign | code);
 }
 
+const std::array<float, 256>& Fp8E4M3Table() {
+  static const std::array<float, 256> kTable = [] {
+    std::array<float, 256> t{};
+    for (int b = 0; b < 256; ++b) t[b] = Fp8E4M3ToFloat(static_cast<uint8_t>(b));
+    return t;
+  }();
+  return kTable;
+}
+
 float Fp8E4M3ToFloat(uint8_t b) {
   const int exp = (b >> 3) & 15, mant = b & 7;
   float v;
@@ -94,11 +103,7 @@ void DequantizeKvRow(const uint8_t* q, int n, float scale, KvCacheDtype d, float
       for (int i = 0; i < n; ++i) out[i] = static_cast<float>(static_cast<int8_t>(q[i])) * scale;
       return;
     case KvCacheDtype::kFp8: {
-      static const auto table = [] {
-        std::array<float, 256> t{};
-        for (int b = 0; b < 256; ++b) t[b] = Fp8E4M3ToFloat(static_cast<uint8_t>(b));
-        return t;
-      }();
+      const std::array<float, 256>& table = Fp8E4M3Table();
       for (int i = 0; i < n; ++i) out[i] = table[q[i]] * scale;
       return;
     }

@@ -10,6 +10,7 @@
 //   amax = 0 (an all-zero row): scale 0, q 0.
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 #include "api/kv_cache_dtype.h"
@@ -21,6 +22,8 @@ namespace stoke::cpu {
 // saturating to ±448 as CUDA's __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3); NaN -> 0x7f.
 uint8_t Fp8E4M3FromFloat(float x);
 float Fp8E4M3ToFloat(uint8_t b);
+// Fp8E4M3ToFloat of every code, built once: what the dequantising loops index.
+const std::array<float, 256>& Fp8E4M3Table();
 
 // Bytes one stored element takes: 2 (bf16) or 1 (int8, fp8). kAuto is not a storage type here (0).
 int KvElementBytes(KvCacheDtype d);
