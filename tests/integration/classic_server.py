@@ -16,6 +16,8 @@ import time
 
 import requests
 
+from child_process import die_with_parent
+
 READY_TIMEOUT_S = float(os.environ.get("STOKE_READY_TIMEOUT", "180"))
 
 
@@ -27,7 +29,8 @@ class ClassicServer:
         model_args = [] if model is None else ["--model", str(model)]
         self.args = [str(stoke_bin), "serve", *model_args, "--host", "127.0.0.1", "--port", "0",
                      "--grpc-port", "0", *map(str, extra)]
-        self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=self._log, stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=self._log, stdin=subprocess.DEVNULL,
+                                  preexec_fn=die_with_parent())
         self.port = int(self._wait_for(r"listening on http://[^:]+:(\d+)"))
         self.grpc_port = int(self._wait_for(r"gRPC listening on [^:]+:(\d+)"))
         self.base_url = f"http://127.0.0.1:{self.port}"

@@ -19,6 +19,8 @@ import time
 import pytest
 import requests
 
+from child_process import die_with_parent
+
 READY_TIMEOUT_S = float(os.environ.get("STOKE_READY_TIMEOUT", "180"))
 METRIC_LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)$')
 LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
@@ -42,7 +44,8 @@ class StokeServer:
         self.args = args
         self.log_path = log_path
         self._log = open(log_path, "wb")
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=self._log, stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=self._log, stdin=subprocess.DEVNULL,
+                                  preexec_fn=die_with_parent())
         self.port = self._wait_for_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self._wait_ready()
