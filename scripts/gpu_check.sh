@@ -90,6 +90,7 @@ run() {
   fi
 
   fp8_checkpoint_check || test_rc=1
+  int8_encoder_check || test_rc=1
 
   echo "=== cuda_bench"
   timeout 150 "$BUNDLE/bin/cuda_bench" --gemm-cache "$GEMM_CACHE" > "$OUT/cuda_bench.jsonl"
@@ -152,6 +153,33 @@ PY
   for s in channel tensor block; do
     timeout 120 "$stoke" model check --model "$dir/$s" --reference "$dir/bf16" "${gate[@]}" \
       --json "$OUT/fp8_checkpoint_${s}_vs_bf16.json" | tail -6
+  done
+  rm -rf "$dir"
+  return $rc
+}
+
+# --- INT8 encoders on cuda (docs/precision.md): a random BERT-base (stoke model synth) calibrated on GPL-2 and
+# gated on GPL-3 (`stoke model check --quantization int8`) on cuda and on the CPU reference, per-token (the
+# default) and static activations. The device's figures must track the CPU's (mean cosine within 0.001); the
+# verdicts themselves are what a random model gives. Reports: $OUT/int8_encoder_{cpu,cuda}_{per-token,static}.json.
+int8_encoder_check() {
+  local stoke="$BUNDLE/bin/stoke" dir="$OUT/int8_bert" rc=0 cal=/usr/share/common-licenses/GPL-2
+  [[ -x "$stoke" && -f "$cal" ]] || { echo "=== INT8 encoder: no stoke or $cal, skipped"; return 0; }
+  echo "=== INT8 encoder on cuda vs the CPU reference (random bert-base)"
+  rm -rf "$dir"
+  "$stoke" model synth --arch bert --shape bert-base --layers 4 --quiet --out "$dir" || return 1
+  for a in per-token static; do
+    for d in cpu cuda; do
+      timeout 300 "$stoke" model check --model "$dir" --device "$d" --quantization int8 --calibration-data "$cal" \
+        --int8-activations "$a" --json "$OUT/int8_encoder_${d}_${a}.json" | tail -4
+    done
+    python3 - "$OUT/int8_encoder_cpu_${a}.json" "$OUT/int8_encoder_cuda_${a}.json" "$a" <<'PY' || rc=1
+import json, sys
+cpu, cuda = ({m["name"]: m["value"] for m in json.load(open(f))["metrics"]} for f in sys.argv[1:3])
+ok = cuda["mean_cosine"] >= cpu["mean_cosine"] - 1e-3
+print(f"int8 encoder ({sys.argv[3]}): cpu {cpu}, cuda {cuda}:", "OK" if ok else "FAIL (cuda below the CPU reference)")
+sys.exit(0 if ok else 1)
+PY
   done
   rm -rf "$dir"
   return $rc

@@ -125,6 +125,14 @@ void AddEncoderEpiloguesFlag(CLI::App* cmd, std::string* epilogues) {
       ->capture_default_str();
 }
 
+void AddEncoderCudaGraphsFlag(CLI::App* cmd, std::string* on_off) {
+  cmd->add_option("--encoder-cuda-graphs", *on_off,
+                  "cuda, encoders: replay a CUDA graph for a batch shape (tokens, sequences) seen before instead "
+                  "of launching each kernel: on or off (off until measured on a GPU; docs/cuda.md)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+}
+
 void AddCalibrationFlags(CLI::App* cmd, precision::Int8CalibrationOptions* calibration) {
   cmd->add_option(
       "--calibration-data", calibration->data,

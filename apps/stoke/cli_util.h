@@ -43,6 +43,8 @@ Status ApplyEngineTuningFlags(const EngineTuningFlags& flags, DecoderOptions* o)
 void AddEncoderAttentionFlag(CLI::App* cmd, std::string* attention);
 // --encoder-epilogues (BertDeviceOptions::epilogues), shared by serve and embed.
 void AddEncoderEpiloguesFlag(CLI::App* cmd, std::string* epilogues);
+// --encoder-cuda-graphs on|off (BertDeviceOptions::cuda_graphs), shared by serve and embed.
+void AddEncoderCudaGraphsFlag(CLI::App* cmd, std::string* on_off);
 
 // --calibration-data and --calibration-percentile (encoders at --quantization int8), shared by serve, embed
 // and model check.

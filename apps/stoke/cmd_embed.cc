@@ -51,6 +51,7 @@ struct EmbedOptions {
   std::string device = "auto";             // as serve: cuda when this build has CUDA and a GPU is visible
   std::string encoder_attention = "auto";  // BertDeviceOptions::attention
   std::string encoder_epilogues = "fused-tanh";   // BertDeviceOptions::epilogues
+  std::string encoder_cuda_graphs = "off";        // BertDeviceOptions::cuda_graphs
   std::string quantization = "none";              // none | fp8 | int8: the Linear weights (docs/precision.md)
   precision::Int8CalibrationOptions calibration;  // int8: the activation scales' samples
   std::string ids_file;
@@ -256,6 +257,7 @@ int Run(const EmbedOptions& o, const Backends& backends) {
   dev_opts.device = o.device;
   dev_opts.attention = o.encoder_attention;
   dev_opts.epilogues = o.encoder_epilogues;
+  dev_opts.cuda_graphs = o.encoder_cuda_graphs == "on";
   dev_opts.gemm_candidates = o.gemm_candidates;
   auto quant = ParseWeightQuantization(o.quantization);
   if (!quant.ok()) return fail(quant.status());
@@ -266,7 +268,7 @@ int Run(const EmbedOptions& o, const Backends& backends) {
     if (Status st = (*loaded)->QuantizeWeightsFp8(); !st.ok()) return fail(st);
   }
   // --quantization int8: the activation scales from --calibration-data (refused without), then the CPU's
-  // int8 weights (a device refuses int8 so far: LoadBertOnDevice).
+  // int8 weights (a device makes the same ones from the ranges: BertDeviceOptions::int8_ranges).
   if (!o.calibration.data.empty() && *quant != WeightQuantization::kInt8) {
     return fail(
         InvalidArgumentError("--calibration-data applies to --quantization int8 (not {})", o.quantization));
@@ -318,6 +320,9 @@ int Run(const EmbedOptions& o, const Backends& backends) {
                         {"layers", c.num_hidden_layers},
                         {"heads", c.num_attention_heads},
                         {"bench_seconds", o.bench_seconds},
+                        {"encoder_epilogues", o.encoder_epilogues},
+                        {"encoder_cuda_graphs", o.encoder_cuda_graphs},
+                        {"graph_launches", runner ? runner->graph_launches() : 0},
                         {"results", *results}};
     const std::string text = j.dump(1) + "\n";
     if (o.json_out.empty()) {
@@ -390,6 +395,7 @@ CommandRegistrar kEmbed(
           ->capture_default_str();
       AddEncoderAttentionFlag(cmd, &o->encoder_attention);
       AddEncoderEpiloguesFlag(cmd, &o->encoder_epilogues);
+      AddEncoderCudaGraphsFlag(cmd, &o->encoder_cuda_graphs);
       cmd->add_option(
              "--quantization", o->quantization,
              "Linear weights: none (the checkpoint's: bf16 on cuda, fp32 on cpu), fp8 (E4M3, one scale "

@@ -75,6 +75,7 @@ struct ServeOptions {
   DeviceFlags device;  // also the engine tuning flags (--gemv-max-rows, --decode-pipeline, ...: cli_util.h)
   std::string encoder_attention = "auto";        // encoders on CUDA: BertDeviceOptions::attention
   std::string encoder_epilogues = "fused-tanh";  // and BertDeviceOptions::epilogues
+  std::string encoder_cuda_graphs = "off";       // and BertDeviceOptions::cuda_graphs
   std::string preprocess = "cpu";                // image models: cpu | gpu (resize + normalise on the GPU) | nvjpeg
   std::string conv_backend = "auto";             // image models on the GPU: auto | cudnn | im2col
   int instances = 0;                // classic models: instances (0 = the model file's instance_group, else 1)
@@ -249,6 +250,7 @@ int RunServe(CLI::App* cmd, ServeOptions* bound, const Backends& backends) {
   so.batched_device = cmd->get_option("--device")->count() > 0 ? o.device.device : "";
   so.encoder_attention = o.encoder_attention;
   so.encoder_epilogues = o.encoder_epilogues;
+  so.encoder_cuda_graphs = o.encoder_cuda_graphs == "on";
   so.image_preprocess = o.preprocess;
   so.image_conv_backend = o.conv_backend;
   so.instances = o.instances;
@@ -349,6 +351,7 @@ CommandRegistrar kServe(
       AddDeviceFlags(cmd, &o->device);
       AddEncoderAttentionFlag(cmd, &o->encoder_attention);
       AddEncoderEpiloguesFlag(cmd, &o->encoder_epilogues);
+      AddEncoderCudaGraphsFlag(cmd, &o->encoder_cuda_graphs);
       cmd->add_option(
              "--preprocess", o->preprocess,
              "Image models: where decode, resize and normalise run: cpu (all of it on each instance's "

@@ -6,7 +6,7 @@
 #
 #   OUT=/some/dir bench/gpu/bert_bench.sh            (from the repo root, with .bundle/ from scripts/bundle.sh)
 #   BERT_BENCH_ARGS="--no-serve --shapes bert-base:128" bench/gpu/bert_bench.sh     (a quicker subset)
-#   BERT_BENCH_ARGS="--no-serve --quantization none,fp8" bench/gpu/bert_bench.sh    (bf16 and fp8 weights)
+#   BERT_BENCH_ARGS="--no-serve --quantization none,fp8,int8" bench/gpu/bert_bench.sh  (bf16, fp8 and int8 weights)
 #
 # Output: $OUT/bert_bench.json (see bench/gpu/torch_bert_bench.py for its fields), $OUT/bert_bench.log.
 set -uo pipefail

@@ -113,11 +113,20 @@ def random_rows(n, lo_len, hi_len, vocab, seed):
     return rows
 
 
+# --quantization int8's calibration text (the gate measures on GPL-3): Debian's base-files installs both.
+CALIBRATION_DATA = os.environ.get("CALIBRATION_DATA", "/usr/share/common-licenses/GPL-2")
+
+
 def quant_flag(q):
-    """A variant: QUANT[/EPILOGUES[/GEMM_CANDIDATES]] (none/separate, none/fused-tanh, none/fused-tanh/16, fp8)."""
+    """A variant: QUANT[/EPILOGUES[/GEMM_CANDIDATES[/GRAPHS]]] (none/separate, none/fused-tanh,
+    none/fused-tanh/16, none/fused-tanh/1/graphs: --encoder-cuda-graphs on, fp8, int8)."""
     quant, _, rest = q.partition("/")
-    epilogues, _, cands = rest.partition("/")
+    epilogues, _, rest = rest.partition("/")
+    cands, _, graphs = rest.partition("/")
     flags = [] if quant == "none" else ["--quantization", quant]
+    flags += ["--encoder-cuda-graphs", "on"] if graphs == "graphs" else []
+    if quant == "int8":  # calibration samples: one per line (docs/precision.md)
+        flags += ["--calibration-data", CALIBRATION_DATA]
     flags += ["--encoder-epilogues", epilogues] if epilogues else []
     return flags + (["--gemm-candidates", cands] if cands else [])
 
@@ -389,7 +398,8 @@ def main():
                     help="batch sizes for a SQuAD-like variable-length run on the seq-384 shape (e.g. 64,256): "
                          "stoke packed vs stoke padded (its fixed seq-384 rows) vs PyTorch padded + mask")
     ap.add_argument("--quantization", default="none",
-                    help="stoke variants to measure, comma-separated: a weight precision (none, fp8), optionally "
+                    help="stoke variants to measure, comma-separated: a weight precision (none, fp8, int8: calibrated on "
+                         "$CALIBRATION_DATA, default Debian's GPL-2), optionally "
                          "with /EPILOGUES (none/separate, none/fused-tanh: --encoder-epilogues); each gets its "
                          "own correctness and encoder rows (stoke_fp8, correctness_fp8, stoke_fp8_over_torch; "
                          "none/separate -> stoke_none_separate)")

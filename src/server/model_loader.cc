@@ -92,6 +92,7 @@ struct BatchedSpec {
   std::string device = "auto";  // encoder: auto = cuda when the build has CUDA and a GPU is visible
   std::string encoder_attention = "auto";
   std::string encoder_epilogues = "fused-tanh";
+  bool encoder_cuda_graphs = false;
   std::string image_preprocess = "cpu";
   std::string image_conv_backend = "auto";
   // Encoders: the Linear weights' precision (--quantization, stoke.toml quantization), checked by the
@@ -116,6 +117,7 @@ StatusOr<BatchedSpec> ReadBatchedSpec(const ModelSettings& m, const ServerOption
   s.allow_inconsistent = o.allow_inconsistent;
   s.encoder_attention = o.encoder_attention;
   s.encoder_epilogues = o.encoder_epilogues;
+  s.encoder_cuda_graphs = o.encoder_cuda_graphs;
   s.image_preprocess = o.image_preprocess;
   s.image_conv_backend = o.image_conv_backend;
   s.threads = o.threads;
@@ -240,6 +242,7 @@ StatusOr<LoadedModel> LoadBatched(const BatchedSpec& s, const std::vector<std::s
     dev_opts.device = s.device;
     dev_opts.attention = s.encoder_attention;
     dev_opts.epilogues = s.encoder_epilogues;
+    dev_opts.cuda_graphs = s.encoder_cuda_graphs;
     dev_opts.quantization = s.quantization;
     dev_opts.max_batch_tokens = std::max<int64_t>(dev_opts.max_batch_tokens,
                                                   int64_t{s.config.max_batch_size} * enc->max_seq_length());

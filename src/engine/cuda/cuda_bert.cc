@@ -8,7 +8,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "base/clock.h"
@@ -20,6 +22,7 @@
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/encoder.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/int8.h"
 #include "kernels/cuda/quant.h"
 
 namespace stoke {
@@ -62,11 +65,20 @@ size_t Aligned(size_t bytes) {
 }
 
 // A Linear on the device: bf16 weights `w`, or (--quantization fp8) fp8 E4M3 bytes `q` with one fp32 scale
-// per output row (w null), and the fp32 bias.
+// per output row (w null), or (--quantization int8) int8 weights `q8` with their scale per row, and the fp32
+// bias.
 struct DevLinear {
   const bf16* w = nullptr;
   const uint8_t* q = nullptr;
   const float* scale = nullptr;
+  // int8: the CPU reference's quantisation (BertEncoder::QuantizedInt8Layers), bit for bit. `scale` is
+  // w_scale; w_sum (per-token) the centre's term; x_inv the input's per-column inverse scale (smoothing;
+  // null = none); x_scale the static scale (static activations).
+  const int8_t* q8 = nullptr;
+  const float* w_sum = nullptr;
+  const float* x_inv = nullptr;
+  float x_scale = 0.f, x_scale_mul = 1.f;
+  bool per_token = false, centred = false;
   const float* b = nullptr;
   const bf16* b16 = nullptr;  // the bias in bf16 for cuBLASLt's epilogue (fused epilogues only)
   int64_t out = 0, in = 0;
@@ -88,11 +100,19 @@ class CudaBertRunner final : public BertRunner {
   ~CudaBertRunner() override;
   Status Embed(const std::vector<std::vector<int32_t>>& batch_ids, std::vector<float>* out,
                EmbedTimes* times) override;
+  int64_t graph_launches() const override { return graph_launches_; }
 
  private:
+  // (tokens, sequences, longest sequence): what fixes every kernel's grid and every arena address of a pass.
+  using GraphKey = std::tuple<int64_t, int64_t, int>;
+  static constexpr size_t kMaxGraphs = 64;
   explicit CudaBertRunner(std::shared_ptr<const CudaBertModelImpl> model) : model_(std::move(model)) {}
   size_t ScratchBytes(int64_t tokens, int64_t seqs) const;
   Status EnsureScratch(int64_t tokens, int64_t seqs);
+  // Captures Forward for `key` into a graph (the arena laid out as Embed lays it out: d_in, pooled, then
+  // Forward's buffers), after an eager pass of the same shape chose its GEMM algorithms.
+  Status CaptureForward(const GraphKey& key, int64_t in_count);
+  void DropGraphs();
   Status Forward(const int32_t* d_in, int64_t tokens, int64_t seqs, int max_len, float* pooled);
   // y[t, lin.out] = x[t, lin.in] · W^T: the bf16 GEMM, or with fp8 weights x quantised per token into
   // act_q_ / act_scale_ and the FP8 GEMM (per-token x per-channel scales, fp32 accumulation).
@@ -108,8 +128,13 @@ class CudaBertRunner final : public BertRunner {
   std::unique_ptr<cuda::BlasLtGemm> gemm_;
   std::unique_ptr<device::DeviceArena> arena_;
   std::vector<int32_t> lens_;
-  uint8_t* act_q_ = nullptr;    // fp8 weights: the activations of one GEMM, [tokens, max(hidden, inter)]
+  uint8_t* act_q_ = nullptr;    // fp8 / int8 weights: the activations of one GEMM, [tokens, max(hidden, inter)]
   float* act_scale_ = nullptr;  // and their per-token scales
+  float* act_mid_ = nullptr;    // int8: the per-token centres
+  int32_t* acc_ = nullptr;      // int8: the GEMM's int32 products, [tokens, max(3 hidden, inter)]
+  std::map<GraphKey, cudaGraphExec_t> graphs_;
+  std::map<GraphKey, bool> graph_seen_;  // shapes run eagerly: false = once so far, true = capture tried
+  int64_t graph_launches_ = 0;
 };
 
 class CudaBertModelImpl final : public BertDeviceModel,
@@ -125,9 +150,10 @@ class CudaBertModelImpl final : public BertDeviceModel,
 
   const BertEncoder& encoder() const { return *encoder_; }
   bool fp8() const { return options_.quantization == WeightQuantization::kFp8; }
+  bool int8() const { return options_.quantization == WeightQuantization::kInt8; }
   cuda::EncoderAttentionImpl attention_impl() const { return attention_impl_; }
   // Fused GEMM epilogues in use (requested, bf16 weights, a hidden size the fused LayerNorm takes).
-  bool fused() const { return !fp8() && options_.epilogues != "separate" &&
+  bool fused() const { return !fp8() && !int8() && options_.epilogues != "separate" &&
                               cuda::ResidualLayerNormBf16Supports(encoder_->config().hidden_size); }
   const BertDeviceOptions& options() const { return options_; }
   device::PinnedHostPool& pinned() const { return pinned_; }
@@ -167,6 +193,16 @@ StatusOr<std::shared_ptr<CudaBertModelImpl>> CudaBertModelImpl::Create(
   }
   if (options.max_batch_tokens < 1) return InvalidArgumentError("cuda bert: max_batch_tokens must be >= 1");
   RETURN_IF_ERROR(ValidateBertDeviceOptions(options));
+  if (options.quantization == WeightQuantization::kInt8 && options.int8_ranges == nullptr) {
+    return InvalidArgumentError("cuda bert: --quantization int8 needs the calibration's activation ranges");
+  }
+  if (options.quantization != WeightQuantization::kNone &&
+      (c.hidden_size % 16 != 0 || c.intermediate_size % 16 != 0)) {
+    // The FP8 GEMM's k % 16 (the int8 GEMM's k and n % 4 follow).
+    return UnimplementedError(
+        "cuda bert: --quantization {} needs hidden_size {} and intermediate_size {} to be multiples of 16",
+        WeightQuantizationName(options.quantization), c.hidden_size, c.intermediate_size);
+  }
   std::shared_ptr<CudaBertModelImpl> m(new CudaBertModelImpl());
   m->encoder_ = std::move(encoder);
   m->options_ = options;
@@ -249,8 +285,10 @@ Status CudaBertModelImpl::Upload() {
   const int64_t norm_bytes = 2 * Aligned(h * 4);
   // A linear's bytes: bf16 weights, or fp8 bytes + a scale per row; then the bias.
   auto lin_bytes = [&](int64_t out, int64_t in) {
-    return (fp8() ? Aligned(out * in) + Aligned(out * 4) : Aligned(out * in * 2)) + Aligned(out * 4) +
-           (fused() ? Aligned(out * 2) : 0);
+    const int64_t w = fp8()    ? Aligned(out * in) + Aligned(out * 4)
+                      : int8() ? Aligned(out * in) + 2 * Aligned(out * 4) + Aligned(in * 4)
+                               : Aligned(out * in * 2);
+    return w + Aligned(out * 4) + (fused() ? Aligned(out * 2) : 0);
   };
   const int64_t per_layer = lin_bytes(3 * h, h) + lin_bytes(h, h) + lin_bytes(inter, h) + lin_bytes(h, inter) +
                             2 * norm_bytes;
@@ -275,6 +313,49 @@ Status CudaBertModelImpl::Upload() {
     return OkStatus();
   };
   std::vector<uint16_t> buf;
+  // --quantization int8: the CPU reference's quantised layers (weights, scales, smoothing), uploaded as they
+  // are, so the device multiplies the very integers the CPU does.
+  std::vector<BertEncoder::Layer> int8_layers;
+  if (int8()) {
+    Int8WeightOptions o;
+    o.testing_activation_scale_multiplier = options_.int8_activation_scale_multiplier;
+    ASSIGN_OR_RETURN(int8_layers, e.QuantizedInt8Layers(*options_.int8_ranges, o));
+  }
+  auto put_int8 = [&](std::initializer_list<const BertEncoder::Linear*> parts, DevLinear* out) -> Status {
+    const BertEncoder::Linear& first = **parts.begin();
+    std::vector<int8_t> q;
+    std::vector<float> w_scale, w_sum, bias;
+    out->out = 0;
+    out->in = first.in;
+    for (const BertEncoder::Linear* l : parts) {
+      // The parts of a fused Linear read one input: the same activation quantisation.
+      if (l->x_per_token != first.x_per_token || l->x_centred != first.x_centred ||
+          l->x_scale != first.x_scale || l->x_inv != first.x_inv || l->in != first.in) {
+        return InternalError("cuda bert: the fused parts of an int8 Linear quantise their input differently");
+      }
+      q.insert(q.end(), l->w_int8.begin(), l->w_int8.end());
+      w_scale.insert(w_scale.end(), l->w_scale.begin(), l->w_scale.end());
+      w_sum.insert(w_sum.end(), l->w_sum.begin(), l->w_sum.end());
+      bias.insert(bias.end(), l->bias.begin(), l->bias.end());
+      out->out += l->out;
+    }
+    ASSIGN_OR_RETURN(int8_t * dq, weights_->AllocateArray<int8_t>(q.size()));
+    CUDA_RETURN_IF_ERROR(cudaMemcpy(dq, q.data(), q.size(), cudaMemcpyHostToDevice));
+    out->q8 = dq;
+    ASSIGN_OR_RETURN(out->scale, put_f32(w_scale));
+    if (first.x_per_token) {
+      ASSIGN_OR_RETURN(out->w_sum, put_f32(w_sum));
+    }
+    if (!first.x_inv.empty()) {
+      ASSIGN_OR_RETURN(out->x_inv, put_f32(first.x_inv));
+    }
+    out->x_scale = first.x_scale;
+    out->x_scale_mul = first.x_scale_mul;
+    out->per_token = first.x_per_token;
+    out->centred = first.x_centred;
+    ASSIGN_OR_RETURN(out->b, put_f32(bias));
+    return OkStatus();
+  };
   auto put_linear = [&](std::initializer_list<const BertEncoder::Linear*> parts, DevLinear* out) -> Status {
     buf.clear();
     std::vector<float> bias;
@@ -322,18 +403,21 @@ Status CudaBertModelImpl::Upload() {
   RETURN_IF_ERROR(put_norm(e.embedding_norm(), &emb_norm));
   layers.resize(e.layers().size());
   for (size_t i = 0; i < layers.size(); ++i) {
-    const BertEncoder::Layer& l = e.layers()[i];
+    const BertEncoder::Layer& l = int8() ? int8_layers[i] : e.layers()[i];
     DevLayer& d = layers[i];
-    RETURN_IF_ERROR(put_linear({&l.query, &l.key, &l.value}, &d.qkv));
-    RETURN_IF_ERROR(put_linear({&l.attn_out}, &d.attn_out));
-    RETURN_IF_ERROR(put_linear({&l.intermediate}, &d.inter));
-    RETURN_IF_ERROR(put_linear({&l.output}, &d.output));
+    auto put = [&](std::initializer_list<const BertEncoder::Linear*> parts, DevLinear* out) {
+      return int8() ? put_int8(parts, out) : put_linear(parts, out);
+    };
+    RETURN_IF_ERROR(put({&l.query, &l.key, &l.value}, &d.qkv));
+    RETURN_IF_ERROR(put({&l.attn_out}, &d.attn_out));
+    RETURN_IF_ERROR(put({&l.intermediate}, &d.inter));
+    RETURN_IF_ERROR(put({&l.output}, &d.output));
     RETURN_IF_ERROR(put_norm(l.attn_norm, &d.attn_norm));
     RETURN_IF_ERROR(put_norm(l.out_norm, &d.out_norm));
   }
   LOG_INFO("cuda bert: {:.1f} MiB of weights on {} ({} linears, bf16 tables, fp32 norms and biases; {} "
            "epilogues)",
-           weights_->used() / 1048576.0, name_, fp8() ? "fp8 E4M3" : "bf16",
+           weights_->used() / 1048576.0, name_, fp8() ? "fp8 E4M3" : int8() ? "int8" : "bf16",
            fused() ? options_.epilogues : std::string("separate"));
   return OkStatus();
 }
@@ -353,6 +437,40 @@ StatusOr<std::unique_ptr<BertRunner>> CudaBertRunner::Create(std::shared_ptr<con
 
 CudaBertRunner::~CudaBertRunner() {
   if (stream_.get() != nullptr) cudaStreamSynchronize(stream_.get());
+  DropGraphs();
+}
+
+void CudaBertRunner::DropGraphs() {
+  for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+  graphs_.clear();
+  graph_seen_.clear();
+}
+
+Status CudaBertRunner::CaptureForward(const GraphKey& key, int64_t in_count) {
+  const auto [t, n_seq, max_len] = key;
+  const int64_t h = model_->encoder().config().hidden_size;
+  const cudaStream_t s = stream_.get();
+  arena_->Reset();
+  ASSIGN_OR_RETURN(int32_t * d_in, arena_->AllocateArray<int32_t>(in_count));
+  ASSIGN_OR_RETURN(float* pooled, arena_->AllocateArray<float>(n_seq * h));
+  CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  Status st = Forward(d_in, t, n_seq, max_len, pooled);
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(s, &graph);
+  if (!st.ok() || end != cudaSuccess) {
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    return st.ok() ? cuda::CudaError(__FILE__, __LINE__, "cudaStreamEndCapture", end) : st;
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  if (inst != cudaSuccess) {
+    cudaGetLastError();
+    return cuda::CudaError(__FILE__, __LINE__, "cudaGraphInstantiate", inst);
+  }
+  graphs_[key] = exec;
+  return OkStatus();
 }
 
 size_t CudaBertRunner::ScratchBytes(int64_t tokens, int64_t seqs) const {
@@ -367,14 +485,20 @@ size_t CudaBertRunner::ScratchBytes(int64_t tokens, int64_t seqs) const {
          + Aligned(tokens * inter * 2)         // FFN activation
          + Aligned(seqs * h * 4)               // pooled
          + (model_->fused() ? Aligned(tokens * h * 2) : 0)  // bf16 GEMM output before the residual norm
-         + (model_->fp8() ? Aligned(tokens * std::max(h, inter)) + Aligned(tokens * 4) : 0);  // fp8 activations
+         + (model_->fp8() ? Aligned(tokens * std::max(h, inter)) + Aligned(tokens * 4) : 0)  // fp8 activations
+         // int8: activations, per-token scales and centres, int32 products
+         + (model_->int8() ? Aligned(tokens * std::max(h, inter)) + 2 * Aligned(tokens * 4) +
+                                 Aligned(tokens * std::max(3 * h, inter) * 4)
+                           : 0);
 }
 
 Status CudaBertRunner::EnsureScratch(int64_t tokens, int64_t seqs) {
   const size_t need = ScratchBytes(tokens, seqs);
   if (arena_ != nullptr && arena_->capacity() >= need) return OkStatus();
-  // Grown (rarely): the stream is idle here (the previous Embed waited for its copy).
+  // Grown (rarely): the stream is idle here (the previous Embed waited for its copy). The graphs point into
+  // the old arena.
   const size_t cap = need + need / 4;
+  DropGraphs();
   arena_.reset();
   auto a = device::DeviceArena::Create(cap);
   if (!a.ok()) {
@@ -401,9 +525,13 @@ Status CudaBertRunner::Forward(const int32_t* d_in, int64_t t, int64_t n_seq, in
   ASSIGN_OR_RETURN(bf16 * ctx, a.AllocateArray<bf16>(t * h));
   ASSIGN_OR_RETURN(float* tmp, a.AllocateArray<float>(t * h));
   ASSIGN_OR_RETURN(bf16 * ffn, a.AllocateArray<bf16>(t * inter));
-  if (m.fp8()) {
+  if (m.fp8() || m.int8()) {
     ASSIGN_OR_RETURN(act_q_, a.AllocateArray<uint8_t>(t * std::max(h, inter)));
     ASSIGN_OR_RETURN(act_scale_, a.AllocateArray<float>(t));
+  }
+  if (m.int8()) {
+    ASSIGN_OR_RETURN(act_mid_, a.AllocateArray<float>(t));
+    ASSIGN_OR_RETURN(acc_, a.AllocateArray<int32_t>(t * std::max(3 * h, inter)));
   }
 
   RETURN_IF_ERROR(cuda::EmbeddingLayerNorm(m.word, c.vocab_size, m.pos, c.max_position_embeddings, m.type0,
@@ -461,6 +589,23 @@ Status CudaBertRunner::FusedLayers(bf16* xb, bf16* qkv, bf16* ctx, bf16* tmp, bf
 
 Status CudaBertRunner::Linear(const bf16* x, const DevLinear& lin, void* y, DType out, int64_t t) {
   const cudaStream_t s = stream_.get();
+  if (lin.q8 != nullptr) {
+    // int8: the input quantised as the CPU reference does (per token, or static), the exact int32 GEMM, then
+    // the scales (the bias follows in the encoder's bias kernels).
+    int8_t* xq = reinterpret_cast<int8_t*>(act_q_);
+    if (lin.per_token) {
+      RETURN_IF_ERROR(cuda::QuantizeInt8PerToken(x, t, lin.in, lin.x_inv, lin.x_scale_mul, lin.centred, xq,
+                                                 act_scale_, act_mid_, s));
+    } else {
+      RETURN_IF_ERROR(cuda::QuantizeInt8Static(x, t, lin.in, lin.x_scale > 0.f ? 1.0f / lin.x_scale : 0.f,
+                                               lin.x_inv, xq, s));
+    }
+    RETURN_IF_ERROR(gemm_->RunInt8(xq, lin.q8, acc_, t, lin.out, lin.in, s));
+    return lin.per_token ? cuda::DequantizeInt8Gemm(acc_, t, lin.out, act_scale_, act_mid_, 0.f, lin.scale,
+                                                    lin.w_sum, y, out, s)
+                         : cuda::DequantizeInt8Gemm(acc_, t, lin.out, nullptr, nullptr, lin.x_scale, lin.scale,
+                                                    nullptr, y, out, s);
+  }
   if (lin.q == nullptr) return gemm_->Run(x, lin.w, y, out, t, lin.out, lin.in, s);
   RETURN_IF_ERROR(cuda::QuantizeRowsFp8(x, t, lin.in, lin.in, act_q_, act_scale_, 1.f, s));
   return gemm_->RunFp8(act_q_, act_scale_, lin.q, lin.scale, y, out, t, lin.out, lin.in, s);
@@ -541,7 +686,14 @@ Status CudaBertRunner::Embed(const std::vector<std::vector<int32_t>>& batch_ids,
   RETURN_IF_ERROR(ev_[0].Record(s));
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_in, lease.in.data, in_count * 4, cudaMemcpyHostToDevice, s));
   RETURN_IF_ERROR(ev_[1].Record(s));
-  RETURN_IF_ERROR(Forward(d_in, t, n_seq, max_len, pooled));
+  const GraphKey key{t, n_seq, max_len};
+  const auto graph = graphs_.find(key);
+  if (graph != graphs_.end()) {
+    CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graph->second, s));
+    ++graph_launches_;
+  } else {
+    RETURN_IF_ERROR(Forward(d_in, t, n_seq, max_len, pooled));
+  }
   RETURN_IF_ERROR(ev_[2].Record(s));
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(lease.out.data, pooled, n_seq * h * 4, cudaMemcpyDeviceToHost, s));
   RETURN_IF_ERROR(ev_[3].Record(s));
@@ -557,6 +709,20 @@ Status CudaBertRunner::Embed(const std::vector<std::vector<int32_t>>& batch_ids,
     times->compute_ns = static_cast<int64_t>(compute * 1e6);
     times->d2h_ns = static_cast<int64_t>(d2h * 1e6);
     times->finish_ns = MonotonicNanos() - t2;
+  }
+  // A shape's second eager pass (the first chose its GEMM algorithms) is captured for the ones after it.
+  if (model_->options().cuda_graphs && graph == graphs_.end() && graphs_.size() < kMaxGraphs) {
+    const auto seen = graph_seen_.find(key);
+    if (seen == graph_seen_.end()) {
+      graph_seen_[key] = false;  // seen once
+    } else if (!seen->second) {
+      Status st = CaptureForward(key, in_count);
+      seen->second = true;  // captured, or failed: either way not tried again
+      if (!st.ok()) {
+        LOG_WARN("cuda bert: capturing the forward pass of {} tokens in {} sequences failed; it runs eagerly: {}",
+                 t, n_seq, st.message());
+      }
+    }
   }
   return OkStatus();
 }

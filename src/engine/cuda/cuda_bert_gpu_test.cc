@@ -16,6 +16,7 @@
 #include "engine/cuda/cuda_bert.h"
 #include "engine/loader/model_registry.h"
 #include "engine/model/bert.h"
+#include "engine/model/bert_int8.h"
 #include "engine/model/bert_test_util.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "kernels/cuda/device.h"
@@ -258,6 +259,129 @@ TEST(CudaBertTest, Fp8WeightsTrackCpuAndABrokenQuantiserDoesNot) {
   EXPECT_GE(mean, 0.998);
   EXPECT_GE(worst, 0.995);
   EXPECT_LT(bad_mean, 0.95) << "the broken quantiser must move the embeddings far more than fp8 rounding";
+}
+
+// --quantization int8 on cuda: the CPU reference's int8 weights and smoothing uploaded as they are, each GEMM
+// input quantised on the device as the CPU does (per token, or static), cuBLASLt's exact int8 GEMM. The device's
+// inputs are bf16 where the CPU's are fp32, so a few codes round the other way: the device's int8 encoder must
+// stay as close to the fp32 one as the CPU's int8 encoder is, and close to the CPU's int8 encoder itself; a
+// calibration with every activation scale x0.1 (saturating) must not.
+TEST(CudaBertTest, Int8TracksTheCpuInt8ReferenceAndABrokenCalibrationDoesNot) {
+  SKIP_WITHOUT_GPU();
+  const fs::path dir = testing::WriteRandomBert(testing::RandomBertShape{}, 23, "int8");
+  auto enc = BertEncoder::Load(dir.string());
+  ASSERT_TRUE(enc.ok()) << enc.status().ToString();
+  std::shared_ptr<const BertEncoder> cpu = std::move(enc).value();
+  const auto calibration = RandomBatch({40, 17, 64, 5, 90, 33, 12, 70, 128, 3}, 512, 24);
+  const auto batch = RandomBatch(kMixedLengths, 512, 25);
+  const int64_t h = cpu->hidden_size();
+  std::vector<float> fp32;
+  ASSERT_TRUE(cpu->Embed(batch, &fp32).ok());
+  auto mean_worst = [&](const std::vector<float>& a, const std::vector<float>& b) {
+    double mean = 0, worst = 1;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const double c = Cosine(a.data() + i * h, b.data() + i * h, h);
+      mean += c / static_cast<double>(batch.size());
+      worst = std::min(worst, c);
+    }
+    return std::pair<double, double>(mean, worst);
+  };
+  auto on_gpu = [&](const BertActivationRanges& ranges, float multiplier, std::vector<float>* got) {
+    BertDeviceOptions o;
+    o.quantization = WeightQuantization::kInt8;
+    o.int8_ranges = std::make_shared<const BertActivationRanges>(ranges);
+    o.int8_activation_scale_multiplier = multiplier;
+    auto dev = LoadBertOnDevice(cpu, o, CudaBackends());
+    ASSERT_TRUE(dev.ok()) << dev.status().ToString();
+    ASSERT_TRUE(*dev);
+    auto runner = (*dev)->CreateRunner();
+    ASSERT_TRUE(runner.ok()) << runner.status().ToString();
+    const Status st = (*runner)->Embed(batch, got, nullptr);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  };
+  for (Int8Activations a : {Int8Activations::kPerToken, Int8Activations::kStatic}) {
+    const char* name = a == Int8Activations::kPerToken ? "per-token" : "static";
+    auto ranges = CalibrateBertActivations(*cpu, calibration, {.activations = a});
+    ASSERT_TRUE(ranges.ok()) << ranges.status().ToString();
+    auto ref = BertEncoder::Load(dir.string());
+    ASSERT_TRUE(ref.ok());
+    ASSERT_TRUE((*ref)->QuantizeWeightsInt8(*ranges).ok());
+    std::vector<float> cpu8, gpu8, broken;
+    ASSERT_TRUE((*ref)->Embed(batch, &cpu8).ok());
+    on_gpu(*ranges, 1.f, &gpu8);
+    on_gpu(*ranges, 0.1f, &broken);
+    ASSERT_EQ(gpu8.size(), fp32.size());
+    const auto [cpu_mean, cpu_worst] = mean_worst(cpu8, fp32);
+    const auto [gpu_mean, gpu_worst] = mean_worst(gpu8, fp32);
+    const auto [pair_mean, pair_worst] = mean_worst(gpu8, cpu8);
+    const auto [bad_mean, bad_worst] = mean_worst(broken, fp32);
+    std::printf("  [int8 %s, %zu sequences] vs cpu fp32: cpu int8 mean %.6f worst %.6f, cuda int8 mean %.6f "
+                "worst %.6f; cuda vs cpu int8 mean %.6f worst %.6f; scales x0.1 on cuda mean %.6f worst %.6f\n",
+                name, batch.size(), cpu_mean, cpu_worst, gpu_mean, gpu_worst, pair_mean, pair_worst, bad_mean,
+                bad_worst);
+    EXPECT_GE(gpu_mean, cpu_mean - 1e-3) << name;
+    EXPECT_GE(pair_mean, 0.998) << name;
+    EXPECT_LT(bad_mean, std::min(0.95, cpu_mean - 0.02)) << name << ": the saturating calibration must fail";
+  }
+  // Without the calibration's ranges int8 cannot run.
+  BertDeviceOptions o;
+  o.quantization = WeightQuantization::kInt8;
+  EXPECT_EQ(CreateCudaBert(cpu, o).status().code(), StatusCode::kInvalidArgument);
+}
+
+// --encoder-cuda-graphs on: a shape's first two passes run eagerly (the second is then captured), the third
+// on replays the graph. Replays must give the eager pass's bytes, for bf16 with fused epilogues, separate
+// epilogues and fp8; other shapes between them must not disturb a graph (each shape has its own), and a
+// larger batch that regrows the scratch arena drops the graphs (they point into the old one) and recaptures.
+TEST(CudaBertTest, CudaGraphsReplayTheEagerPassBitForBit) {
+  SKIP_WITHOUT_GPU();
+  const fs::path dir = testing::WriteRandomBert(testing::RandomBertShape{}, 26, "graphs");
+  auto enc = BertEncoder::Load(dir.string());
+  ASSERT_TRUE(enc.ok()) << enc.status().ToString();
+  std::shared_ptr<const BertEncoder> cpu = std::move(enc).value();
+  const auto a = RandomBatch({1, 17, 64, 100}, 512, 27);
+  const auto b = RandomBatch({5, 9}, 512, 28);
+  const auto big = RandomBatch(std::vector<int>(40, 150), 512, 29);
+  for (const char* form : {"fused-tanh", "separate", "fp8"}) {
+    BertDeviceOptions eager_o;
+    if (std::string(form) == "fp8") {
+      eager_o.quantization = WeightQuantization::kFp8;
+    } else {
+      eager_o.epilogues = form;
+    }
+    BertDeviceOptions graph_o = eager_o;
+    graph_o.cuda_graphs = true;
+    auto eager_dev = CreateCudaBert(cpu, eager_o);
+    auto graph_dev = CreateCudaBert(cpu, graph_o);
+    ASSERT_TRUE(eager_dev.ok() && graph_dev.ok()) << graph_dev.status().ToString();
+    auto eager = (*eager_dev)->CreateRunner();
+    auto graphs = (*graph_dev)->CreateRunner();
+    ASSERT_TRUE(eager.ok() && graphs.ok());
+    std::vector<float> want_a, want_b, want_big, got;
+    ASSERT_TRUE((*eager)->Embed(a, &want_a, nullptr).ok());
+    ASSERT_TRUE((*eager)->Embed(b, &want_b, nullptr).ok());
+    ASSERT_TRUE((*eager)->Embed(big, &want_big, nullptr).ok());
+    EXPECT_EQ((*eager)->graph_launches(), 0);
+    // a, a (captured after), b, a (replay), b (captured after), b (replay), a (replay).
+    const std::vector<std::pair<const std::vector<std::vector<int32_t>>*, const std::vector<float>*>> order = {
+        {&a, &want_a}, {&a, &want_a}, {&b, &want_b}, {&a, &want_a}, {&b, &want_b}, {&b, &want_b}, {&a, &want_a}};
+    for (size_t i = 0; i < order.size(); ++i) {
+      const Status st = (*graphs)->Embed(*order[i].first, &got, nullptr);
+      ASSERT_TRUE(st.ok()) << form << " pass " << i << ": " << st.ToString();
+      EXPECT_EQ(got, *order[i].second) << form << " pass " << i << " differs from the eager pass";
+    }
+    EXPECT_EQ((*graphs)->graph_launches(), 3) << form;
+    // A larger batch regrows the arena: the graphs are dropped, and a runs eagerly twice before its next replay.
+    ASSERT_TRUE((*graphs)->Embed(big, &got, nullptr).ok());
+    EXPECT_EQ(got, want_big) << form;
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE((*graphs)->Embed(a, &got, nullptr).ok());
+      EXPECT_EQ(got, want_a) << form << " after the arena grew, pass " << i;
+    }
+    EXPECT_EQ((*graphs)->graph_launches(), 4) << form;
+    std::printf("  [cuda graphs, %s] %lld replays, each equal to the eager pass\n", form,
+                static_cast<long long>((*graphs)->graph_launches()));
+  }
 }
 
 TEST(CudaBertTest, ErrorsAndLimits) {

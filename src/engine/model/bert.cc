@@ -273,6 +273,20 @@ Status BertEncoder::QuantizeWeightsFp8(const Fp8WeightOptions& options) {
 
 Status BertEncoder::QuantizeWeightsInt8(const BertActivationRanges& ranges,
                                         const Int8WeightOptions& options) {
+  ASSIGN_OR_RETURN(std::vector<Layer> quantized, QuantizedInt8Layers(ranges, options));
+  layers_ = std::move(quantized);
+  quantization_ = WeightQuantization::kInt8;
+  LOG_INFO(
+      "bert: --quantization int8: {} Linear weights as int8 with a scale per output row; activations "
+      "{} ({} calibration samples, {} tokens, percentile {}, smoothing alpha {})",
+      layers_.size() * 6,
+      ranges.activations == Int8Activations::kPerToken ? "with a scale per token" : "with static scales",
+      ranges.samples, ranges.tokens, ranges.percentile, ranges.smoothing_alpha);
+  return OkStatus();
+}
+
+StatusOr<std::vector<BertEncoder::Layer>> BertEncoder::QuantizedInt8Layers(const BertActivationRanges& ranges,
+                                                                           const Int8WeightOptions& options) const {
   if (quantization_ != WeightQuantization::kNone) {
     return FailedPreconditionError("--quantization int8: the encoder's weights are already quantised ({})",
                                    WeightQuantizationName(quantization_));
@@ -311,7 +325,6 @@ Status BertEncoder::QuantizeWeightsInt8(const BertActivationRanges& ranges,
   }
   ThreadPool& pool = options.pool != nullptr ? *options.pool : ThreadPool::Default();
   const bool per_token = ranges.activations == Int8Activations::kPerToken;
-  // Into copies first: a failure leaves the encoder as it was.
   std::vector<Layer> quantized = layers_;
   for (size_t i = 0; i < quantized.size(); ++i) {
     Layer& l = quantized[i];
@@ -375,14 +388,7 @@ Status BertEncoder::QuantizeWeightsInt8(const BertActivationRanges& ranges,
       });
     }
   }
-  layers_ = std::move(quantized);
-  quantization_ = WeightQuantization::kInt8;
-  LOG_INFO(
-      "bert: --quantization int8: {} Linear weights as int8 with a scale per output row; activations "
-      "{} ({} calibration samples, {} tokens, percentile {}, smoothing alpha {})",
-      layers_.size() * 6, per_token ? "with a scale per token" : "with static scales", ranges.samples,
-      ranges.tokens, ranges.percentile, ranges.smoothing_alpha);
-  return OkStatus();
+  return quantized;
 }
 
 Status BertEncoder::Embed(const std::vector<std::vector<int32_t>>& batch_ids, std::vector<float>* out) const {

@@ -178,6 +178,11 @@ class BertEncoder {
   const std::vector<float>& token_type0_embedding() const { return type0_emb_; }
   const Norm& embedding_norm() const { return emb_norm_; }
   const std::vector<Layer>& layers() const { return layers_; }
+  // The layers QuantizeWeightsInt8 would make, as copies, leaving this encoder as it is: how the CUDA backend
+  // gets the CPU reference's int8 weights, scales and smoothing (bit for bit) for an unquantised encoder.
+  // The same errors as QuantizeWeightsInt8.
+  StatusOr<std::vector<Layer>> QuantizedInt8Layers(const BertActivationRanges& ranges,
+                                                   const Int8WeightOptions& options = {}) const;
 
  private:
   BertEncoder() = default;

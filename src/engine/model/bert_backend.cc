@@ -32,12 +32,6 @@ StatusOr<std::shared_ptr<BertDeviceModel>> LoadBertOnDevice(std::shared_ptr<cons
   ASSIGN_OR_RETURN(const std::string device, ResolveBackendDevice(options.device, b.create != nullptr,
                                                                   b.available, "--device cuda:", "--device cpu"));
   if (device == "cpu") return std::shared_ptr<BertDeviceModel>();
-  if (options.quantization == WeightQuantization::kInt8) {
-    return UnimplementedError(
-        "--quantization int8 on cuda: the int8 encoder GEMMs are not built for CUDA yet; use --device cpu "
-        "(the "
-        "reference int8 path) or --quantization fp8 on cuda");
-  }
   if (encoder != nullptr && encoder->quantization() != WeightQuantization::kNone) {
     // The device quantises its own copies (options.quantization) from the checkpoint's weights.
     return FailedPreconditionError(

@@ -41,6 +41,9 @@ class BertRunner {
   // ids); blocks until the result is on the host. `times` may be null.
   virtual Status Embed(const std::vector<std::vector<int32_t>>& batch_ids, std::vector<float>* out,
                        EmbedTimes* times) = 0;
+  // Embeds that replayed a captured CUDA graph instead of launching each kernel (BertDeviceOptions::
+  // cuda_graphs); 0 for runners without graphs.
+  virtual int64_t graph_launches() const { return 0; }
 };
 
 // An encoder's weights on a device, shared by every runner created from it. Thread-safe.
@@ -77,6 +80,12 @@ struct BertDeviceOptions {
   // transformers' fp32 erf model as the other two (mean 0.99997, min 0.99989). fp8 weights and hidden sizes
   // the fused LayerNorm does not take (ResidualLayerNormBf16Supports) run "separate".
   std::string epilogues = "fused-tanh";
+  // CUDA graphs for the encoder's forward pass (flag --encoder-cuda-graphs on|off; docs/cuda.md): a batch
+  // shape (tokens, sequences, longest sequence) seen a second time is captured once and replayed from then
+  // on, one launch instead of ~8 per layer. Shapes repeat when clients send the same batch (benchmarks,
+  // perf_analyzer, fixed-length inputs); served variable lengths mostly run eagerly. At most 64 graphs per
+  // runner; a shape whose capture fails runs eagerly (logged once). Off by default until measured on a GPU.
+  bool cuda_graphs = false;
   // Weight precision of the encoder's Linear layers (flag --quantization; docs/precision.md). kFp8 on cuda:
   // weights fp8 E4M3 with one fp32 scale per output channel, activations quantised per token before each
   // cuBLASLt FP8 GEMM (W8A8), embeddings / LayerNorm / biases unchanged. The CPU form (BertEncoder) is
@@ -84,8 +93,10 @@ struct BertDeviceOptions {
   WeightQuantization quantization = WeightQuantization::kNone;
   // Tests only (no flag): every weight scale multiplied by this (a deliberately broken quantiser).
   float fp8_scale_multiplier = 1.0f;
-  // kInt8 (encoders; docs/precision.md): the activation ranges calibration measured
-  // (precision::CalibrateForInt8), one static scale per GEMM input; required for kInt8.
+  // kInt8 (encoders; docs/precision.md): what calibration measured (precision::CalibrateForInt8): the
+  // SmoothQuant factors and, with static activations, one scale per GEMM input; required for kInt8. On cuda
+  // the device uploads the CPU reference's int8 weights (BertEncoder::QuantizedInt8Layers) and quantises each
+  // GEMM input as the CPU does, then runs cuBLASLt's int8 GEMM (exact int32 sums).
   std::shared_ptr<const BertActivationRanges> int8_ranges;
   // Tests only (no flag): every int8 activation scale multiplied by this (0.1: a broken calibration).
   float int8_activation_scale_multiplier = 1.0f;
@@ -108,9 +119,9 @@ std::string ResolveBertDevice(const std::string& device, const Backends& backend
 
 // "cpu" (or "auto" without a usable backends.cuda_bert): nullptr, run BertEncoder::Embed. "cuda": the model
 // uploaded by backends.cuda_bert, or FailedPrecondition saying why not (built without CUDA, no GPU, or an
-// encoder already quantised on the CPU: the device quantises its own copies, options.quantization; int8,
-// which only the CPU runs so far: Unimplemented). Anything else: InvalidArgument. On the CPU
-// options.quantization is the caller's to apply (BertEncoder::QuantizeWeightsFp8).
+// encoder already quantised on the CPU: the device quantises its own copies, options.quantization; int8
+// takes the calibration's options.int8_ranges). Anything else: InvalidArgument. On the CPU
+// options.quantization is the caller's to apply (BertEncoder::QuantizeWeightsFp8 / QuantizeWeightsInt8).
 StatusOr<std::shared_ptr<BertDeviceModel>> LoadBertOnDevice(std::shared_ptr<const BertEncoder> encoder,
                                                             const BertDeviceOptions& options,
                                                             const Backends& backends);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <utility>
 
 #include "engine/model/bert_test_util.h"
 #include "kernels/cpu/int8_gemm.h"
@@ -273,6 +274,48 @@ TEST(Int8PerTokenQuantiser, SymmetricAndCentredRows) {
   float y = 0;
   cpu::DequantizeInt8GemmPerToken(&acc, 1, 1, &scale[1], &mid[1], &w_scale, &w_sum, nullptr, &y);
   EXPECT_NEAR(y, -0.5f + 1.5f + 0.5f + 0.f, 4 * scale[1] / 2);  // each q within half a step
+}
+
+// QuantizedInt8Layers (what the CUDA backend uploads) is QuantizeWeightsInt8's result, leaving the encoder as
+// it was: the same integers, scales, centre terms and smoothing, per-token and static.
+TEST_F(BertInt8Test, QuantizedLayersAreWhatQuantizeWeightsMakesAndLeaveTheEncoder) {
+  for (Int8Activations a : {Int8Activations::kPerToken, Int8Activations::kStatic}) {
+    auto fp32 = Load();
+    auto enc = Load();
+    ASSERT_NE(fp32, nullptr);
+    auto r = CalibrateBertActivations(*fp32, samples_, {.activations = a});
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    auto copies = fp32->QuantizedInt8Layers(*r);
+    ASSERT_TRUE(copies.ok()) << copies.status().ToString();
+    EXPECT_EQ(fp32->quantization(), WeightQuantization::kNone);
+    EXPECT_TRUE(fp32->layers()[0].query.w_int8.empty()) << "the encoder itself is unchanged";
+    ASSERT_TRUE(enc->QuantizeWeightsInt8(*r).ok());
+    ASSERT_EQ(copies->size(), enc->layers().size());
+    for (size_t i = 0; i < copies->size(); ++i) {
+      const BertEncoder::Layer& c = (*copies)[i];
+      const BertEncoder::Layer& q = enc->layers()[i];
+      using Pair = std::pair<const BertEncoder::Linear*, const BertEncoder::Linear*>;
+      for (auto [x, y] : {Pair{&c.query, &q.query}, Pair{&c.key, &q.key}, Pair{&c.value, &q.value},
+                          Pair{&c.attn_out, &q.attn_out}, Pair{&c.intermediate, &q.intermediate},
+                          Pair{&c.output, &q.output}}) {
+        ASSERT_FALSE(x->w_int8.empty());
+        EXPECT_EQ(x->w_int8, y->w_int8);
+        EXPECT_EQ(x->w_scale, y->w_scale);
+        EXPECT_EQ(x->w_sum, y->w_sum);
+        EXPECT_EQ(x->x_inv, y->x_inv);
+        EXPECT_EQ(x->x_scale, y->x_scale);
+        EXPECT_EQ(x->x_per_token, y->x_per_token);
+        EXPECT_EQ(x->x_centred, y->x_centred);
+        EXPECT_EQ(x->bias, y->bias);
+      }
+      EXPECT_EQ(c.output.x_centred, a == Int8Activations::kPerToken) << "the GELU output is centred per token";
+    }
+  }
+  // Its errors are QuantizeWeightsInt8's.
+  auto enc = Load();
+  BertActivationRanges bad;
+  bad.layers.resize(shape_.layers + 1, {1.f, 1.f, 1.f, 1.f});
+  EXPECT_EQ(enc->QuantizedInt8Layers(bad).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(BertInt8Test, BadRangesAndDoubleQuantisationAreErrors) {

@@ -21,6 +21,12 @@ Status CublasError(const char* file, int line, const char* expr, cublasStatus_t 
 
 // The descriptors of one call, destroyed with it (creating them costs ~1 µs each; cache later if it shows).
 struct BlasLtGemm::Descs {
+  // alpha = 1, beta = 0 in the descriptor's scale type: fp32, or int32 for the int8 GEMM (CUDA_R_32I).
+  bool int32_scale = false;
+  const float f_alpha = 1.f, f_beta = 0.f;
+  const int32_t i_alpha = 1, i_beta = 0;
+  const void* alpha() const { return int32_scale ? static_cast<const void*>(&i_alpha) : &f_alpha; }
+  const void* beta() const { return int32_scale ? static_cast<const void*>(&i_beta) : &f_beta; }
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulPreference_t pref = nullptr;
@@ -206,7 +212,8 @@ Status BlasLtGemm::Choose(const Descs& d, const std::string& shape, const void* 
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmulAlgoGetHeuristic(handle_, d.op, d.a, d.b, d.c, d.c, d.pref,
                                                     options_.candidates, cands.data(), &returned));
   if (returned <= 0) return UnimplementedError("cuBLASLt has no algorithm for {}", shape);
-  const float alpha = 1.f, beta = 0.f;
+  const void* alpha = d.alpha();
+  const void* beta = d.beta();
   int best = 0;
   float best_us = 0.f;
   if (returned > 1) {
@@ -216,13 +223,13 @@ Status BlasLtGemm::Choose(const Descs& d, const std::string& shape, const void* 
     best = -1;
     for (int i = 0; i < returned; ++i) {
       const auto* al = &cands[i].algo;
-      if (cublasLtMatmul(handle_, d.op, &alpha, w, d.a, x, d.b, &beta, y, d.c, y, d.c, al, workspace_,
+      if (cublasLtMatmul(handle_, d.op, alpha, w, d.a, x, d.b, beta, y, d.c, y, d.c, al, workspace_,
                          options_.workspace_bytes, stream) != CUBLAS_STATUS_SUCCESS) {
         continue;  // a candidate that cannot run here is skipped, not fatal
       }
       cudaEventRecord(e0, stream);
       for (int r = 0; r < options_.timing_iters; ++r) {
-        cublasLtMatmul(handle_, d.op, &alpha, w, d.a, x, d.b, &beta, y, d.c, y, d.c, al, workspace_,
+        cublasLtMatmul(handle_, d.op, alpha, w, d.a, x, d.b, beta, y, d.c, y, d.c, al, workspace_,
                        options_.workspace_bytes, stream);
       }
       cudaEventRecord(e1, stream);
@@ -283,6 +290,33 @@ Status BlasLtGemm::RunFp8(const uint8_t* x, const float* x_scale, const uint8_t*
   const float alpha = 1.f, beta = 0.f;
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(handle_, d.op, &alpha, w, d.a, x, d.b, &beta, y, d.c, y, d.c, &algo,
                                     workspace_, options_.workspace_bytes, stream));
+  return OkStatus();
+}
+
+Status BlasLtGemm::RunInt8(const int8_t* x, const int8_t* w, int32_t* acc, int64_t m, int64_t n, int64_t k,
+                           cudaStream_t stream) {
+  if (m <= 0 || n <= 0) return OkStatus();
+  if (k % 4 != 0 || n % 4 != 0) {
+    return InvalidArgumentError("BlasLtGemm::RunInt8: k {} and n {} must be multiples of 4", k, n);
+  }
+  Descs d;
+  d.int32_scale = true;
+  // Y^T [n, m] = W [n, k] · X^T as in BuildDescs (W op T, X op N: the TN form), int8 in, int32 out and scale.
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32I, CUDA_R_32I));
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&d.a, CUDA_R_8I, k, n, k));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&d.b, CUDA_R_8I, k, m, k));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&d.c, CUDA_R_32I, n, m, n));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&d.pref));
+  const size_t workspace = options_.workspace_bytes;
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                              &workspace, sizeof(workspace)));
+  cublasLtMatmulAlgo_t algo;
+  RETURN_IF_ERROR(Choose(d, GemmShapeKey(m, n, k, DType::kI32) + ",in=I8", x, w, acc, stream, &algo));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(handle_, d.op, d.alpha(), w, d.a, x, d.b, d.beta(), acc, d.c, acc, d.c,
+                                        &algo, workspace_, options_.workspace_bytes, stream));
   return OkStatus();
 }
 

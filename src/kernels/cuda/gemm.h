@@ -77,6 +77,12 @@ class BlasLtGemm {
   // out_type kBF16 or kF32; k % 16 == 0, pointers 16-byte aligned. Algorithms chosen and cached as Run's.
   Status RunFp8(const uint8_t* x, const float* x_scale, const uint8_t* w, const float* w_scale, void* y,
                 DType out_type, int64_t m, int64_t n, int64_t k, cudaStream_t stream);
+  // INT8 (--quantization int8, encoders): acc[i, j] = Σ_l x[i, l] · w[j, l] in int32, exact (|acc| <= 127² k),
+  // x = [m, k] and w = [n, k] int8 row-major, acc = [m, n] int32 (cuBLASLt CUBLAS_COMPUTE_32I, the "TN" form
+  // its int8 kernels take); k and n multiples of 4, pointers 16-byte aligned. The scales are applied after
+  // (DequantizeInt8Gemm, int8.h). Algorithms chosen and cached as Run's.
+  Status RunInt8(const int8_t* x, const int8_t* w, int32_t* acc, int64_t m, int64_t n, int64_t k,
+                 cudaStream_t stream);
   // Tunes (m, n, k, out) now on the given buffers, if not already known.
   Status Tune(const __nv_bfloat16* x, const __nv_bfloat16* w, void* y, DType out_type, int64_t m, int64_t n,
               int64_t k, cudaStream_t stream);
