@@ -162,7 +162,11 @@ TEST_P(MatMulTypeTest, MatchesDoubleReference) {
 }
 
 // A row's result does not depend on how many rows are computed with it, which tile it lands in, or how
-// many threads share the work (the quantised paths are bit-exact; so is every type at m = 1 across pools).
+// many threads share the work: the quantised paths (our own kernels) bit for bit. The fp paths (F32, F16,
+// BF16) give each thread's columns to one OpenBLAS sgemm call, and OpenBLAS's result for an element depends
+// on the width of the call on some CPUs (its Zen kernels: measured on an AMD EPYC, 0.3.21, a 45-column call
+// and three of 16 or fewer differ in the last bits of 24 % of the outputs; its Haswell ones do not): there the
+// bound is a rounding, not bits.
 TEST_P(MatMulTypeTest, TilingAndThreadsDoNotChangeBits) {
   const DType t = GetParam();
   const int64_t k = GetDTypeInfo(t).block_elems == 256 ? 512 : 160;
@@ -173,8 +177,12 @@ TEST_P(MatMulTypeTest, TilingAndThreadsDoNotChangeBits) {
   ThreadPool pool1(1), pool3(3);
   const std::vector<float> y1 = RunMatMul(x, m, k, w, t, n, pool1);
   const std::vector<float> y3 = RunMatMul(x, m, k, w, t, n, pool3);
+  if (!HasQDot(t)) {
+    // fp paths use BLAS for m > 1, whose summation order differs from the m = 1 dot (and across widths).
+    EXPECT_LT(RelL2(y3, std::vector<double>(y1.begin(), y1.end())), 1e-6) << DTypeName(t);
+    return;
+  }
   EXPECT_EQ(0, std::memcmp(y1.data(), y3.data(), y1.size() * sizeof(float))) << DTypeName(t);
-  if (!HasQDot(t)) return;  // fp paths use BLAS for m > 1, whose summation order differs from the m = 1 dot
   for (int64_t i = 0; i < m; ++i) {
     const std::vector<float> row(x.begin() + i * k, x.begin() + (i + 1) * k);
     const std::vector<float> yi = RunMatMul(row, 1, k, w, t, n, pool3);
