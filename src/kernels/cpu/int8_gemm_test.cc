@@ -72,6 +72,33 @@ TEST(Int8GemmTest, MatchesTheIntegerProductAndDequantises) {
   EXPECT_FLOAT_EQ(y[1 * n + 5], static_cast<float>(acc[1 * n + 5]) * (0.02f * w_scale[5]) + bias[5]);
 }
 
+// Every edge of the tiled kernel: rows not a multiple of its 4, an odd column count (a lone last column), k
+// not a multiple of 16 (the scalar tail) or below it, blocks of 32 x 64 crossed, one row, one column, k = 0.
+TEST(Int8GemmTest, EveryTileEdgeIsTheExactIntegerProduct) {
+  struct Shape {
+    int64_t m, n, k;
+  };
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> d(-127, 127);
+  ThreadPool pool(2);
+  for (const Shape sh : {Shape{1, 1, 5}, Shape{1, 3, 16}, Shape{4, 2, 16}, Shape{5, 7, 17}, Shape{33, 129, 384},
+                         Shape{70, 65, 1551}, Shape{3, 1, 0}, Shape{64, 128, 31}}) {
+    std::vector<int8_t> x(sh.m * sh.k), w(sh.n * sh.k);
+    for (auto& v : x) v = static_cast<int8_t>(d(rng));
+    for (auto& v : w) v = static_cast<int8_t>(d(rng));
+    if (sh.k > 0) x.back() = w.back() = -127;
+    std::vector<int32_t> acc(sh.m * sh.n, -1);
+    ASSERT_TRUE(MatMulInt8(x.data(), sh.m, sh.k, w.data(), sh.n, acc.data(), pool).ok());
+    for (int64_t i = 0; i < sh.m; ++i) {
+      for (int64_t j = 0; j < sh.n; ++j) {
+        int64_t want = 0;
+        for (int64_t p = 0; p < sh.k; ++p) want += int64_t{x[i * sh.k + p]} * w[j * sh.k + p];
+        ASSERT_EQ(acc[i * sh.n + j], want) << sh.m << "x" << sh.n << "x" << sh.k << " at " << i << "," << j;
+      }
+    }
+  }
+}
+
 TEST(Int8GemmTest, RejectsAnOverflowingDepth) {
   int8_t one = 1;
   int32_t acc = 0;
