@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <filesystem>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -30,7 +31,7 @@ namespace stoke {
 namespace {
 
 struct TuneCli {
-  std::string model, device, workload = "short", out, url, input_len, output_len, serve_args;
+  std::string model, device, workload = "short", out, url, input_len, output_len, serve_args, calibration_data;
   std::string batch_sizes = "1,2,4,8,16,32", delays = "1000,0,5000", instances = "1,2,4,8";
   std::string seqs = "8,16,32,64,128,256", tokens = "512,1024,2048,4096,8192";
   double slo = 0, slo_ttft = 0, slo_tpot = 0, budget_min = 30, concurrency = 0, rate = 0, window = 5,
@@ -143,6 +144,14 @@ int RunTuneCommand(const TuneCli& c) {
   }
   if (!o.serve_args.empty() && !c.url.empty())
     return Usage("--serve-args needs servers tune starts, not --url");
+  if (!c.calibration_data.empty()) {
+    if (!c.url.empty()) return Usage("--calibration-data needs servers tune starts, not --url");
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(c.calibration_data, ec))
+      return Usage(fmt::format("--calibration-data {}: no such file", c.calibration_data));
+    // Absolute: the servers and the stoke.toml written may run from another directory.
+    o.calibration_data = std::filesystem::absolute(c.calibration_data, ec).string();
+  }
   o.progress = c.quiet ? nullptr : stderr;
   StatusOr<tune::TuneResult> r = tune::RunTune(o);
   if (!r.ok()) {
@@ -170,7 +179,8 @@ CommandRun SetupTune(CLI::App* cmd) {
       "The walk, one knob at a time (docs/tune.md):\n"
       "  batched models (bert encoders, synthetic model files): baseline -> max batch size (--batch-sizes, "
       "with "
-      "the first --queue-delays-us) -> queue delay -> instances (--instance-counts) -> precision (not yet)\n"
+      "the first --queue-delays-us) -> queue delay -> instances (--instance-counts) -> precision (encoders: "
+      "--quantization fp8, and int8 with --calibration-data; each server gates its precision at load)\n"
       "  decoders (GGUF / HF Llama-family): baseline -> --max-num-seqs (--max-num-seqs-values) -> "
       "--max-num-batched-tokens (--max-num-batched-tokens-values) -> chunked prefill off -> CUDA graphs "
       "(--device cuda only) -> --kv-cache-dtype int8, fp8 (each server runs the consistency gate at load and "
@@ -230,6 +240,9 @@ CommandRun SetupTune(CLI::App* cmd) {
   cmd->add_flag("--grid", c->grid,
                 "Measure every combination of the knob values instead of walking (comparison)");
   cmd->add_flag("--no-doctor", c->no_doctor, "Do not ask the doctor about each point");
+  cmd->add_option("--calibration-data", c->calibration_data,
+                  "Encoders: the precision step also tries int8 weights (per-token activations) calibrated on "
+                  "this file of samples, one per line, gated at load as fp8 (docs/precision.md)");
   cmd->add_option("--out", c->out, "Output directory");
   cmd->add_option("--url", c->url,
                   "A server started elsewhere: measure it, ask the doctor, name the next flag (no walk)");

@@ -192,17 +192,19 @@ def test_serve_toml_config_and_batching_flags(tmp_path):
 
 # ---- decoders: a tiny random Llama-family model from `stoke model synth`, on the CPU ----------------------------
 # A real encoder, with every knob list pinned to what the baseline already has (batch 32, delay 0, 1 instance): the
-# walk's only point besides the baseline is the precision step's fp8 weights, which the server gates at load
-# against the CPU's fp32 encoder (docs/precision.md: on the CPU the gate rejects MiniLM's fp8 weights, narrowly).
+# walk's only points besides the baseline are the precision step's fp8 weights and, with --calibration-data, int8
+# weights calibrated on Debian's GPL-2, which the server gates at load against the CPU's fp32 encoder
+# (docs/precision.md: on the CPU the gate rejects MiniLM's fp8 weights, narrowly, and passes its int8 ones).
 ENCODER = ["--device", "cpu", "--slo-p99-ms", "30000", "--concurrency", "2", "--warmup", "0.3", "--window", "1",
            "--batch-sizes", "32", "--queue-delays-us", "0", "--instance-counts", "1", "--confirm-rounds", "1",
-           "--budget-min", "3", "--serve-args", "--threads 2"]
+           "--budget-min", "4", "--serve-args", "--threads 2"]
+CALIBRATION = "/usr/share/common-licenses/GPL-2"
 
 
-def test_encoder_precision_step_measures_fp8_weights_or_records_the_gate_refusal(minilm_path, tmp_path):
+def test_encoder_precision_step_measures_fp8_and_int8_weights_or_records_the_gate_refusal(minilm_path, tmp_path):
     out = tmp_path / "enc"
-    r = subprocess.run([str(stoke_bin_path()), "tune", "--model", str(minilm_path), "--out", str(out), *ENCODER],
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run([str(stoke_bin_path()), "tune", "--model", str(minilm_path), "--out", str(out), *ENCODER,
+                        "--calibration-data", CALIBRATION], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     walk = json.loads((out / "tune.json").read_text())
     assert walk["kind"] == "batched"
@@ -210,20 +212,29 @@ def test_encoder_precision_step_measures_fp8_weights_or_records_the_gate_refusal
     assert list(steps) == ["max_batch_size", "max_queue_delay_us", "instances", "precision"]
     by_index = {m["index"]: m for m in walk["measurements"]}
     p = steps["precision"]
-    assert not p["skipped"] and len(p["points"]) == 1, p
-    m = by_index[p["points"][0]]
-    assert m["knobs"]["quantization"] == "fp8" and m["step"] == "precision", m
-    # Either the server passed its gate and the point was measured, or the gate refused it at load; a refused
-    # point is reported as failed, never kept.
-    assert m["ok"] or "consistency gate" in m["why"], m
-    assert not (m["accepted"] and not m["ok"]), m
-    assert ("failed (no figure)" in p["stopped"]) == (not m["ok"]), p
-    if not m["ok"]:
-        assert walk["chosen"]["quantization"] == "own", walk["chosen"]
+    assert not p["skipped"] and len(p["points"]) == 2, p
+    points = {by_index[i]["knobs"]["quantization"]: by_index[i] for i in p["points"]}
+    assert sorted(points) == ["fp8", "int8"], points
+    for q, m in points.items():
+        assert m["step"] == "precision", m
+        # Either the server passed its gate and the point was measured, or the gate refused it at load; a refused
+        # point is reported as failed, never kept.
+        assert m["ok"] or "consistency gate" in m["why"], m
+        assert not (m["accepted"] and not m["ok"]), m
+        failed = p["stopped"].split("failed (no figure): ", 1)[1] if "failed (no figure)" in p["stopped"] else ""
+        assert (f"weights {q}" in failed) == (not m["ok"]), p
         log = (out / "logs" / f"serve-{m['index']:03d}.log").read_text()
-        assert "the consistency gate rejects this precision" in log, log[-2000:]
+        if not m["ok"]:
+            assert "the consistency gate rejects this precision" in log, log[-2000:]
+        else:  # the server that measured it served these weights (int8: calibrated on the file tune passed)
+            assert f"weights {q}, consistency gate passed" in log, log[-2000:]
+    chosen = walk["chosen"]["quantization"]
     toml = (out / "stoke.toml").read_text()
-    assert ('quantization = "fp8"' in toml) == (walk["chosen"]["quantization"] == "fp8"), toml
+    for q in ("fp8", "int8"):
+        assert (f'quantization = "{q}"' in toml) == (chosen == q), toml
+    assert ("calibration-data = " in toml) == (chosen == "int8"), toml
+    if chosen != "own":  # only a measured point can be kept
+        assert points[chosen]["ok"], points[chosen]
 
 
 # 16-token prompts, 8 generated tokens, 4 closed-loop clients: a point is a few dozen requests. The SLOs are loose

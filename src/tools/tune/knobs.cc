@@ -67,6 +67,7 @@ std::vector<std::string> Knobs::Flags(ModelKind kind) const {
     a.insert(a.end(), {"--max-queue-delay-us", std::to_string(max_queue_delay_us)});
   if (instances > 0) a.insert(a.end(), {"--instances", std::to_string(instances)});
   if (!quantization.empty()) a.insert(a.end(), {"--quantization", quantization});
+  if (!calibration_data.empty()) a.insert(a.end(), {"--calibration-data", calibration_data});
   return a;
 }
 
@@ -79,7 +80,9 @@ double KnobValue(const std::string& knob, const Knobs& k) {
   if (knob == "chunked_prefill") return k.chunked_prefill;
   if (knob == "cuda_graphs") return k.cuda_graphs;
   if (knob == "kv_cache_dtype") return k.kv_cache_dtype == "int8" ? 1 : k.kv_cache_dtype == "fp8" ? 2 : 0;
-  if (knob == "weight_precision" || knob == "precision") return k.quantization == "fp8" ? 1 : 0;
+  if (knob == "weight_precision" || knob == "precision") {
+    return k.quantization == "fp8" ? 1 : k.quantization == "int8" ? 2 : 0;
+  }
   return 0;
 }
 

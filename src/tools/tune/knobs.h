@@ -4,8 +4,9 @@
 //   batched   max_batch_size           --max-batch-size N          0
 //             max_queue_delay_us       --max-queue-delay-us US     -1
 //             instances                --instances N               0
-//             quantization             --quantization fp8          "" (none); BERT encoders only, gated at
-//                                                                  load (step "precision")
+//             quantization             --quantization fp8|int8     "" (none); BERT encoders only, gated at
+//                                                                  load (step "precision"); int8 with
+//                                                                  --calibration-data (tune's own flag)
 //   decoder   max_num_seqs             --max-num-seqs N            0
 //             max_num_batched_tokens   --max-num-batched-tokens N  0
 //             chunked_prefill          --no-chunked-prefill (off)  -1 (0 off, 1 on)
@@ -40,7 +41,8 @@ struct Knobs {
   int chunked_prefill = -1;
   int cuda_graphs = -1;
   std::string kv_cache_dtype;  // "" = own; "int8" | "fp8" (docs/precision.md)
-  std::string quantization;    // "" = own (none); "fp8" (docs/precision.md)
+  std::string quantization;    // "" = own (none); "fp8" | "int8" (encoders; docs/precision.md)
+  std::string calibration_data;  // int8: the calibration samples (--calibration-data), "" otherwise
   bool operator==(const Knobs&) const = default;
   // "batch 8, delay 1000 us, instances 2" | "seqs 64, tokens 2048, chunked on, graphs own"; "own" where
   // unset.
@@ -51,7 +53,7 @@ struct Knobs {
 
 // The knob's value for charts; "own" reads as the server's default when known (`own`). kv_cache_dtype is an
 // index: 0 own (bf16), 1 int8, 2 fp8; weight_precision and precision (the quantization knob's steps): 0 own,
-// 1 fp8.
+// 1 fp8, 2 int8.
 double KnobValue(const std::string& knob, const Knobs& k);
 nlohmann::json KnobsJson(const Knobs& k, ModelKind kind);
 

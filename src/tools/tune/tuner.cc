@@ -293,6 +293,7 @@ class Tuner {
     c.has_kv_cache_dtype = has_kv_cache_dtype_;
     c.has_quantization = has_quantization_;
     c.encoder = encoder_;
+    c.calibration_data = o_.calibration_data;
     return c;
   }
 

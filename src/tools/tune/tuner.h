@@ -82,6 +82,7 @@ struct TuneOptions {
   int prebuilt_requests = 0;            // bench's pre-built request pool per point (0 = bench's default)
   std::string out_dir;                  // serve logs go to out_dir/logs
   std::vector<std::string> serve_args;  // extra flags for every `stoke serve`
+  std::string calibration_data;         // encoders: the precision step also tries int8 calibrated on this
   std::FILE* progress = stderr;         // one line per measurement; nullptr = silent
 };
 

@@ -41,15 +41,16 @@ bool MoreSeqsThanNeeded(const WalkContext& c, int v) {
   return false;
 }
 
-// The weight-precision step of either kind: fp8 weights, one point. Its server runs the consistency gate at
-// load and refuses to start when fp8 fails it, so such a point fails and is never kept.
-void PlanFp8Weights(const WalkContext& c, const Knobs& cur, StepPlan* p) {
+// The weight-precision step of either kind: fp8 weights, and for an encoder with --calibration-data int8 weights
+// calibrated on it (docs/precision.md), one point each. Their servers run the consistency gate at load and refuse
+// to start when it fails, so such a point fails and is never kept.
+void PlanLowerWeights(const WalkContext& c, const Knobs& cur, bool int8, StepPlan* p) {
   if (!c.has_quantization) {
     p->skip = "this stoke serve has no --quantization";
     return;
   }
-  if (cur.quantization == "fp8") {
-    p->skip = "the weights are fp8 already";
+  if (!cur.quantization.empty()) {
+    p->skip = "the weights are " + cur.quantization + " already";
     return;
   }
   p->ordered = false;
@@ -57,6 +58,12 @@ void PlanFp8Weights(const WalkContext& c, const Knobs& cur, StepPlan* p) {
   k.quantization = "fp8";
   p->candidates.push_back(k);
   p->names.push_back("weights fp8 (gated)");
+  if (int8 && !c.calibration_data.empty()) {
+    k.quantization = "int8";
+    k.calibration_data = c.calibration_data;
+    p->candidates.push_back(k);
+    p->names.push_back("weights int8, calibrated (gated)");
+  }
 }
 
 void BatchedSteps(const std::string& step, const WalkContext& c, const Knobs& cur,
@@ -120,8 +127,9 @@ void BatchedSteps(const std::string& step, const WalkContext& c, const Knobs& cu
           "model file or an image classifier)";
       return;
     }
-    // The candidate's server compares its fp8 encoder with the CPU's fp32 one at load (cosine of embeddings).
-    PlanFp8Weights(c, cur, p);
+    // The candidate's server compares its fp8 / int8 encoder with the CPU's fp32 one at load (cosine of
+    // embeddings).
+    PlanLowerWeights(c, cur, /*int8=*/true, p);
   }
 }
 
@@ -224,7 +232,7 @@ void DecoderSteps(const std::string& step, const WalkContext& c, const Knobs& cu
       p->doctor_note = "the doctor names the current best kv_capacity_bound: an 8-bit cache holds ~1.9x the tokens";
   } else if (step == "weight_precision") {
     // The candidate's server runs the decoder gate at load against the checkpoint's weights, as the KV step.
-    PlanFp8Weights(c, cur, p);
+    PlanLowerWeights(c, cur, /*int8=*/false, p);  // decoders: int8 weights are refused (fp8 only)
   }
 }
 

@@ -70,6 +70,7 @@ struct WalkContext {
   bool has_kv_cache_dtype = false;
   bool has_quantization = false;  // stoke serve has --quantization (the weight_precision / precision steps)
   bool encoder = false;  // batched: the model is a BERT encoder (platform stoke_bert): the precision step
+  std::string calibration_data;  // encoders: --calibration-data: the precision step also tries int8 weights
 };
 
 struct StepPlan {

@@ -193,6 +193,39 @@ TEST(TunePlanTest, BatchedPrecisionStepTriesGatedFp8WeightsForEncodersOnly) {
   EXPECT_NE(PlanStep("precision", c, p.candidates[0], json()).skip.find("fp8 already"), std::string::npos);
 }
 
+// With tune's --calibration-data an encoder's precision step also tries int8 weights calibrated on that file
+// (its server gets --calibration-data; stoke.toml gets the key); a decoder's weight step never does (a decoder
+// refuses int8 weights).
+TEST(TunePlanTest, CalibrationDataAddsAnInt8PointForEncodersOnly) {
+  WalkContext c;
+  c.kind = ModelKind::kBatched;
+  c.own = {.max_batch_size = 32, .max_queue_delay_us = 0, .instances = 1};
+  c.has_quantization = true;
+  c.encoder = true;
+  c.calibration_data = "/data/samples.txt";
+  StepPlan p = PlanStep("precision", c, c.own, json());
+  ASSERT_EQ(p.candidates.size(), 2u) << p.skip;
+  EXPECT_EQ(Joined(p.names), "weights fp8 (gated)|weights int8, calibrated (gated)|");
+  EXPECT_TRUE(p.candidates[0].calibration_data.empty()) << "fp8 needs no samples";
+  const Knobs& i8 = p.candidates[1];
+  EXPECT_EQ(i8.quantization, "int8");
+  const std::vector<std::string> f = i8.Flags(ModelKind::kBatched);
+  ASSERT_GE(f.size(), 4u);
+  EXPECT_EQ(std::vector<std::string>(f.end() - 4, f.end()),
+            (std::vector<std::string>{"--quantization", "int8", "--calibration-data", "/data/samples.txt"}));
+  EXPECT_EQ(KnobValue("precision", i8), 2);
+  EXPECT_NE(i8.Describe(ModelKind::kBatched).find("weights int8"), std::string::npos);
+  EXPECT_NE(PlanStep("precision", c, i8, json()).skip.find("int8 already"), std::string::npos);
+  // Decoders: fp8 only, whatever the calibration data.
+  WalkContext d;
+  d.kind = ModelKind::kDecoder;
+  d.has_quantization = true;
+  d.calibration_data = "/data/samples.txt";
+  const StepPlan w = PlanStep("weight_precision", d, d.own, json());
+  ASSERT_EQ(w.candidates.size(), 1u) << w.skip;
+  EXPECT_EQ(w.candidates[0].quantization, "fp8");
+}
+
 TEST(TunePlanTest, BandwidthBoundFromGpuCountersSkipsInstances) {
   WalkContext c;
   c.kind = ModelKind::kBatched;
