@@ -447,28 +447,16 @@ void CudaBertRunner::DropGraphs() {
 }
 
 Status CudaBertRunner::CaptureForward(const GraphKey& key, int64_t in_count) {
-  const auto [t, n_seq, max_len] = key;
+  // Plain variables: lambdas may not capture structured bindings (clang before C++20's P1091).
+  const int64_t t = std::get<0>(key), n_seq = std::get<1>(key);
+  const int max_len = std::get<2>(key);
   const int64_t h = model_->encoder().config().hidden_size;
-  const cudaStream_t s = stream_.get();
   arena_->Reset();
   ASSIGN_OR_RETURN(int32_t * d_in, arena_->AllocateArray<int32_t>(in_count));
   ASSIGN_OR_RETURN(float* pooled, arena_->AllocateArray<float>(n_seq * h));
-  CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  Status st = Forward(d_in, t, n_seq, max_len, pooled);
-  cudaGraph_t graph = nullptr;
-  const cudaError_t end = cudaStreamEndCapture(s, &graph);
-  if (!st.ok() || end != cudaSuccess) {
-    if (graph != nullptr) cudaGraphDestroy(graph);
-    cudaGetLastError();
-    return st.ok() ? cuda::CudaError(__FILE__, __LINE__, "cudaStreamEndCapture", end) : st;
-  }
-  cudaGraphExec_t exec = nullptr;
-  const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
-  cudaGraphDestroy(graph);
-  if (inst != cudaSuccess) {
-    cudaGetLastError();
-    return cuda::CudaError(__FILE__, __LINE__, "cudaGraphInstantiate", inst);
-  }
+  ASSIGN_OR_RETURN(cudaGraphExec_t exec, cuda::CaptureGraph(stream_.get(), [&] {
+                     return Forward(d_in, t, n_seq, max_len, pooled);
+                   }));
   graphs_[key] = exec;
   return OkStatus();
 }

@@ -10,6 +10,7 @@
 #include "engine/cuda/cuda_llama.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/decoder_ops.h"
+#include "kernels/cuda/device.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/quant.h"
@@ -439,24 +440,10 @@ Status CudaLlama::StepBucket(const StepInput& in, StepOutput* out, bool* handled
 }
 
 Status CudaLlama::CaptureBucket(std::pair<int, int> key, const StepArgs& a) {
-  cudaStream_t s = stream_.get();
-  CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  Status st = EnqueueLayers(a, *gemm_tuned_);
-  if (st.ok()) st = EnqueueLogits(d_row_ids_, a.S, *gemm_tuned_);
-  cudaGraph_t graph = nullptr;
-  const cudaError_t end = cudaStreamEndCapture(s, &graph);
-  if (!st.ok() || end != cudaSuccess) {
-    if (graph != nullptr) cudaGraphDestroy(graph);
-    cudaGetLastError();
-    return st.ok() ? cuda::CudaError(__FILE__, __LINE__, "cudaStreamEndCapture", end) : st;
-  }
-  cudaGraphExec_t exec = nullptr;
-  const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
-  cudaGraphDestroy(graph);
-  if (inst != cudaSuccess) {
-    cudaGetLastError();
-    return cuda::CudaError(__FILE__, __LINE__, "cudaGraphInstantiate", inst);
-  }
+  ASSIGN_OR_RETURN(cudaGraphExec_t exec, cuda::CaptureGraph(stream_.get(), [&]() -> Status {
+                     RETURN_IF_ERROR(EnqueueLayers(a, *gemm_tuned_));
+                     return EnqueueLogits(d_row_ids_, a.S, *gemm_tuned_);
+                   }));
   graphs_[key] = exec;
   return OkStatus();
 }

@@ -17,6 +17,26 @@ int DeviceCount() {
   return n;
 }
 
+StatusOr<cudaGraphExec_t> CaptureGraph(cudaStream_t stream, const std::function<Status()>& enqueue) {
+  CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  const Status st = enqueue();
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(stream, &graph);
+  if (!st.ok() || end != cudaSuccess) {
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    return st.ok() ? CudaError(__FILE__, __LINE__, "cudaStreamEndCapture", end) : st;
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  if (inst != cudaSuccess) {
+    cudaGetLastError();
+    return CudaError(__FILE__, __LINE__, "cudaGraphInstantiate", inst);
+  }
+  return exec;
+}
+
 StatusOr<DeviceInfo> GetDeviceInfo(int index) {
   cudaDeviceProp prop{};
   CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, index));
