@@ -97,17 +97,23 @@ int32_t HorizontalSum(__m256i v) {
   return _mm_cvtsi128_si32(s);
 }
 
-// acc[r][c] = x16[r] · w16[c] over kv values (a multiple of 16) of int16 rows, 4 rows x 2 columns at once:
-// each 16-value chunk is loaded once and multiplied into its accumulators (vpmaddwd: pairs of int16 products
-// summed into int32, exact for int8 inputs). Written out, not as loops over arrays: the accumulators must stay
-// in registers (GCC at -O2 kept an array of them on the stack: 6x slower).
-void Kernel4x2(const int16_t* x0, const int16_t* x1, const int16_t* x2, const int16_t* x3, const int16_t* w0,
-               const int16_t* w1, int64_t kv, int32_t acc[4][2]) {
+// 16 int8 weights sign-extended to int16 (vpmovsxbw): the weights stay int8 in memory, so a small batch does
+// not pay for widening whole matrices.
+inline __m256i LoadWidened(const int8_t* w) {
+  return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
+}
+
+// acc[r][c] = x16[r] · w[c] over kv values (a multiple of 16), int16 activation rows and int8 weight rows, 4
+// rows x 2 columns at once: each 16-value chunk is loaded once and multiplied into its accumulators (vpmaddwd:
+// pairs of int16 products summed into int32, exact for int8 inputs). Written out, not as loops over arrays:
+// the accumulators must stay in registers (GCC at -O2 kept an array of them on the stack: 6x slower).
+void Kernel4x2(const int16_t* x0, const int16_t* x1, const int16_t* x2, const int16_t* x3, const int8_t* w0,
+               const int8_t* w1, int64_t kv, int32_t acc[4][2]) {
   __m256i a00 = _mm256_setzero_si256(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00,
           a31 = a00;
   for (int64_t p = 0; p < kv; p += 16) {
-    const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w0 + p));
-    const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w1 + p));
+    const __m256i b0 = LoadWidened(w0 + p);
+    const __m256i b1 = LoadWidened(w1 + p);
     __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x0 + p));
     a00 = _mm256_add_epi32(a00, _mm256_madd_epi16(x, b0));
     a01 = _mm256_add_epi32(a01, _mm256_madd_epi16(x, b1));
@@ -128,12 +134,12 @@ void Kernel4x2(const int16_t* x0, const int16_t* x1, const int16_t* x2, const in
 }
 
 // The same for one row.
-void Kernel1x2(const int16_t* x0, const int16_t* w0, const int16_t* w1, int64_t kv, int32_t acc[2]) {
+void Kernel1x2(const int16_t* x0, const int8_t* w0, const int8_t* w1, int64_t kv, int32_t acc[2]) {
   __m256i a0 = _mm256_setzero_si256(), a1 = a0;
   for (int64_t p = 0; p < kv; p += 16) {
     const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x0 + p));
-    a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(x, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w0 + p))));
-    a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(x, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w1 + p))));
+    a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(x, LoadWidened(w0 + p)));
+    a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(x, LoadWidened(w1 + p)));
   }
   acc[0] = HorizontalSum(a0), acc[1] = HorizontalSum(a1);
 }
@@ -152,15 +158,14 @@ Status MatMulInt8(const int8_t* x, int64_t m, int64_t k, const int8_t* w, int64_
   if (k > kMaxK)
     return InvalidArgumentError("MatMulInt8: k = {} could overflow the int32 sum (at most {})", k, kMaxK);
 #if defined(__AVX2__)
-  // Both operands widened to int16 once (O((m + n) k), against the product's O(m n k)); then tiles of
-  // 4 rows x 2 columns (8 accumulators, 4 + 2 operand registers: 14 of AVX2's 16) over the first kv values
-  // (a multiple of 16), the rest of k added in scalar. Tasks are blocks of 32 rows x 64 columns: 32 int16
-  // activation rows of MiniLM's FFN width (96 KiB) stay in L2 while the block's weight rows stream past.
-  // Every sum is an exact integer, so the result is the scalar loop's bit for bit.
+  // The activations widened to int16 once (O(m k), against the product's O(m n k)), the weights as they are
+  // loaded; then tiles of 4 rows x 2 columns (8 accumulators, 4 + 2 operand registers: 14 of AVX2's 16) over
+  // the first kv values (a multiple of 16), the rest of k added in scalar. Tasks are blocks of 32 rows x 64
+  // columns: 32 int16 activation rows of MiniLM's FFN width (96 KiB) stay in L2 while the block's weight rows
+  // stream past. Every sum is an exact integer, so the result is the scalar loop's bit for bit.
   const int64_t kv = k / 16 * 16;
-  std::vector<int16_t> x16(static_cast<size_t>(m * k)), w16(static_cast<size_t>(n * k));
+  std::vector<int16_t> x16(static_cast<size_t>(m * k));
   pool.ParallelFor(m, 64, [&](int64_t r0, int64_t r1) { Widen(x + r0 * k, (r1 - r0) * k, x16.data() + r0 * k); });
-  pool.ParallelFor(n, 64, [&](int64_t r0, int64_t r1) { Widen(w + r0 * k, (r1 - r0) * k, w16.data() + r0 * k); });
   constexpr int64_t kRowBlock = 32, kColBlock = 64;
   const int64_t row_blocks = (m + kRowBlock - 1) / kRowBlock, col_blocks = (n + kColBlock - 1) / kColBlock;
   pool.ParallelFor(row_blocks * col_blocks, 1, [&](int64_t t0, int64_t t1) {
@@ -168,13 +173,13 @@ Status MatMulInt8(const int8_t* x, int64_t m, int64_t k, const int8_t* w, int64_
       const int64_t i0 = (t / col_blocks) * kRowBlock, j0 = (t % col_blocks) * kColBlock;
       const int64_t i1 = std::min(m, i0 + kRowBlock), j1 = std::min(n, j0 + kColBlock);
       auto tail = [&](int64_t i, int64_t j, int32_t v) {  // the last k % 16 values
-        for (int64_t p = kv; p < k; ++p) v += int32_t{x16[i * k + p]} * w16[j * k + p];
+        for (int64_t p = kv; p < k; ++p) v += int32_t{x16[i * k + p]} * w[j * k + p];
         acc[i * n + j] = v;
       };
       for (int64_t j = j0; j < j1; j += 2) {
         const int cols = j + 1 < j1 ? 2 : 1;
-        const int16_t* w0 = w16.data() + j * k;
-        const int16_t* w1 = w16.data() + (j + cols - 1) * k;
+        const int8_t* w0 = w + j * k;
+        const int8_t* w1 = w + (j + cols - 1) * k;
         int64_t i = i0;
         for (; i + 4 <= i1; i += 4) {
           const int16_t* xr = x16.data() + i * k;
