@@ -51,7 +51,7 @@ struct EmbedOptions {
   std::string device = "auto";             // as serve: cuda when this build has CUDA and a GPU is visible
   std::string encoder_attention = "auto";  // BertDeviceOptions::attention
   std::string encoder_epilogues = "fused-tanh";   // BertDeviceOptions::epilogues
-  std::string encoder_cuda_graphs = "off";        // BertDeviceOptions::cuda_graphs
+  std::string encoder_cuda_graphs = "on";         // BertDeviceOptions::cuda_graphs
   std::string quantization = "none";              // none | fp8 | int8: the Linear weights (docs/precision.md)
   precision::Int8CalibrationOptions calibration;  // int8: the activation scales' samples
   std::string ids_file;

@@ -75,7 +75,7 @@ struct ServeOptions {
   DeviceFlags device;  // also the engine tuning flags (--gemv-max-rows, --decode-pipeline, ...: cli_util.h)
   std::string encoder_attention = "auto";        // encoders on CUDA: BertDeviceOptions::attention
   std::string encoder_epilogues = "fused-tanh";  // and BertDeviceOptions::epilogues
-  std::string encoder_cuda_graphs = "off";       // and BertDeviceOptions::cuda_graphs
+  std::string encoder_cuda_graphs = "on";        // and BertDeviceOptions::cuda_graphs
   std::string preprocess = "cpu";                // image models: cpu | gpu (resize + normalise on the GPU) | nvjpeg
   std::string conv_backend = "auto";             // image models on the GPU: auto | cudnn | im2col
   int instances = 0;                // classic models: instances (0 = the model file's instance_group, else 1)

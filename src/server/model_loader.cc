@@ -92,7 +92,7 @@ struct BatchedSpec {
   std::string device = "auto";  // encoder: auto = cuda when the build has CUDA and a GPU is visible
   std::string encoder_attention = "auto";
   std::string encoder_epilogues = "fused-tanh";
-  bool encoder_cuda_graphs = false;
+  bool encoder_cuda_graphs = true;
   std::string image_preprocess = "cpu";
   std::string image_conv_backend = "auto";
   // Encoders: the Linear weights' precision (--quantization, stoke.toml quantization), checked by the

@@ -86,7 +86,7 @@ struct ServerOptions {
   std::string batched_device;  // "" = the model file's "device" (else auto); set when --device was given
   std::string encoder_attention = "auto";
   std::string encoder_epilogues = "fused-tanh";  // BertDeviceOptions::epilogues
-  bool encoder_cuda_graphs = false;              // BertDeviceOptions::cuda_graphs
+  bool encoder_cuda_graphs = true;               // BertDeviceOptions::cuda_graphs
   std::string image_preprocess = "cpu";  // image classifiers: where decoding and resizing run (gpu: not yet)
   std::string image_conv_backend = "auto";  // image classifiers on a GPU: --conv-backend auto, cudnn, im2col
   int instances = 0;
