@@ -5,22 +5,13 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__AVX2__)
-#include <immintrin.h>
-#endif
+#include <immintrin.h>  // AVX2, as every CPU kernel here (the build targets x86-64-v3 or the host)
 
 namespace stoke::cpu {
 namespace {
 
 // 127 · 127 · k must stay below 2³¹.
 constexpr int64_t kMaxK = (int64_t{1} << 31) / (127 * 127) - 1;
-
-// The compiler vectorises this (x86-64-v3: vpmovsxbw + vpmaddwd).
-[[maybe_unused]] int32_t DotInt8(const int8_t* a, const int8_t* b, int64_t k) {
-  int32_t s = 0;
-  for (int64_t i = 0; i < k; ++i) s += static_cast<int16_t>(a[i]) * static_cast<int16_t>(b[i]);
-  return s;
-}
 
 }  // namespace
 
@@ -87,7 +78,6 @@ float QuantizeInt8Row(const float* w, int64_t n, int8_t* q) {
   return amax / 127.0f;
 }
 
-#if defined(__AVX2__)
 namespace {
 
 int32_t HorizontalSum(__m256i v) {
@@ -149,7 +139,6 @@ void Widen(const int8_t* src, int64_t n, int16_t* dst) {
 }
 
 }  // namespace
-#endif
 
 Status MatMulInt8(const int8_t* x, int64_t m, int64_t k, const int8_t* w, int64_t n, int32_t* acc,
                   ThreadPool& pool) {
@@ -157,7 +146,6 @@ Status MatMulInt8(const int8_t* x, int64_t m, int64_t k, const int8_t* w, int64_
     return InvalidArgumentError("MatMulInt8: negative shape [{}, {}] x [{}, {}]", m, k, n, k);
   if (k > kMaxK)
     return InvalidArgumentError("MatMulInt8: k = {} could overflow the int32 sum (at most {})", k, kMaxK);
-#if defined(__AVX2__)
   // The activations widened to int16 once (O(m k), against the product's O(m n k)), the weights as they are
   // loaded; then tiles of 4 rows x 2 columns (8 accumulators, 4 + 2 operand registers: 14 of AVX2's 16) over
   // the first kv values (a multiple of 16), the rest of k added in scalar. Tasks are blocks of 32 rows x 64
@@ -196,21 +184,6 @@ Status MatMulInt8(const int8_t* x, int64_t m, int64_t k, const int8_t* w, int64_
       }
     }
   });
-#else
-  // Tiles of 4 rows x 64 columns: the 64 weight rows (64 k bytes) stay in L2 while 4 activation rows use
-  // them.
-  constexpr int64_t kRows = 4, kCols = 64;
-  const int64_t row_tiles = (m + kRows - 1) / kRows, col_tiles = (n + kCols - 1) / kCols;
-  pool.ParallelFor(row_tiles * col_tiles, 1, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t i0 = (t / col_tiles) * kRows, j0 = (t % col_tiles) * kCols;
-      const int64_t i1 = std::min(m, i0 + kRows), j1 = std::min(n, j0 + kCols);
-      for (int64_t j = j0; j < j1; ++j) {
-        for (int64_t i = i0; i < i1; ++i) acc[i * n + j] = DotInt8(x + i * k, w + j * k, k);
-      }
-    }
-  });
-#endif
   return OkStatus();
 }
 
