@@ -148,23 +148,28 @@ Status BlasLtGemm::Save() const {
 
 // Column-major view of the row-major product: Y^T[n, m] = W[n, k] · X^T[k, m]. W's memory is a column-major
 // k x n matrix (op T), X's a column-major k x m (op N), Y's a column-major n x m with ld n.
-// FP8 inputs (`fp8`): A and B are E4M3 with outer-vector scales (w_scale per row of W = per column of Y^T's
-// rows, x_scale per token).
+// Inputs (`in`): kBF16; kF8E4M3, with outer-vector scales (w_scale per row of W = per column of Y^T's rows,
+// x_scale per token); kI8, computed and written in int32 (out_type kI32, int32 alpha / beta: Descs).
 static Status BuildDescs(int64_t m, int64_t n, int64_t k, DType out_type, size_t workspace,
                          cublasLtMatmulDesc_t* op, cublasLtMatrixLayout_t* a, cublasLtMatrixLayout_t* b,
-                         cublasLtMatrixLayout_t* c, cublasLtMatmulPreference_t* pref, bool fp8 = false,
+                         cublasLtMatrixLayout_t* c, cublasLtMatmulPreference_t* pref, DType in = DType::kBF16,
                          const float* w_scale = nullptr, const float* x_scale = nullptr,
                          GemmEpilogue epilogue = GemmEpilogue::kNone, const void* bias = nullptr) {
-  if (out_type != DType::kBF16 && out_type != DType::kF32) {
-    return InvalidArgumentError("BlasLtGemm: output must be BF16 or F32, not {}",
+  const bool fp8 = in == DType::kF8E4M3, int8 = in == DType::kI8;
+  if (int8 ? out_type != DType::kI32 : out_type != DType::kBF16 && out_type != DType::kF32) {
+    return InvalidArgumentError("BlasLtGemm: output must be {}, not {}", int8 ? "I32" : "BF16 or F32",
                                 GetDTypeInfo(out_type).name);
   }
-  const cudaDataType_t ct = out_type == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F;
-  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cudaDataType_t ct = int8 ? CUDA_R_32I : out_type == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F;
+  if (int8) {
+    CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(op, CUBLAS_COMPUTE_32I, CUDA_R_32I));
+  } else {
+    CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  }
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-  const cudaDataType_t in = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
+  const cudaDataType_t it = fp8 ? CUDA_R_8F_E4M3 : int8 ? CUDA_R_8I : CUDA_R_16BF;
   if (fp8) {
     const cublasLtMatmulMatrixScale_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
     CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)));
@@ -184,8 +189,8 @@ static Status BuildDescs(int64_t m, int64_t n, int64_t k, DType out_type, size_t
     CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
     CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   }
-  CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(a, in, k, n, k));
-  CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(b, in, k, m, k));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(a, it, k, n, k));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(b, it, k, m, k));
   CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(c, ct, n, m, n));
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(pref));
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(*pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -266,14 +271,13 @@ Status BlasLtGemm::Run(const __nv_bfloat16* x, const __nv_bfloat16* w, void* y, 
   if (m <= 0 || n <= 0) return OkStatus();
   Descs d;
   RETURN_IF_ERROR(BuildDescs(m, n, k, out_type, options_.workspace_bytes, &d.op, &d.a, &d.b, &d.c, &d.pref,
-                             /*fp8=*/false, nullptr, nullptr, epilogue, bias));
+                             DType::kBF16, nullptr, nullptr, epilogue, bias));
   std::string shape = GemmShapeKey(m, n, k, out_type);
   if (epilogue == GemmEpilogue::kBias) shape += ",ep=bias";
   if (epilogue == GemmEpilogue::kGeluBias) shape += ",ep=gelu_bias";
   cublasLtMatmulAlgo_t algo;
   RETURN_IF_ERROR(Choose(d, shape, x, w, y, stream, &algo));
-  const float alpha = 1.f, beta = 0.f;
-  CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(handle_, d.op, &alpha, w, d.a, x, d.b, &beta, y, d.c, y, d.c, &algo,
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(handle_, d.op, d.alpha(), w, d.a, x, d.b, d.beta(), y, d.c, y, d.c, &algo,
                                     workspace_, options_.workspace_bytes, stream));
   return OkStatus();
 }
@@ -284,11 +288,10 @@ Status BlasLtGemm::RunFp8(const uint8_t* x, const float* x_scale, const uint8_t*
   if (k % 16 != 0) return InvalidArgumentError("BlasLtGemm::RunFp8: k {} must be a multiple of 16", k);
   Descs d;
   RETURN_IF_ERROR(BuildDescs(m, n, k, out_type, options_.workspace_bytes, &d.op, &d.a, &d.b, &d.c, &d.pref,
-                             /*fp8=*/true, w_scale, x_scale));
+                             DType::kF8E4M3, w_scale, x_scale));
   cublasLtMatmulAlgo_t algo;
   RETURN_IF_ERROR(Choose(d, GemmShapeKey(m, n, k, out_type) + ",in=F8_E4M3", x, w, y, stream, &algo));
-  const float alpha = 1.f, beta = 0.f;
-  CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(handle_, d.op, &alpha, w, d.a, x, d.b, &beta, y, d.c, y, d.c, &algo,
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(handle_, d.op, d.alpha(), w, d.a, x, d.b, d.beta(), y, d.c, y, d.c, &algo,
                                     workspace_, options_.workspace_bytes, stream));
   return OkStatus();
 }
@@ -301,18 +304,8 @@ Status BlasLtGemm::RunInt8(const int8_t* x, const int8_t* w, int32_t* acc, int64
   }
   Descs d;
   d.int32_scale = true;
-  // Y^T [n, m] = W [n, k] · X^T as in BuildDescs (W op T, X op N: the TN form), int8 in, int32 out and scale.
-  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32I, CUDA_R_32I));
-  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-  CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&d.a, CUDA_R_8I, k, n, k));
-  CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&d.b, CUDA_R_8I, k, m, k));
-  CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&d.c, CUDA_R_32I, n, m, n));
-  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&d.pref));
-  const size_t workspace = options_.workspace_bytes;
-  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                              &workspace, sizeof(workspace)));
+  RETURN_IF_ERROR(BuildDescs(m, n, k, DType::kI32, options_.workspace_bytes, &d.op, &d.a, &d.b, &d.c, &d.pref,
+                             DType::kI8));
   cublasLtMatmulAlgo_t algo;
   RETURN_IF_ERROR(Choose(d, GemmShapeKey(m, n, k, DType::kI32) + ",in=I8", x, w, acc, stream, &algo));
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(handle_, d.op, d.alpha(), w, d.a, x, d.b, d.beta(), acc, d.c, acc, d.c,
