@@ -65,6 +65,11 @@ void AddEngineTuningFlags(CLI::App* cmd, EngineTuningFlags* flags) {
                   "cuda: decode attention prefetches the next position's K/V (on|off)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
+  cmd->add_option("--decode-attention", flags->decode_attention,
+                  "cuda: decode attention kernel over a bf16 KV cache: warp (a warp per position, CUDA cores) "
+                  "or tiled (tensor cores, a GQA group's query heads as one tile's rows)")
+      ->check(CLI::IsMember({"warp", "tiled"}))
+      ->capture_default_str();
   cmd->add_option(
          "--prefill-attention", flags->prefill_attention,
          "cuda: prefill attention kernel: auto (tensor-core tiled where it applies) or warp (simple, "
@@ -102,6 +107,7 @@ Status ApplyEngineTuningFlags(const EngineTuningFlags& flags, DecoderOptions* o)
   t.pdl = flags.pdl == "on";
   t.decode_min_partition = flags.decode_min_partition;
   t.decode_pipeline = flags.decode_pipeline == "on";
+  t.decode_attention = flags.decode_attention;
   t.prefill_attention = flags.prefill_attention;
   return ValidateCudaDecoderTuning(t);
 }
@@ -109,8 +115,9 @@ Status ApplyEngineTuningFlags(const EngineTuningFlags& flags, DecoderOptions* o)
 void AddEncoderAttentionFlag(CLI::App* cmd, std::string* attention) {
   cmd->add_option("--encoder-attention", *attention,
                   "cuda, encoders: attention kernel: auto (the first of tensor, vectorized that agrees with "
-                  "simple at load), tensor, vectorized or simple")
-      ->check(CLI::IsMember({"auto", "tensor", "vectorized", "simple"}))
+                  "simple at load), tensor32 (tensor cores, 32 query rows per warp; head_dim <= 64), tensor, "
+                  "vectorized or simple")
+      ->check(CLI::IsMember({"auto", "tensor32", "tensor", "vectorized", "simple"}))
       ->capture_default_str();
 }
 

@@ -118,16 +118,19 @@ CALIBRATION_DATA = os.environ.get("CALIBRATION_DATA", "/usr/share/common-license
 
 
 def quant_flag(q):
-    """A variant: QUANT[/EPILOGUES[/GEMM_CANDIDATES[/GRAPHS]]] (none/separate, none/fused-tanh,
-    none/fused-tanh/16, none/fused-tanh/1/graphs or /nographs: --encoder-cuda-graphs on / off, fp8, int8)."""
+    """A variant: QUANT[/EPILOGUES[/GEMM_CANDIDATES[/GRAPHS[/ATTENTION]]]] (none/separate, none/fused-tanh,
+    none/fused-tanh/16, none/fused-tanh/1/graphs or /nographs: --encoder-cuda-graphs on / off,
+    none/fused-tanh/1/graphs/tensor32: --encoder-attention tensor32, fp8, int8)."""
     quant, _, rest = q.partition("/")
     epilogues, _, rest = rest.partition("/")
-    cands, _, graphs = rest.partition("/")
+    cands, _, rest = rest.partition("/")
+    graphs, _, attention = rest.partition("/")
     flags = [] if quant == "none" else ["--quantization", quant]
     flags += ["--encoder-cuda-graphs", {"graphs": "on", "nographs": "off"}[graphs]] if graphs else []
     if quant == "int8":  # calibration samples: one per line (docs/precision.md)
         flags += ["--calibration-data", CALIBRATION_DATA]
     flags += ["--encoder-epilogues", epilogues] if epilogues else []
+    flags += ["--encoder-attention", attention] if attention else []
     return flags + (["--gemm-candidates", cands] if cands else [])
 
 

@@ -258,6 +258,30 @@ TEST(CudaLlamaTest, SplitRowGemvAndPdlMatchCpu) {
   }
 }
 
+// --decode-attention tiled: the whole script (prefills, decode steps of several sequences, graphs on) with the
+// tensor-core decode kernel, against the CPU, with and without PDL.
+TEST(CudaLlamaTest, TiledDecodeAttentionMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  const TinyLlama m = MakeModel(19, /*tied=*/false, /*bias=*/false, /*layers=*/3);
+  const Script script = MakeScript(m.c.vocab_size, 9);
+  auto cpu = CpuLlama::Create(ToBf16Weights(m, true));
+  ASSERT_TRUE(cpu.ok());
+  auto want = RunScript(**cpu, script);
+  ASSERT_TRUE(want.ok());
+  for (bool pdl : {false, true}) {
+    CudaLlama::Options o = TestOptions();
+    o.attention.decode_tiled = true;
+    o.pdl = pdl;
+    auto gpu = CudaLlama::Create(ToBf16Weights(m, true), o);
+    ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+    auto got = RunScript(**gpu, script);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    ExpectClose(CompareLogits(*want, *got, m.c.vocab_size), 0.1, 0.98,
+                pdl ? "tiled decode attention, pdl" : "tiled decode attention");
+    EXPECT_GT((*gpu)->graph_replays(), 0);
+  }
+}
+
 TEST(CudaLlamaTest, StepLargerThanScratchIsRefused) {
   SKIP_WITHOUT_GPU();
   const TinyLlama m = MakeModel(16, false, false, 2);

@@ -7,8 +7,9 @@ namespace stoke {
 
 Status ValidateBertDeviceOptions(const BertDeviceOptions& options) {
   const std::string& a = options.attention;
-  if (a != "auto" && a != "tensor" && a != "vectorized" && a != "simple") {
-    return InvalidArgumentError("--encoder-attention '{}': expected auto, tensor, vectorized or simple", a);
+  if (a != "auto" && a != "tensor32" && a != "tensor" && a != "vectorized" && a != "simple") {
+    return InvalidArgumentError("--encoder-attention '{}': expected auto, tensor32, tensor, vectorized or simple",
+                                a);
   }
   const std::string& e = options.epilogues;
   if (e != "fused" && e != "fused-tanh" && e != "separate") {

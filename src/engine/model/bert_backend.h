@@ -65,7 +65,8 @@ struct BertDeviceOptions {
   int gemm_candidates = 1;
   // CUDA attention kernel (flag --encoder-attention): "auto" = the first of tensor-core, vectorized that
   // agrees with the simple kernel on a random probe at load; "tensor" or "vectorized" = only that one (falls
-  // back to simple if it disagrees); "simple" = the simple kernel (slowest, the reference). For A/B runs and
+  // back to simple if it disagrees); "tensor32" = the tensor-core kernel with 32 query rows per warp
+  // (head_dim <= 64; else, or if it disagrees, as "tensor"); "simple" = the simple kernel (slowest, the reference). For A/B runs and
   // as a way around a kernel problem. Anything else: InvalidArgument.
   std::string attention = "auto";
   // GEMM epilogues of the CUDA encoder (flag --encoder-epilogues; docs/cuda.md):

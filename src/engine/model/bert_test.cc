@@ -623,7 +623,7 @@ TEST(BertRealModelTest, MiniLmMatchesSentenceTransformers) {
 }
 
 TEST(BertDeviceOptionsTest, UnknownEncoderAttentionIsInvalidArgument) {
-  for (const char* ok : {"auto", "tensor", "vectorized", "simple"}) {
+  for (const char* ok : {"auto", "tensor32", "tensor", "vectorized", "simple"}) {
     EXPECT_TRUE(ValidateBertDeviceOptions({.attention = ok}).ok()) << ok;
   }
   // Checked before the device is resolved, so a CPU build says so too.

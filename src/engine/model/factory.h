@@ -37,6 +37,9 @@ struct CudaDecoderTuning {
   int decode_min_partition = 16;
   // [--decode-pipeline on|off] decode attention prefetches the next position's K/V (off only for A/B).
   bool decode_pipeline = true;
+  // [--decode-attention warp|tiled] decode attention kernel over a bf16 cache: "warp" (one warp per position
+  // and GQA group, CUDA cores) or "tiled" (tensor cores: the group's query heads as the rows of an mma tile).
+  std::string decode_attention = "warp";
   // [--prefill-attention auto|warp] "auto": the tiled tensor-core kernel where it applies; "warp": always the
   // simple warp kernel (exact, much slower; a way around a tiled-kernel problem).
   std::string prefill_attention = "auto";

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_internal.cuh"
@@ -266,6 +267,17 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int e = 0; e < E; ++e) out[qo + e] = FromFloat<T>(st[0].acc[e] * inv);
 }
 
+// The split merge (nothing to do for one split: the decode kernel wrote `out`).
+template <typename T>
+Status Reduce(const float* part_out, const float* part_ml, int splits, int num_seqs, int heads, int head_dim,
+              T* out, cudaStream_t stream) {
+  if (splits <= 1) return OkStatus();
+  DecodeReduceKernel<T><<<dim3(heads, num_seqs), head_dim, splits * sizeof(float), stream>>>(
+      part_out, part_ml, splits, heads, head_dim, out);
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return OkStatus();
+}
+
 template <typename T, int E>
 Status LaunchDecode(const T* q, const int32_t* bt, int max_blocks, const int32_t* ctx, int num_seqs,
                     int heads, int max_ctx, float scale, const DevicePagedKv<T>& kv, void* ws, T* out,
@@ -276,6 +288,13 @@ Status LaunchDecode(const T* q, const int32_t* bt, int max_blocks, const int32_t
   float* part_ml = part_out + static_cast<int64_t>(num_seqs) * heads * splits * kv.head_dim;
   if (splits > 1 && ws == nullptr) {
     return Status(StatusCode::kInvalidArgument, "PagedDecodeAttention: long contexts need a workspace");
+  }
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    if (launch.decode_tiled && PagedDecodeAttentionTiledSupports(heads, kv.num_kv_heads, kv.head_dim)) {
+      RETURN_IF_ERROR(LaunchDecodeTiled(q, bt, max_blocks, ctx, num_seqs, heads, splits, partition, scale, kv,
+                                        part_out, part_ml, out, stream));
+      return Reduce(part_out, part_ml, splits, num_seqs, heads, kv.head_dim, out, stream);
+    }
   }
   // The query heads sharing a kv head run in one block (each K/V row loaded once for the group): G = the
   // largest of 8, 4, 3, 2 dividing heads / kv_heads, else 1.
@@ -290,12 +309,7 @@ Status LaunchDecode(const T* q, const int32_t* bt, int max_blocks, const int32_t
   kernel<<<grid, kWarps * 32, 0, stream>>>(q, bt, max_blocks, ctx, heads, partition, scale, kv, part_out,
                                            part_ml, out, launch.decode_pipeline);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  if (splits > 1) {
-    DecodeReduceKernel<T><<<dim3(heads, num_seqs), kv.head_dim, splits * sizeof(float), stream>>>(
-        part_out, part_ml, splits, heads, kv.head_dim, out);
-    CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  }
-  return OkStatus();
+  return Reduce(part_out, part_ml, splits, num_seqs, heads, kv.head_dim, out, stream);
 }
 
 template <typename T>

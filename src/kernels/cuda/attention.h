@@ -41,6 +41,10 @@ struct AttentionLaunchOptions {
   int decode_min_partition = 16;
   // Decode: prefetch the next position's K/V while the current one is reduced (WarpAttend). Off only for A/B.
   bool decode_pipeline = true;
+  // Decode (bf16 cache, head_dim 64/128, at most 16 query heads per kv head): true = the tensor-core kernel
+  // (decode_tiled.cu: a GQA group's query heads as the rows of an mma tile, each K/V row read once per group,
+  // splits of at least 64 positions); false = the warp kernel (one warp per position and group).
+  bool decode_tiled = false;
   // Prefill (bf16): false = the tiled tensor-core kernel where it applies (head_dim 64/128, aligned); true =
   // always the warp kernel (slow, exact; a way around a tiled-kernel problem).
   bool prefill_force_warp = false;
@@ -86,6 +90,10 @@ Status PagedDecodeAttention(const __nv_bfloat16* q, const int32_t* block_tables,
                             float scale, const DevicePagedKv<__nv_bfloat16>& kv, void* workspace,
                             __nv_bfloat16* out, cudaStream_t stream,
                             const AttentionLaunchOptions& launch = {});
+
+// Whether PagedDecodeAttention's tensor-core kernel (AttentionLaunchOptions::decode_tiled) takes this shape
+// (bf16 cache only; other shapes run the warp kernel whatever the option says).
+bool PagedDecodeAttentionTiledSupports(int heads, int num_kv_heads, int head_dim);
 
 // Prefill (chunked, variable length, causal): sequence s contributes tokens cu_seqlens[s] ..
 // cu_seqlens[s+1]-1 of q (total_tokens = cu_seqlens[num_seqs]), at positions start_pos[s] .. ; query i of s

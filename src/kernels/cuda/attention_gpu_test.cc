@@ -140,6 +140,66 @@ TEST(CudaDecode, EveryHeadGroupSizeMatchesCpu) {
   }
 }
 
+// --decode-attention tiled (AttentionLaunchOptions::decode_tiled): the tensor-core kernel against the CPU for
+// group sizes 1, 3, 4, 7, 8 and 16 (rows past the group are padding of the mma tile), head_dim 64 and 128,
+// block sizes 16 and 5 (a tile gathers from many blocks), contexts 0 (zeros), 1, 63, 64, 65 (a partial last
+// tile), 700 and 4100 (several splits); then batch 1, where the split count comes from the occupancy rule.
+TEST(CudaDecode, TiledMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  AttentionLaunchOptions tiled;
+  tiled.decode_tiled = true;
+  EXPECT_FALSE(PagedDecodeAttentionTiledSupports(34, 2, 128));  // 17 per kv head: the warp kernel runs
+  EXPECT_FALSE(PagedDecodeAttentionTiledSupports(8, 2, 256));
+  // Returns the output in `got` (ASSERT_* need a void function).
+  const auto run = [&](const std::vector<int>& lens, int hd, int heads, int kvh, int bs, uint32_t seed,
+                       const AttentionLaunchOptions& launch, std::vector<float>* got_out = nullptr) {
+    const int num_seqs = static_cast<int>(lens.size());
+    const int max_ctx = *std::max_element(lens.begin(), lens.end());
+    const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+    PagedFixture f(lens, bs, kvh, hd, /*bf16=*/true, seed);
+    const auto q = RoundBf16(RandomFloats(static_cast<size_t>(num_seqs) * heads * hd, seed + 7, -2.f, 2.f));
+    std::vector<float> want(q.size(), 0.f);  // context 0: zeros
+    auto kvc = f.Cpu();
+    const int64_t row = int64_t{heads} * hd;
+    for (int s = 0; s < num_seqs; ++s) {
+      if (lens[s] == 0) continue;
+      cpu::PagedAttention(q.data() + s * row, 1, heads, lens[s] - 1, f.tables.data() + s * f.max_blocks, kvc,
+                          scale, want.data() + s * row, ThreadPool::Default());
+    }
+    DeviceBuffer<int32_t> dt(f.tables), dl(std::vector<int32_t>(lens.begin(), lens.end()));
+    DeviceBuffer<uint8_t> ws(std::max<size_t>(1, DecodeWorkspaceBytes(num_seqs, heads, hd, max_ctx, launch)));
+    DeviceBuffer<uint16_t> dq(ToBf16(q)), dk(ToBf16(f.k)), dv(ToBf16(f.v)), out(q.size());
+    STATUS_ASSERT(PagedDecodeAttention(dq.bf16(), dt.get(), f.max_blocks, dl.get(), num_seqs, heads, max_ctx,
+                                       scale, Gpu<__nv_bfloat16>(f, dk.bf16(), dv.bf16()), ws.get(),
+                                       out.bf16(), nullptr, launch));
+    const auto got = FromBf16(out.Download());
+    const std::string what = "tiled decode hd " + std::to_string(hd) + " heads " + std::to_string(heads) +
+                             " / kv " + std::to_string(kvh) + " block " + std::to_string(bs);
+    EXPECT_CLOSE(got, want, kTolBf16, what.c_str());
+    if (lens[0] == 0) {
+      for (int i = 0; i < heads * hd; ++i) ASSERT_EQ(got[i], 0.f) << what << ": context 0 gives zeros";
+    }
+    if (got_out != nullptr) *got_out = got;
+  };
+  for (int hd : {64, 128}) {
+    for (auto [heads, kvh] : {std::pair{8, 8}, std::pair{9, 3}, std::pair{32, 8}, std::pair{14, 2},
+                              std::pair{16, 2}, std::pair{32, 2}}) {
+      for (int bs : {16, 5}) run({0, 1, 63, 64, 65, 700, 4100}, hd, heads, kvh, bs, 900 + heads + bs, tiled);
+    }
+  }
+  // Batch 1, the 8B shape: the occupancy rule splits 4100 positions into pieces of at least 64 (more
+  // workspace than one split, less than the warp kernel's pieces of 16).
+  EXPECT_LT(DecodeWorkspaceBytes(1, 32, 128, 4100, tiled), DecodeWorkspaceBytes(1, 32, 128, 4100));
+  EXPECT_GT(DecodeWorkspaceBytes(1, 32, 128, 4100, tiled), 0u);
+  std::vector<float> t, w;
+  run({4100}, 128, 32, 8, 16, 950, tiled, &t);
+  // The option really switches kernels: P is rounded to bf16 before P·V on tensor cores, so the outputs
+  // differ in rounding (both match the CPU above).
+  run({4100}, 128, 32, 8, 16, 950, AttentionLaunchOptions{}, &w);
+  ASSERT_EQ(t.size(), w.size());
+  EXPECT_NE(t, w);
+}
+
 // AttentionLaunchOptions (the --decode-min-partition / --decode-pipeline flags) change how the work is split
 // and loaded, not the answer; the PagedKvBatch overload is the positional call. Batch 1 so that the minimum
 // partition decides the split count.

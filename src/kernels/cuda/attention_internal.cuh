@@ -13,6 +13,9 @@ namespace stoke::cuda {
 namespace {
 
 constexpr int kWarps = 4;  // warps per block in the attention kernels
+// Keys per shared-memory tile of the tensor-core decode kernel (decode_tiled.cu); with
+// AttentionLaunchOptions::decode_tiled a split holds at least this many positions.
+constexpr int kDecodeTiledKeys = 64;
 
 // Running softmax state of one warp; lane l holds elements [l * E, (l + 1) * E) of the head vector.
 template <int E>
@@ -72,7 +75,10 @@ inline Status CheckShape(const char* what, int heads, int kv_heads, int head_dim
 constexpr int kDecodeTargetBlocks = 2048;
 inline int NumSplits(int num_seqs, int heads, int max_context_len, const AttentionLaunchOptions& launch) {
   if (max_context_len <= 0) return 1;
-  const int min_partition = std::max(1, launch.decode_min_partition);
+  // The tiled kernel reads keys 64 at a time: smaller splits would leave its warps idle. Whichever kernel then
+  // runs (the warp kernel where the tiled one does not apply) gets the same split, so the workspace
+  // (DecodeWorkspaceBytes) always matches.
+  const int min_partition = std::max(launch.decode_tiled ? kDecodeTiledKeys : 1, launch.decode_min_partition);
   const int by_partition = (max_context_len + kDecodePartition - 1) / kDecodePartition;
   const int by_min = (max_context_len + min_partition - 1) / min_partition;
   const int64_t rows = std::max<int64_t>(1, int64_t{num_seqs} * heads);
@@ -82,4 +88,12 @@ inline int NumSplits(int num_seqs, int heads, int max_context_len, const Attenti
 }
 
 }  // namespace
+
+// decode_tiled.cu: the tensor-core decode kernel for `splits` splits of `partition` positions (NumSplits);
+// with splits > 1 it writes part_out / part_ml for DecodeReduceKernel, else `out`.
+Status LaunchDecodeTiled(const __nv_bfloat16* q, const int32_t* block_tables, int max_blocks,
+                         const int32_t* context_lens, int num_seqs, int heads, int splits, int partition,
+                         float scale, const DevicePagedKv<__nv_bfloat16>& kv, float* part_out, float* part_ml,
+                         __nv_bfloat16* out, cudaStream_t stream);
+
 }  // namespace stoke::cuda

@@ -5,10 +5,12 @@
 //   gemv          decode projections at batch 1 / 8: bf16 GEMV vs cuBLASLt, GB/s of weights read
 //   gemv8         the 1-byte GEMVs (fp8 E4M3, GGUF Q8_0) at batch 1, every warps-per-row choice, GB/s of
 //                 weight + scale bytes read
-//   decode_attn   paged decode attention, GB/s of KV read
+//   decode_attn   paged decode attention, warp vs tensor-core kernel, GB/s of KV read
 //   prefill_attn  causal prefill attention on the paged cache, tensor-core vs warp kernel, TFLOP/s (median)
+//   encoder_attn  the encoder's bidirectional attention (BERT-base / -large shapes), tensor-core kernel with
+//                 16 vs 32 query rows per warp, TFLOP/s (median)
 // Usage: cuda_bench [--quick] [--only SECTION] [--gemm-cache FILE]   (--quick: fewer iterations, for a smoke
-// run; SECTION: copies, gemm, gemv, gemv8, decode_attn or prefill_attn; --gemm-cache: the cuBLASLt algorithm cache
+// run; SECTION: copies, gemm, gemv, gemv8, decode_attn, prefill_attn or encoder_attn; --gemm-cache: the cuBLASLt algorithm cache
 // reused across runs, as stoke serve --gemm-cache)
 #include <cuda_runtime.h>
 
@@ -23,6 +25,7 @@
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/encoder.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gemv.h"
 
@@ -206,17 +209,19 @@ void GemvBench(cudaStream_t s) {
   }
 }
 
-// Llama-3.1-8B attention (32 heads, 8 kv heads, head_dim 128), bf16 cache, block size 16.
+// Llama-3.1-8B attention (32 heads, 8 kv heads, head_dim 128), bf16 cache, block size 16; each case with the
+// warp kernel and the tensor-core one (AttentionLaunchOptions::decode_tiled), the merge kernel included.
 void DecodeAttentionBench(cudaStream_t s) {
   const int heads = 32, kvh = 8, hd = 128, bs = 16;
   struct Case {
     int seqs, ctx;
   };
-  for (const Case c : {Case{1, 4096}, Case{1, 32768}, Case{32, 2048}, Case{64, 4096}}) {
+  for (const Case c : {Case{1, 512}, Case{1, 4096}, Case{1, 32768}, Case{32, 2048}, Case{64, 1000},
+                       Case{64, 4096}, Case{256, 1000}, Case{256, 1500}}) {
     const int blocks_per_seq = (c.ctx + bs - 1) / bs;
     const int num_blocks = blocks_per_seq * c.seqs;
     const size_t cache_elems = static_cast<size_t>(num_blocks) * bs * kvh * hd;
-    void *k, *v, *q, *out, *bt, *lens, *ws;
+    void *k, *v, *q, *out, *bt, *lens;
     BENCH_CHECK(cudaMalloc(&k, cache_elems * 2));
     BENCH_CHECK(cudaMalloc(&v, cache_elems * 2));
     cudaMemset(k, 0x3c, cache_elems * 2);
@@ -230,23 +235,29 @@ void DecodeAttentionBench(cudaStream_t s) {
     BENCH_CHECK(cudaMalloc(&lens, c.seqs * 4));
     cudaMemcpy(bt, table.data(), table.size() * 4, cudaMemcpyHostToDevice);
     cudaMemcpy(lens, ctx.data(), c.seqs * 4, cudaMemcpyHostToDevice);
-    const size_t ws_bytes = DecodeWorkspaceBytes(c.seqs, heads, hd, c.ctx);
-    BENCH_CHECK(cudaMalloc(&ws, ws_bytes > 0 ? ws_bytes : 1));
     DevicePagedKv<__nv_bfloat16> kv{
         static_cast<__nv_bfloat16*>(k), static_cast<__nv_bfloat16*>(v), num_blocks, bs, kvh, hd};
-    Status st;
-    const float ms = TimeMs(s, [&] {
-      st = PagedDecodeAttention(static_cast<__nv_bfloat16*>(q), static_cast<int32_t*>(bt), blocks_per_seq,
-                                static_cast<int32_t*>(lens), c.seqs, heads, c.ctx, 0.088f, kv, ws,
-                                static_cast<__nv_bfloat16*>(out), s);
-    });
-    if (!st.ok()) std::fprintf(stderr, "decode_attn: %s\n", st.ToString().c_str());
-    const double kv_bytes = 2.0 * c.seqs * static_cast<double>(c.ctx) * kvh * hd * 2;
-    std::printf(
-        "{\"bench\":\"decode_attn\",\"seqs\":%d,\"ctx\":%d,\"heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,"
-        "\"ms\":%.4f,\"kv_gbps\":%.1f}\n",
-        c.seqs, c.ctx, heads, kvh, hd, ms, kv_bytes / (ms * 1e-3) / 1e9);
-    for (void* p : {k, v, q, out, bt, lens, ws}) cudaFree(p);
+    for (const bool tiled : {false, true}) {
+      AttentionLaunchOptions launch;
+      launch.decode_tiled = tiled;
+      const size_t ws_bytes = DecodeWorkspaceBytes(c.seqs, heads, hd, c.ctx, launch);
+      void* ws;
+      BENCH_CHECK(cudaMalloc(&ws, ws_bytes > 0 ? ws_bytes : 1));
+      Status st;
+      const float ms = TimeMs(s, [&] {
+        st = PagedDecodeAttention(static_cast<__nv_bfloat16*>(q), static_cast<int32_t*>(bt), blocks_per_seq,
+                                  static_cast<int32_t*>(lens), c.seqs, heads, c.ctx, 0.088f, kv, ws,
+                                  static_cast<__nv_bfloat16*>(out), s, launch);
+      });
+      if (!st.ok()) std::fprintf(stderr, "decode_attn: %s\n", st.ToString().c_str());
+      const double kv_bytes = 2.0 * c.seqs * static_cast<double>(c.ctx) * kvh * hd * 2;
+      std::printf(
+          "{\"bench\":\"decode_attn\",\"kernel\":\"%s\",\"seqs\":%d,\"ctx\":%d,\"heads\":%d,"
+          "\"kv_heads\":%d,\"head_dim\":%d,\"ms\":%.4f,\"kv_gbps\":%.1f}\n",
+          tiled ? "tiled" : "warp", c.seqs, c.ctx, heads, kvh, hd, ms, kv_bytes / (ms * 1e-3) / 1e9);
+      cudaFree(ws);
+    }
+    for (void* p : {k, v, q, out, bt, lens}) cudaFree(p);
   }
 }
 
@@ -276,6 +287,41 @@ float MedianMs(cudaStream_t s, Fn fn) {
 // Llama-3.1-8B prefill attention (32 heads, 8 kv heads, head_dim 128), bf16 cache, block size 16, shuffled
 // blocks: the tensor-core kernel (tiled) vs the warp-per-(token, head) kernel (warp). Causal FLOPs =
 // 4 · hd · heads · Σ_s (T_s (T_s + 1) / 2 + T_s · start_s).
+// EncoderAttentionTiled on [seqs x len] tokens of fused qkv (16 heads of 64: BERT-large; 12: BERT-base), every
+// sequence `len` long, with 16 and 32 query rows per warp.
+void EncoderAttentionBench(cudaStream_t s) {
+  struct Case {
+    const char* name;
+    int seqs, len, heads;
+  };
+  for (const Case c : {Case{"bert-large_64x384", 64, 384, 16}, Case{"bert-large_256x384", 256, 384, 16},
+                       Case{"bert-base_256x128", 256, 128, 12}, Case{"bert-large_8x384", 8, 384, 16}}) {
+    const int hd = 64;
+    const int64_t tokens = int64_t{c.seqs} * c.len, hidden = int64_t{c.heads} * hd;
+    void *qkv, *out, *cu;
+    BENCH_CHECK(cudaMalloc(&qkv, tokens * 3 * hidden * 2));
+    BENCH_CHECK(cudaMalloc(&out, tokens * hidden * 2));
+    cudaMemset(qkv, 0x3c, tokens * 3 * hidden * 2);
+    std::vector<int32_t> cus(c.seqs + 1);
+    for (int i = 0; i <= c.seqs; ++i) cus[i] = i * c.len;
+    BENCH_CHECK(cudaMalloc(&cu, cus.size() * 4));
+    cudaMemcpy(cu, cus.data(), cus.size() * 4, cudaMemcpyHostToDevice);
+    const double flops = 4.0 * hd * c.heads * c.seqs * static_cast<double>(c.len) * c.len;
+    for (const int rows : {16, 32}) {
+      Status st;
+      const float ms = MedianMs(s, [&] {
+        st = EncoderAttentionTiled(static_cast<__nv_bfloat16*>(qkv), static_cast<int32_t*>(cu), c.seqs, c.len,
+                                   c.heads, hd, 0.125f, static_cast<__nv_bfloat16*>(out), s, rows);
+      });
+      if (!st.ok()) std::fprintf(stderr, "encoder_attn: %s\n", st.ToString().c_str());
+      std::printf(
+          "{\"bench\":\"encoder_attn\",\"case\":\"%s\",\"warp_rows\":%d,\"ms\":%.4f,\"tflops\":%.1f}\n",
+          c.name, rows, ms, flops / (ms * 1e-3) / 1e12);
+    }
+    for (void* p : {qkv, out, cu}) cudaFree(p);
+  }
+}
+
 void PrefillAttentionBench(cudaStream_t s) {
   const int heads = 32, kvh = 8, hd = 128, bs = 16;
   struct Case {
@@ -480,6 +526,11 @@ int main(int argc, char** argv) {
   if (want("prefill_attn")) {
     std::fprintf(stderr, "cuda_bench: prefill attention\n");
     PrefillAttentionBench(s);
+  }
+  if (want("encoder_attn")) {
+    std::fprintf(stderr, "cuda_bench: encoder attention\n");
+    EncoderAttentionBench(s);
+    std::fflush(stdout);
   }
   cudaStreamDestroy(s);
   return 0;

@@ -500,8 +500,11 @@ Status EncoderAttention(const __nv_bfloat16* qkv, const int32_t* cu_seqlens, int
   if (heads <= 0 || heads > 65535) return Invalid("EncoderAttention: heads outside [1, 65535]");
   if (!EncoderAttentionSupports(head_dim))
     return Invalid("EncoderAttention: head_dim must be 32, 64, 96 or 128");
-  if (impl == EncoderAttentionImpl::kTensorCore && EncoderAttentionTiledSupports(head_dim)) {
-    return EncoderAttentionTiled(qkv, cu_seqlens, num_seqs, max_len, heads, head_dim, scale, out, stream);
+  if ((impl == EncoderAttentionImpl::kTensorCore || impl == EncoderAttentionImpl::kTensorCoreWide) &&
+      EncoderAttentionTiledSupports(head_dim)) {
+    const int warp_rows = impl == EncoderAttentionImpl::kTensorCoreWide && head_dim <= 64 ? 32 : 16;
+    return EncoderAttentionTiled(qkv, cu_seqlens, num_seqs, max_len, heads, head_dim, scale, out, stream,
+                                 warp_rows);
   }
   const dim3 grid(CeilDiv(max_len, kQueriesPerBlock), static_cast<unsigned>(heads),
                   static_cast<unsigned>(num_seqs));

@@ -51,7 +51,9 @@ Status AddBias(__nv_bfloat16* x, const float* bias, int64_t rows, int64_t dim, c
 //   kSimple:     4-byte loads, one lane per output dim: the first version, kept as the reference and
 //   fallback.
 //   kTensorCore: EncoderAttentionTiled below (head_dim 32/64/128; others run kVectorized / kSimple).
-enum class EncoderAttentionImpl { kVectorized, kSimple, kTensorCore };
+//   kTensorCoreWide: the same with 32 query rows per warp (warp_rows 32: each K/V fragment from shared memory
+//                serves two mma tiles); head_dim 32/64 (128 runs kTensorCore).
+enum class EncoderAttentionImpl { kVectorized, kSimple, kTensorCore, kTensorCoreWide };
 Status EncoderAttention(const __nv_bfloat16* qkv, const int32_t* cu_seqlens, int num_seqs, int max_len,
                         int heads, int head_dim, float scale, __nv_bfloat16* out, cudaStream_t stream,
                         EncoderAttentionImpl impl = EncoderAttentionImpl::kVectorized);
@@ -61,9 +63,11 @@ bool EncoderAttentionSupports(int head_dim);
 // prefill kernel in its dense bidirectional form): a CTA of 4 warps per (64 queries, head, sequence), 64-key
 // K/V tiles by cp.async into double-buffered shared memory, S = Q·K^T and O += P·V on mma.sync m16n8k16 with
 // P rounded to bf16, fp32 online softmax, only the sequence's last key tile masked. qkv and out 16-byte
-// aligned; head_dim 32, 64 or 128.
+// aligned; head_dim 32, 64 or 128. warp_rows: query rows per warp, 16, or 32 for head_dim <= 64 (a CTA then
+// takes 128 queries, and each K/V fragment read from shared memory feeds two mma tiles).
 Status EncoderAttentionTiled(const __nv_bfloat16* qkv, const int32_t* cu_seqlens, int num_seqs, int max_len,
-                             int heads, int head_dim, float scale, __nv_bfloat16* out, cudaStream_t stream);
+                             int heads, int head_dim, float scale, __nv_bfloat16* out, cudaStream_t stream,
+                             int warp_rows = 16);
 bool EncoderAttentionTiledSupports(int head_dim);
 
 // out[s, :] = normalize(mean over rows of sequence s of x) (L2, eps 1e-12 as torch.nn.functional.normalize).

@@ -47,16 +47,17 @@ void CheckAttention(int heads, int hd, const std::vector<int32_t>& lens, uint32_
   }
   DeviceBuffer<uint16_t> dqkv(ToBf16(qkv));
   DeviceBuffer<int32_t> dcu(cu);
-  for (EncoderAttentionImpl impl : {EncoderAttentionImpl::kTensorCore, EncoderAttentionImpl::kVectorized,
-                                    EncoderAttentionImpl::kSimple}) {
+  for (EncoderAttentionImpl impl : {EncoderAttentionImpl::kTensorCoreWide, EncoderAttentionImpl::kTensorCore,
+                                    EncoderAttentionImpl::kVectorized, EncoderAttentionImpl::kSimple}) {
     DeviceBuffer<uint16_t> out(t * hidden);  // poisoned
     STATUS_ASSERT(EncoderAttention(dqkv.bf16(), dcu.get(), static_cast<int>(lens.size()), max_len, heads, hd,
                                    scale, out.bf16(), nullptr, impl));
     char what[128];
     std::snprintf(what, sizeof(what), "encoder attention (%s) heads %d hd %d, %zu seqs up to %d",
-                  impl == EncoderAttentionImpl::kSimple       ? "simple"
-                  : impl == EncoderAttentionImpl::kTensorCore ? "tensor core"
-                                                              : "vectorized",
+                  impl == EncoderAttentionImpl::kSimple           ? "simple"
+                  : impl == EncoderAttentionImpl::kTensorCore     ? "tensor core"
+                  : impl == EncoderAttentionImpl::kTensorCoreWide ? "tensor core, 32 rows per warp"
+                                                                  : "vectorized",
                   heads, hd, lens.size(), max_len);
     EXPECT_CLOSE(FromBf16(out.Download()), want, kTolBf16, what);
   }
@@ -71,6 +72,11 @@ TEST(CudaEncoder, AttentionMatchesCpuPerSequence) {
   CheckAttention(2, 128, lens, 4);
   CheckAttention(12, 64, {384, 7, 512}, 5);
   EXPECT_EQ(EncoderAttention(nullptr, nullptr, 1, 1, 1, 48, 1.f, nullptr, nullptr).code(),
+            StatusCode::kInvalidArgument);
+  // 32 rows per warp doubles the accumulators: head_dim 128 refuses it (EncoderAttention then runs 16).
+  EXPECT_EQ(EncoderAttentionTiled(nullptr, nullptr, 1, 1, 1, 128, 1.f, nullptr, nullptr, 32).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(EncoderAttentionTiled(nullptr, nullptr, 1, 1, 1, 64, 1.f, nullptr, nullptr, 24).code(),
             StatusCode::kInvalidArgument);
 }
 

@@ -10,10 +10,7 @@
 //   online softmax on the S accumulators (exp2, scale folded in), causal mask only on tiles that need it
 //   O += P·V    mma.sync with P repacked from the S accumulators (no shared memory round trip) and V
 //               fragments from ldmatrix.trans
-// Fragment layouts (PTX ISA, mma.m16n8k16 .bf16, g = lane / 4, t = lane % 4):
-//   A 16x16: a0 = (g, 2t..2t+1) a1 = (g+8, 2t..) a2 = (g, 2t+8..) a3 = (g+8, 2t+8..)
-//   B 16x8:  b0 = (k 2t..2t+1, n g) b1 = (k 2t+8..2t+9, n g)
-//   C 16x8:  c0,c1 = (g, 2t..2t+1) c2,c3 = (g+8, 2t..2t+1)
+// Fragment layouts and the mma / ldmatrix / cp.async helpers: kernels/cuda/mma.cuh.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -24,6 +21,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/encoder.h"
+#include "kernels/cuda/mma.cuh"
 
 namespace stoke::cuda {
 namespace {
@@ -32,70 +30,21 @@ constexpr int kKeys = 64;  // keys per K/V tile
 // K fragments by ldmatrix.x4 (4 registers per instruction) or by plain 32-bit shared loads (the simplest
 // mapping of the B layout; flip to false to rule ldmatrix out if the tiled tests ever fail).
 constexpr bool kKByLdMatrix = true;
-constexpr int kPad = 8;  // bf16 elements of row padding in shared memory: conflict-free fragment loads
+constexpr int kPad = kSmemRowPad;
 
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16-byte async copy global -> shared; src_bytes = 0 writes zeros (the source is not read).
-__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddr(smem)), "l"(gmem),
-               "r"(src_bytes));
-}
-__device__ __forceinline__ void CpAsyncCommit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-__device__ __forceinline__ void CpAsyncWaitAll() {
-  asm volatile("cp.async.wait_group 0;\n" ::);
-}
-
-// d += a · b, m16n8k16, bf16 inputs, fp32 accumulators.
-__device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i, register i gets it (lane l holds
-// row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1).
-__device__ __forceinline__ void LdMatrixX4(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3,
-                                           const void* smem_row) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(SmemAddr(smem_row)));
-}
-
-// Four transposed 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i, register i gets it.
-__device__ __forceinline__ void LdMatrixX4Trans(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3,
-                                                const void* smem_row) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(SmemAddr(smem_row)));
-}
-
-__device__ __forceinline__ uint32_t Ld32(const __nv_bfloat16* p) {
-  return *reinterpret_cast<const uint32_t*>(p);
-}
-
-// Two floats as a bf16 pair, the first in the low half (the lower column of a fragment).
-__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
-// Shared memory: Q [16 W][HD + kPad], then K[2] and V[2] of [kKeys][HD + kPad] (bf16).
-template <int HD, int W>
+// Shared memory: Q [16 W MT][HD + kPad], then K[2] and V[2] of [kKeys][HD + kPad] (bf16).
+template <int HD, int W, int MT>
 constexpr int FlashSmemBytes() {
-  return (16 * W + 4 * kKeys) * (HD + kPad) * 2;
+  return (16 * W * MT + 4 * kKeys) * (HD + kPad) * 2;
 }
 
 // kDense = false: the decoder's causal prefill over the paged cache (the contract of PrefillAttentionTiled).
 // kDense = true: the encoder's bidirectional attention (EncoderAttentionTiled): q, k and v are rows of the
 // fused qkv buffer (row stride q_stride = kv_stride = 3 x hidden, k at dense_k, v at dense_v), a query sees
 // every key of its own sequence, grid = (heads, tiles of the longest sequence, sequences).
-template <int HD, int W, bool kDense>
+// MT: 16-row m-tiles per warp. 2 reuses every K/V fragment read from shared memory for two mma tiles (half the
+// ldmatrix traffic per score), at twice the accumulator registers (head_dim 64 only).
+template <int HD, int W, bool kDense, int MT = 1>
 __global__ void __launch_bounds__(W * 32)
     FlashPrefillKernel(const __nv_bfloat16* __restrict__ q, int64_t q_stride,
                        const int32_t* __restrict__ cu_seqlens, const int32_t* __restrict__ start_pos,
@@ -103,7 +52,8 @@ __global__ void __launch_bounds__(W * 32)
                        float scale_log2, DevicePagedKv<__nv_bfloat16> kv,
                        const __nv_bfloat16* __restrict__ dense_k, const __nv_bfloat16* __restrict__ dense_v,
                        int64_t kv_stride, __nv_bfloat16* __restrict__ out) {
-  constexpr int kRows = 16 * W;  // query rows per CTA
+  static_assert(MT == 1 || (MT == 2 && HD <= 64), "two m-tiles per warp only for head_dim <= 64");
+  constexpr int kRows = 16 * W * MT;  // query rows per CTA
   constexpr int kFlashThreads = W * 32;
   constexpr int kStride = HD + kPad;  // shared row stride, elements
   constexpr int kChunks = HD / 8;     // 16-byte chunks per row
@@ -184,26 +134,31 @@ __global__ void __launch_bounds__(W * 32)
   load_kv(0, 0);
   CpAsyncCommit();
 
-  // Per thread: rows r0 = 16 * warp + g and r1 = r0 + 8 of the tile.
-  const int row0 = warp * 16 + g;
-  const int pos0 = start + q0 + row0, pos1 = pos0 + 8;       // their positions (past `rows`: beyond kv_end)
-  const int tile_min_pos = start + q0;                       // smallest position of the tile
-  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;  // l: this thread's part of the row sum
-  float o[kDTiles][4];
+  // Per thread and m-tile mt: rows r0 = 16 (MT warp + mt) + g and r1 = r0 + 8 of the tile.
+  const int row_base = warp * 16 * MT + g;
+  const int tile_min_pos = start + q0;  // smallest position of the tile
+  float m[MT][2], l[MT][2];             // l: this thread's part of the row sum
+  float o[MT][kDTiles][4];
 #pragma unroll
-  for (int i = 0; i < kDTiles; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  for (int mt = 0; mt < MT; ++mt) {
+    m[mt][0] = m[mt][1] = -INFINITY;
+    l[mt][0] = l[mt][1] = 0.f;
+#pragma unroll
+    for (int i = 0; i < kDTiles; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
+  }
   // Q's A fragments stay in registers for the whole key walk.
   CpAsyncWaitAll();
   __syncthreads();
-  uint32_t qa[kKSteps][4];
-  {
-    const __nv_bfloat16* a = sq + row0 * kStride + 2 * t;
+  uint32_t qa[MT][kKSteps][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    const __nv_bfloat16* a = sq + (row_base + 16 * mt) * kStride + 2 * t;
 #pragma unroll
     for (int ks = 0; ks < kKSteps; ++ks) {
-      qa[ks][0] = Ld32(a + ks * 16);
-      qa[ks][1] = Ld32(a + 8 * kStride + ks * 16);
-      qa[ks][2] = Ld32(a + ks * 16 + 8);
-      qa[ks][3] = Ld32(a + 8 * kStride + ks * 16 + 8);
+      qa[mt][ks][0] = Ld32(a + ks * 16);
+      qa[mt][ks][1] = Ld32(a + 8 * kStride + ks * 16);
+      qa[mt][ks][2] = Ld32(a + ks * 16 + 8);
+      qa[mt][ks][3] = Ld32(a + 8 * kStride + ks * 16 + 8);
     }
   }
 
@@ -215,10 +170,13 @@ __global__ void __launch_bounds__(W * 32)
     const __nv_bfloat16* ck = sk + (kt & 1) * kKeys * kStride;
     const __nv_bfloat16* cv = sv + (kt & 1) * kKeys * kStride;
 
-    // S = Q·K^T for this warp's 16 rows and the tile's 64 keys.
-    float s[kSTiles][4];
+    // S = Q·K^T for this warp's 16 MT rows and the tile's 64 keys.
+    float s[MT][kSTiles][4];
 #pragma unroll
-    for (int n = 0; n < kSTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int n = 0; n < kSTiles; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
+    }
     if constexpr (kKByLdMatrix) {
       // ldmatrix.x4 (not transposed): matrices (keys n*8 + 0..7, d 32k + 8i .. 8i + 7), i = 0..3, are b0, b1
       // of k-step 2k and b0, b1 of k-step 2k + 1.
@@ -229,8 +187,11 @@ __global__ void __launch_bounds__(W * 32)
         for (int n = 0; n < kSTiles; ++n) {
           uint32_t b0, b1, b2, b3;
           LdMatrixX4(b0, b1, b2, b3, krow + n * 8 * kStride + ks * 16);
-          Mma(s[n], qa[ks], b0, b1);
-          Mma(s[n], qa[ks + 1], b2, b3);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            Mma(s[mt][n], qa[mt][ks], b0, b1);
+            Mma(s[mt][n], qa[mt][ks + 1], b2, b3);
+          }
         }
       }
     } else {
@@ -239,7 +200,8 @@ __global__ void __launch_bounds__(W * 32)
 #pragma unroll
         for (int n = 0; n < kSTiles; ++n) {
           const __nv_bfloat16* b = ck + (n * 8 + g) * kStride + ks * 16 + 2 * t;
-          Mma(s[n], qa[ks], Ld32(b), Ld32(b + 8));
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) Mma(s[mt][n], qa[mt][ks], Ld32(b), Ld32(b + 8));
         }
       }
     }
@@ -249,63 +211,75 @@ __global__ void __launch_bounds__(W * 32)
     // Causal: tiles reaching past the tile's first row. Dense: only the tile holding the sequence's end.
     const bool need_mask = kDense ? key0 + kKeys > kv_end : key0 + kKeys - 1 > tile_min_pos;
 #pragma unroll
-    for (int n = 0; n < kSTiles; ++n) {
+    for (int mt = 0; mt < MT; ++mt) {
+      const int pos0 = start + q0 + row_base + 16 * mt, pos1 = pos0 + 8;  // past `rows`: beyond kv_end
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = s[n][e] * scale_log2;
-        if (need_mask) {
-          const int key = key0 + n * 8 + 2 * t + (e & 1);
-          const int pos = e < 2 ? pos0 : pos1;
-          if ((!kDense && key > pos) || key >= kv_end) x = -INFINITY;
+      for (int n = 0; n < kSTiles; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float x = s[mt][n][e] * scale_log2;
+          if (need_mask) {
+            const int key = key0 + n * 8 + 2 * t + (e & 1);
+            const int pos = e < 2 ? pos0 : pos1;
+            if ((!kDense && key > pos) || key >= kv_end) x = -INFINITY;
+          }
+          s[mt][n][e] = x;
         }
-        s[n][e] = x;
       }
     }
 
-    // Online softmax: row maxima over the 4 threads of a row group.
-    float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
-    for (int n = 0; n < kSTiles; ++n) {
-      mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
-      mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
-    }
+    for (int mt = 0; mt < MT; ++mt) {
+      // Online softmax: row maxima over the 4 threads of a row group.
+      float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
-    for (int off = 1; off <= 2; off <<= 1) {
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
-    }
-    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-    // A row with nothing unmasked yet keeps m = -inf: subtract 0 instead (exp2(-inf) = 0, no NaN).
-    const float base0 = mn0 == -INFINITY ? 0.f : mn0, base1 = mn1 == -INFINITY ? 0.f : mn1;
-    const float corr0 = exp2f(m0 - base0), corr1 = exp2f(m1 - base1);
-    m0 = mn0;
-    m1 = mn1;
-    float sum0 = 0.f, sum1 = 0.f;
+      for (int n = 0; n < kSTiles; ++n) {
+        mx0 = fmaxf(mx0, fmaxf(s[mt][n][0], s[mt][n][1]));
+        mx1 = fmaxf(mx1, fmaxf(s[mt][n][2], s[mt][n][3]));
+      }
 #pragma unroll
-    for (int n = 0; n < kSTiles; ++n) {
-      s[n][0] = exp2f(s[n][0] - base0);
-      s[n][1] = exp2f(s[n][1] - base0);
-      s[n][2] = exp2f(s[n][2] - base1);
-      s[n][3] = exp2f(s[n][3] - base1);
-      sum0 += s[n][0] + s[n][1];
-      sum1 += s[n][2] + s[n][3];
-    }
-    l0 = l0 * corr0 + sum0;
-    l1 = l1 * corr1 + sum1;
+      for (int off = 1; off <= 2; off <<= 1) {
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+      }
+      const float mn0 = fmaxf(m[mt][0], mx0), mn1 = fmaxf(m[mt][1], mx1);
+      // A row with nothing unmasked yet keeps m = -inf: subtract 0 instead (exp2(-inf) = 0, no NaN).
+      const float base0 = mn0 == -INFINITY ? 0.f : mn0, base1 = mn1 == -INFINITY ? 0.f : mn1;
+      const float corr0 = exp2f(m[mt][0] - base0), corr1 = exp2f(m[mt][1] - base1);
+      m[mt][0] = mn0;
+      m[mt][1] = mn1;
+      float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
-    for (int d = 0; d < kDTiles; ++d) {
-      o[d][0] *= corr0;
-      o[d][1] *= corr0;
-      o[d][2] *= corr1;
-      o[d][3] *= corr1;
+      for (int n = 0; n < kSTiles; ++n) {
+        s[mt][n][0] = exp2f(s[mt][n][0] - base0);
+        s[mt][n][1] = exp2f(s[mt][n][1] - base0);
+        s[mt][n][2] = exp2f(s[mt][n][2] - base1);
+        s[mt][n][3] = exp2f(s[mt][n][3] - base1);
+        sum0 += s[mt][n][0] + s[mt][n][1];
+        sum1 += s[mt][n][2] + s[mt][n][3];
+      }
+      l[mt][0] = l[mt][0] * corr0 + sum0;
+      l[mt][1] = l[mt][1] * corr1 + sum1;
+#pragma unroll
+      for (int d = 0; d < kDTiles; ++d) {
+        o[mt][d][0] *= corr0;
+        o[mt][d][1] *= corr0;
+        o[mt][d][2] *= corr1;
+        o[mt][d][3] *= corr1;
+      }
     }
 
     // O += P·V: P's A fragment for keys [16j, 16j + 16) is S n-tiles 2j and 2j + 1.
 #pragma unroll
     for (int j = 0; j < kKeys / 16; ++j) {
-      const uint32_t pa[4] = {PackBf16(s[2 * j][0], s[2 * j][1]), PackBf16(s[2 * j][2], s[2 * j][3]),
-                              PackBf16(s[2 * j + 1][0], s[2 * j + 1][1]),
-                              PackBf16(s[2 * j + 1][2], s[2 * j + 1][3])};
+      uint32_t pa[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        pa[mt][0] = PackBf16(s[mt][2 * j][0], s[mt][2 * j][1]);
+        pa[mt][1] = PackBf16(s[mt][2 * j][2], s[mt][2 * j][3]);
+        pa[mt][2] = PackBf16(s[mt][2 * j + 1][0], s[mt][2 * j + 1][1]);
+        pa[mt][3] = PackBf16(s[mt][2 * j + 1][2], s[mt][2 * j + 1][3]);
+      }
       // ldmatrix.x4.trans: matrices (keys +0..7, d +0..7), (keys +8..15, d +0..7), (keys +0..7, d +8..15),
       // (keys +8..15, d +8..15) = b0, b1 of d-tile 2dp and b0, b1 of d-tile 2dp + 1.
       const __nv_bfloat16* vrow =
@@ -314,8 +288,11 @@ __global__ void __launch_bounds__(W * 32)
       for (int dp = 0; dp < kDTiles / 2; ++dp) {
         uint32_t b0, b1, b2, b3;
         LdMatrixX4Trans(b0, b1, b2, b3, vrow + dp * 16);
-        Mma(o[2 * dp], pa, b0, b1);
-        Mma(o[2 * dp + 1], pa, b2, b3);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          Mma(o[mt][2 * dp], pa[mt], b0, b1);
+          Mma(o[mt][2 * dp + 1], pa[mt], b2, b3);
+        }
       }
     }
   }
@@ -323,18 +300,23 @@ __global__ void __launch_bounds__(W * 32)
 
   // Full row sums, normalise, store the valid rows.
 #pragma unroll
-  for (int off = 1; off <= 2; off <<= 1) {
-    l0 += __shfl_xor_sync(0xffffffffu, l0, off);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, off);
-  }
-  const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
-  __nv_bfloat16* o0 = out + (static_cast<int64_t>(tok0 + q0 + row0) * heads + head) * HD + 2 * t;
-  __nv_bfloat16* o1 = o0 + static_cast<int64_t>(8) * heads * HD;
-  const bool w0 = row0 < rows, w1 = row0 + 8 < rows;
+  for (int mt = 0; mt < MT; ++mt) {
+    float l0 = l[mt][0], l1 = l[mt][1];
 #pragma unroll
-  for (int d = 0; d < kDTiles; ++d) {
-    if (w0) *reinterpret_cast<uint32_t*>(o0 + d * 8) = PackBf16(o[d][0] * inv0, o[d][1] * inv0);
-    if (w1) *reinterpret_cast<uint32_t*>(o1 + d * 8) = PackBf16(o[d][2] * inv1, o[d][3] * inv1);
+    for (int off = 1; off <= 2; off <<= 1) {
+      l0 += __shfl_xor_sync(0xffffffffu, l0, off);
+      l1 += __shfl_xor_sync(0xffffffffu, l1, off);
+    }
+    const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+    const int row0 = row_base + 16 * mt;
+    __nv_bfloat16* o0 = out + (static_cast<int64_t>(tok0 + q0 + row0) * heads + head) * HD + 2 * t;
+    __nv_bfloat16* o1 = o0 + static_cast<int64_t>(8) * heads * HD;
+    const bool w0 = row0 < rows, w1 = row0 + 8 < rows;
+#pragma unroll
+    for (int d = 0; d < kDTiles; ++d) {
+      if (w0) *reinterpret_cast<uint32_t*>(o0 + d * 8) = PackBf16(o[mt][d][0] * inv0, o[mt][d][1] * inv0);
+      if (w1) *reinterpret_cast<uint32_t*>(o1 + d * 8) = PackBf16(o[mt][d][2] * inv1, o[mt][d][3] * inv1);
+    }
   }
 }
 
@@ -351,7 +333,7 @@ Status LaunchFlash(const __nv_bfloat16* q, const int32_t* cu, const int32_t* sp,
                                                     " sequences need " + std::to_string(slots) +
                                                     " query tiles (at most 65535)");
   }
-  constexpr int smem = FlashSmemBytes<HD, W>();
+  constexpr int smem = FlashSmemBytes<HD, W, 1>();
   static_assert(smem <= 227 * 1024, "shared memory of FlashPrefillKernel");
   // Opt in above the 48 KB default (per function and device; cheap, so on every launch).
   CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(FlashPrefillKernel<HD, W, false>,
@@ -364,23 +346,23 @@ Status LaunchFlash(const __nv_bfloat16* q, const int32_t* cu, const int32_t* sp,
   return OkStatus();
 }
 
-template <int HD>
+template <int HD, int MT>
 Status LaunchDenseFlash(const __nv_bfloat16* qkv, const int32_t* cu, int num_seqs, int max_len, int heads,
                         float scale, __nv_bfloat16* out, cudaStream_t stream) {
-  constexpr int W = 4, kRows = 16 * W;
+  constexpr int W = 4, kRows = 16 * W * MT;
   const int tiles = (max_len + kRows - 1) / kRows;
   if (tiles > 65535 || num_seqs > 65535 || heads > 65535) {
     return Status(StatusCode::kInvalidArgument, "EncoderAttentionTiled: grid too large (" +
                                                     std::to_string(num_seqs) + " sequences up to " +
                                                     std::to_string(max_len) + " tokens)");
   }
-  constexpr int smem = FlashSmemBytes<HD, W>();
-  CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(FlashPrefillKernel<HD, W, true>,
+  constexpr int smem = FlashSmemBytes<HD, W, MT>();
+  CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(FlashPrefillKernel<HD, W, true, MT>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const int64_t hidden = int64_t{heads} * HD;
   const float scale_log2 = scale * 1.4426950408889634f;
   DevicePagedKv<__nv_bfloat16> none{};
-  FlashPrefillKernel<HD, W, true>
+  FlashPrefillKernel<HD, W, true, MT>
       <<<dim3(heads, static_cast<unsigned>(tiles), static_cast<unsigned>(num_seqs)), W * 32, smem, stream>>>(
           qkv, 3 * hidden, cu, nullptr, num_seqs, nullptr, 0, heads, scale_log2, none, qkv + hidden,
           qkv + 2 * hidden, 3 * hidden, out);
@@ -395,23 +377,31 @@ bool EncoderAttentionTiledSupports(int head_dim) {
 }
 
 Status EncoderAttentionTiled(const __nv_bfloat16* qkv, const int32_t* cu_seqlens, int num_seqs, int max_len,
-                             int heads, int head_dim, float scale, __nv_bfloat16* out, cudaStream_t stream) {
+                             int heads, int head_dim, float scale, __nv_bfloat16* out, cudaStream_t stream,
+                             int warp_rows) {
   if (!EncoderAttentionTiledSupports(head_dim)) {
     return Status(
         StatusCode::kInvalidArgument,
         "EncoderAttentionTiled: head_dim " + std::to_string(head_dim) + " not supported (32, 64, 128)");
   }
+  if (warp_rows != 16 && !(warp_rows == 32 && head_dim <= 64)) {
+    return Status(StatusCode::kInvalidArgument, "EncoderAttentionTiled: warp_rows " + std::to_string(warp_rows) +
+                                                    " (16, or 32 for head_dim <= 64)");
+  }
   if ((reinterpret_cast<uintptr_t>(qkv) | reinterpret_cast<uintptr_t>(out)) & 15) {
     return Status(StatusCode::kInvalidArgument, "EncoderAttentionTiled: qkv and out need 16-byte alignment");
   }
   if (num_seqs <= 0 || max_len <= 0 || heads <= 0) return OkStatus();
+  const bool wide = warp_rows == 32;
   switch (head_dim) {
     case 32:
-      return LaunchDenseFlash<32>(qkv, cu_seqlens, num_seqs, max_len, heads, scale, out, stream);
+      return wide ? LaunchDenseFlash<32, 2>(qkv, cu_seqlens, num_seqs, max_len, heads, scale, out, stream)
+                  : LaunchDenseFlash<32, 1>(qkv, cu_seqlens, num_seqs, max_len, heads, scale, out, stream);
     case 64:
-      return LaunchDenseFlash<64>(qkv, cu_seqlens, num_seqs, max_len, heads, scale, out, stream);
+      return wide ? LaunchDenseFlash<64, 2>(qkv, cu_seqlens, num_seqs, max_len, heads, scale, out, stream)
+                  : LaunchDenseFlash<64, 1>(qkv, cu_seqlens, num_seqs, max_len, heads, scale, out, stream);
     default:
-      return LaunchDenseFlash<128>(qkv, cu_seqlens, num_seqs, max_len, heads, scale, out, stream);
+      return LaunchDenseFlash<128, 1>(qkv, cu_seqlens, num_seqs, max_len, heads, scale, out, stream);
   }
 }
 

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Issue 16, decode attention on tensor cores (--decode-attention tiled) against the warp kernel, on the GPU
+# machine from the repo root with the bundle (scripts/bundle.sh) carried along:
+#   1. tests   stoke_kernels_cuda_test CudaDecode* / CudaPrefill* (the tiled kernel vs the CPU: every group
+#              size to 16, head_dim 64/128, contexts 0..4100) and stoke_engine_cuda_test CudaLlamaTest.* (the
+#              whole decoder with the tiled kernel vs the CPU)
+#   2. kernel  cuda_bench --only decode_attn: both kernels on the Llama-3.1-8B attention shape, batch 1..256
+#   3. step    stoke bench step on the Llama-3.1-8B shape (random weights, stoke model synth): decode steps at
+#              batch 1 (context 512, 4096), 64 and 256 (context 1000), warp and tiled alternated, DA_REPS rounds
+#   4. $OUT/decode_attention_summary.json: per point the decode tok/s of both and tiled / warp
+# Usage: bench/gpu/decode_attention.sh [BIN_DIR] (default .bundle/bin). Knobs (env): DA_PARTS ("tests kernel
+# step"), DA_REPS (2), DA_ITERS (30), DA_POINTS ("1:512 1:4096 64:1000 256:1000", batch:context), LLM_SHAPE,
+# LLM_LAYERS.
+# CPU dry run of the plumbing (the flag is accepted, the cpu ignores it): DA_DEVICE=cpu DA_PARTS=step
+#   LLM_SHAPE=smollm2-135m LLM_LAYERS=2 DA_POINTS=2:64 DA_ITERS=2 DA_REPS=1 bench/gpu/decode_attention.sh \
+#   build/release/apps/stoke
+set -uo pipefail
+BIN_ARG=${1:+$(realpath "$1")}
+cd "$(dirname "$0")/../.." || exit 1
+OUT=${OUT:-/tmp/stoke_gpu_out}
+mkdir -p "$OUT"
+BUNDLE=${BUNDLE:-.bundle}
+if [[ -z "$BIN_ARG" && ! -d "$BUNDLE" && -f "$BUNDLE.tar.gz" ]]; then tar -xzf "$BUNDLE.tar.gz"; fi
+BIN=${BIN_ARG:-$BUNDLE/bin}
+STOKE=${STOKE_BIN:-$BIN/stoke}
+[[ -x "$STOKE" ]] || STOKE=$BIN  # BIN_ARG may be the binary itself (CPU dry run)
+[[ -d /usr/local/cuda/lib64 ]] && export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+SHAPE=${LLM_SHAPE:-llama-3.1-8b}
+MODEL=${LLM_MODEL_DIR:-/tmp/stoke_synth_$SHAPE${LLM_LAYERS:+_l$LLM_LAYERS}}
+REPS=${DA_REPS:-2}
+ITERS=${DA_ITERS:-30}
+POINTS=${DA_POINTS:-"1:512 1:4096 64:1000 256:1000"}
+DEVICE=${DA_DEVICE:-cuda}
+GEMM_CACHE=${GEMM_CACHE:-$OUT/gemm_cache.json}
+PARTS=" ${DA_PARTS:-tests kernel step} "
+want() { [[ $PARTS == *" $1 "* ]]; }
+LAYERS_ARG=()
+[[ -n "${LLM_LAYERS:-}" ]] && LAYERS_ARG=(--layers "$LLM_LAYERS")
+T0=$(date +%s)
+stamp() { echo "=== [$(($(date +%s) - T0)) s] $*"; }
+
+if want tests; then
+  stamp "gpu tests: attention kernels"
+  timeout 240 "$BIN/stoke_kernels_cuda_test" --gtest_filter='CudaDecode*:CudaPrefill*:CudaAttention*' \
+    > "$OUT/da_kernels_test.log" 2>&1
+  echo "stoke_kernels_cuda_test attention: exit $?"; grep -E 'FAILED|PASSED|Failure' "$OUT/da_kernels_test.log" | tail -20
+  stamp "gpu tests: CudaLlamaTest.*"
+  timeout 300 "$BIN/stoke_engine_cuda_test" --gtest_filter='CudaLlamaTest.*' > "$OUT/da_engine_test.log" 2>&1
+  echo "stoke_engine_cuda_test CudaLlamaTest: exit $?"; grep -E 'FAILED|PASSED|Failure' "$OUT/da_engine_test.log" | tail -20
+fi
+
+if want kernel; then
+  stamp "cuda_bench --only decode_attn"
+  timeout 120 "$BIN/cuda_bench" --only decode_attn > "$OUT/da_kernel_bench.jsonl" 2> "$OUT/da_kernel_bench.err"
+  echo "cuda_bench: exit $?"; cat "$OUT/da_kernel_bench.jsonl"
+fi
+
+if want step; then
+  stamp "synth $SHAPE -> $MODEL"
+  if [[ -f "$MODEL/config.json" ]] && grep -q "\"shape\": \"$SHAPE\"" "$MODEL/config.json"; then
+    echo "reusing $MODEL"
+  else
+    timeout 300 "$STOKE" model synth --shape "$SHAPE" --seed 1 --out "$MODEL" "${LAYERS_ARG[@]}" \
+      > "$OUT/da_synth.log" 2>&1 || { echo "synth failed"; tail -5 "$OUT/da_synth.log"; exit 1; }
+  fi
+  mkdir -p "$OUT/da_step"
+  for r in $(seq 1 "$REPS"); do
+    for pt in $POINTS; do
+      b=${pt%%:*} ctx=${pt##*:}
+      for k in warp tiled; do
+        tag="b${b}_c${ctx}_${k}_r$r"
+        stamp "bench step $tag"
+        timeout 200 "$STOKE" bench step --model "$MODEL" --device "$DEVICE" --gemm-cache "$GEMM_CACHE" \
+          --prefill 0 --iters "$ITERS" --decode-batch "$b" --context "$ctx" --decode-attention "$k" \
+          --json "$OUT/da_step/$tag.json" > "$OUT/da_step/$tag.log" 2>&1 ||
+          { echo "bench step $tag failed: exit $?"; tail -5 "$OUT/da_step/$tag.log"; }
+        grep -E 'decode median' "$OUT/da_step/$tag.log" | head -1 | sed 's/^/  /'
+      done
+    done
+  done
+  python3 - "$OUT" <<'EOF'
+import glob, json, os, re, statistics, sys
+out = sys.argv[1]
+rows = {}
+for f in sorted(glob.glob(os.path.join(out, "da_step", "*.json"))):
+    m = re.match(r"b(\d+)_c(\d+)_(warp|tiled)_r(\d+)\.json", os.path.basename(f))
+    if not m:
+        continue
+    d = json.load(open(f))
+    dec = d.get("decode") or {}
+    tps = dec.get("tokens_per_s")
+    ms = (dec.get("step_ms") or {}).get("median")
+    key = f"batch {m[1]}, context {m[2]}"
+    rows.setdefault(key, {"warp": [], "tiled": [], "warp_step_ms": [], "tiled_step_ms": []})
+    rows[key][m[3]].append(tps)
+    rows[key][m[3] + "_step_ms"].append(ms)
+for key, r in rows.items():
+    w = [x for x in r["warp"] if x]
+    t = [x for x in r["tiled"] if x]
+    if w and t:
+        r["tiled_over_warp"] = round(statistics.median(t) / statistics.median(w), 3)
+kernel = []
+p = os.path.join(out, "da_kernel_bench.jsonl")
+if os.path.exists(p):
+    kernel = [json.loads(l) for l in open(p) if l.startswith("{")]
+summary = {"decode_step_tok_s": rows, "kernel": kernel}
+json.dump(summary, open(os.path.join(out, "decode_attention_summary.json"), "w"), indent=1)
+print(json.dumps(summary, indent=1))
+EOF
+fi
+stamp "done"
