@@ -258,9 +258,9 @@ TEST(CudaLlamaTest, SplitRowGemvAndPdlMatchCpu) {
   }
 }
 
-// --decode-attention tiled: the whole script (prefills, decode steps of several sequences, graphs on) with the
-// tensor-core decode kernel, against the CPU, with and without PDL.
-TEST(CudaLlamaTest, TiledDecodeAttentionMatchesCpu) {
+// --decode-attention tiled (the default) and warp: the whole script (prefills, decode steps of several
+// sequences, graphs on) with each decode kernel against the CPU, with and without PDL.
+TEST(CudaLlamaTest, BothDecodeAttentionKernelsMatchCpu) {
   SKIP_WITHOUT_GPU();
   const TinyLlama m = MakeModel(19, /*tied=*/false, /*bias=*/false, /*layers=*/3);
   const Script script = MakeScript(m.c.vocab_size, 9);
@@ -268,16 +268,17 @@ TEST(CudaLlamaTest, TiledDecodeAttentionMatchesCpu) {
   ASSERT_TRUE(cpu.ok());
   auto want = RunScript(**cpu, script);
   ASSERT_TRUE(want.ok());
-  for (bool pdl : {false, true}) {
+  for (int v = 0; v < 4; ++v) {
+    const bool tiled = v < 2, pdl = v % 2 == 1;
     CudaLlama::Options o = TestOptions();
-    o.attention.decode_tiled = true;
+    o.attention.decode_tiled = tiled;
     o.pdl = pdl;
     auto gpu = CudaLlama::Create(ToBf16Weights(m, true), o);
     ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
     auto got = RunScript(**gpu, script);
     ASSERT_TRUE(got.ok()) << got.status().ToString();
-    ExpectClose(CompareLogits(*want, *got, m.c.vocab_size), 0.1, 0.98,
-                pdl ? "tiled decode attention, pdl" : "tiled decode attention");
+    const std::string what = std::string(tiled ? "tiled" : "warp") + " decode attention" + (pdl ? ", pdl" : "");
+    ExpectClose(CompareLogits(*want, *got, m.c.vocab_size), 0.1, 0.98, what.c_str());
     EXPECT_GT((*gpu)->graph_replays(), 0);
   }
 }

@@ -39,7 +39,7 @@ struct CudaDecoderTuning {
   bool decode_pipeline = true;
   // [--decode-attention warp|tiled] decode attention kernel over a bf16 cache: "warp" (one warp per position
   // and GQA group, CUDA cores) or "tiled" (tensor cores: the group's query heads as the rows of an mma tile).
-  std::string decode_attention = "warp";
+  std::string decode_attention = "tiled";
   // [--prefill-attention auto|warp] "auto": the tiled tensor-core kernel where it applies; "warp": always the
   // simple warp kernel (exact, much slower; a way around a tiled-kernel problem).
   std::string prefill_attention = "auto";

@@ -274,6 +274,7 @@ TEST(LoadDecoderTest, RejectsOutOfRangeCudaTuning) {
       {[](CudaDecoderTuning* t) { t->decode_min_partition = 0; }, "--decode-min-partition 0"},
       {[](CudaDecoderTuning* t) { t->decode_min_partition = 513; }, "--decode-min-partition 513"},
       {[](CudaDecoderTuning* t) { t->prefill_attention = "tiled"; }, "--prefill-attention 'tiled'"},
+      {[](CudaDecoderTuning* t) { t->decode_attention = "auto"; }, "--decode-attention 'auto'"},
   };
   for (const Case& c : cases) {
     DecoderOptions o;
@@ -289,6 +290,7 @@ TEST(LoadDecoderTest, RejectsOutOfRangeCudaTuning) {
   edge.gemv_split = 8;
   edge.decode_min_partition = 512;
   edge.prefill_attention = "warp";
+  edge.decode_attention = "warp";
   EXPECT_TRUE(ValidateCudaDecoderTuning(edge).ok());
 }
 

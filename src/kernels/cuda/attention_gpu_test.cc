@@ -146,8 +146,9 @@ TEST(CudaDecode, EveryHeadGroupSizeMatchesCpu) {
 // tile), 700 and 4100 (several splits); then batch 1, where the split count comes from the occupancy rule.
 TEST(CudaDecode, TiledMatchesCpu) {
   SKIP_WITHOUT_GPU();
-  AttentionLaunchOptions tiled;
+  AttentionLaunchOptions tiled, warp;
   tiled.decode_tiled = true;
+  warp.decode_tiled = false;
   EXPECT_FALSE(PagedDecodeAttentionTiledSupports(34, 2, 128));  // 17 per kv head: the warp kernel runs
   EXPECT_FALSE(PagedDecodeAttentionTiledSupports(8, 2, 256));
   // Returns the output in `got` (ASSERT_* need a void function).
@@ -187,15 +188,15 @@ TEST(CudaDecode, TiledMatchesCpu) {
       for (int bs : {16, 5}) run({0, 1, 63, 64, 65, 700, 4100}, hd, heads, kvh, bs, 900 + heads + bs, tiled);
     }
   }
-  // Batch 1, the 8B shape: the occupancy rule splits 4100 positions into pieces of at least 64 (more
-  // workspace than one split, less than the warp kernel's pieces of 16).
-  EXPECT_LT(DecodeWorkspaceBytes(1, 32, 128, 4100, tiled), DecodeWorkspaceBytes(1, 32, 128, 4100));
-  EXPECT_GT(DecodeWorkspaceBytes(1, 32, 128, 4100, tiled), 0u);
+  // Batch 1, the 8B shape: the occupancy rule splits 512 positions into pieces of at least 64 with the tiled
+  // kernel (8 splits) against the warp kernel's pieces of 16 (32 splits); at 4100 both take 64 splits.
+  EXPECT_EQ(DecodeWorkspaceBytes(1, 32, 128, 512, tiled) * 4, DecodeWorkspaceBytes(1, 32, 128, 512, warp));
+  EXPECT_EQ(DecodeWorkspaceBytes(1, 32, 128, 4100, tiled), DecodeWorkspaceBytes(1, 32, 128, 4100, warp));
   std::vector<float> t, w;
   run({4100}, 128, 32, 8, 16, 950, tiled, &t);
   // The option really switches kernels: P is rounded to bf16 before P·V on tensor cores, so the outputs
   // differ in rounding (both match the CPU above).
-  run({4100}, 128, 32, 8, 16, 950, AttentionLaunchOptions{}, &w);
+  run({4100}, 128, 32, 8, 16, 950, warp, &w);
   ASSERT_EQ(t.size(), w.size());
   EXPECT_NE(t, w);
 }
@@ -220,7 +221,10 @@ TEST(CudaDecode, LaunchOptionsKeepMatchingCpu) {
                                           .num_seqs = num_seqs,
                                           .context_lens = dl.get(),
                                           .max_context_len = max_ctx};
-  AttentionLaunchOptions min8, min32, min512, no_pipeline;
+  // The warp kernel: with the tiled one (the default) a split holds at least 64 positions whatever the minimum.
+  AttentionLaunchOptions min8, min32, min512, no_pipeline, tiled_min512;
+  for (AttentionLaunchOptions* o : {&min8, &min32, &min512, &no_pipeline}) o->decode_tiled = false;
+  tiled_min512.decode_min_partition = 512;
   min8.decode_min_partition = 8;
   min32.decode_min_partition = 32;
   min512.decode_min_partition = 512;
@@ -233,7 +237,8 @@ TEST(CudaDecode, LaunchOptionsKeepMatchingCpu) {
   EXPECT_EQ(DecodeWorkspaceBytes(num_seqs, heads, hd, max_ctx),
             DecodeWorkspaceBytes(num_seqs, heads, hd, max_ctx, AttentionLaunchOptions{}));
   for (const auto& [name, launch] :
-       {std::pair{"default", AttentionLaunchOptions{}}, std::pair{"min 8", min8}, std::pair{"min 32", min32},
+       {std::pair{"default", AttentionLaunchOptions{}}, std::pair{"tiled min 512", tiled_min512},
+        std::pair{"min 8", min8}, std::pair{"min 32", min32},
         std::pair{"min 512", min512}, std::pair{"no pipeline", no_pipeline}}) {
     DeviceBuffer<uint8_t> ws(std::max<size_t>(1, DecodeWorkspaceBytes(num_seqs, heads, hd, max_ctx, launch)));
     STATUS_ASSERT(
