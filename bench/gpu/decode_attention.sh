@@ -6,11 +6,12 @@
 #              whole decoder with the tiled kernel vs the CPU)
 #   2. kernel  cuda_bench --only decode_attn: both kernels on the Llama-3.1-8B attention shape, batch 1..256
 #   3. step    stoke bench step on the Llama-3.1-8B shape (random weights, stoke model synth): decode steps at
-#              batch 1 (context 512, 4096), 64 and 256 (context 1000), warp and tiled alternated, DA_REPS rounds
+#              batch 1 (context 512, 4096), 64 and 256 (context 1000), warp and tiled alternated, DA_REPS rounds,
+#              for each KV cache dtype of DA_KV
 #   4. $OUT/decode_attention_summary.json: per point the decode tok/s of both and tiled / warp
 # Usage: bench/gpu/decode_attention.sh [BIN_DIR] (default .bundle/bin). Knobs (env): DA_PARTS ("tests kernel
-# step"), DA_REPS (2), DA_ITERS (30), DA_POINTS ("1:512 1:4096 64:1000 256:1000", batch:context), LLM_SHAPE,
-# LLM_LAYERS.
+# step"), DA_REPS (2), DA_ITERS (30), DA_POINTS ("1:512 1:4096 64:1000 256:1000", batch:context), DA_KV
+# ("bf16"; e.g. "bf16 fp8": --kv-cache-dtype per run), DA_KERNELS ("warp tiled"), LLM_SHAPE, LLM_LAYERS.
 # CPU dry run of the plumbing (the flag is accepted, the cpu ignores it): DA_DEVICE=cpu DA_PARTS=step
 #   LLM_SHAPE=smollm2-135m LLM_LAYERS=2 DA_POINTS=2:64 DA_ITERS=2 DA_REPS=1 bench/gpu/decode_attention.sh \
 #   build/release/apps/stoke
@@ -67,14 +68,16 @@ if want step; then
   for r in $(seq 1 "$REPS"); do
     for pt in $POINTS; do
       b=${pt%%:*} ctx=${pt##*:}
-      for k in warp tiled; do
-        tag="b${b}_c${ctx}_${k}_r$r"
-        stamp "bench step $tag"
-        timeout 200 "$STOKE" bench step --model "$MODEL" --device "$DEVICE" --gemm-cache "$GEMM_CACHE" \
-          --prefill 0 --iters "$ITERS" --decode-batch "$b" --context "$ctx" --decode-attention "$k" \
-          --json "$OUT/da_step/$tag.json" > "$OUT/da_step/$tag.log" 2>&1 ||
-          { echo "bench step $tag failed: exit $?"; tail -5 "$OUT/da_step/$tag.log"; }
-        grep -E 'decode median' "$OUT/da_step/$tag.log" | head -1 | sed 's/^/  /'
+      for kv in ${DA_KV:-bf16}; do
+        for k in ${DA_KERNELS:-warp tiled}; do
+          tag="b${b}_c${ctx}_kv${kv}_${k}_r$r"
+          stamp "bench step $tag"
+          timeout 200 "$STOKE" bench step --model "$MODEL" --device "$DEVICE" --gemm-cache "$GEMM_CACHE" \
+            --prefill 0 --iters "$ITERS" --decode-batch "$b" --context "$ctx" --decode-attention "$k" \
+            --kv-cache-dtype "$kv" --json "$OUT/da_step/$tag.json" > "$OUT/da_step/$tag.log" 2>&1 ||
+            { echo "bench step $tag failed: exit $?"; tail -5 "$OUT/da_step/$tag.log"; }
+          grep -E 'decode median' "$OUT/da_step/$tag.log" | head -1 | sed 's/^/  /'
+        done
       done
     done
   done
@@ -83,17 +86,17 @@ import glob, json, os, re, statistics, sys
 out = sys.argv[1]
 rows = {}
 for f in sorted(glob.glob(os.path.join(out, "da_step", "*.json"))):
-    m = re.match(r"b(\d+)_c(\d+)_(warp|tiled)_r(\d+)\.json", os.path.basename(f))
+    m = re.match(r"b(\d+)_c(\d+)_kv(\w+?)_(warp|tiled)_r(\d+)\.json", os.path.basename(f))
     if not m:
         continue
     d = json.load(open(f))
     dec = d.get("decode") or {}
     tps = dec.get("tokens_per_s")
     ms = (dec.get("step_ms") or {}).get("median")
-    key = f"batch {m[1]}, context {m[2]}"
+    key = f"batch {m[1]}, context {m[2]}, kv {m[3]}"
     rows.setdefault(key, {"warp": [], "tiled": [], "warp_step_ms": [], "tiled_step_ms": []})
-    rows[key][m[3]].append(tps)
-    rows[key][m[3] + "_step_ms"].append(ms)
+    rows[key][m[4]].append(tps)
+    rows[key][m[4] + "_step_ms"].append(ms)
 for key, r in rows.items():
     w = [x for x in r["warp"] if x]
     t = [x for x in r["tiled"] if x]

@@ -267,17 +267,6 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int e = 0; e < E; ++e) out[qo + e] = FromFloat<T>(st[0].acc[e] * inv);
 }
 
-// The split merge (nothing to do for one split: the decode kernel wrote `out`).
-template <typename T>
-Status Reduce(const float* part_out, const float* part_ml, int splits, int num_seqs, int heads, int head_dim,
-              T* out, cudaStream_t stream) {
-  if (splits <= 1) return OkStatus();
-  DecodeReduceKernel<T><<<dim3(heads, num_seqs), head_dim, splits * sizeof(float), stream>>>(
-      part_out, part_ml, splits, heads, head_dim, out);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  return OkStatus();
-}
-
 template <typename T, int E>
 Status LaunchDecode(const T* q, const int32_t* bt, int max_blocks, const int32_t* ctx, int num_seqs,
                     int heads, int max_ctx, float scale, const DevicePagedKv<T>& kv, void* ws, T* out,

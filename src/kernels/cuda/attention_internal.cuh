@@ -8,6 +8,7 @@
 #include "base/status.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_check.h"
 
 namespace stoke::cuda {
 namespace {
@@ -55,6 +56,17 @@ __global__ void DecodeReduceKernel(const float* __restrict__ part_out, const flo
   out[(static_cast<int64_t>(seq) * heads + head) * head_dim + d] = FromFloat<T>(den > 0.f ? num / den : 0.f);
 }
 
+// The split merge (nothing to do for one split: the decode kernel wrote `out`).
+template <typename T>
+Status Reduce(const float* part_out, const float* part_ml, int splits, int num_seqs, int heads, int head_dim,
+              T* out, cudaStream_t stream) {
+  if (splits <= 1) return OkStatus();
+  DecodeReduceKernel<T><<<dim3(heads, num_seqs), head_dim, splits * sizeof(float), stream>>>(
+      part_out, part_ml, splits, heads, head_dim, out);
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return OkStatus();
+}
+
 inline Status CheckShape(const char* what, int heads, int kv_heads, int head_dim) {
   if (head_dim != 64 && head_dim != 128 && head_dim != 256) {
     return Status(StatusCode::kInvalidArgument, std::string(what) + ": head_dim " + std::to_string(head_dim) +
@@ -94,6 +106,11 @@ inline int NumSplits(int num_seqs, int heads, int max_context_len, const Attenti
 Status LaunchDecodeTiled(const __nv_bfloat16* q, const int32_t* block_tables, int max_blocks,
                          const int32_t* context_lens, int num_seqs, int heads, int splits, int partition,
                          float scale, const DevicePagedKv<__nv_bfloat16>& kv, float* part_out, float* part_ml,
+                         __nv_bfloat16* out, cudaStream_t stream);
+// The same over an 8-bit cache (int8 or fp8 codes widened to bf16 in shared memory, scales on S and P).
+Status LaunchDecodeTiled(const __nv_bfloat16* q, const int32_t* block_tables, int max_blocks,
+                         const int32_t* context_lens, int num_seqs, int heads, int splits, int partition,
+                         float scale, const DevicePagedKvQuant& kv, float* part_out, float* part_ml,
                          __nv_bfloat16* out, cudaStream_t stream);
 
 }  // namespace stoke::cuda

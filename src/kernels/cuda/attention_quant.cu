@@ -302,6 +302,11 @@ Status LaunchDecodeQuant(const __nv_bfloat16* q, const int32_t* bt, int max_bloc
   if (splits > 1 && ws == nullptr) {
     return Status(StatusCode::kInvalidArgument, "PagedDecodeAttention: long contexts need a workspace");
   }
+  if (launch.decode_tiled && PagedDecodeAttentionTiledSupports(heads, kv.num_kv_heads, kv.head_dim)) {
+    RETURN_IF_ERROR(LaunchDecodeTiled(q, bt, max_blocks, ctx, num_seqs, heads, splits, partition, scale, kv,
+                                      part_out, part_ml, out, stream));
+    return Reduce(part_out, part_ml, splits, num_seqs, heads, kv.head_dim, out, stream);
+  }
   const int group = heads / kv.num_kv_heads;
   const int G = group % 8 == 0 ? 8 : group % 4 == 0 ? 4 : group % 3 == 0 ? 3 : group % 2 == 0 ? 2 : 1;
   auto kernel = G == 8   ? DecodeQuantKernel<E, 8, kFp8>
@@ -313,12 +318,7 @@ Status LaunchDecodeQuant(const __nv_bfloat16* q, const int32_t* bt, int max_bloc
   kernel<<<grid, kWarps * 32, 0, stream>>>(q, bt, max_blocks, ctx, heads, partition, scale, kv, part_out,
                                            part_ml, out, launch.decode_pipeline);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  if (splits > 1) {
-    DecodeReduceKernel<__nv_bfloat16><<<dim3(heads, num_seqs), kv.head_dim, splits * sizeof(float), stream>>>(
-        part_out, part_ml, splits, heads, kv.head_dim, out);
-    CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  }
-  return OkStatus();
+  return Reduce(part_out, part_ml, splits, num_seqs, heads, kv.head_dim, out, stream);
 }
 
 template <bool kFp8>

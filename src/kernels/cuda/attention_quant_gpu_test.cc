@@ -87,7 +87,9 @@ struct DecodeCase {
 
 class CudaQuantDecode : public ::testing::TestWithParam<DecodeCase> {};
 
-// Contexts of 1, 17, 513, 1500 and 4100 positions (one split and many); GQA groups of 4 and 3.
+// Contexts of 1, 17, 513, 1500 and 4100 positions (one split and many); GQA groups of 4 and 3; the tensor-core
+// kernel (the default: codes widened to bf16 in shared memory, scales on S and P) and the warp kernel (K/V
+// dequantised in registers), with and without its load pipelining.
 TEST_P(CudaQuantDecode, MatchesCpuReferenceAndBf16Kernel) {
   SKIP_WITHOUT_GPU();
   const DecodeCase c = GetParam();
@@ -107,18 +109,26 @@ TEST_P(CudaQuantDecode, MatchesCpuReferenceAndBf16Kernel) {
                         scale, want_fp.data() + s * row, ThreadPool::Default());
   }
   DeviceBuffer<int32_t> dt(f.tables), dl(std::vector<int32_t>(lens.begin(), lens.end()));
-  DeviceBuffer<uint8_t> ws(std::max<size_t>(1, DecodeWorkspaceBytes(num_seqs, c.heads, c.head_dim, max_ctx)));
   DeviceBuffer<uint16_t> dq(ToBf16(q)), out(q.size()), out_bf16(q.size());
   DeviceQuant dk(f);
-  for (bool pipeline : {true, false}) {
+  std::vector<float> tiled_out;
+  for (int variant = 0; variant < 3; ++variant) {  // tiled, warp, warp without pipelining
     AttentionLaunchOptions launch;
-    launch.decode_pipeline = pipeline;
+    launch.decode_tiled = variant == 0;
+    launch.decode_pipeline = variant != 2;
+    DeviceBuffer<uint8_t> ws(
+        std::max<size_t>(1, DecodeWorkspaceBytes(num_seqs, c.heads, c.head_dim, max_ctx, launch)));
     STATUS_ASSERT(PagedDecodeAttention(dq.bf16(), dt.get(), f.max_blocks, dl.get(), num_seqs, c.heads,
                                        max_ctx, scale, dk.Kv(f), ws.get(), out.bf16(), nullptr, launch));
     const std::string what = "decode " + Name(c.dtype) + " hd=" + std::to_string(c.head_dim) +
-                             " heads=" + std::to_string(c.heads) + (pipeline ? "" : " no-pipeline");
-    EXPECT_CLOSE(FromBf16(out.Download()), want_quant, kTolBf16, (what + " vs cpu quant").c_str());
+                             " heads=" + std::to_string(c.heads) +
+                             (variant == 0 ? " tiled" : variant == 1 ? " warp" : " warp no-pipeline");
+    const auto got = FromBf16(out.Download());
+    EXPECT_CLOSE(got, want_quant, kTolBf16, (what + " vs cpu quant").c_str());
+    if (variant == 0) tiled_out = got;
+    if (variant == 1) EXPECT_NE(got, tiled_out) << "decode_tiled did not switch kernels";
   }
+  DeviceBuffer<uint8_t> ws(std::max<size_t>(1, DecodeWorkspaceBytes(num_seqs, c.heads, c.head_dim, max_ctx)));
   // Against the bf16 kernel over the unquantised cache: the quantisation error itself.
   DeviceBuffer<uint16_t> bk(ToBf16(f.k)), bv(ToBf16(f.v));
   STATUS_ASSERT(PagedDecodeAttention(

@@ -257,6 +257,40 @@ void DecodeAttentionBench(cudaStream_t s) {
           tiled ? "tiled" : "warp", c.seqs, c.ctx, heads, kvh, hd, ms, kv_bytes / (ms * 1e-3) / 1e9);
       cudaFree(ws);
     }
+    // The same over an fp8 cache (half the bytes; codes 0x3c with scale 1), from batch 32 up.
+    if (c.seqs >= 32) {
+      void *ks, *vs;
+      const size_t scales = static_cast<size_t>(num_blocks) * bs * kvh;
+      BENCH_CHECK(cudaMalloc(&ks, scales * 4));
+      BENCH_CHECK(cudaMalloc(&vs, scales * 4));
+      std::vector<float> ones(scales, 1.f);
+      cudaMemcpy(ks, ones.data(), scales * 4, cudaMemcpyHostToDevice);
+      cudaMemcpy(vs, ones.data(), scales * 4, cudaMemcpyHostToDevice);
+      const DevicePagedKvQuant kvq{static_cast<uint8_t*>(k), static_cast<uint8_t*>(v), static_cast<float*>(ks),
+                                   static_cast<float*>(vs), KvCacheDtype::kFp8, num_blocks, bs, kvh, hd};
+      for (const bool tiled : {false, true}) {
+        AttentionLaunchOptions launch;
+        launch.decode_tiled = tiled;
+        const size_t ws_bytes = DecodeWorkspaceBytes(c.seqs, heads, hd, c.ctx, launch);
+        void* ws;
+        BENCH_CHECK(cudaMalloc(&ws, ws_bytes > 0 ? ws_bytes : 1));
+        Status st;
+        const float ms = TimeMs(s, [&] {
+          st = PagedDecodeAttention(static_cast<__nv_bfloat16*>(q), static_cast<int32_t*>(bt), blocks_per_seq,
+                                    static_cast<int32_t*>(lens), c.seqs, heads, c.ctx, 0.088f, kvq, ws,
+                                    static_cast<__nv_bfloat16*>(out), s, launch);
+        });
+        if (!st.ok()) std::fprintf(stderr, "decode_attn fp8: %s\n", st.ToString().c_str());
+        const double kv_bytes = 2.0 * c.seqs * static_cast<double>(c.ctx) * kvh * (hd + 4);
+        std::printf(
+            "{\"bench\":\"decode_attn\",\"cache\":\"fp8\",\"kernel\":\"%s\",\"seqs\":%d,\"ctx\":%d,"
+            "\"ms\":%.4f,\"kv_gbps\":%.1f}\n",
+            tiled ? "tiled" : "warp", c.seqs, c.ctx, ms, kv_bytes / (ms * 1e-3) / 1e9);
+        cudaFree(ws);
+      }
+      cudaFree(ks);
+      cudaFree(vs);
+    }
     for (void* p : {k, v, q, out, bt, lens}) cudaFree(p);
   }
 }

@@ -26,6 +26,11 @@ __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, int src_
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddr(smem)), "l"(gmem),
                "r"(src_bytes));
 }
+// 4-byte async copy global -> shared (.ca: the only form below 16 bytes); src_bytes = 0 writes zeros.
+__device__ __forceinline__ void CpAsync4(void* smem, const void* gmem, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(SmemAddr(smem)), "l"(gmem),
+               "r"(src_bytes));
+}
 __device__ __forceinline__ void CpAsyncCommit() {
   asm volatile("cp.async.commit_group;\n" ::);
 }
