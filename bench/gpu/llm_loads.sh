@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Issue 16's load shapes on the GPU machine, from the repo root with the bundle (scripts/bundle.sh): one
+# `stoke serve --device cuda` of the Llama-3.1-8B shape (random weights, stoke model synth), then closed-loop
+# `stoke bench` runs of each load in LOADS, with the server's /metrics read before and after each one:
+#   short    128 in / 128 out at concurrency 256
+#   long     4,000 in / 500 out at concurrency 64
+#   shared   a 1,000-token system prompt shared by every request + 200 own tokens, 200 out, concurrency 256
+#            (prefix-cache hit rate = prefix_cache_hits / prefix_cache_queries over the run)
+# Each load: output tok/s, TTFT / TPOT p50 and p99 (stoke bench's bench.json), and from /metrics the deltas of
+# preemptions, prefix-cache hits and queries, prompt and generated tokens, and the KV-cache use at the end.
+# Output: $OUT/llm_loads_summary.json (+ $OUT/llm_loads/<load>/bench.json, the server log).
+# Knobs (env): LOADS ("short long shared"), LOADS_SERVE_ARGS (more serve flags), LOADS_WARMUP_S (10),
+# LOADS_DURATION_S (30), LLM_SHAPE, LLM_LAYERS; CPU dry run: LOADS_DEVICE=cpu LLM_SHAPE=smollm2-135m LLM_LAYERS=2
+# LOADS_SCALE=0.05 (lengths and concurrencies scaled down) bench/gpu/llm_loads.sh build/release/apps/stoke
+set -uo pipefail
+BIN_ARG=${1:+$(realpath "$1")}
+cd "$(dirname "$0")/../.." || exit 1
+OUT=${OUT:-/tmp/stoke_gpu_out}
+mkdir -p "$OUT/llm_loads"
+BUNDLE=${BUNDLE:-.bundle}
+if [[ -z "$BIN_ARG" && ! -d "$BUNDLE" && -f "$BUNDLE.tar.gz" ]]; then tar -xzf "$BUNDLE.tar.gz"; fi
+STOKE=${BIN_ARG:-$BUNDLE/bin/stoke}
+[[ -d /usr/local/cuda/lib64 ]] && export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+SHAPE=${LLM_SHAPE:-llama-3.1-8b}
+MODEL=${LLM_MODEL_DIR:-/tmp/stoke_synth_$SHAPE${LLM_LAYERS:+_l$LLM_LAYERS}}
+DEVICE=${LOADS_DEVICE:-cuda}
+SCALE=${LOADS_SCALE:-1}
+LAYERS_ARG=()
+[[ -n "${LLM_LAYERS:-}" ]] && LAYERS_ARG=(--layers "$LLM_LAYERS")
+T0=$(date +%s)
+stamp() { echo "=== [$(($(date +%s) - T0)) s] $*"; }
+sc() { python3 -c "import sys; print(max(1, round($1 * $SCALE)))"; }
+
+stamp "synth $SHAPE -> $MODEL"
+if [[ -f "$MODEL/config.json" ]] && grep -q "\"shape\": \"$SHAPE\"" "$MODEL/config.json"; then
+  echo "reusing $MODEL"
+else
+  timeout 300 "$STOKE" model synth --shape "$SHAPE" --seed 1 --out "$MODEL" "${LAYERS_ARG[@]}" \
+    > "$OUT/llm_loads/synth.log" 2>&1 || { echo "synth failed"; tail -5 "$OUT/llm_loads/synth.log"; exit 1; }
+fi
+
+LOG=$OUT/llm_loads/serve.log
+# shellcheck disable=SC2086  # LOADS_SERVE_ARGS is a list of flags
+"$STOKE" serve --model "$MODEL" --device "$DEVICE" --host 127.0.0.1 --port 0 --max-num-seqs "$(sc 256)" \
+  --max-num-batched-tokens 8192 --max-waiting 4096 ${LOADS_SERVE_ARGS:-} 2> "$LOG" &
+PID=$!
+trap 'kill -TERM $PID 2>/dev/null; wait $PID 2>/dev/null' EXIT
+PORT=""
+for _ in $(seq 1 600); do
+  PORT=$(grep -oE 'listening on http://[^:]+:[0-9]+' "$LOG" | head -1 | grep -oE '[0-9]+$' || true)
+  [[ -n "$PORT" ]] && break
+  kill -0 $PID 2>/dev/null || break
+  sleep 0.5
+done
+[[ -n "$PORT" ]] || { echo "stoke serve did not start:"; tail -20 "$LOG"; exit 1; }
+URL=http://127.0.0.1:$PORT
+# GET URL -> stdout (python: the GPU host may lack curl); exit status 1 on any error.
+get() { python3 -c "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())" "$1" 2>/dev/null; }
+for _ in $(seq 1 600); do
+  get "$URL/health/ready" >/dev/null && break
+  sleep 0.5
+done
+stamp "server ready at $URL"
+
+run_load() {  # run_load NAME CONCURRENCY IN OUT [SHARED_PREFIX]
+  local name=$1 conc=$2 in=$3 out=$4 shared=${5:-0}
+  stamp "load $name: concurrency $conc, $in in ($shared shared) / $out out"
+  get "$URL/metrics" > "$OUT/llm_loads/$name.metrics_before" || true
+  timeout 400 "$STOKE" bench --url "$URL" --api openai-completions --concurrency "$conc" --temperature 0 \
+    --input-len "$in" --output-len "$out" --shared-prefix "$shared" --warmup "${LOADS_WARMUP_S:-10}" \
+    --duration "${LOADS_DURATION_S:-30}" --window 5 --stability 0 --drain-timeout 5 --timeout 600 \
+    --label "$SHAPE synth, $name" --output-dir "$OUT/llm_loads/$name" >/dev/null ||
+    echo "stoke bench $name failed: exit $?"
+  get "$URL/metrics" > "$OUT/llm_loads/$name.metrics_after" || true
+}
+for load in ${LOADS:-short long shared}; do
+  case $load in
+    short) run_load short "$(sc 256)" "$(sc 128)" "$(sc 128)" ;;
+    long) run_load long "$(sc 64)" "$(sc 4000)" "$(sc 500)" ;;
+    shared) run_load shared "$(sc 256)" "$(sc 1200)" "$(sc 200)" "$(sc 1000)" ;;
+    *) echo "unknown load $load" ;;
+  esac
+done
+
+python3 - "$OUT" "${LOADS:-short long shared}" <<'EOF'
+import json, os, re, sys
+out, loads = sys.argv[1], sys.argv[2].split()
+def metrics(path):
+    vals = {}
+    try:
+        for line in open(path):
+            m = re.match(r'^(stoke:[a-z_]+)(?:\{[^}]*\})? ([0-9.eE+-]+)$', line.strip())
+            if m:
+                vals[m[1]] = vals.get(m[1], 0.0) + float(m[2])
+    except OSError:
+        pass
+    return vals
+summary = {}
+for name in loads:
+    d = os.path.join(out, "llm_loads")
+    row = {}
+    try:
+        p = json.load(open(os.path.join(d, name, "bench.json")))["points"][0]
+        row = {"output_tokens_per_s": p["throughput"]["output_tokens_per_s"],
+               "ttft_ms_p50": p["ttft_ms"]["p50"], "ttft_ms_p99": p["ttft_ms"]["p99"],
+               "tpot_ms_p50": p["tpot_ms"]["p50"], "tpot_ms_p99": p["tpot_ms"]["p99"], "valid": p.get("valid")}
+    except Exception as e:
+        row["error"] = f"bench.json: {e}"
+    a, b = metrics(os.path.join(d, name + ".metrics_after")), metrics(os.path.join(d, name + ".metrics_before"))
+    delta = lambda k: a.get(k, 0.0) - b.get(k, 0.0)
+    row["preemptions"] = delta("stoke:num_preemptions_total")
+    row["prompt_tokens"] = delta("stoke:prompt_tokens_total")
+    row["generation_tokens"] = delta("stoke:generation_tokens_total")
+    q, h = delta("stoke:prefix_cache_queries_total"), delta("stoke:prefix_cache_hits_total")
+    row["prefix_cache_hit_rate"] = h / q if q > 0 else None
+    row["kv_cache_usage_ratio_at_end"] = a.get("stoke:kv_cache_usage_ratio")
+    summary[name] = row
+json.dump(summary, open(os.path.join(out, "llm_loads_summary.json"), "w"), indent=1)
+print(json.dumps(summary, indent=1))
+EOF
+stamp "done"
