@@ -18,16 +18,9 @@
 set -uo pipefail
 BIN_ARG=${1:+$(realpath "$1")}
 cd "$(dirname "$0")/../.." || exit 1
-OUT=${OUT:-/tmp/stoke_gpu_out}
-mkdir -p "$OUT"
-BUNDLE=${BUNDLE:-.bundle}
-if [[ -z "$BIN_ARG" && ! -d "$BUNDLE" && -f "$BUNDLE.tar.gz" ]]; then tar -xzf "$BUNDLE.tar.gz"; fi
-BIN=${BIN_ARG:-$BUNDLE/bin}
-STOKE=${STOKE_BIN:-$BIN/stoke}
-[[ -x "$STOKE" ]] || STOKE=$BIN  # BIN_ARG may be the binary itself (CPU dry run)
-[[ -d /usr/local/cuda/lib64 ]] && export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-SHAPE=${LLM_SHAPE:-llama-3.1-8b}
-MODEL=${LLM_MODEL_DIR:-/tmp/stoke_synth_$SHAPE${LLM_LAYERS:+_l$LLM_LAYERS}}
+# shellcheck source=bench/gpu/common.sh
+source bench/gpu/common.sh
+bench_setup "$BIN_ARG"
 REPS=${DA_REPS:-2}
 ITERS=${DA_ITERS:-30}
 POINTS=${DA_POINTS:-"1:512 1:4096 64:1000 256:1000"}
@@ -35,10 +28,6 @@ DEVICE=${DA_DEVICE:-cuda}
 GEMM_CACHE=${GEMM_CACHE:-$OUT/gemm_cache.json}
 PARTS=" ${DA_PARTS:-tests kernel step} "
 want() { [[ $PARTS == *" $1 "* ]]; }
-LAYERS_ARG=()
-[[ -n "${LLM_LAYERS:-}" ]] && LAYERS_ARG=(--layers "$LLM_LAYERS")
-T0=$(date +%s)
-stamp() { echo "=== [$(($(date +%s) - T0)) s] $*"; }
 
 if want tests; then
   stamp "gpu tests: attention kernels"
@@ -57,13 +46,7 @@ if want kernel; then
 fi
 
 if want step; then
-  stamp "synth $SHAPE -> $MODEL"
-  if [[ -f "$MODEL/config.json" ]] && grep -q "\"shape\": \"$SHAPE\"" "$MODEL/config.json"; then
-    echo "reusing $MODEL"
-  else
-    timeout 300 "$STOKE" model synth --shape "$SHAPE" --seed 1 --out "$MODEL" "${LAYERS_ARG[@]}" \
-      > "$OUT/da_synth.log" 2>&1 || { echo "synth failed"; tail -5 "$OUT/da_synth.log"; exit 1; }
-  fi
+  synth_model "$OUT/da_synth.log" || exit 1
   mkdir -p "$OUT/da_step"
   for r in $(seq 1 "$REPS"); do
     for pt in $POINTS; do

@@ -15,29 +15,15 @@
 set -uo pipefail
 BIN_ARG=${1:+$(realpath "$1")}
 cd "$(dirname "$0")/../.." || exit 1
-OUT=${OUT:-/tmp/stoke_gpu_out}
+# shellcheck source=bench/gpu/common.sh
+source bench/gpu/common.sh
+bench_setup "$BIN_ARG"
 mkdir -p "$OUT/llm_loads"
-BUNDLE=${BUNDLE:-.bundle}
-if [[ -z "$BIN_ARG" && ! -d "$BUNDLE" && -f "$BUNDLE.tar.gz" ]]; then tar -xzf "$BUNDLE.tar.gz"; fi
-STOKE=${BIN_ARG:-$BUNDLE/bin/stoke}
-[[ -d /usr/local/cuda/lib64 ]] && export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-SHAPE=${LLM_SHAPE:-llama-3.1-8b}
-MODEL=${LLM_MODEL_DIR:-/tmp/stoke_synth_$SHAPE${LLM_LAYERS:+_l$LLM_LAYERS}}
 DEVICE=${LOADS_DEVICE:-cuda}
 SCALE=${LOADS_SCALE:-1}
-LAYERS_ARG=()
-[[ -n "${LLM_LAYERS:-}" ]] && LAYERS_ARG=(--layers "$LLM_LAYERS")
-T0=$(date +%s)
-stamp() { echo "=== [$(($(date +%s) - T0)) s] $*"; }
 sc() { python3 -c "import sys; print(max(1, round($1 * $SCALE)))"; }
 
-stamp "synth $SHAPE -> $MODEL"
-if [[ -f "$MODEL/config.json" ]] && grep -q "\"shape\": \"$SHAPE\"" "$MODEL/config.json"; then
-  echo "reusing $MODEL"
-else
-  timeout 300 "$STOKE" model synth --shape "$SHAPE" --seed 1 --out "$MODEL" "${LAYERS_ARG[@]}" \
-    > "$OUT/llm_loads/synth.log" 2>&1 || { echo "synth failed"; tail -5 "$OUT/llm_loads/synth.log"; exit 1; }
-fi
+synth_model "$OUT/llm_loads/synth.log" || exit 1
 
 LOG=$OUT/llm_loads/serve.log
 # shellcheck disable=SC2086  # LOADS_SERVE_ARGS is a list of flags

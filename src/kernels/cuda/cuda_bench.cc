@@ -235,39 +235,8 @@ void DecodeAttentionBench(cudaStream_t s) {
     BENCH_CHECK(cudaMalloc(&lens, c.seqs * 4));
     cudaMemcpy(bt, table.data(), table.size() * 4, cudaMemcpyHostToDevice);
     cudaMemcpy(lens, ctx.data(), c.seqs * 4, cudaMemcpyHostToDevice);
-    DevicePagedKv<__nv_bfloat16> kv{
-        static_cast<__nv_bfloat16*>(k), static_cast<__nv_bfloat16*>(v), num_blocks, bs, kvh, hd};
-    for (const bool tiled : {false, true}) {
-      AttentionLaunchOptions launch;
-      launch.decode_tiled = tiled;
-      const size_t ws_bytes = DecodeWorkspaceBytes(c.seqs, heads, hd, c.ctx, launch);
-      void* ws;
-      BENCH_CHECK(cudaMalloc(&ws, ws_bytes > 0 ? ws_bytes : 1));
-      Status st;
-      const float ms = TimeMs(s, [&] {
-        st = PagedDecodeAttention(static_cast<__nv_bfloat16*>(q), static_cast<int32_t*>(bt), blocks_per_seq,
-                                  static_cast<int32_t*>(lens), c.seqs, heads, c.ctx, 0.088f, kv, ws,
-                                  static_cast<__nv_bfloat16*>(out), s, launch);
-      });
-      if (!st.ok()) std::fprintf(stderr, "decode_attn: %s\n", st.ToString().c_str());
-      const double kv_bytes = 2.0 * c.seqs * static_cast<double>(c.ctx) * kvh * hd * 2;
-      std::printf(
-          "{\"bench\":\"decode_attn\",\"kernel\":\"%s\",\"seqs\":%d,\"ctx\":%d,\"heads\":%d,"
-          "\"kv_heads\":%d,\"head_dim\":%d,\"ms\":%.4f,\"kv_gbps\":%.1f}\n",
-          tiled ? "tiled" : "warp", c.seqs, c.ctx, heads, kvh, hd, ms, kv_bytes / (ms * 1e-3) / 1e9);
-      cudaFree(ws);
-    }
-    // The same over an fp8 cache (half the bytes; codes 0x3c with scale 1), from batch 32 up.
-    if (c.seqs >= 32) {
-      void *ks, *vs;
-      const size_t scales = static_cast<size_t>(num_blocks) * bs * kvh;
-      BENCH_CHECK(cudaMalloc(&ks, scales * 4));
-      BENCH_CHECK(cudaMalloc(&vs, scales * 4));
-      std::vector<float> ones(scales, 1.f);
-      cudaMemcpy(ks, ones.data(), scales * 4, cudaMemcpyHostToDevice);
-      cudaMemcpy(vs, ones.data(), scales * 4, cudaMemcpyHostToDevice);
-      const DevicePagedKvQuant kvq{static_cast<uint8_t*>(k), static_cast<uint8_t*>(v), static_cast<float*>(ks),
-                                   static_cast<float*>(vs), KvCacheDtype::kFp8, num_blocks, bs, kvh, hd};
+    // Both kernels over one cache (bf16, or 8-bit codes with a scale per row: bytes_per_row counts both).
+    auto run = [&](const char* cache, const auto& cache_kv, double bytes_per_row) {
       for (const bool tiled : {false, true}) {
         AttentionLaunchOptions launch;
         launch.decode_tiled = tiled;
@@ -277,17 +246,35 @@ void DecodeAttentionBench(cudaStream_t s) {
         Status st;
         const float ms = TimeMs(s, [&] {
           st = PagedDecodeAttention(static_cast<__nv_bfloat16*>(q), static_cast<int32_t*>(bt), blocks_per_seq,
-                                    static_cast<int32_t*>(lens), c.seqs, heads, c.ctx, 0.088f, kvq, ws,
+                                    static_cast<int32_t*>(lens), c.seqs, heads, c.ctx, 0.088f, cache_kv, ws,
                                     static_cast<__nv_bfloat16*>(out), s, launch);
         });
-        if (!st.ok()) std::fprintf(stderr, "decode_attn fp8: %s\n", st.ToString().c_str());
-        const double kv_bytes = 2.0 * c.seqs * static_cast<double>(c.ctx) * kvh * (hd + 4);
+        if (!st.ok()) std::fprintf(stderr, "decode_attn %s: %s\n", cache, st.ToString().c_str());
+        const double kv_bytes = 2.0 * c.seqs * static_cast<double>(c.ctx) * kvh * bytes_per_row;
         std::printf(
-            "{\"bench\":\"decode_attn\",\"cache\":\"fp8\",\"kernel\":\"%s\",\"seqs\":%d,\"ctx\":%d,"
-            "\"ms\":%.4f,\"kv_gbps\":%.1f}\n",
-            tiled ? "tiled" : "warp", c.seqs, c.ctx, ms, kv_bytes / (ms * 1e-3) / 1e9);
+            "{\"bench\":\"decode_attn\",\"cache\":\"%s\",\"kernel\":\"%s\",\"seqs\":%d,\"ctx\":%d,"
+            "\"heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,\"ms\":%.4f,\"kv_gbps\":%.1f}\n",
+            cache, tiled ? "tiled" : "warp", c.seqs, c.ctx, heads, kvh, hd, ms, kv_bytes / (ms * 1e-3) / 1e9);
         cudaFree(ws);
       }
+    };
+    run("bf16",
+        DevicePagedKv<__nv_bfloat16>{static_cast<__nv_bfloat16*>(k), static_cast<__nv_bfloat16*>(v), num_blocks,
+                                     bs, kvh, hd},
+        hd * 2.0);
+    // An fp8 cache (half the bytes; codes 0x3c with scale 1), from batch 32 up.
+    if (c.seqs >= 32) {
+      void *ks, *vs;
+      const size_t scales = static_cast<size_t>(num_blocks) * bs * kvh;
+      BENCH_CHECK(cudaMalloc(&ks, scales * 4));
+      BENCH_CHECK(cudaMalloc(&vs, scales * 4));
+      std::vector<float> ones(scales, 1.f);
+      cudaMemcpy(ks, ones.data(), scales * 4, cudaMemcpyHostToDevice);
+      cudaMemcpy(vs, ones.data(), scales * 4, cudaMemcpyHostToDevice);
+      run("fp8",
+          DevicePagedKvQuant{static_cast<uint8_t*>(k), static_cast<uint8_t*>(v), static_cast<float*>(ks),
+                             static_cast<float*>(vs), KvCacheDtype::kFp8, num_blocks, bs, kvh, hd},
+          hd + 4.0);
       cudaFree(ks);
       cudaFree(vs);
     }

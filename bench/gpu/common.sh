@@ -1,0 +1,38 @@
+# Sourced by GPU bench scripts (bench/gpu/decode_attention.sh, llm_loads.sh) from the repo root: the bundle,
+# the output folder, the CUDA library path, progress stamps and the synthetic Llama-shaped model.
+#   bench_setup [BIN_ARG]   sets OUT (made), BIN, STOKE, SHAPE, MODEL, LAYERS_ARG, T0. BIN_ARG: a folder of
+#                           binaries, or the stoke binary itself (a CPU dry run); empty: .bundle/bin (the
+#                           .bundle.tar.gz the device tool carried is unpacked first)
+#   stamp MESSAGE           "=== [seconds since bench_setup] MESSAGE"
+#   synth_model LOG         stoke model synth --shape $SHAPE --seed 1 into $MODEL unless it is there
+# Knobs (env): OUT, BUNDLE, STOKE_BIN, LLM_SHAPE (llama-3.1-8b), LLM_LAYERS, LLM_MODEL_DIR.
+bench_setup() {
+  local bin_arg=${1:-}
+  OUT=${OUT:-/tmp/stoke_gpu_out}
+  mkdir -p "$OUT"
+  BUNDLE=${BUNDLE:-.bundle}
+  if [[ -z "$bin_arg" && ! -d "$BUNDLE" && -f "$BUNDLE.tar.gz" ]]; then tar -xzf "$BUNDLE.tar.gz"; fi
+  BIN=${bin_arg:-$BUNDLE/bin}
+  STOKE=${STOKE_BIN:-$BIN/stoke}
+  [[ -x "$STOKE" ]] || STOKE=$BIN
+  if [[ -d /usr/local/cuda/lib64 ]]; then
+    export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  fi
+  SHAPE=${LLM_SHAPE:-llama-3.1-8b}
+  MODEL=${LLM_MODEL_DIR:-/tmp/stoke_synth_$SHAPE${LLM_LAYERS:+_l$LLM_LAYERS}}
+  LAYERS_ARG=()
+  [[ -n "${LLM_LAYERS:-}" ]] && LAYERS_ARG=(--layers "$LLM_LAYERS")
+  T0=$(date +%s)
+}
+
+stamp() { echo "=== [$(($(date +%s) - T0)) s] $*"; }
+
+synth_model() {
+  stamp "synth $SHAPE -> $MODEL"
+  if [[ -f "$MODEL/config.json" ]] && grep -q "\"shape\": \"$SHAPE\"" "$MODEL/config.json"; then
+    echo "reusing $MODEL"
+    return 0
+  fi
+  timeout 300 "$STOKE" model synth --shape "$SHAPE" --seed 1 --out "$MODEL" "${LAYERS_ARG[@]}" > "$1" 2>&1 ||
+    { echo "synth failed"; tail -5 "$1"; return 1; }
+}
