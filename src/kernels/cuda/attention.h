@@ -41,9 +41,10 @@ struct AttentionLaunchOptions {
   int decode_min_partition = 16;
   // Decode: prefetch the next position's K/V while the current one is reduced (WarpAttend). Off only for A/B.
   bool decode_pipeline = true;
-  // Decode (bf16 cache, head_dim 64/128, at most 16 query heads per kv head): true = the tensor-core kernel
-  // (decode_tiled.cu: a GQA group's query heads as the rows of an mma tile, each K/V row read once per group,
-  // splits of at least 64 positions); false = the warp kernel (one warp per position and group). On the H200
+  // Decode (bf16 or 8-bit cache, head_dim 64/128, at most 16 query heads per kv head): true = the tensor-core
+  // kernel (decode_tiled.cu: a GQA group's query heads as the rows of an mma tile, each K/V row read once per
+  // group, splits of at least 64 positions; 8-bit codes widened to bf16 in shared memory); false = the warp
+  // kernel (one warp per position and group). On the H200
   // (Llama-3.1-8B shape, context 1000) the tiled kernel is 2.0x the warp kernel's KV bandwidth at batch 64 and
   // 256 and the decode step 1.41x / 1.50x; batch 1 within 2 % (gpu_decode_attention_tiled_h200_2026-12-05.json).
   bool decode_tiled = true;
