@@ -13,6 +13,7 @@ import requests
     ("--decode-min-partition", "0", b"--decode-min-partition 0"),
     ("--prefill-attention", "tiled", b"--prefill-attention"),
     ("--decode-pipeline", "maybe", b"--decode-pipeline"),
+    ("--decode-attention", "fast", b"--decode-attention"),
     ("--encoder-attention", "fast", b"--encoder-attention"),
     ("--quantization", "int4", b"--quantization"),  # int8 parses (encoders); a decoder refuses it at load
 ])
@@ -54,11 +55,13 @@ def test_bench_step_records_the_knobs(stoke_bin, tmp_path):
     assert r.returncode == 0, r.stderr
     r = subprocess.run([str(stoke_bin), "bench", "step", "--model", str(model), "--device", "cpu", "--decode-batch", "1",
                         "--context", "8", "--prefill", "0", "--iters", "1", "--warmup", "0", "--threads", "2",
-                        "--gemv-max-rows", "0", "--decode-pipeline", "off", "--prefill-attention", "warp"],
+                        "--gemv-max-rows", "0", "--decode-pipeline", "off", "--prefill-attention", "warp",
+                        "--decode-attention", "warp"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     e = json.loads(r.stdout)["engine"]
-    assert (e["gemv_max_rows"], e["decode_pipeline"], e["prefill_attention"]) == (0, False, "warp")
+    assert (e["gemv_max_rows"], e["decode_pipeline"], e["prefill_attention"], e["decode_attention"]) == \
+        (0, False, "warp", "warp")
     # the others at their defaults
     assert (e["gemv_split"], e["pdl"], e["decode_min_partition"], e["ggml_numerics"]) == (0, False, 16, True)
 
