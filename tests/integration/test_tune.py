@@ -263,8 +263,9 @@ def decoder(tmp_path_factory):
                         "--seed", "5", "--out", str(model), "--quiet"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     # --serve-args reach every point and stoke.toml (prompts are unique: no prefix cache changes nothing here).
+    # --calibration-data is for encoders: a decoder's walk says it is unused and never tries int8 weights.
     r = subprocess.run([str(stoke_bin_path()), "tune", "--model", str(model), "--out", str(d / "walk"), *DECODER,
-                        "--serve-args", "--no-prefix-cache --max-waiting 512"],
+                        "--serve-args", "--no-prefix-cache --max-waiting 512", "--calibration-data", CALIBRATION],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     return {"dir": d, "model": model, "walk": json.loads((d / "walk" / "tune.json").read_text()),
@@ -318,6 +319,7 @@ def test_decoder_walk_records_every_step_with_the_doctors_verdict(decoder):
     assert walk["slo"]["tpot_p99_ms"] == 1000
     assert walk["confirmation"]["verdict"]
     assert len(re.findall(r"^tune #\d+", decoder["stderr"], flags=re.M)) == walk["measurement_count"]
+    assert "--calibration-data" in decoder["stderr"] and "is not used" in decoder["stderr"], decoder["stderr"]
 
 
 def test_decoder_toml_is_read_by_serve_config_unchanged(decoder, tmp_path):

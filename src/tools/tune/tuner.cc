@@ -174,6 +174,13 @@ class Tuner {
       if (encoder_ && o_.url.empty()) has_quantization_ = ReadServeDefaults(o_.stoke_exe).has_quantization;
     } else {
       r_.kind = ModelKind::kDecoder;  // no batcher config: the OpenAI path, continuous batching
+      if (!o_.calibration_data.empty()) {
+        fmt::print(stderr,
+                   "stoke tune: --calibration-data {} is not used: '{}' is a decoder, whose precision steps try "
+                   "fp8 weights and the 8-bit KV caches (int8 weights, which need calibration samples, are for "
+                   "encoders)\n",
+                   o_.calibration_data, name);
+      }
       if (o_.url.empty()) {           // the defaults of the stoke serve tune starts (not --url's server)
         const ServeDefaults d = ReadServeDefaults(o_.stoke_exe);
         r_.baseline_knobs.max_num_seqs = d.max_num_seqs;
