@@ -66,8 +66,8 @@ void AddEngineTuningFlags(CLI::App* cmd, EngineTuningFlags* flags) {
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   cmd->add_option("--decode-attention", flags->decode_attention,
-                  "cuda: decode attention kernel over a bf16 KV cache: warp (a warp per position, CUDA cores) "
-                  "or tiled (tensor cores, a GQA group's query heads as one tile's rows)")
+                  "cuda: decode attention kernel: tiled (tensor cores, a GQA group's query heads as one tile's "
+                  "rows; bf16 or 8-bit cache) or warp (a warp per position, CUDA cores)")
       ->check(CLI::IsMember({"warp", "tiled"}))
       ->capture_default_str();
   cmd->add_option(

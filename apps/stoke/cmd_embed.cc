@@ -49,9 +49,10 @@ struct EmbedOptions {
   int threads = 0;
   int bench_repeat = 0;
   std::string device = "auto";             // as serve: cuda when this build has CUDA and a GPU is visible
-  std::string encoder_attention = "auto";  // BertDeviceOptions::attention
-  std::string encoder_epilogues = "fused-tanh";   // BertDeviceOptions::epilogues
-  std::string encoder_cuda_graphs = "on";         // BertDeviceOptions::cuda_graphs
+  // BertDeviceOptions' knobs, its defaults.
+  std::string encoder_attention = BertDeviceOptions{}.attention;
+  std::string encoder_epilogues = BertDeviceOptions{}.epilogues;
+  std::string encoder_cuda_graphs = BertDeviceOptions{}.cuda_graphs ? "on" : "off";
   std::string quantization = "none";              // none | fp8 | int8: the Linear weights (docs/precision.md)
   precision::Int8CalibrationOptions calibration;  // int8: the activation scales' samples
   std::string ids_file;

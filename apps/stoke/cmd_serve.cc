@@ -73,9 +73,10 @@ struct ServeOptions {
   int gpu_telemetry_interval_ms = 1000;
   bool no_gpu_telemetry = false;
   DeviceFlags device;  // also the engine tuning flags (--gemv-max-rows, --decode-pipeline, ...: cli_util.h)
-  std::string encoder_attention = "auto";        // encoders on CUDA: BertDeviceOptions::attention
-  std::string encoder_epilogues = "fused-tanh";  // and BertDeviceOptions::epilogues
-  std::string encoder_cuda_graphs = "on";        // and BertDeviceOptions::cuda_graphs
+  // Encoders on CUDA: BertDeviceOptions' knobs, its defaults.
+  std::string encoder_attention = BertDeviceOptions{}.attention;
+  std::string encoder_epilogues = BertDeviceOptions{}.epilogues;
+  std::string encoder_cuda_graphs = BertDeviceOptions{}.cuda_graphs ? "on" : "off";
   std::string preprocess = "cpu";                // image models: cpu | gpu (resize + normalise on the GPU) | nvjpeg
   std::string conv_backend = "auto";             // image models on the GPU: auto | cudnn | im2col
   int instances = 0;                // classic models: instances (0 = the model file's instance_group, else 1)

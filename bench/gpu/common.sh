@@ -5,6 +5,9 @@
 #                           .bundle.tar.gz the device tool carried is unpacked first)
 #   stamp MESSAGE           "=== [seconds since bench_setup] MESSAGE"
 #   synth_model LOG         stoke model synth --shape $SHAPE --seed 1 into $MODEL unless it is there
+#   http_get URL            the body on stdout (python: GPU hosts may lack curl); status 1 on any error
+#   serve_url LOG PID       waits for the `stoke serve` (PID, stderr in LOG) to listen and be ready; prints its
+#                           http://127.0.0.1:PORT, or the log's tail and status 1 when it never does
 # Knobs (env): OUT, BUNDLE, STOKE_BIN, LLM_SHAPE (llama-3.1-8b), LLM_LAYERS, LLM_MODEL_DIR.
 bench_setup() {
   local bin_arg=${1:-}
@@ -35,4 +38,26 @@ synth_model() {
   fi
   timeout 300 "$STOKE" model synth --shape "$SHAPE" --seed 1 --out "$MODEL" "${LAYERS_ARG[@]}" > "$1" 2>&1 ||
     { echo "synth failed"; tail -5 "$1"; return 1; }
+}
+
+http_get() {
+  python3 -c "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())" \
+    "$1" 2>/dev/null
+}
+
+serve_url() {
+  local log=$1 pid=$2 port="" url
+  for _ in $(seq 1 600); do
+    port=$(grep -oE 'listening on http://[^:]+:[0-9]+' "$log" | head -1 | grep -oE '[0-9]+$' || true)
+    [[ -n "$port" ]] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.5
+  done
+  [[ -n "$port" ]] || { echo "stoke serve did not start:" >&2; tail -30 "$log" >&2; return 1; }
+  url=http://127.0.0.1:$port
+  for _ in $(seq 1 600); do
+    http_get "$url/health/ready" >/dev/null && break
+    sleep 0.5
+  done
+  echo "$url"
 }

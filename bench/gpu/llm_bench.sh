@@ -17,18 +17,11 @@
 # CPU dry run of the script itself: LLM_DEVICE=cpu LLM_LAYERS=2 SKIP_STEP_B64=1 and small lengths.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-/tmp/stoke_gpu_out}
-mkdir -p "$OUT"
-BUNDLE=${BUNDLE:-.bundle}
-if [[ ! -d "$BUNDLE" && -f "$BUNDLE.tar.gz" ]]; then tar -xzf "$BUNDLE.tar.gz"; fi
-STOKE=${STOKE_BIN:-$BUNDLE/bin/stoke}
-if [[ -d /usr/local/cuda/lib64 ]]; then
-  export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-fi
+# shellcheck source=bench/gpu/common.sh
+source bench/gpu/common.sh
+bench_setup
 GEMM_CACHE=${GEMM_CACHE:-$OUT/gemm_cache.json}  # stoke --gemm-cache: tuned cuBLASLt algorithms kept across runs
 export PYTHONUNBUFFERED=1
-SHAPE=${LLM_SHAPE:-llama-3.1-8b}
-MODEL=${LLM_MODEL_DIR:-/tmp/stoke_synth_$SHAPE}
 CONC=${LLM_CONCURRENCY:-"64 256"}
 IN=${LLM_INPUT:-1000}
 OUTLEN=${LLM_OUTPUT:-1000}
@@ -36,19 +29,9 @@ WARMUP=${LLM_WARMUP_S:-15}
 DURATION=${LLM_DURATION_S:-45}
 HF_BUDGET=${HF_BUDGET_S:-60}
 DEVICE=${LLM_DEVICE:-cuda}
-LAYERS_ARG=()
-[[ -n "${LLM_LAYERS:-}" ]] && LAYERS_ARG=(--layers "$LLM_LAYERS")
-T0=$(date +%s)
-stamp() { echo "=== [$(( $(date +%s) - T0 )) s] $*"; }
 
 main() {
-  stamp "synth $SHAPE -> $MODEL"
-  if [[ -f "$MODEL/config.json" ]] && grep -q "\"shape\": \"$SHAPE\"" "$MODEL/config.json"; then
-    echo "reusing $MODEL"
-  else
-    timeout 300 "$STOKE" model synth --shape "$SHAPE" --seed 1 --out "$MODEL" "${LAYERS_ARG[@]}" \
-      || { echo "synth failed"; return 1; }
-  fi
+  synth_model "$OUT/llm_synth.log" || return 1
 
   if [[ -z "${SKIP_STEP:-}" ]]; then
   stamp "bench step: decode batch 1 ctx 512, prefill 2048"
@@ -110,28 +93,8 @@ main() {
     "$STOKE" serve --model "$MODEL" --device "$DEVICE" --gemm-cache "$GEMM_CACHE" --host 127.0.0.1 --port 0 --max-num-seqs "$max_conc" \
       --max-num-batched-tokens 8192 --max-waiting 4096 --sampling "${SERVE_SAMPLING:-device}" ${LLM_SERVE_ARGS:-} 2> "$log" &
     local pid=$!
-    local port="" url=""
-    for _ in $(seq 1 600); do
-      port=$(grep -oE 'listening on http://[^:]+:[0-9]+' "$log" | head -1 | grep -oE '[0-9]+$' || true)
-      [[ -n "$port" ]] && break
-      kill -0 $pid 2>/dev/null || break
-      sleep 0.5
-    done
-    if [[ -z "$port" ]]; then
-      echo "stoke serve did not start:"; tail -30 "$log"
-    else
-      url="http://127.0.0.1:$port"
-      python3 - "$url" <<'PY'
-import sys, time, urllib.request
-for _ in range(600):
-    try:
-        with urllib.request.urlopen(sys.argv[1] + "/health/ready", timeout=5) as r:
-            if r.status == 200:
-                break
-    except OSError:
-        pass
-    time.sleep(0.5)
-PY
+    local url=""
+    if url=$(serve_url "$log" $pid); then
       stamp "server ready at $url"
       for c in $CONC; do
         stamp "stoke bench: concurrency $c, $IN in / $OUTLEN out"

@@ -31,33 +31,19 @@ LOG=$OUT/llm_loads/serve.log
   --max-num-batched-tokens 8192 --max-waiting 4096 ${LOADS_SERVE_ARGS:-} 2> "$LOG" &
 PID=$!
 trap 'kill -TERM $PID 2>/dev/null; wait $PID 2>/dev/null' EXIT
-PORT=""
-for _ in $(seq 1 600); do
-  PORT=$(grep -oE 'listening on http://[^:]+:[0-9]+' "$LOG" | head -1 | grep -oE '[0-9]+$' || true)
-  [[ -n "$PORT" ]] && break
-  kill -0 $PID 2>/dev/null || break
-  sleep 0.5
-done
-[[ -n "$PORT" ]] || { echo "stoke serve did not start:"; tail -20 "$LOG"; exit 1; }
-URL=http://127.0.0.1:$PORT
-# GET URL -> stdout (python: the GPU host may lack curl); exit status 1 on any error.
-get() { python3 -c "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())" "$1" 2>/dev/null; }
-for _ in $(seq 1 600); do
-  get "$URL/health/ready" >/dev/null && break
-  sleep 0.5
-done
+URL=$(serve_url "$LOG" $PID) || exit 1
 stamp "server ready at $URL"
 
 run_load() {  # run_load NAME CONCURRENCY IN OUT [SHARED_PREFIX]
   local name=$1 conc=$2 in=$3 out=$4 shared=${5:-0}
   stamp "load $name: concurrency $conc, $in in ($shared shared) / $out out"
-  get "$URL/metrics" > "$OUT/llm_loads/$name.metrics_before" || true
+  http_get "$URL/metrics" > "$OUT/llm_loads/$name.metrics_before" || true
   timeout 400 "$STOKE" bench --url "$URL" --api openai-completions --concurrency "$conc" --temperature 0 \
     --input-len "$in" --output-len "$out" --shared-prefix "$shared" --warmup "${LOADS_WARMUP_S:-10}" \
     --duration "${LOADS_DURATION_S:-30}" --window 5 --stability 0 --drain-timeout 5 --timeout 600 \
     --label "$SHAPE synth, $name" --output-dir "$OUT/llm_loads/$name" >/dev/null ||
     echo "stoke bench $name failed: exit $?"
-  get "$URL/metrics" > "$OUT/llm_loads/$name.metrics_after" || true
+  http_get "$URL/metrics" > "$OUT/llm_loads/$name.metrics_after" || true
 }
 for load in ${LOADS:-short long shared}; do
   case $load in

@@ -90,9 +90,9 @@ struct BatchedSpec {
   std::string source;
   int threads = 0;
   std::string device = "auto";  // encoder: auto = cuda when the build has CUDA and a GPU is visible
-  std::string encoder_attention = "auto";
-  std::string encoder_epilogues = "fused-tanh";
-  bool encoder_cuda_graphs = true;
+  std::string encoder_attention = BertDeviceOptions{}.attention;
+  std::string encoder_epilogues = BertDeviceOptions{}.epilogues;
+  bool encoder_cuda_graphs = BertDeviceOptions{}.cuda_graphs;
   std::string image_preprocess = "cpu";
   std::string image_conv_backend = "auto";
   // Encoders: the Linear weights' precision (--quantization, stoke.toml quantization), checked by the

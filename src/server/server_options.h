@@ -11,6 +11,7 @@
 
 #include "api/kv_cache_dtype.h"
 #include "api/weight_quantization.h"
+#include "engine/model/bert_backend.h"
 #include "engine/model/bert_int8.h"
 #include "engine/model/factory.h"
 #include "telemetry/metrics.h"
@@ -84,9 +85,9 @@ struct ServerOptions {
 
   // Batched models (encoders, image classifiers, synthetic).
   std::string batched_device;  // "" = the model file's "device" (else auto); set when --device was given
-  std::string encoder_attention = "auto";
-  std::string encoder_epilogues = "fused-tanh";  // BertDeviceOptions::epilogues
-  bool encoder_cuda_graphs = true;               // BertDeviceOptions::cuda_graphs
+  std::string encoder_attention = BertDeviceOptions{}.attention;  // BertDeviceOptions' knobs, its defaults
+  std::string encoder_epilogues = BertDeviceOptions{}.epilogues;
+  bool encoder_cuda_graphs = BertDeviceOptions{}.cuda_graphs;
   std::string image_preprocess = "cpu";  // image classifiers: where decoding and resizing run (gpu: not yet)
   std::string image_conv_backend = "auto";  // image classifiers on a GPU: --conv-backend auto, cudnn, im2col
   int instances = 0;

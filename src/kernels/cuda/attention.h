@@ -44,9 +44,9 @@ struct AttentionLaunchOptions {
   // Decode (bf16 or 8-bit cache, head_dim 64/128, at most 16 query heads per kv head): true = the tensor-core
   // kernel (decode_tiled.cu: a GQA group's query heads as the rows of an mma tile, each K/V row read once per
   // group, splits of at least 64 positions; 8-bit codes widened to bf16 in shared memory); false = the warp
-  // kernel (one warp per position and group). On the H200
-  // (Llama-3.1-8B shape, context 1000) the tiled kernel is 2.0x the warp kernel's KV bandwidth at batch 64 and
-  // 256 and the decode step 1.41x / 1.50x; batch 1 within 2 % (gpu_decode_attention_tiled_h200_2026-12-05.json).
+  // kernel (one warp per position and group). On the H200 (Llama-3.1-8B shape, context 1000) the tiled kernel
+  // is 2.0x the warp kernel's KV bandwidth at batch 64 and 256 and the decode step 1.41x / 1.50x; batch 1
+  // within 2 % (gpu_decode_attention_tiled_h200_2026-12-05.json).
   bool decode_tiled = true;
   // Prefill (bf16): false = the tiled tensor-core kernel where it applies (head_dim 64/128, aligned); true =
   // always the warp kernel (slow, exact; a way around a tiled-kernel problem).
@@ -94,8 +94,8 @@ Status PagedDecodeAttention(const __nv_bfloat16* q, const int32_t* block_tables,
                             __nv_bfloat16* out, cudaStream_t stream,
                             const AttentionLaunchOptions& launch = {});
 
-// Whether PagedDecodeAttention's tensor-core kernel (AttentionLaunchOptions::decode_tiled) takes this shape
-// (bf16 cache only; other shapes run the warp kernel whatever the option says).
+// Whether PagedDecodeAttention's tensor-core kernel (AttentionLaunchOptions::decode_tiled) takes this shape,
+// over a bf16 or an 8-bit cache (other shapes run the warp kernel whatever the option says).
 bool PagedDecodeAttentionTiledSupports(int heads, int num_kv_heads, int head_dim);
 
 // Prefill (chunked, variable length, causal): sequence s contributes tokens cu_seqlens[s] ..
