@@ -329,8 +329,8 @@ TEST(CudaBertTest, Int8TracksTheCpuInt8ReferenceAndABrokenCalibrationDoesNot) {
   EXPECT_EQ(CreateCudaBert(cpu, o).status().code(), StatusCode::kInvalidArgument);
 }
 
-// --encoder-cuda-graphs on (the default): a shape's first two passes run eagerly (the second is then captured), the third
-// on replays the graph. Replays must give the eager pass's bytes, for bf16 with fused epilogues, separate
+// --encoder-cuda-graphs on (the default): a shape's first two passes run eagerly (the second is then
+// captured), the third on replays the graph. Replays must give the eager pass's bytes, for bf16 with fused epilogues, separate
 // epilogues and fp8; other shapes between them must not disturb a graph (each shape has its own), and a
 // larger batch that regrows the scratch arena drops the graphs (they point into the old one) and recaptures.
 TEST(CudaBertTest, CudaGraphsReplayTheEagerPassBitForBit) {

@@ -1,8 +1,8 @@
 // Tensor-core prefill attention (FlashAttention-2 style) over the paged KV cache, bf16 in and out, fp32
 // softmax statistics and accumulation. See PrefillAttentionTiled in attention.h for the contract.
 //
-// One CTA of W warps (4 or 8) per (query tile of kRows = 16 W rows, head, sequence); warp w owns query rows
-// [16w, 16w + 16). Grid = (heads, tile slots): slot y maps to (sequence, tile) by a walk over cu_seqlens, the
+// One CTA of W warps (4 or 8) per (query tile of kRows = 16 W MT rows, head, sequence); warp w owns query rows
+// [16 MT w, 16 MT (w + 1)): MT = 1, or 2 in the encoder's tensor32 form (two m-tiles per K/V fragment). Grid = (heads, tile slots): slot y maps to (sequence, tile) by a walk over cu_seqlens, the
 // last (heaviest, causal) tile of a sequence first; slots past the last tile exit. Key tiles of kKeys = 64
 // positions are gathered from their cache blocks with cp.async (zero-filled past the end) into a
 // double-buffered shared-memory K/V tile: tile j + 1 is in flight while tile j is used.
