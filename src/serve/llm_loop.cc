@@ -49,6 +49,23 @@ struct LlmLoop::Active {
 
 namespace {
 
+// The counted and modelled work of one step (StepRecord's kv_positions ... attention_flops).
+void CountStepWork(const StepInput& input, const DecoderStepCosts& costs, StepRecord* rec) {
+  int64_t tokens = 0;
+  for (const StepSequence& q : input.sequences) {
+    const int64_t n = q.num_tokens, s = q.start_pos;
+    tokens += n;
+    rec->kv_positions += s + n;
+    rec->attention_pairs += n * s + n * (n + 1) / 2;  // token i of the chunk attends to s + i + 1 keys
+    rec->logit_rows += q.logits == StepSequence::Logits::kAll ? n : (q.logits == StepSequence::Logits::kNone ? 0 : 1);
+  }
+  if (!costs.known()) return;
+  rec->weight_bytes = costs.ReadWeightBytes(rec->logit_rows);
+  rec->kv_bytes = static_cast<double>(rec->kv_positions) * static_cast<double>(costs.kv_bytes_per_token);
+  rec->matmul_flops = costs.MatmulFlops(tokens, rec->logit_rows);
+  rec->attention_flops = static_cast<double>(rec->attention_pairs) * costs.attention_flops_per_pair;
+}
+
 bool Contains(const std::vector<int32_t>& v, int32_t x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
@@ -387,6 +404,8 @@ void LlmLoop::RunStep() {
     rec.device_ns = out.device_ns;
     rec.device_end = t2;
   }
+  rec.model_ns = t2 - t1;
+  CountStepWork(input, options_.step_costs, &rec);
   PublishStats(&rec);
   if (options_.on_step) options_.on_step(rec);
   const Nanos t4 = Now();

@@ -29,6 +29,7 @@
 #include "base/status.h"
 #include "engine/kv/block_allocator.h"
 #include "engine/model/decoder.h"
+#include "engine/model/step_costs.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "serve/llm_engine.h"
 #include "serve/scheduler/scheduler.h"
@@ -54,6 +55,9 @@ struct LlmLoopOptions {
   bool device_sampling = true;
   // Requests waiting (not yet running) beyond which Submit fails with ResourceExhausted (HTTP 503).
   int max_waiting = 1024;
+  // What a step costs in bytes and FLOPs (ComputeDecoderStepCosts): the modelled part of each StepRecord.
+  // Unknown (the default): those fields stay 0; the counted ones (KV positions, pairs, rows) are always set.
+  DecoderStepCosts step_costs;
   // Time source for timings and step records; nullptr = the real monotonic clock.
   Clock* clock = nullptr;
   // Called on the engine thread after each step that ran, and when a request finishes (any reason).

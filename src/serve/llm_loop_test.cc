@@ -652,6 +652,74 @@ TEST(LlmLoopTest, TimingsAndStepRecords) {
   EXPECT_EQ(loop->stats().generation_tokens, 5);
 }
 
+// Each step record counts what the step read and computed (KV positions, query-key pairs, logits rows), turns
+// it into bytes and FLOPs with the model's costs, and splits its time into the model's part and the host's.
+TEST(LlmLoopTest, StepRecordsCountTheWorkAndSplitTheTime) {
+  std::mutex mu;
+  std::vector<StepRecord> steps;
+  LlmLoopOptions lo = SmallLoop(64, /*budget=*/8);
+  lo.step_costs.matmul_params = 100;
+  lo.step_costs.lm_head_params = 10;
+  lo.step_costs.weight_bytes = 1000;
+  lo.step_costs.lm_head_bytes = 100;
+  lo.step_costs.kv_bytes_per_token = 8;
+  lo.step_costs.attention_flops_per_pair = 4;
+  lo.on_step = [&](const StepRecord& r) {
+    std::lock_guard<std::mutex> lk(mu);
+    steps.push_back(r);
+  };
+  auto loop = MakeLoop(lo);
+  Collector c;
+  ASSERT_TRUE(loop->Submit(Req("t", {Prompt(20, 1), Greedy(5)}, c)).ok());
+  ASSERT_TRUE(c.Wait());
+  ASSERT_TRUE(loop->WaitIdle());
+  std::lock_guard<std::mutex> lk(mu);
+  // 20 prompt tokens at 8 per step: chunks [0, 8), [8, 16), [16, 20) (the last one samples), then 4 decodes
+  // at positions 20..23. Token i of a chunk starting at s attends to s + i + 1 keys.
+  ASSERT_EQ(steps.size(), 7u);
+  const int64_t kv[] = {8, 16, 20, 21, 22, 23, 24};
+  const int64_t pairs[] = {36, 8 * 8 + 36, 4 * 16 + 10, 21, 22, 23, 24};
+  const int64_t rows[] = {0, 0, 1, 1, 1, 1, 1};
+  const int64_t tokens[] = {8, 8, 4, 1, 1, 1, 1};
+  for (size_t i = 0; i < steps.size(); ++i) {
+    SCOPED_TRACE(i);
+    const StepRecord& r = steps[i];
+    EXPECT_EQ(r.kv_positions, kv[i]);
+    EXPECT_EQ(r.attention_pairs, pairs[i]);
+    EXPECT_EQ(r.logit_rows, rows[i]);
+    EXPECT_DOUBLE_EQ(r.weight_bytes, rows[i] > 0 ? 1000 : 900);  // no logits row: the lm_head is not read
+    EXPECT_DOUBLE_EQ(r.kv_bytes, 8.0 * kv[i]);
+    EXPECT_DOUBLE_EQ(r.matmul_flops, 2.0 * 100 * tokens[i] + 2.0 * 10 * rows[i]);
+    EXPECT_DOUBLE_EQ(r.attention_flops, 4.0 * pairs[i]);
+    EXPECT_GE(r.model_ns, 0);
+    EXPECT_LE(r.model_ns, r.duration);
+  }
+}
+
+// Without a cost model the counts are still taken and the modelled bytes and FLOPs stay 0.
+TEST(LlmLoopTest, StepRecordsWithoutCostsCountOnly) {
+  std::mutex mu;
+  std::vector<StepRecord> steps;
+  LlmLoopOptions lo = SmallLoop(64, /*budget=*/32);
+  lo.on_step = [&](const StepRecord& r) {
+    std::lock_guard<std::mutex> lk(mu);
+    steps.push_back(r);
+  };
+  auto loop = MakeLoop(lo);
+  Collector c;
+  ASSERT_TRUE(loop->Submit(Req("t", {Prompt(6, 2), Greedy(2)}, c)).ok());
+  ASSERT_TRUE(c.Wait());
+  ASSERT_TRUE(loop->WaitIdle());
+  std::lock_guard<std::mutex> lk(mu);
+  ASSERT_EQ(steps.size(), 2u);
+  EXPECT_EQ(steps[0].kv_positions, 6);
+  EXPECT_EQ(steps[1].kv_positions, 7);
+  EXPECT_EQ(steps[0].attention_pairs, 21);
+  EXPECT_EQ(steps[1].logit_rows, 1);
+  EXPECT_EQ(steps[1].weight_bytes, 0);
+  EXPECT_EQ(steps[1].matmul_flops, 0);
+}
+
 // A clock that moves 1 us every time it is read, from any thread: every interval the loop measures is
 // non-zero and the run is free of wall-clock noise.
 class TickClock final : public Clock {

@@ -329,6 +329,12 @@ StatusOr<LoadedModel> LoadDecoderModel(const DecoderSpec& d, const ServerOptions
   lo.enable_prefix_caching = o.prefix_cache;
   lo.device_sampling = o.device_sampling;
   lo.max_waiting = o.max_waiting;
+  if (auto costs = ComputeDecoderStepCosts(*model, path); costs.ok()) {
+    lo.step_costs = *costs;
+  } else {
+    LOG_WARN("serve: model '{}': no step cost model ({}); stoke:step_read_bytes_total and step_flops_total stay 0",
+             d.name, costs.status().message());
+  }
   // The timeline first, then the metrics (as a request's ledger goes to both): once /metrics counts a step, a
   // trace that was on holds it (test_trace.py waits on the metrics before it stops a trace).
   lo.on_step = [metrics, name = d.name](const StepRecord& step) {

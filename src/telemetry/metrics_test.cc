@@ -130,7 +130,8 @@ TEST(ServerMetricsTest, EveryDocumentedNameIsExposed) {
                            "stoke:prompt_tokens_total",         "stoke:generation_tokens_total",
                            "stoke:request_success_total",       "stoke:step_prefill_tokens",
                            "stoke:step_decode_tokens",          "stoke:step_admission_stop_total",
-                           "stoke:request_stage_seconds"}) {
+                           "stoke:request_stage_seconds",       "stoke:step_seconds_total",
+                           "stoke:step_read_bytes_total",       "stoke:step_flops_total"}) {
     EXPECT_THAT(text, HasSubstr(std::string("# TYPE ") + name + " ")) << name;
   }
   for (const char* stage : {"recv", "queue", "preprocess", "compute", "postprocess", "send"}) {
@@ -196,6 +197,13 @@ TEST(ServerMetricsTest, RecordsRequestsStepsAndSnapshots) {
   step.kv_blocks_used = 25;
   step.kv_blocks_free = 75;
   step.admission_stop = "no_blocks";
+  step.duration = 3'000'000;  // 3 ms, 2 of them in the model
+  step.model_ns = 2'000'000;
+  step.weight_bytes = 1e9;
+  step.kv_bytes = 2.5e6;
+  step.matmul_flops = 4e12;
+  step.attention_flops = 5e9;
+  m.RecordStep(step);
   m.RecordStep(step);
 
   int64_t hits = 0;
@@ -216,7 +224,14 @@ TEST(ServerMetricsTest, RecordsRequestsStepsAndSnapshots) {
   EXPECT_THAT(text, HasSubstr("stoke:prompt_tokens_total{model_name=\"m\"} 24"));
   EXPECT_THAT(text, HasSubstr("stoke:generation_tokens_total{model_name=\"m\"} 10"));
   EXPECT_THAT(text, HasSubstr("stoke:inter_token_latency_seconds_count{model_name=\"m\"} 8"));
-  EXPECT_THAT(text, HasSubstr("stoke:step_admission_stop_total{model_name=\"m\",reason=\"no_blocks\"} 1"));
+  EXPECT_THAT(text, HasSubstr("stoke:step_admission_stop_total{model_name=\"m\",reason=\"no_blocks\"} 2"));
+  // The per-step split, summed over both steps.
+  EXPECT_THAT(text, HasSubstr("stoke:step_seconds_total{model_name=\"m\",part=\"model\"} 0.004"));
+  EXPECT_THAT(text, HasSubstr("stoke:step_seconds_total{model_name=\"m\",part=\"host\"} 0.002"));
+  EXPECT_THAT(text, HasSubstr("stoke:step_read_bytes_total{kind=\"weights\",model_name=\"m\"} 2000000000"));
+  EXPECT_THAT(text, HasSubstr("stoke:step_read_bytes_total{kind=\"kv\",model_name=\"m\"} 5000000"));
+  EXPECT_THAT(text, HasSubstr("stoke:step_flops_total{kind=\"matmul\",model_name=\"m\"} 8000000000000"));
+  EXPECT_THAT(text, HasSubstr("stoke:step_flops_total{kind=\"attention\",model_name=\"m\"} 10000000000"));
   EXPECT_THAT(text, HasSubstr("stoke:request_stage_seconds_count{model_name=\"m\",stage=\"send\"} 1"));
   // The snapshot (pulled at scrape time) wins over the last step's gauges.
   EXPECT_THAT(text, HasSubstr("stoke:num_requests_running{model_name=\"m\"} 1"));

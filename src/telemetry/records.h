@@ -28,6 +28,18 @@ struct StepRecord {
   // device_end).
   Nanos device_ns = 0;
   Nanos device_end = 0;
+  // Where `duration` went: inside DecoderModel::Step (on a GPU its host work, the launches and the wait for
+  // the sampled ids or logits), the rest on the host (planning, inputs, host sampling, detokenising, stops).
+  Nanos model_ns = 0;
+  // What the step read and computed. Counted: KV positions attention read (each sequence's context once, as
+  // the paged kernels read it once per group of query heads), (query, key) pairs, rows through the lm_head.
+  int64_t kv_positions = 0;
+  int64_t attention_pairs = 0;
+  int64_t logit_rows = 0;
+  // Modelled from the model's shape and storage (engine/model/step_costs.h; 0 when not known): weight and KV
+  // bytes read, matmul and attention FLOPs. `stoke doctor` divides them by the device's rates.
+  double weight_bytes = 0, kv_bytes = 0;
+  double matmul_flops = 0, attention_flops = 0;
 };
 
 // Cumulative engine counters and current gauges, sampled when /metrics is scraped (any thread).

@@ -137,6 +137,29 @@ Status ServerMetrics::Init(const std::string& model_name, int max_model_len) {
   RETURN_IF_ERROR(counter("stoke:generation_tokens_total", "Tokens generated for finished requests.",
                           &generation_tokens_total_));
 
+  auto labelled = [&](const char* name, const char* help, const char* key, const char* v1, Counter* c1,
+                      const char* v2, Counter* c2) -> Status {
+    ASSIGN_OR_RETURN(auto f, r.AddCounter(name, help));
+    MetricLabels l = labels_;
+    l[key] = v1;
+    ASSIGN_OR_RETURN(*c1, f.TryWithLabels(l));
+    l[key] = v2;
+    ASSIGN_OR_RETURN(*c2, f.TryWithLabels(l));
+    return OkStatus();
+  };
+  RETURN_IF_ERROR(labelled("stoke:step_seconds_total",
+                           "Engine step time by part: model (inside the model's step: on a GPU its launches "
+                           "and the wait for the results) and host (planning, inputs, sampling, detokenising).",
+                           "part", "model", &step_model_s_, "host", &step_host_s_));
+  RETURN_IF_ERROR(labelled("stoke:step_read_bytes_total",
+                           "Bytes the engine steps read, modelled from the model's shape and storage: weights "
+                           "(once per step) and KV (each sequence's context once per step).",
+                           "kind", "weights", &step_weight_bytes_, "kv", &step_kv_bytes_));
+  RETURN_IF_ERROR(labelled("stoke:step_flops_total",
+                           "FLOPs of the engine steps, modelled: matmul (2 x parameters per token, the lm_head "
+                           "per logits row) and attention (4 x layers x heads x head_dim per query-key pair).",
+                           "kind", "matmul", &step_matmul_flops_, "attention", &step_attention_flops_));
+
   ASSIGN_OR_RETURN(success_,
                    r.AddCounter("stoke:request_success_total",
                                 "Finished requests by finished_reason (stop, length, abort, error)."));
@@ -172,6 +195,12 @@ void ServerMetrics::RecordStep(const StepRecord& step) {
   if (step.prefill_tokens > 0) step_prefill_.Observe(step.prefill_tokens);
   if (step.decode_tokens > 0) step_decode_.Observe(step.decode_tokens);
   if (step.duration > 0) step_duration_.Observe(step.duration * 1e-9);
+  step_model_s_.Inc(step.model_ns * 1e-9);
+  step_host_s_.Inc(std::max<Nanos>(0, step.duration - step.model_ns) * 1e-9);
+  step_weight_bytes_.Inc(step.weight_bytes);
+  step_kv_bytes_.Inc(step.kv_bytes);
+  step_matmul_flops_.Inc(step.matmul_flops);
+  step_attention_flops_.Inc(step.attention_flops);
   running_.Set(step.num_running);
   waiting_.Set(step.num_waiting);
   kv_used_.Set(step.kv_blocks_used);

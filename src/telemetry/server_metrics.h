@@ -78,6 +78,10 @@ class ServerMetrics {
   Gauge running_, waiting_, kv_usage_, kv_free_, kv_used_;
   Counter prefix_hits_, prefix_queries_, prefix_evictions_, preemptions_;
   Counter prompt_tokens_total_, generation_tokens_total_;
+  // The per-step split: step_seconds_total{part=model|host}, step_read_bytes_total{kind=weights|kv},
+  // step_flops_total{kind=matmul|attention}.
+  Counter step_model_s_, step_host_s_, step_weight_bytes_, step_kv_bytes_, step_matmul_flops_,
+      step_attention_flops_;
   CounterFamily success_;                        // {finished_reason}
   CounterFamily admission_stop_;                 // {reason}
   std::array<Counter, 4> admission_stop_known_;  // the four reasons, in kAdmissionReasons order

@@ -13,10 +13,9 @@
 #include <thread>
 
 #include "base/clock.h"
-#include "engine/loader/gguf_reader.h"
-#include "engine/loader/hf_folder.h"
 #include "engine/loader/model_registry.h"
 #include "engine/model/backends.h"
+#include "engine/model/step_costs.h"
 
 #ifndef STOKE_BUILD_DESCRIBE
 #define STOKE_BUILD_DESCRIBE "unknown"
@@ -52,28 +51,6 @@ std::string UtcNow() {
   std::array<char, 32> buf{};
   std::strftime(buf.data(), buf.size(), "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf.data();
-}
-
-// Bytes per weight element as stored in the model file (quantized files: fractional), over 2-D tensors.
-StatusOr<double> FileBytesPerParam(const std::string& path) {
-  ASSIGN_OR_RETURN(ModelFormat format, DetectModelFormat(path));
-  double bytes = 0, params = 0;
-  auto add = [&](const std::vector<TensorRef>& ts) {
-    for (const TensorRef& t : ts) {
-      if (t.shape.size() != 2) continue;
-      bytes += static_cast<double>(t.nbytes);
-      params += static_cast<double>(t.numel());
-    }
-  };
-  if (format == ModelFormat::kGguf) {
-    ASSIGN_OR_RETURN(auto g, GgufFile::Open(path));
-    add(g->tensors());
-  } else {
-    ASSIGN_OR_RETURN(auto hf, HfFolder::Open(path));
-    add(hf->tensors());
-  }
-  if (params == 0) return InvalidArgumentError("{}: no 2-D weight tensors", path);
-  return bytes / params;
 }
 
 // Deterministic token ids in [lo, hi).
@@ -148,34 +125,12 @@ StatusOr<Json> RunStepBench(const StepBenchOptions& o, const Backends& backends,
   const bool cuda = device.rfind("cuda", 0) == 0;
   Log(progress, fmt::format("bench step: loaded in {:.1f} s on {}", load_s, device));
 
-  // Parameters read per token: every layer's matmuls (+ bias, norms), the final norm and the lm_head.
+  // Parameters and bytes read per step (engine/model/step_costs.h).
   const int64_t H = c.hidden_size, F = c.intermediate_size, V = c.vocab_size, L = c.num_layers;
-  const int64_t qd = int64_t{c.num_heads} * c.head_dim, kvd = int64_t{c.num_kv_heads} * c.head_dim;
-  const int64_t layer_matmul = H * qd + 2 * H * kvd + qd * H + 3 * H * F;
-  const int64_t matmul_params = L * layer_matmul;
-  const int64_t other_params = L * (2 * H + (c.attention_bias ? qd + 2 * kvd : 0)) + H;
-  const int64_t lm_head_params = V * H;
-  // Bytes a decode step reads per parameter. CUDA: bf16, except (--quantization fp8) the projections at one
-  // byte (their per-row scales are negligible; the lm_head keeps bf16), and GGUF Q8_0 / Q4_1 matrices, which
-  // decode steps read in the file's own bytes (Q8Gemv / QuantGemv): the file's average. The CPU reads the
-  // file's bytes, or with fp8 weights the fp32 matrices it dequantised them into at load
-  // (engine/model/weight_quant.h).
-  const bool fp8 = model->quantization_name() == "fp8";
-  double bytes_per_param = 2.0, lm_head_bytes_per_param = 2.0;
-  if (cuda && fp8) {
-    bytes_per_param = 1.0;
-  } else if (!cuda && fp8) {
-    bytes_per_param = lm_head_bytes_per_param = 4.0;
-  } else {
-    ASSIGN_OR_RETURN(ModelFormat format, DetectModelFormat(path));
-    if (!cuda || format == ModelFormat::kGguf) {
-      ASSIGN_OR_RETURN(double file_bytes, FileBytesPerParam(path));
-      bytes_per_param = lm_head_bytes_per_param = cuda ? std::min(file_bytes, 2.0) : file_bytes;
-    }
-  }
-  const double weight_bytes = bytes_per_param * static_cast<double>(matmul_params) +
-                              lm_head_bytes_per_param * static_cast<double>(lm_head_params) +
-                              4.0 * static_cast<double>(other_params);
+  ASSIGN_OR_RETURN(const DecoderStepCosts costs, ComputeDecoderStepCosts(*model, path));
+  const int64_t matmul_params = costs.matmul_params, lm_head_params = costs.lm_head_params;
+  const double bytes_per_param = costs.bytes_per_param;
+  const double weight_bytes = costs.weight_bytes;
   const int64_t kv_per_token = model->KvBytesPerToken();
 
   // KV: decode sequences side by side, the prefill reuses blocks from 0 afterwards.
