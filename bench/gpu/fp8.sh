@@ -23,16 +23,9 @@
 set -uo pipefail
 BIN_ARG=${1:+$(realpath "$1")}
 cd "$(dirname "$0")/../.." || exit 1
-OUT=${OUT:-/tmp/stoke_gpu_out}
-mkdir -p "$OUT"
-BUNDLE=${BUNDLE:-.bundle}
-if [[ -z "$BIN_ARG" && ! -d "$BUNDLE" && -f "$BUNDLE.tar.gz" ]]; then tar -xzf "$BUNDLE.tar.gz"; fi
-BIN=${BIN_ARG:-$BUNDLE/bin}
-STOKE=${STOKE_BIN:-$BIN/stoke}
-[[ -x "$STOKE" ]] || STOKE=$BIN  # BIN_ARG may be the binary itself (CPU dry run)
-[[ -d /usr/local/cuda/lib64 ]] && export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-SHAPE=${LLM_SHAPE:-llama-3.1-8b}
-MODEL=${LLM_MODEL_DIR:-/tmp/stoke_synth_$SHAPE${LLM_LAYERS:+_l$LLM_LAYERS}}
+# shellcheck source=bench/gpu/common.sh
+source bench/gpu/common.sh
+bench_setup "$BIN_ARG"
 REPS=${FP8_REPS:-2}
 BATCHES=${FP8_BATCHES:-"64 256"}
 ITERS=${FP8_ITERS:-40}
@@ -41,10 +34,6 @@ DEVICE=${FP8_DEVICE:-cuda}
 GEMM_CACHE=${GEMM_CACHE:-$OUT/gemm_cache.json}
 PARTS=" ${FP8_PARTS:-tests step check} "
 want() { [[ $PARTS == *" $1 "* ]]; }
-LAYERS_ARG=()
-[[ -n "${LLM_LAYERS:-}" ]] && LAYERS_ARG=(--layers "$LLM_LAYERS")
-T0=$(date +%s)
-stamp() { echo "=== [$(($(date +%s) - T0)) s] $*"; }
 
 if want tests; then
   if [[ -f /tmp/stoke_carry/manifest ]]; then
@@ -63,13 +52,7 @@ if want tests; then
 fi
 
 if want step || want check; then
-  stamp "synth $SHAPE -> $MODEL"
-  if [[ -f "$MODEL/config.json" ]] && grep -q "\"shape\": \"$SHAPE\"" "$MODEL/config.json"; then
-    echo "reusing $MODEL"
-  else
-    timeout 300 "$STOKE" model synth --shape "$SHAPE" --seed 1 --out "$MODEL" "${LAYERS_ARG[@]}" \
-      > "$OUT/fp8_synth.log" 2>&1 || { echo "synth failed"; tail -5 "$OUT/fp8_synth.log"; exit 1; }
-  fi
+  synth_model "$OUT/fp8_synth.log" || exit 1
 fi
 
 step() {  # step TAG ARGS...: one bench step run into $OUT/fp8_step_TAG.json

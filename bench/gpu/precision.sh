@@ -22,15 +22,9 @@
 set -uo pipefail
 BIN_ARG=${1:+$(realpath "$1")}  # before the cd: a relative BIN_DIR is the caller's
 cd "$(dirname "$0")/../.." || exit 1
-OUT=${OUT:-/tmp/stoke_gpu_out}
-mkdir -p "$OUT"
-BUNDLE=${BUNDLE:-.bundle}
-if [[ -z "$BIN_ARG" && ! -d "$BUNDLE" && -f "$BUNDLE.tar.gz" ]]; then tar -xzf "$BUNDLE.tar.gz"; fi
-BIN=${BIN_ARG:-$BUNDLE/bin}
-STOKE=${STOKE_BIN:-$BIN/stoke}
-[[ -d /usr/local/cuda/lib64 ]] && export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-SHAPE=${LLM_SHAPE:-llama-3.1-8b}
-MODEL=${LLM_MODEL_DIR:-/tmp/stoke_synth_$SHAPE${LLM_LAYERS:+_l$LLM_LAYERS}}
+# shellcheck source=bench/gpu/common.sh
+source bench/gpu/common.sh
+bench_setup "$BIN_ARG"
 BATCHES=${PREC_BATCHES:-"64 256"}
 CONTEXT=${PREC_CONTEXT:-1000}
 ITERS=${PREC_ITERS:-20}
@@ -40,10 +34,6 @@ DEVICE=${PREC_DEVICE:-cuda}
 GEMM_CACHE=${GEMM_CACHE:-$OUT/gemm_cache.json}
 PARTS=" ${PREC_PARTS:-tests step check} "
 want() { [[ $PARTS == *" $1 "* ]]; }
-LAYERS_ARG=()
-[[ -n "${LLM_LAYERS:-}" ]] && LAYERS_ARG=(--layers "$LLM_LAYERS")
-T0=$(date +%s)
-stamp() { echo "=== [$(($(date +%s) - T0)) s] $*"; }
 
 if want tests; then
   stamp "gpu tests: 8-bit KV kernels and decoder"
@@ -54,13 +44,7 @@ if want tests; then
 fi
 
 if want step || want check; then
-  stamp "synth $SHAPE -> $MODEL"
-  if [[ -f "$MODEL/config.json" ]] && grep -q "\"shape\": \"$SHAPE\"" "$MODEL/config.json"; then
-    echo "reusing $MODEL"
-  else
-    timeout 300 "$STOKE" model synth --shape "$SHAPE" --seed 1 --out "$MODEL" "${LAYERS_ARG[@]}" \
-      > "$OUT/precision_synth.log" 2>&1 || { echo "synth failed"; tail -5 "$OUT/precision_synth.log"; exit 1; }
-  fi
+  synth_model "$OUT/precision_synth.log" || exit 1
 fi
 
 if want step; then
