@@ -25,7 +25,7 @@ namespace {
 struct DoctorCliOptions {
   std::string url, model, api, load = "auto", concurrency = "1,8", json_path, html_path;
   std::string input_len, output_len, trace = "auto";
-  double duration = 10, interval = 0.5, trace_seconds = 2;
+  double duration = 10, interval = 0.5, trace_seconds = 2, hbm_gbps = 0, tensor_tflops = 0;
   bool kserve_binary = false, quiet = false;
   std::vector<std::string> bytes_input;
 };
@@ -68,6 +68,10 @@ StatusOr<doctor::DoctorOptions> ToOptions(const DoctorCliOptions& c) {
   if (c.trace_seconds <= 0) return InvalidArgumentError("--trace-seconds must be > 0");
   o.trace = c.trace;
   o.trace_seconds = c.trace_seconds;
+  if (c.hbm_gbps < 0 || c.tensor_tflops < 0)
+    return InvalidArgumentError("--hbm-gbps and --tensor-tflops must be >= 0 (0: not known)");
+  o.hbm_gbps = c.hbm_gbps;
+  o.tensor_tflops = c.tensor_tflops;
   o.progress = c.quiet ? nullptr : stderr;
   return o;
 }
@@ -137,6 +141,13 @@ CommandRun SetupDoctor(CLI::App* cmd) {
   cmd->add_option("--trace-seconds", c->trace_seconds,
                   "Length of that trace (at most half the diagnosed window)")
       ->capture_default_str();
+  cmd->add_option("--hbm-gbps", c->hbm_gbps,
+                  "LLM step split: the device's streaming bandwidth in GB/s (stoke bench step prints it as "
+                  "device_roofline.d2d_gbps; ~4200 measured on an H200). With it the split says how long a "
+                  "step's weight and KV reads take at that rate (default 0: bytes only)");
+  cmd->add_option("--tensor-tflops", c->tensor_tflops,
+                  "LLM step split: the device's bf16 GEMM rate in TFLOP/s (bench step's device_roofline "
+                  "gemms; ~700 on an H200): how long the step's matmul and attention math takes at that rate");
   cmd->add_option("--json", c->json_path, "Write the verdicts, evidence and every signal as JSON here");
   cmd->add_option("--html", c->html_path, "Write a self-contained HTML page here");
   cmd->add_flag("--quiet", c->quiet, "No progress lines on stderr");

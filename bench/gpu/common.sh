@@ -1,4 +1,5 @@
-# Sourced by GPU bench scripts (bench/gpu/decode_attention.sh, llm_loads.sh) from the repo root: the bundle,
+# Sourced by GPU bench scripts (bench/gpu/llm_bench.sh, llm_loads.sh, decode_attention.sh, fp8.sh,
+# precision.sh) from the repo root: the bundle,
 # the output folder, the CUDA library path, progress stamps and the synthetic Llama-shaped model.
 #   bench_setup [BIN_ARG]   sets OUT (made), BIN, STOKE, SHAPE, MODEL, LAYERS_ARG, T0. BIN_ARG: a folder of
 #                           binaries, or the stoke binary itself (a CPU dry run); empty: .bundle/bin (the
@@ -7,7 +8,7 @@
 #   synth_model LOG         stoke model synth --shape $SHAPE --seed 1 into $MODEL unless it is there
 #   http_get URL            the body on stdout (python: GPU hosts may lack curl); status 1 on any error
 #   serve_url LOG PID       waits for the `stoke serve` (PID, stderr in LOG) to listen and be ready; prints its
-#                           http://127.0.0.1:PORT, or the log's tail and status 1 when it never does
+#                           http://127.0.0.1:PORT, or the log's tail and status 1 when it never does or exits
 # Knobs (env): OUT, BUNDLE, STOKE_BIN, LLM_SHAPE (llama-3.1-8b), LLM_LAYERS, LLM_MODEL_DIR.
 bench_setup() {
   local bin_arg=${1:-}
@@ -55,9 +56,13 @@ serve_url() {
   done
   [[ -n "$port" ]] || { echo "stoke serve did not start:" >&2; tail -30 "$log" >&2; return 1; }
   url=http://127.0.0.1:$port
+  local ready=""
   for _ in $(seq 1 600); do
-    http_get "$url/health/ready" >/dev/null && break
+    http_get "$url/health/ready" >/dev/null && { ready=1; break; }
+    # It listens before loading the models: one refused at load (e.g. by the precision gate) ends the process.
+    kill -0 "$pid" 2>/dev/null || break
     sleep 0.5
   done
+  [[ -n "$ready" ]] || { echo "stoke serve never became ready:" >&2; tail -30 "$log" >&2; return 1; }
   echo "$url"
 }

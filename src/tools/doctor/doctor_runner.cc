@@ -308,6 +308,7 @@ StatusOr<DoctorReport> RunDoctor(const DoctorOptions& o) {
   } else {
     rep.notes.push_back("per-request ledgers: " + slowest.status().message());
   }
+  ApplyDeviceRates(o.hbm_gbps, o.tensor_tflops, &rep.signals);
   rep.verdicts = Diagnose(rep.signals, o.thresholds);
   return rep;
 }

@@ -42,6 +42,9 @@ struct DoctorOptions {
   // starts after the window's warm-up.
   std::string trace = "auto";
   double trace_seconds = 2;
+  // The device's rates for the step split (ApplyDeviceRates): GB/s a stream reads and bf16 GEMM TFLOP/s,
+  // e.g. from `stoke bench step`'s device_roofline; 0 = not known (the split stays in bytes and FLOPs).
+  double hbm_gbps = 0, tensor_tflops = 0;
   Thresholds thresholds;
   std::FILE* progress = nullptr;  // one line per phase; nullptr = silent
 };

@@ -132,7 +132,42 @@ void ExtractBatcher(const std::vector<Scrape>& sc, const std::string& model, dou
   s->pending_mean = pending.mean();
 }
 
-void ExtractLlm(const std::vector<Scrape>& sc, const std::string& model, Signals* s) {
+// The increase of `base` (optionally one label value) from a to b; NaN when b has no such series.
+double Increase(const Samples& a, const Samples& b, std::string_view base, const std::string& model,
+                const std::string& key = "", const std::string& value = "") {
+  auto total = [&](const Samples& ss) {
+    if (key.empty()) return Total(ss, base, model);
+    auto by = ByLabel(ss, base, key, model);
+    auto it = by.find(value);
+    return it == by.end() ? kNaN : it->second;
+  };
+  const double v0 = total(a), v1 = total(b);
+  if (!Has(v1)) return kNaN;
+  return std::max(0.0, v1 - (Has(v0) ? v0 : 0.0));
+}
+
+void ExtractSteps(const Samples& a, const Samples& b, const std::string& model, double window, Signals* s) {
+  const double steps = Increase(a, b, "step_duration_seconds_count", model);
+  if (!Has(steps) || steps <= 0) return;
+  s->steps = steps;
+  const double seconds = Increase(a, b, "step_duration_seconds_sum", model);
+  s->step_ms = 1e3 * seconds / steps;
+  if (window > 0) s->engine_busy = std::min(1.0, seconds / window);
+  auto per_step = [&](std::string_view base, const char* key, const char* value) {
+    return Increase(a, b, base, model, key, value) / steps;
+  };
+  s->step_model_ms = 1e3 * per_step("step_seconds_total", "part", "model");
+  s->step_host_ms = 1e3 * per_step("step_seconds_total", "part", "host");
+  // The token histograms count only steps with such tokens: their sums over all steps are what is wanted.
+  s->step_prefill_tokens = Increase(a, b, "step_prefill_tokens_sum", model) / steps;
+  s->step_decode_tokens = Increase(a, b, "step_decode_tokens_sum", model) / steps;
+  s->step_weight_bytes = per_step("step_read_bytes_total", "kind", "weights");
+  s->step_kv_bytes = per_step("step_read_bytes_total", "kind", "kv");
+  s->step_matmul_flops = per_step("step_flops_total", "kind", "matmul");
+  s->step_attention_flops = per_step("step_flops_total", "kind", "attention");
+}
+
+void ExtractLlm(const std::vector<Scrape>& sc, const std::string& model, double window, Signals* s) {
   Gauge kv, waiting, running;
   for (const Scrape& x : sc) {
     kv.Add(Total(x.metrics, "kv_cache_usage_ratio", model));
@@ -152,6 +187,7 @@ void ExtractLlm(const std::vector<Scrape>& sc, const std::string& model, Signals
   if (Has(p1)) s->preemptions = std::max(0.0, p1 - (Has(p0) ? p0 : 0));
   s->admission_share = Shares(Delta(ByLabel(a, "step_admission_stop_total", "reason", model),
                                     ByLabel(b, "step_admission_stop_total", "reason", model)));
+  ExtractSteps(a, b, model, window, s);
 }
 
 double Metric(const nlohmann::json& dev, const char* name) {
@@ -277,9 +313,37 @@ Signals ExtractSignals(const std::vector<Scrape>& scrapes, const ModelConfigInfo
   ExtractLedger(scrapes.front().metrics, last, model, &s);
   if (s.window_s > 0) s.requests_per_s = s.requests / s.window_s;
   if (s.kind == "classic") ExtractBatcher(scrapes, model, s.window_s, &s);
-  if (s.kind == "llm") ExtractLlm(scrapes, model, &s);
+  if (s.kind == "llm") ExtractLlm(scrapes, model, s.window_s, &s);
   ExtractGpu(scrapes, &s);
   return s;
+}
+
+void ApplyDeviceRates(double hbm_gbps, double tensor_tflops, Signals* s) {
+  // A model without a cost model exports zero bytes: no floor to compute from those.
+  const bool bytes = Has(s->step_weight_bytes) && s->step_weight_bytes > 0;
+  const bool flops = Has(s->step_matmul_flops) && s->step_matmul_flops > 0;
+  if (hbm_gbps > 0) {
+    s->hbm_gbps = hbm_gbps;
+    if (bytes) {
+      s->step_weights_ms = 1e3 * s->step_weight_bytes / (hbm_gbps * 1e9);
+      s->step_kv_ms = 1e3 * (Has(s->step_kv_bytes) ? s->step_kv_bytes : 0) / (hbm_gbps * 1e9);
+    }
+  }
+  if (tensor_tflops > 0) {
+    s->tensor_tflops = tensor_tflops;
+    if (flops) {
+      s->step_matmul_ms = 1e3 * s->step_matmul_flops / (tensor_tflops * 1e12);
+      s->step_attention_ms =
+          1e3 * (Has(s->step_attention_flops) ? s->step_attention_flops : 0) / (tensor_tflops * 1e12);
+    }
+  }
+  const double mem = Has(s->step_weights_ms) ? s->step_weights_ms + s->step_kv_ms : kNaN;
+  const double math = Has(s->step_matmul_ms) ? s->step_matmul_ms + s->step_attention_ms : kNaN;
+  if (Has(mem) && Has(math)) {
+    s->step_floor_ms = std::max(mem, math);
+  } else if (Has(mem) || Has(math)) {
+    s->step_floor_ms = Has(mem) ? mem : math;  // a lower bound from the one rate known
+  }
 }
 
 }  // namespace stoke::doctor

@@ -34,4 +34,8 @@ ModelConfigInfo ParseModelConfig(const nlohmann::json& config);
 Signals ExtractSignals(const std::vector<Scrape>& scrapes, const ModelConfigInfo& config,
                        const std::string& model);
 
+// The step split at the device's rates: hbm_gbps (GB/s a stream reads, e.g. `stoke bench step`'s
+// device_roofline.d2d_gbps) and tensor_tflops (its bf16 GEMM TFLOP/s); a rate <= 0 leaves its part NaN.
+void ApplyDeviceRates(double hbm_gbps, double tensor_tflops, Signals* s);
+
 }  // namespace stoke::doctor

@@ -96,6 +96,66 @@ TEST(DoctorExtract, LlmGaugesAreMeanAndMaxCountersAreDeltas) {
   EXPECT_EQ(Diagnose(s).front().bottleneck, "kv_capacity_bound");
 }
 
+// The engine's steps as the server exports them, cumulative: `steps` steps of `ms` each (of which `model_ms`
+// in the model), each with 256 decode tokens, 100 prefill tokens, 16 GB of weights, 2 GB of KV, 9 TFLOP of
+// matmul and 0.5 TFLOP of attention; `cost` = false: a model without a cost model (zero bytes and FLOPs).
+std::string Steps(double steps, double ms, double model_ms, bool cost = true) {
+  std::string t = "stoke:kv_cache_usage_ratio{model_name=\"m\"} 0.5\n";
+  t += fmt::format("stoke:step_duration_seconds_count{{model_name=\"m\"}} {}\n", steps);
+  t += fmt::format("stoke:step_duration_seconds_sum{{model_name=\"m\"}} {}\n", steps * ms / 1e3);
+  t += fmt::format("stoke:step_decode_tokens_sum{{model_name=\"m\"}} {}\n", 256 * steps);
+  t += fmt::format("stoke:step_prefill_tokens_sum{{model_name=\"m\"}} {}\n", 100 * steps);
+  t += fmt::format("stoke:step_seconds_total{{model_name=\"m\",part=\"model\"}} {}\n", steps * model_ms / 1e3);
+  t += fmt::format("stoke:step_seconds_total{{model_name=\"m\",part=\"host\"}} {}\n",
+                   steps * (ms - model_ms) / 1e3);
+  const double c = cost ? 1 : 0;
+  t += fmt::format("stoke:step_read_bytes_total{{kind=\"weights\",model_name=\"m\"}} {}\n", c * 16e9 * steps);
+  t += fmt::format("stoke:step_read_bytes_total{{kind=\"kv\",model_name=\"m\"}} {}\n", c * 2e9 * steps);
+  t += fmt::format("stoke:step_flops_total{{kind=\"matmul\",model_name=\"m\"}} {}\n", c * 9e12 * steps);
+  t += fmt::format("stoke:step_flops_total{{kind=\"attention\",model_name=\"m\"}} {}\n", c * 0.5e12 * steps);
+  // Another model's steps must not leak in.
+  t += "stoke:step_duration_seconds_count{model_name=\"other\"} 5000\n";
+  return t;
+}
+
+TEST(DoctorExtract, StepSplitIsPerStepOverTheWindowAndTimedAtTheDeviceRates) {
+  std::vector<Scrape> sc = {{0, Parse(Steps(100, 30, 29)), nullptr}, {2, Parse(Steps(180, 25, 24)), nullptr}};
+  Signals s = ExtractSignals(sc, {}, "m");
+  EXPECT_EQ(s.kind, "llm");
+  EXPECT_DOUBLE_EQ(s.steps, 80);
+  // 180 x 25 ms - 100 x 30 ms = 1.5 s over 80 steps; model 180 x 24 - 100 x 29 = 1.42 s.
+  EXPECT_NEAR(s.step_ms, 1500.0 / 80, 1e-9);
+  EXPECT_NEAR(s.step_model_ms, 1420.0 / 80, 1e-9);
+  EXPECT_NEAR(s.step_host_ms, 80.0 / 80, 1e-9);
+  EXPECT_NEAR(s.engine_busy, 1.5 / 2, 1e-12);
+  EXPECT_NEAR(s.step_decode_tokens, 256, 1e-9);
+  EXPECT_NEAR(s.step_prefill_tokens, 100, 1e-9);
+  EXPECT_NEAR(s.step_weight_bytes, 16e9, 1);
+  EXPECT_NEAR(s.step_kv_bytes, 2e9, 1);
+  EXPECT_NEAR(s.step_matmul_flops, 9e12, 1e3);
+  EXPECT_FALSE(Has(s.step_floor_ms));  // no rates yet
+
+  ApplyDeviceRates(/*hbm_gbps=*/4000, /*tensor_tflops=*/600, &s);
+  EXPECT_NEAR(s.step_weights_ms, 4.0, 1e-9);
+  EXPECT_NEAR(s.step_kv_ms, 0.5, 1e-9);
+  EXPECT_NEAR(s.step_matmul_ms, 15.0, 1e-9);
+  EXPECT_NEAR(s.step_attention_ms, 0.5e12 / 600e12 * 1e3, 1e-9);
+  EXPECT_NEAR(s.step_floor_ms, 15.0 + 0.5e12 / 600e12 * 1e3, 1e-9);  // the math is the larger part
+
+  ApplyDeviceRates(/*hbm_gbps=*/1000, /*tensor_tflops=*/0, &s);  // bandwidth only: a lower bound from it
+  EXPECT_NEAR(s.step_floor_ms, 18.0, 1e-9);
+}
+
+TEST(DoctorExtract, StepSplitWithoutACostModelHasNoFloor) {
+  std::vector<Scrape> sc = {{0, Parse(Steps(10, 5, 4, false)), nullptr}, {1, Parse(Steps(20, 5, 4, false)), nullptr}};
+  Signals s = ExtractSignals(sc, {}, "m");
+  EXPECT_DOUBLE_EQ(s.steps, 10);
+  EXPECT_NEAR(s.step_model_ms, 4, 1e-9);
+  ApplyDeviceRates(4000, 600, &s);
+  EXPECT_FALSE(Has(s.step_weights_ms));
+  EXPECT_FALSE(Has(s.step_floor_ms));
+}
+
 TEST(DoctorExtract, PrometheusNamesAndGpuJson) {
   auto gpu = [](double ts, double pv, const char* reason) {
     return nlohmann::json::parse(fmt::format(

@@ -120,6 +120,30 @@ std::string GpuLine(const Signals& s) {
       Fmt(s.sm_clock_mhz, "MHz"), Fmt(s.power_w, "W"));
 }
 
+// The engine's step split: measured model / host time per step, what a step reads and computes, and (with
+// the device's rates) how long those take at the rates. "" when the window has no steps.
+std::string StepLine(const Signals& s) {
+  if (!Has(s.steps)) return "";
+  std::string out = fmt::format(
+      "steps: {:.0f} in the window (engine busy {}), per step {:.2f} ms = model {:.2f} + host {:.2f}; "
+      "{:.1f} decode + {:.1f} prefill tokens",
+      s.steps, Fmt(s.engine_busy), s.step_ms, s.step_model_ms, s.step_host_ms, s.step_decode_tokens,
+      s.step_prefill_tokens);
+  if (Has(s.step_weight_bytes) && s.step_weight_bytes > 0) {
+    out += fmt::format("; reads weights {:.3f} GB + KV {:.3f} GB; matmul {:.3f} TFLOP + attention {:.3f} TFLOP",
+                       s.step_weight_bytes / 1e9, s.step_kv_bytes / 1e9, s.step_matmul_flops / 1e12,
+                       s.step_attention_flops / 1e12);
+  }
+  if (Has(s.step_floor_ms)) {
+    out += fmt::format("\n  at {} GB/s and {} TFLOP/s: weights {} ms, KV {} ms, matmul {} ms, attention {} ms; "
+                       "floor {:.2f} ms = {:.0f}% of the model's {:.2f} ms",
+                       Fmt(s.hbm_gbps, "count"), Fmt(s.tensor_tflops, "count"), Fmt(s.step_weights_ms),
+                       Fmt(s.step_kv_ms), Fmt(s.step_matmul_ms), Fmt(s.step_attention_ms), s.step_floor_ms,
+                       s.step_model_ms > 0 ? 100 * s.step_floor_ms / s.step_model_ms : 0.0, s.step_model_ms);
+  }
+  return out;
+}
+
 // The GPU timeline's figures from the trace, or why there are none; "" when no trace was taken.
 std::string TraceLine(const TraceSignals& t) {
   if (!t.taken) return "";
@@ -226,6 +250,24 @@ json SignalsJson(const Signals& s) {
           {"running_mean", Num(s.running_mean)},
           {"running_max", Num(s.running_max)},
           {"admission_share", s.admission_share},
+          {"steps", Num(s.steps)},
+          {"engine_busy", Num(s.engine_busy)},
+          {"step_ms", Num(s.step_ms)},
+          {"step_model_ms", Num(s.step_model_ms)},
+          {"step_host_ms", Num(s.step_host_ms)},
+          {"step_prefill_tokens", Num(s.step_prefill_tokens)},
+          {"step_decode_tokens", Num(s.step_decode_tokens)},
+          {"step_weight_bytes", Num(s.step_weight_bytes)},
+          {"step_kv_bytes", Num(s.step_kv_bytes)},
+          {"step_matmul_flops", Num(s.step_matmul_flops)},
+          {"step_attention_flops", Num(s.step_attention_flops)},
+          {"hbm_gbps", Num(s.hbm_gbps)},
+          {"tensor_tflops", Num(s.tensor_tflops)},
+          {"step_weights_ms", Num(s.step_weights_ms)},
+          {"step_kv_ms", Num(s.step_kv_ms)},
+          {"step_matmul_ms", Num(s.step_matmul_ms)},
+          {"step_attention_ms", Num(s.step_attention_ms)},
+          {"step_floor_ms", Num(s.step_floor_ms)},
           {"gpu_samples", s.gpu_samples},
           {"gpu_util", Num(s.gpu_util)},
           {"gr_active", Num(s.gr_active)},
@@ -288,6 +330,7 @@ std::string ReportText(const DoctorReport& r) {
                        Fmt(s.kv_usage_max), Fmt(s.kv_blocks_total, "count"), Fmt(s.running_mean),
                        Fmt(s.waiting_mean), Fmt(s.preemptions, "count"));
   }
+  if (std::string st = StepLine(s); !st.empty()) out += st + "\n";
   if (std::string g = GpuLine(s); !g.empty()) out += g + "\n";
   if (s.trace.gpu_timeline) out += "timeline: " + TraceLine(s.trace) + "\n";
   const std::vector<std::string> slow = SlowestLines(r.slowest, 3);
@@ -343,6 +386,28 @@ std::string ReportHtml(const DoctorReport& r) {
           "</span> {:.0f}%</td></tr>",
           Escape(stage), 1e3 * sec, 4 * pct, pct);
     }
+    h += "</table>\n";
+  }
+  if (Has(s.steps) && Has(s.step_ms) && s.step_ms > 0) {
+    // One engine step: the measured parts, then (with the device's rates) the time its reads and math take
+    // at those rates, each bar on the same scale (px per ms) as the step.
+    h += "<h2>Where an engine step goes</h2><p class=\"muted\">" + Escape(StepLine(s)) + "</p><table>";
+    const double px_per_ms = 400 / std::max({s.step_ms, Has(s.step_floor_ms) ? s.step_floor_ms : 0.0,
+                                             Has(s.step_matmul_ms) ? s.step_matmul_ms : 0.0});
+    auto row = [&](const char* name, double ms, const char* what) {
+      if (!Has(ms)) return;
+      h += fmt::format(
+          "<tr><td>{}</td><td class=\"n\">{:.3f} ms</td><td><span class=\"bar\" style=\"width:{:.0f}px\">"
+          "</span></td><td class=\"muted\">{}</td></tr>",
+          name, ms, px_per_ms * ms, what);
+    };
+    row("model", s.step_model_ms, "measured: inside the model's step");
+    row("host", s.step_host_ms, "measured: planning, inputs, sampling, detokenising");
+    row("weights", s.step_weights_ms, "modelled: the weights read once at the bandwidth");
+    row("KV", s.step_kv_ms, "modelled: each sequence's KV read once at the bandwidth");
+    row("matmul", s.step_matmul_ms, "modelled: 2 x parameters per token at the GEMM rate");
+    row("attention", s.step_attention_ms, "modelled: query-key pairs at the GEMM rate");
+    row("floor", s.step_floor_ms, "max(reads, math): the least the model's part could take");
     h += "</table>\n";
   }
   if (!s.load.empty()) h += "<h2>Load driven</h2><p>" + Escape(LoadLine(s)) + "</p>\n";

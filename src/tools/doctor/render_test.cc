@@ -71,6 +71,50 @@ TEST(DoctorRender, HtmlIsSelfContainedAndEscaped) {
   EXPECT_NE(h.find("Slowest requests"), std::string::npos);
 }
 
+// An LLM report with the engine's step split, with and without the device's rates.
+TEST(DoctorRender, StepSplitInTextJsonAndHtml) {
+  DoctorReport r = Sample();
+  Signals& s = r.signals;
+  s.kind = "llm";
+  s.steps = 80;
+  s.engine_busy = 0.75;
+  s.step_ms = 18.75;
+  s.step_model_ms = 17.75;
+  s.step_host_ms = 1.0;
+  s.step_decode_tokens = 256;
+  s.step_prefill_tokens = 100;
+  s.step_weight_bytes = 16e9;
+  s.step_kv_bytes = 2e9;
+  s.step_matmul_flops = 9e12;
+  s.step_attention_flops = 0.5e12;
+  std::string t = ReportText(r);
+  EXPECT_NE(t.find("steps: 80 in the window (engine busy 0.75), per step 18.75 ms = model 17.75 + host 1.00; "
+                   "256.0 decode + 100.0 prefill tokens; reads weights 16.000 GB + KV 2.000 GB; matmul 9.000 "
+                   "TFLOP + attention 0.500 TFLOP"),
+            std::string::npos)
+      << t;
+  EXPECT_EQ(t.find("floor"), std::string::npos);  // no rates: no times
+
+  s.hbm_gbps = 4000;
+  s.tensor_tflops = 600;
+  s.step_weights_ms = 4;
+  s.step_kv_ms = 0.5;
+  s.step_matmul_ms = 15;
+  s.step_attention_ms = 0.83;
+  s.step_floor_ms = 15.83;
+  t = ReportText(r);
+  EXPECT_NE(t.find("at 4000 GB/s and 600 TFLOP/s: weights 4.00 ms, KV 0.50 ms, matmul 15.0 ms, attention 0.83 "
+                   "ms; floor 15.83 ms = 89% of the model's 17.75 ms"),
+            std::string::npos)
+      << t;
+  nlohmann::json j = ReportJson(r);
+  EXPECT_EQ(j["signals"]["steps"], 80);
+  EXPECT_EQ(j["signals"]["step_floor_ms"], 15.83);
+  const std::string h = ReportHtml(r);
+  EXPECT_NE(h.find("Where an engine step goes"), std::string::npos);
+  EXPECT_NE(h.find("<td>floor</td><td class=\"n\">15.830 ms</td>"), std::string::npos) << h;
+}
+
 TEST(DoctorRender, GarbageLedgerBodyIsIgnored) {
   DoctorReport r = Sample();
   r.slowest = nlohmann::json::parse(R"({"requests": [1, "x", {"stages_ms": 3}]})");

@@ -75,6 +75,19 @@ struct Signals {
   double preemptions = kNaN;      // increase of stoke:num_preemptions_total
   double waiting_mean = kNaN, waiting_max = kNaN, running_mean = kNaN, running_max = kNaN;
   std::map<std::string, double> admission_share;  // stop reason -> fraction of the window's steps
+  // The engine's steps in the window (stoke:step_duration_seconds, step_seconds_total{part},
+  // step_read_bytes_total{kind}, step_flops_total{kind}; docs/doctor.md "Step split"), means per step.
+  double steps = kNaN;
+  double engine_busy = kNaN;  // step time / window: the rest the engine thread waited for work
+  double step_ms = kNaN, step_model_ms = kNaN, step_host_ms = kNaN;
+  double step_prefill_tokens = kNaN, step_decode_tokens = kNaN;
+  double step_weight_bytes = kNaN, step_kv_bytes = kNaN;  // modelled from the model's shape and storage
+  double step_matmul_flops = kNaN, step_attention_flops = kNaN;
+  // The same at the device's rates (--hbm-gbps, --tensor-tflops; NaN without them): ms to stream the weights
+  // and the KV, ms of matmul and attention math, and the step's floor max(bytes / bandwidth, FLOPs / rate).
+  double hbm_gbps = kNaN, tensor_tflops = kNaN;
+  double step_weights_ms = kNaN, step_kv_ms = kNaN, step_matmul_ms = kNaN, step_attention_ms = kNaN;
+  double step_floor_ms = kNaN;
 
   // GPU (/v1/gpu), the busiest device, means over the samples in the window. Ratios 0..1.
   int gpu_samples = 0;
