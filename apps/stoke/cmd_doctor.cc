@@ -145,9 +145,10 @@ CommandRun SetupDoctor(CLI::App* cmd) {
                   "LLM step split: the device's streaming bandwidth in GB/s (stoke bench step prints it as "
                   "device_roofline.d2d_gbps; ~4200 measured on an H200). With it the split says how long a "
                   "step's weight and KV reads take at that rate (default 0: bytes only)");
-  cmd->add_option("--tensor-tflops", c->tensor_tflops,
-                  "LLM step split: the device's bf16 GEMM rate in TFLOP/s (bench step's device_roofline "
-                  "gemms; ~700 on an H200): how long the step's matmul and attention math takes at that rate");
+  cmd->add_option(
+      "--tensor-tflops", c->tensor_tflops,
+      "LLM step split: the device's bf16 GEMM rate in TFLOP/s (bench step's device_roofline "
+      "gemms; ~700 on an H200): how long the step's matmul and attention math takes at that rate");
   cmd->add_option("--json", c->json_path, "Write the verdicts, evidence and every signal as JSON here");
   cmd->add_option("--html", c->html_path, "Write a self-contained HTML page here");
   cmd->add_flag("--quiet", c->quiet, "No progress lines on stderr");

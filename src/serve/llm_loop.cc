@@ -57,7 +57,8 @@ void CountStepWork(const StepInput& input, const DecoderStepCosts& costs, StepRe
     tokens += n;
     rec->kv_positions += s + n;
     rec->attention_pairs += n * s + n * (n + 1) / 2;  // token i of the chunk attends to s + i + 1 keys
-    rec->logit_rows += q.logits == StepSequence::Logits::kAll ? n : (q.logits == StepSequence::Logits::kNone ? 0 : 1);
+    rec->logit_rows +=
+        q.logits == StepSequence::Logits::kAll ? n : (q.logits == StepSequence::Logits::kNone ? 0 : 1);
   }
   if (!costs.known()) return;
   rec->weight_bytes = costs.ReadWeightBytes(rec->logit_rows);

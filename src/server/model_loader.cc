@@ -332,8 +332,9 @@ StatusOr<LoadedModel> LoadDecoderModel(const DecoderSpec& d, const ServerOptions
   if (auto costs = ComputeDecoderStepCosts(*model, path); costs.ok()) {
     lo.step_costs = *costs;
   } else {
-    LOG_WARN("serve: model '{}': no step cost model ({}); stoke:step_read_bytes_total and step_flops_total stay 0",
-             d.name, costs.status().message());
+    LOG_WARN(
+        "serve: model '{}': no step cost model ({}); stoke:step_read_bytes_total and step_flops_total stay 0",
+        d.name, costs.status().message());
   }
   // The timeline first, then the metrics (as a request's ledger goes to both): once /metrics counts a step, a
   // trace that was on holds it (test_trace.py waits on the metrics before it stops a trace).

@@ -147,18 +147,21 @@ Status ServerMetrics::Init(const std::string& model_name, int max_model_len) {
     ASSIGN_OR_RETURN(*c2, f.TryWithLabels(l));
     return OkStatus();
   };
-  RETURN_IF_ERROR(labelled("stoke:step_seconds_total",
-                           "Engine step time by part: model (inside the model's step: on a GPU its launches "
-                           "and the wait for the results) and host (planning, inputs, sampling, detokenising).",
-                           "part", "model", &step_model_s_, "host", &step_host_s_));
-  RETURN_IF_ERROR(labelled("stoke:step_read_bytes_total",
-                           "Bytes the engine steps read, modelled from the model's shape and storage: weights "
-                           "(once per step) and KV (each sequence's context once per step).",
-                           "kind", "weights", &step_weight_bytes_, "kv", &step_kv_bytes_));
-  RETURN_IF_ERROR(labelled("stoke:step_flops_total",
-                           "FLOPs of the engine steps, modelled: matmul (2 x parameters per token, the lm_head "
-                           "per logits row) and attention (4 x layers x heads x head_dim per query-key pair).",
-                           "kind", "matmul", &step_matmul_flops_, "attention", &step_attention_flops_));
+  RETURN_IF_ERROR(
+      labelled("stoke:step_seconds_total",
+               "Engine step time by part: model (inside the model's step: on a GPU its launches "
+               "and the wait for the results) and host (planning, inputs, sampling, detokenising).",
+               "part", "model", &step_model_s_, "host", &step_host_s_));
+  RETURN_IF_ERROR(
+      labelled("stoke:step_read_bytes_total",
+               "Bytes the engine steps read, modelled from the model's shape and storage: weights "
+               "(once per step) and KV (each sequence's context once per step).",
+               "kind", "weights", &step_weight_bytes_, "kv", &step_kv_bytes_));
+  RETURN_IF_ERROR(
+      labelled("stoke:step_flops_total",
+               "FLOPs of the engine steps, modelled: matmul (2 x parameters per token, the lm_head "
+               "per logits row) and attention (4 x layers x heads x head_dim per query-key pair).",
+               "kind", "matmul", &step_matmul_flops_, "attention", &step_attention_flops_));
 
   ASSIGN_OR_RETURN(success_,
                    r.AddCounter("stoke:request_success_total",

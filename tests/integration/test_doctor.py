@@ -303,7 +303,7 @@ def test_queue_bound_llm_one_sequence_at_a_time(tiny_decoder, tmp_path):
     srv = StokeServer([str(stoke_bin_path()), *map(str, args)], tmp_path / "llm.log")
     try:
         rep, out = run_doctor(srv.base_url, tmp_path, "--duration", 4, "--concurrency", "4", "--input-len", 16,
-                              "--output-len", 16)
+                              "--output-len", 16, "--hbm-gbps", 50, "--tensor-tflops", 1)
     finally:
         srv.stop()
     top = rep["verdicts"][0]
@@ -311,6 +311,18 @@ def test_queue_bound_llm_one_sequence_at_a_time(tiny_decoder, tmp_path):
     assert evidence(top, "ledger.queue_share")["value"] >= 0.5
     assert "--max-num-seqs 2 (now 1" in top["next_step"]
     assert evidence(top, "llm.admission_share.max_seqs")["value"] > 0
+    # The step split: one sequence at a time, so at most one decode token per step; the measured parts add up
+    # to the step; the modelled reads and math are timed at the rates given (--hbm-gbps, --tensor-tflops).
+    sig = rep["signals"]
+    assert sig["steps"] > 0 and 0 < sig["step_decode_tokens"] <= 1, sig
+    assert sig["step_model_ms"] + sig["step_host_ms"] == pytest.approx(sig["step_ms"], rel=1e-6)
+    assert sig["step_weight_bytes"] > 0 and sig["step_kv_bytes"] > 0 and sig["step_matmul_flops"] > 0
+    assert sig["step_weights_ms"] == pytest.approx(1e3 * sig["step_weight_bytes"] / 50e9, rel=1e-9)
+    assert sig["step_matmul_ms"] == pytest.approx(1e3 * sig["step_matmul_flops"] / 1e12, rel=1e-9)
+    assert sig["step_floor_ms"] == pytest.approx(max(sig["step_weights_ms"] + sig["step_kv_ms"],
+                                                     sig["step_matmul_ms"] + sig["step_attention_ms"]), rel=1e-9)
+    assert "steps: " in out and "at 50 GB/s and 1 TFLOP/s" in out, out
+    assert "Where an engine step goes" in (tmp_path / "doctor.html").read_text()
 
 
 # --- outputs ------------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 // What one decoder step costs in bytes and FLOPs, from the model's shape and storage: the modelled side of
-// `stoke bench step`'s roofline figures and of the serving loop's per-step split (stoke:step_read_bytes_total,
-// stoke:step_flops_total; docs/telemetry.md). Pure arithmetic on the config; the bytes per parameter come
-// from the weights as the backend stores them.
+// `stoke bench step`'s roofline figures and of the serving loop's per-step split
+// (stoke:step_read_bytes_total, stoke:step_flops_total; docs/telemetry.md). Pure arithmetic on the config;
+// the bytes per parameter come from the weights as the backend stores them.
 #pragma once
 
 #include <cstdint>
@@ -41,8 +41,8 @@ struct DecoderStepCosts {
 
 // The costs of `model`, loaded from `path` (the file decides the bytes per parameter of GGUF quantised
 // weights). CUDA reads bf16, or one byte with --quantization fp8 (the lm_head stays bf16), or a GGUF file's
-// own bytes up to bf16's 2 (Q8_0 / Q4_1 decode from their blocks); the CPU reads the file's bytes, or the fp32
-// matrices fp8 weights were dequantised into.
+// own bytes up to bf16's 2 (Q8_0 / Q4_1 decode from their blocks); the CPU reads the file's bytes, or the
+// fp32 matrices fp8 weights were dequantised into.
 StatusOr<DecoderStepCosts> ComputeDecoderStepCosts(const DecoderModel& model, const std::string& path);
 
 // Bytes per weight element as stored in the model file (quantised files: fractional), over 2-D tensors.

@@ -105,7 +105,8 @@ std::string Steps(double steps, double ms, double model_ms, bool cost = true) {
   t += fmt::format("stoke:step_duration_seconds_sum{{model_name=\"m\"}} {}\n", steps * ms / 1e3);
   t += fmt::format("stoke:step_decode_tokens_sum{{model_name=\"m\"}} {}\n", 256 * steps);
   t += fmt::format("stoke:step_prefill_tokens_sum{{model_name=\"m\"}} {}\n", 100 * steps);
-  t += fmt::format("stoke:step_seconds_total{{model_name=\"m\",part=\"model\"}} {}\n", steps * model_ms / 1e3);
+  t +=
+      fmt::format("stoke:step_seconds_total{{model_name=\"m\",part=\"model\"}} {}\n", steps * model_ms / 1e3);
   t += fmt::format("stoke:step_seconds_total{{model_name=\"m\",part=\"host\"}} {}\n",
                    steps * (ms - model_ms) / 1e3);
   const double c = cost ? 1 : 0;
@@ -147,7 +148,8 @@ TEST(DoctorExtract, StepSplitIsPerStepOverTheWindowAndTimedAtTheDeviceRates) {
 }
 
 TEST(DoctorExtract, StepSplitWithoutACostModelHasNoFloor) {
-  std::vector<Scrape> sc = {{0, Parse(Steps(10, 5, 4, false)), nullptr}, {1, Parse(Steps(20, 5, 4, false)), nullptr}};
+  std::vector<Scrape> sc = {{0, Parse(Steps(10, 5, 4, false)), nullptr},
+                            {1, Parse(Steps(20, 5, 4, false)), nullptr}};
   Signals s = ExtractSignals(sc, {}, "m");
   EXPECT_DOUBLE_EQ(s.steps, 10);
   EXPECT_NEAR(s.step_model_ms, 4, 1e-9);

@@ -130,16 +130,21 @@ std::string StepLine(const Signals& s) {
       s.steps, Fmt(s.engine_busy), s.step_ms, s.step_model_ms, s.step_host_ms, s.step_decode_tokens,
       s.step_prefill_tokens);
   if (Has(s.step_weight_bytes) && s.step_weight_bytes > 0) {
-    out += fmt::format("; reads weights {:.3f} GB + KV {:.3f} GB; matmul {:.3f} TFLOP + attention {:.3f} TFLOP",
-                       s.step_weight_bytes / 1e9, s.step_kv_bytes / 1e9, s.step_matmul_flops / 1e12,
-                       s.step_attention_flops / 1e12);
+    out +=
+        fmt::format("; reads weights {:.3f} GB + KV {:.3f} GB; matmul {:.3f} TFLOP + attention {:.3f} TFLOP",
+                    s.step_weight_bytes / 1e9, s.step_kv_bytes / 1e9, s.step_matmul_flops / 1e12,
+                    s.step_attention_flops / 1e12);
   }
   if (Has(s.step_floor_ms)) {
-    out += fmt::format("\n  at {} GB/s and {} TFLOP/s: weights {} ms, KV {} ms, matmul {} ms, attention {} ms; "
-                       "floor {:.2f} ms = {:.0f}% of the model's {:.2f} ms",
-                       Fmt(s.hbm_gbps, "count"), Fmt(s.tensor_tflops, "count"), Fmt(s.step_weights_ms),
-                       Fmt(s.step_kv_ms), Fmt(s.step_matmul_ms), Fmt(s.step_attention_ms), s.step_floor_ms,
-                       s.step_model_ms > 0 ? 100 * s.step_floor_ms / s.step_model_ms : 0.0, s.step_model_ms);
+    std::string rates = Has(s.hbm_gbps) ? fmt::format("{:g} GB/s", s.hbm_gbps) : "";
+    if (Has(s.tensor_tflops))
+      rates += fmt::format("{}{:g} TFLOP/s", rates.empty() ? "" : " and ", s.tensor_tflops);
+    out += fmt::format(
+        "\n  at {}: weights {} ms, KV {} ms, matmul {} ms, attention {} ms; floor {:.2f} ms = {:.0f}% "
+        "of the model's {:.2f} ms",
+        rates, Fmt(s.step_weights_ms), Fmt(s.step_kv_ms), Fmt(s.step_matmul_ms), Fmt(s.step_attention_ms),
+        s.step_floor_ms, s.step_model_ms > 0 ? 100 * s.step_floor_ms / s.step_model_ms : 0.0,
+        s.step_model_ms);
   }
   return out;
 }

@@ -103,9 +103,10 @@ TEST(DoctorRender, StepSplitInTextJsonAndHtml) {
   s.step_attention_ms = 0.83;
   s.step_floor_ms = 15.83;
   t = ReportText(r);
-  EXPECT_NE(t.find("at 4000 GB/s and 600 TFLOP/s: weights 4.00 ms, KV 0.50 ms, matmul 15.0 ms, attention 0.83 "
-                   "ms; floor 15.83 ms = 89% of the model's 17.75 ms"),
-            std::string::npos)
+  EXPECT_NE(
+      t.find("at 4000 GB/s and 600 TFLOP/s: weights 4.00 ms, KV 0.50 ms, matmul 15.0 ms, attention 0.83 "
+             "ms; floor 15.83 ms = 89% of the model's 17.75 ms"),
+      std::string::npos)
       << t;
   nlohmann::json j = ReportJson(r);
   EXPECT_EQ(j["signals"]["steps"], 80);
