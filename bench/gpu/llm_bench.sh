@@ -6,6 +6,8 @@
 #   3. stoke serve --device cuda + stoke bench --api openai-completions, closed loop at concurrency 64 and
 #      256, 1000-token prompts, exactly 1000 output tokens (ignore_eos + min_tokens)
 #   4. bench/gpu/hf_generate_bench.py: transformers generate at the same batch sizes and lengths (bf16)
+#      with `stoke doctor --load none` watching each window: verdict, KV use, preemptions, per-step split
+#      ($OUT/doctor_<shape>_c<c>.{json,txt}; timed at the device's rates from bench step's roofline probe)
 #   5. $OUT/llm_bench_summary.json: output tokens/s, TTFT and TPOT p50/p99 of both, and stoke / HF ratios
 # Everything lands in $OUT (default /tmp/stoke_gpu_out); progress on stderr, all of it in $OUT/llm_bench.log.
 # Budget: about 7 minutes on an H200. Knobs (env): LLM_SHAPE, LLM_CONCURRENCY ("64 256"), LLM_INPUT (1000),
@@ -96,13 +98,35 @@ main() {
     local url=""
     if url=$(serve_url "$log" $pid); then
       stamp "server ready at $url"
+      # The device's rates for the doctor's step split: bench step's roofline probe in this call (CUDA only).
+      local rates
+      rates=$(python3 -c "
+import json, sys
+try:
+    r = json.load(open(sys.argv[1])).get('device_roofline', {})
+    g = max((x.get('tflops', 0) for x in r.get('gemm_bf16', [])), default=0)
+    print(('--hbm-gbps %.0f' % r['d2d_gbps_read_plus_write']) + (' --tensor-tflops %.0f' % g if g > 0 else ''))
+except Exception:
+    pass" "$OUT/step_${SHAPE}_b1.json")
       for c in $CONC; do
         stamp "stoke bench: concurrency $c, $IN in / $OUTLEN out"
+        # stoke doctor watches the measured window (--load none, after the warm-up, 80 % of it): the verdict,
+        # KV use, preemptions and the per-step split (model / host ms, weight and KV bytes, matmul FLOPs, and
+        # with $rates the time each takes at the device's rates).
+        local ddur=$(( DURATION * 8 / 10 > 1 ? DURATION * 8 / 10 : 1 ))
+        local dtag="$OUT/doctor_${SHAPE}${LLM_TAG:-}_c$c"
+        # shellcheck disable=SC2086  # rates is a word list
+        ( sleep "$WARMUP"; sleep 2; timeout $(( ddur + 60 )) "$STOKE" doctor --url "$url" --load none \
+            --duration "$ddur" --trace off $rates --quiet --json "$dtag.json" > "$dtag.txt" 2>&1 ||
+            echo "stoke doctor c=$c failed: exit $?" ) &
+        local dpid=$!
         timeout 300 "$STOKE" bench --url "$url" --api openai-completions --concurrency "$c" --temperature 0 \
           --input-len "$IN" --output-len "$OUTLEN" --warmup "$WARMUP" --duration "$DURATION" --window 5 \
           --stability 0 --drain-timeout "${LLM_DRAIN_S:-5}" --timeout 600 --label "$SHAPE synth, stoke cuda, c=$c" \
           --output-dir "$OUT/serve_${SHAPE}${LLM_TAG:-}_c$c" >/dev/null || echo "stoke bench c=$c failed: exit $?"
         python3 -c "import json,sys; p=json.load(open(sys.argv[1]))['points'][0]; print('c=%s: %.0f output tok/s, TTFT p50 %.0f ms, TPOT p50 %.1f ms' % (sys.argv[2], p['throughput']['output_tokens_per_s'], p['ttft_ms']['p50'], p['tpot_ms']['p50']))" "$OUT/serve_${SHAPE}${LLM_TAG:-}_c$c/bench.json" "$c" || true
+        wait "$dpid"
+        grep -E "^(VERDICT|steps:|  at |engine:)" "$dtag.txt" || true
       done
       grep -E "device|loaded|kv" "$log" | head -5
     fi
@@ -154,6 +178,15 @@ for c in conc:
           "ttft_ms_p99": h.get("ttft_ms", {}).get("p99"), "tpot_ms_p50": h.get("tpot_ms", {}).get("p50"),
           "tpot_ms_p99": h.get("tpot_ms", {}).get("p99"), "output_len_measured": h.get("output_len_measured"),
           "reduced_because": h.get("reduced_because"), "error": h.get("error") or hf.get("error")}
+    d = load(out / f"doctor_{shape}_c{c}.json")
+    sig = d.get("signals", {})
+    st["doctor_verdict"] = (d.get("verdicts") or [{}])[0].get("bottleneck")
+    st["step_split"] = {k: sig.get(k) for k in (
+        "steps", "engine_busy", "step_ms", "step_model_ms", "step_host_ms", "step_decode_tokens",
+        "step_prefill_tokens", "step_weight_bytes", "step_kv_bytes", "step_matmul_flops", "step_attention_flops",
+        "hbm_gbps", "tensor_tflops", "step_weights_ms", "step_kv_ms", "step_matmul_ms", "step_attention_ms",
+        "step_floor_ms", "kv_usage_mean", "kv_usage_max", "preemptions", "running_mean", "waiting_mean")
+        if sig.get(k) is not None} or None
     row = {"concurrency": c, "stoke": {k: v for k, v in st.items() if v is not None},
            "transformers": {k: v for k, v in hs.items() if v is not None}}
     if st["output_tokens_per_s"] and hs["output_tokens_per_s"]:

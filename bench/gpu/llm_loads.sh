@@ -7,7 +7,8 @@
 #   shared   a 1,000-token system prompt shared by every request + 200 own tokens, 200 out, concurrency 256
 #            (prefix-cache hit rate = prefix_cache_hits / prefix_cache_queries over the run)
 # Each load: output tok/s, TTFT / TPOT p50 and p99 (stoke bench's bench.json), and from /metrics the deltas of
-# preemptions, prefix-cache hits and queries, prompt and generated tokens, and the KV-cache use at the end.
+# preemptions, prefix-cache hits and queries, prompt and generated tokens, the KV-cache use at the end, and the
+# per-step split (steps, model / host ms per step, tokens, modelled weight and KV bytes, matmul FLOPs).
 # Output: $OUT/llm_loads_summary.json (+ $OUT/llm_loads/<load>/bench.json, the server log).
 # Knobs (env): LOADS ("short long shared"), LOADS_SERVE_ARGS (more serve flags), LOADS_WARMUP_S (10),
 # LOADS_DURATION_S (30), LLM_SHAPE, LLM_LAYERS; CPU dry run: LOADS_DEVICE=cpu LLM_SHAPE=smollm2-135m LLM_LAYERS=2
@@ -61,9 +62,14 @@ def metrics(path):
     vals = {}
     try:
         for line in open(path):
-            m = re.match(r'^(stoke:[a-z_]+)(?:\{[^}]*\})? ([0-9.eE+-]+)$', line.strip())
+            m = re.match(r'^(stoke:[a-z_]+)(\{[^}]*\})? ([0-9.eE+-]+)$', line.strip())
             if m:
-                vals[m[1]] = vals.get(m[1], 0.0) + float(m[2])
+                vals[m[1]] = vals.get(m[1], 0.0) + float(m[3])
+                # The step split's series, by their part / kind label: "stoke:step_seconds_total/model".
+                lab = re.search(r'(?:part|kind)="([a-z]+)"', m[2] or "")
+                if lab:
+                    key = m[1] + "/" + lab[1]
+                    vals[key] = vals.get(key, 0.0) + float(m[3])
     except OSError:
         pass
     return vals
@@ -86,6 +92,19 @@ for name in loads:
     q, h = delta("stoke:prefix_cache_queries_total"), delta("stoke:prefix_cache_hits_total")
     row["prefix_cache_hit_rate"] = h / q if q > 0 else None
     row["kv_cache_usage_ratio_at_end"] = a.get("stoke:kv_cache_usage_ratio")
+    # The per-step split over the load (docs/doctor.md "step split"): means per engine step.
+    steps = delta("stoke:step_duration_seconds_count")
+    if steps > 0:
+        row["step_split"] = {
+            "steps": steps, "step_ms": 1e3 * delta("stoke:step_duration_seconds_sum") / steps,
+            "model_ms": 1e3 * delta("stoke:step_seconds_total/model") / steps,
+            "host_ms": 1e3 * delta("stoke:step_seconds_total/host") / steps,
+            "decode_tokens": delta("stoke:step_decode_tokens_sum") / steps,
+            "prefill_tokens": delta("stoke:step_prefill_tokens_sum") / steps,
+            "weight_bytes": delta("stoke:step_read_bytes_total/weights") / steps,
+            "kv_bytes": delta("stoke:step_read_bytes_total/kv") / steps,
+            "matmul_flops": delta("stoke:step_flops_total/matmul") / steps,
+            "attention_flops": delta("stoke:step_flops_total/attention") / steps}
     summary[name] = row
 json.dump(summary, open(os.path.join(out, "llm_loads_summary.json"), "w"), indent=1)
 print(json.dumps(summary, indent=1))
