@@ -69,6 +69,12 @@ def test_completions_sweep_against_stoke_serve(server, tmp_path):
     assert sm["available"], sm["note"]
     assert any(k.endswith("num_requests_running") for k in sm["series"])
     assert any(k.startswith("stage_ms:") for k in sm["series"])
+    # The engine's step split: mean model / host ms per step in each scrape interval where steps ran.
+    model_ms = [v for v in sm["series"]["step_ms:model"] if v is not None and v == v]
+    host_ms = [v for v in sm["series"]["step_ms:host"] if v is not None and v == v]
+    assert model_ms and all(v > 0 for v in model_ms), sm["series"]["step_ms:model"]
+    assert host_ms and all(v >= 0 for v in host_ms)
+    assert "Mean engine step time by part" in (tmp_path / "report.html").read_text()
 
 
 def test_chat_streaming_against_stoke_serve(server, tmp_path):

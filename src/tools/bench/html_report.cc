@@ -267,9 +267,13 @@ std::string ServerCharts(const BenchReport& rep) {
     return LineChartSvg(o, series);
   };
   // Group the scraped keys: the known stoke/vLLM names, then stages, then GPU gauges.
-  std::vector<std::string> running, waiting, kv, stage_keys, stage_names, rate_keys, rate_names, gpu, batch;
+  std::vector<std::string> running, waiting, kv, stage_keys, stage_names, rate_keys, rate_names, gpu, batch,
+      step_keys, step_names;
   for (const auto& [k, v] : s.series) {
-    if (k.starts_with("stage_ms:")) {
+    if (k.starts_with("step_ms:")) {
+      step_keys.push_back(k);
+      step_names.push_back(k.substr(8));
+    } else if (k.starts_with("stage_ms:")) {
       stage_keys.push_back(k);
       stage_names.push_back(k.substr(9));
     } else if (k.ends_with("_per_s")) {
@@ -298,6 +302,7 @@ std::string ServerCharts(const BenchReport& rep) {
   out += chart("Mean batch size (dynamic batcher, each interval)", "requests per execution", batch,
                {"batch size"});
   out += chart("Mean time per request stage (each interval)", "milliseconds", stage_keys, stage_names);
+  out += chart("Mean engine step time by part (each interval)", "milliseconds", step_keys, step_names);
   out += chart("Server token rates", "tokens / s", rate_keys, rate_names);
   // GPU telemetry: the GPM ratios together, PCIe together, clock event reasons together, the rest alone.
   std::vector<std::string> prof, pcie, reasons, other_gpu;

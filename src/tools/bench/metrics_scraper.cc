@@ -123,10 +123,21 @@ void SeriesBuilder::Add(double t_s, const std::vector<PromSample>& samples,
   std::map<std::string, double> stage_sum, stage_count;
   double batch_items = 0, batch_execs = 0;
   bool has_batches = false;
+  std::map<std::string, double> step_part;  // seconds by part
+  double step_count = 0;
   for (const PromSample& s : samples) {
     auto type_it = types.find(s.name);
     const std::string type = type_it == types.end() ? "" : type_it->second;
     const std::string_view n = s.name;
+    if (EndsWith(n, "step_seconds_total")) {  // the engine step's split: {part="model"|"host"}
+      auto part = s.labels.find("part");
+      if (part != s.labels.end()) step_part[part->second] += s.value;
+      continue;
+    }
+    if (EndsWith(n, "step_duration_seconds_count")) {
+      step_count += s.value;
+      continue;
+    }
     if (EndsWith(n, "request_stage_seconds_sum") || EndsWith(n, "request_stage_seconds_count")) {
       auto st = s.labels.find("stage");
       if (st == s.labels.end()) continue;
@@ -177,6 +188,17 @@ void SeriesBuilder::Add(double t_s, const std::vector<PromSample>& samples,
     prev_counter_[ks] = sum;
     prev_counter_[kc] = count;
   }
+  for (const auto& [part, sec] : step_part) {  // mean ms per engine step in the interval, by part
+    const std::string ks = "step:" + part;
+    auto ps = prev_counter_.find(ks), pc = prev_counter_.find("step:count");
+    double mean = kNaN;
+    if (ps != prev_counter_.end() && pc != prev_counter_.end() && step_count > pc->second) {
+      mean = (sec - ps->second) / (step_count - pc->second) * 1e3;
+    }
+    Put("step_ms:" + part, mean);
+    prev_counter_[ks] = sec;
+  }
+  if (!step_part.empty()) prev_counter_["step:count"] = step_count;
   if (has_batches) {
     auto pi = prev_counter_.find("batch:items"), pe = prev_counter_.find("batch:execs");
     double mean = kNaN;

@@ -18,6 +18,11 @@ stoke:generation_tokens_total{model_name="m"} 100
 stoke:request_stage_seconds_bucket{model_name="m",stage="queue",le="+Inf"} 2
 stoke:request_stage_seconds_sum{model_name="m",stage="queue"} 0.5
 stoke:request_stage_seconds_count{model_name="m",stage="queue"} 2
+# TYPE stoke:step_seconds_total counter
+stoke:step_seconds_total{model_name="m",part="model"} 1.0
+stoke:step_seconds_total{model_name="m",part="host"} 0.1
+# TYPE stoke:step_duration_seconds histogram
+stoke:step_duration_seconds_count{model_name="m"} 100
 # TYPE other_gauge gauge
 other_gauge 5
 )";
@@ -31,6 +36,11 @@ stoke:generation_tokens_total{model_name="m"} 300
 # TYPE stoke:request_stage_seconds histogram
 stoke:request_stage_seconds_sum{model_name="m",stage="queue"} 0.8
 stoke:request_stage_seconds_count{model_name="m",stage="queue"} 4
+# TYPE stoke:step_seconds_total counter
+stoke:step_seconds_total{model_name="m",part="model"} 3.0
+stoke:step_seconds_total{model_name="m",part="host"} 0.2
+# TYPE stoke:step_duration_seconds histogram
+stoke:step_duration_seconds_count{model_name="m"} 180
 # TYPE stoke:inference_count_total counter
 stoke:inference_count_total{model="s",version="1"} 40
 # TYPE stoke:inference_exec_count_total counter
@@ -96,6 +106,10 @@ TEST(Prometheus, SeriesBuilderKeepsGaugesRatesAndStageMeans) {
   auto queue = out.series["stage_ms:queue"];
   EXPECT_TRUE(std::isnan(queue[0]));
   EXPECT_DOUBLE_EQ(queue[1], 150);  // (0.8 - 0.5) / (4 - 2) s
+  // The engine step split: 2 s of model and 0.1 s of host time over 80 steps in the interval.
+  EXPECT_TRUE(std::isnan(out.series["step_ms:model"][0]));
+  EXPECT_DOUBLE_EQ(out.series["step_ms:model"][1], 25);
+  EXPECT_NEAR(out.series["step_ms:host"][1], 1.25, 1e-12);
   EXPECT_EQ(out.series["stoke:inference_pending_request_count"][1], 7);
   EXPECT_TRUE(std::isnan(out.series["mean_batch_size"][1]));  // counters first seen: no interval yet
   auto gpu = out.series["nv_gpu_utilization{gpu=0}"];         // first seen in the second scrape
