@@ -48,7 +48,8 @@ def test_ggml_numerics_off_serves_greedy_text(start_server):
     assert r.json()["choices"][0]["text"]
 
 
-def test_bench_step_records_the_knobs(stoke_bin, tmp_path):
+@pytest.mark.parametrize("decode_attention", ["warp", "tiled-regs"])
+def test_bench_step_records_the_knobs(stoke_bin, tmp_path, decode_attention):
     model = tmp_path / "smol"
     r = subprocess.run([str(stoke_bin), "model", "synth", "--shape", "smollm2-135m", "--layers", "1", "--out",
                         str(model), "--quiet"], capture_output=True, text=True, timeout=300)
@@ -56,12 +57,12 @@ def test_bench_step_records_the_knobs(stoke_bin, tmp_path):
     r = subprocess.run([str(stoke_bin), "bench", "step", "--model", str(model), "--device", "cpu", "--decode-batch", "1",
                         "--context", "8", "--prefill", "0", "--iters", "1", "--warmup", "0", "--threads", "2",
                         "--gemv-max-rows", "0", "--decode-pipeline", "off", "--prefill-attention", "warp",
-                        "--decode-attention", "warp"],
+                        "--decode-attention", decode_attention],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     e = json.loads(r.stdout)["engine"]
     assert (e["gemv_max_rows"], e["decode_pipeline"], e["prefill_attention"], e["decode_attention"]) == \
-        (0, False, "warp", "warp")
+        (0, False, "warp", decode_attention)
     # the others at their defaults
     assert (e["gemv_split"], e["pdl"], e["decode_min_partition"], e["ggml_numerics"]) == (0, False, 16, True)
 

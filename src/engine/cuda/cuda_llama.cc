@@ -220,7 +220,7 @@ Status CudaLlama::Init(LlamaWeights weights) {
       options_.cuda_graphs ? "on" : "off", gemv_max_rows_ >= 1 ? "on" : "off",
       options_.gemv_split == 0 ? std::string("auto") : std::to_string(options_.gemv_split),
       options_.pdl ? "on" : "off", options_.attention.decode_min_partition,
-      options_.attention.decode_pipeline ? "on" : "off", options_.attention.decode_tiled ? "tiled" : "warp",
+      options_.attention.decode_pipeline ? "on" : "off", !options_.attention.decode_tiled ? "warp" : options_.attention.decode_tiled_fragments ? "tiled-regs" : "tiled",
       options_.attention.prefill_force_warp ? "warp" : "auto");
   return OkStatus();
 }

@@ -362,7 +362,7 @@ TEST(CudaLlamaTest, FactoryLoadsHfFolderOnCuda) {
 
 // The 8-bit KV cache: CudaLlama with int8 / fp8 KV over the script (prefill chunks, graphs, CopyKvBlock of
 // bytes and scales) against CpuLlama with the same KV dtype (the reference quantiser), and against CudaLlama
-// with the bf16 cache; the bytes per token as documented.
+// with the bf16 cache; the bytes per token as documented. Both forms of the tiled decode kernel.
 TEST(CudaLlamaTest, QuantizedKvMatchesCpuQuantizedKv) {
   SKIP_WITHOUT_GPU();
   const TinyLlama m = MakeModel(14, /*tied=*/false, /*bias=*/true, /*layers=*/2);
@@ -372,12 +372,16 @@ TEST(CudaLlamaTest, QuantizedKvMatchesCpuQuantizedKv) {
   ASSERT_TRUE(bf16_gpu.ok()) << bf16_gpu.status().ToString();
   auto bf16_out = RunScript(**bf16_gpu, script);
   ASSERT_TRUE(bf16_out.ok()) << bf16_out.status().ToString();
-  for (KvCacheDtype dtype : {KvCacheDtype::kInt8, KvCacheDtype::kFp8}) {
+  for (int variant = 0; variant < 4; ++variant) {  // int8, fp8; each with --decode-attention tiled / tiled-regs
+    const KvCacheDtype dtype = variant % 2 == 0 ? KvCacheDtype::kInt8 : KvCacheDtype::kFp8;
+    const bool regs = variant >= 2;
     const std::string name(KvCacheDtypeName(dtype));
+    SCOPED_TRACE(regs ? "tiled-regs" : "tiled");
     auto cpu = CpuLlama::Create(ToBf16Weights(m, true), nullptr, false, KvCacheOptions{.dtype = dtype});
     ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
     CudaLlama::Options o = TestOptions();
     o.kv_cache_dtype = dtype;
+    o.attention.decode_tiled_fragments = regs;
     auto gpu = CudaLlama::Create(ToBf16Weights(m, true), o);
     ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
     EXPECT_EQ((*gpu)->kv_cache_dtype_name(), name);

@@ -113,4 +113,12 @@ Status LaunchDecodeTiled(const __nv_bfloat16* q, const int32_t* block_tables, in
                          float scale, const DevicePagedKvQuant& kv, float* part_out, float* part_ml,
                          __nv_bfloat16* out, cudaStream_t stream);
 
+// The same over an 8-bit cache with no shared bf16 tile and no block barrier in the loop: each warp loads its
+// own 16 keys of a tile and converts the codes into fp16 mma fragments in registers
+// (AttentionLaunchOptions::decode_tiled_fragments).
+Status LaunchDecodeTiledFragments(const __nv_bfloat16* q, const int32_t* block_tables, int max_blocks,
+                                  const int32_t* context_lens, int num_seqs, int heads, int splits, int partition,
+                                  float scale, const DevicePagedKvQuant& kv, float* part_out, float* part_ml,
+                                  __nv_bfloat16* out, cudaStream_t stream);
+
 }  // namespace stoke::cuda

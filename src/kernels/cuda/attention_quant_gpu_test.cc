@@ -87,9 +87,10 @@ struct DecodeCase {
 
 class CudaQuantDecode : public ::testing::TestWithParam<DecodeCase> {};
 
-// Contexts of 1, 17, 513, 1500 and 4100 positions (one split and many); GQA groups of 4 and 3; the tensor-core
-// kernel (the default: codes widened to bf16 in shared memory, scales on S and P) and the warp kernel (K/V
-// dequantised in registers), with and without its load pipelining.
+// Contexts of 1, 17, 513, 1500 and 4100 positions (one split and many); GQA groups of 4, 3, 16 and 7; the
+// tensor-core kernel (the default: codes widened to bf16 in shared memory, scales on S and P), its tiled-regs
+// form (each warp's codes straight into fp16 fragments) and the warp kernel (K/V dequantised in registers), with
+// and without its load pipelining.
 TEST_P(CudaQuantDecode, MatchesCpuReferenceAndBf16Kernel) {
   SKIP_WITHOUT_GPU();
   const DecodeCase c = GetParam();
@@ -112,9 +113,10 @@ TEST_P(CudaQuantDecode, MatchesCpuReferenceAndBf16Kernel) {
   DeviceBuffer<uint16_t> dq(ToBf16(q)), out(q.size()), out_bf16(q.size());
   DeviceQuant dk(f);
   std::vector<float> tiled_out;
-  for (int variant = 0; variant < 3; ++variant) {  // tiled, warp, warp without pipelining
+  for (int variant = 0; variant < 4; ++variant) {  // tiled, warp, warp without pipelining, tiled-regs
     AttentionLaunchOptions launch;
-    launch.decode_tiled = variant == 0;
+    launch.decode_tiled = variant == 0 || variant == 3;
+    launch.decode_tiled_fragments = variant == 3;
     launch.decode_pipeline = variant != 2;
     DeviceBuffer<uint8_t> ws(
         std::max<size_t>(1, DecodeWorkspaceBytes(num_seqs, c.heads, c.head_dim, max_ctx, launch)));
@@ -122,11 +124,15 @@ TEST_P(CudaQuantDecode, MatchesCpuReferenceAndBf16Kernel) {
                                        max_ctx, scale, dk.Kv(f), ws.get(), out.bf16(), nullptr, launch));
     const std::string what = "decode " + Name(c.dtype) + " hd=" + std::to_string(c.head_dim) +
                              " heads=" + std::to_string(c.heads) +
-                             (variant == 0 ? " tiled" : variant == 1 ? " warp" : " warp no-pipeline");
+                             (variant == 0   ? " tiled"
+                              : variant == 1 ? " warp"
+                              : variant == 2 ? " warp no-pipeline"
+                                             : " tiled-regs");
     const auto got = FromBf16(out.Download());
     EXPECT_CLOSE(got, want_quant, kTolBf16, (what + " vs cpu quant").c_str());
     if (variant == 0) tiled_out = got;
     if (variant == 1) EXPECT_NE(got, tiled_out) << "decode_tiled did not switch kernels";
+    if (variant == 3) EXPECT_NE(got, tiled_out) << "decode_tiled_fragments did not switch kernels";
   }
   DeviceBuffer<uint8_t> ws(std::max<size_t>(1, DecodeWorkspaceBytes(num_seqs, c.heads, c.head_dim, max_ctx)));
   // Against the bf16 kernel over the unquantised cache: the quantisation error itself.
@@ -145,7 +151,8 @@ INSTANTIATE_TEST_SUITE_P(
     Cases, CudaQuantDecode,
     ::testing::Values(DecodeCase{KvCacheDtype::kInt8, 64, 8, 2}, DecodeCase{KvCacheDtype::kInt8, 128, 8, 2},
                       DecodeCase{KvCacheDtype::kInt8, 64, 9, 3}, DecodeCase{KvCacheDtype::kFp8, 64, 8, 2},
-                      DecodeCase{KvCacheDtype::kFp8, 128, 32, 8}, DecodeCase{KvCacheDtype::kFp8, 64, 9, 3}),
+                      DecodeCase{KvCacheDtype::kFp8, 128, 32, 8}, DecodeCase{KvCacheDtype::kFp8, 64, 9, 3},
+                      DecodeCase{KvCacheDtype::kFp8, 128, 32, 2}, DecodeCase{KvCacheDtype::kInt8, 128, 14, 2}),
     [](const auto& info) {
       return Name(info.param.dtype) + "_hd" + std::to_string(info.param.head_dim) + "_h" +
              std::to_string(info.param.heads) + "_kv" + std::to_string(info.param.kv_heads);

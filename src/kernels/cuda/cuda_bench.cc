@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cuda/attention.h"
@@ -210,7 +211,8 @@ void GemvBench(cudaStream_t s) {
 }
 
 // Llama-3.1-8B attention (32 heads, 8 kv heads, head_dim 128), bf16 cache, block size 16; each case with the
-// warp kernel and the tensor-core one (AttentionLaunchOptions::decode_tiled), the merge kernel included.
+// warp kernel and the tensor-core one (AttentionLaunchOptions::decode_tiled), the merge kernel included; an fp8
+// cache also with the tiled-regs form (decode_tiled_fragments).
 void DecodeAttentionBench(cudaStream_t s) {
   const int heads = 32, kvh = 8, hd = 128, bs = 16;
   struct Case {
@@ -236,10 +238,15 @@ void DecodeAttentionBench(cudaStream_t s) {
     cudaMemcpy(bt, table.data(), table.size() * 4, cudaMemcpyHostToDevice);
     cudaMemcpy(lens, ctx.data(), c.seqs * 4, cudaMemcpyHostToDevice);
     // Both kernels over one cache (bf16, or 8-bit codes with a scale per row: bytes_per_row counts both).
+    // 8-bit caches also with the tiled kernel's tiled-regs form (AttentionLaunchOptions::decode_tiled_fragments).
     auto run = [&](const char* cache, const auto& cache_kv, double bytes_per_row) {
-      for (const bool tiled : {false, true}) {
+      constexpr bool kQuant = std::is_same_v<std::decay_t<decltype(cache_kv)>, DevicePagedKvQuant>;
+      for (const int variant : {0, 1, 2}) {  // warp, tiled, tiled-regs
+        if (variant == 2 && !kQuant) continue;
         AttentionLaunchOptions launch;
+        const bool tiled = variant > 0;
         launch.decode_tiled = tiled;
+        launch.decode_tiled_fragments = variant == 2;
         const size_t ws_bytes = DecodeWorkspaceBytes(c.seqs, heads, hd, c.ctx, launch);
         void* ws;
         BENCH_CHECK(cudaMalloc(&ws, ws_bytes > 0 ? ws_bytes : 1));
@@ -254,7 +261,8 @@ void DecodeAttentionBench(cudaStream_t s) {
         std::printf(
             "{\"bench\":\"decode_attn\",\"cache\":\"%s\",\"kernel\":\"%s\",\"seqs\":%d,\"ctx\":%d,"
             "\"heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,\"ms\":%.4f,\"kv_gbps\":%.1f}\n",
-            cache, tiled ? "tiled" : "warp", c.seqs, c.ctx, heads, kvh, hd, ms, kv_bytes / (ms * 1e-3) / 1e9);
+            cache, variant == 0 ? "warp" : variant == 1 ? "tiled" : "tiled-regs", c.seqs, c.ctx, heads, kvh, hd,
+            ms, kv_bytes / (ms * 1e-3) / 1e9);
         cudaFree(ws);
       }
     };

@@ -72,6 +72,90 @@ __device__ __forceinline__ void WidenCodes(const uint4& in, __nv_bfloat16* out) 
   reinterpret_cast<uint4*>(out)[1] = reinterpret_cast<const uint4*>(r)[1];
 }
 
+// One 16-key step of the online softmax of a warp's rows g and g + 8: s holds the scores in log2 units
+// (element (n, e) is key 8n + 2t + (e & 1); masked keys -inf) and becomes exp2(s - new max); the running max m,
+// this thread's share of the denominator l and the output accumulators o are rescaled to the new max.
+template <int kDTiles>
+__device__ __forceinline__ void OnlineSoftmax(float (&s)[2][4], float& m0, float& m1, float& l0, float& l1,
+                                              float (&o)[kDTiles][4]) {
+  // Row maxima over the 4 threads of a row group.
+  float mx0 = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1]));
+  float mx1 = fmaxf(fmaxf(s[0][2], s[0][3]), fmaxf(s[1][2], s[1][3]));
+#pragma unroll
+  for (int off = 1; off <= 2; off <<= 1) {
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+  }
+  const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+  // A row with nothing unmasked yet keeps m = -inf: subtract 0 instead (exp2(-inf) = 0, no NaN).
+  const float base0 = mn0 == -INFINITY ? 0.f : mn0, base1 = mn1 == -INFINITY ? 0.f : mn1;
+  const float corr0 = exp2f(m0 - base0), corr1 = exp2f(m1 - base1);
+  m0 = mn0;
+  m1 = mn1;
+  float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+  for (int n = 0; n < 2; ++n) {
+    s[n][0] = exp2f(s[n][0] - base0);
+    s[n][1] = exp2f(s[n][1] - base0);
+    s[n][2] = exp2f(s[n][2] - base1);
+    s[n][3] = exp2f(s[n][3] - base1);
+    sum0 += s[n][0] + s[n][1];
+    sum1 += s[n][2] + s[n][3];
+  }
+  l0 = l0 * corr0 + sum0;
+  l1 = l1 * corr1 + sum1;
+#pragma unroll
+  for (int d = 0; d < kDTiles; ++d) {
+    o[d][0] *= corr0;
+    o[d][1] *= corr0;
+    o[d][2] *= corr1;
+    o[d][3] *= corr1;
+  }
+}
+
+// The end of both tiled kernels: every warp has written its 16 rows' unnormalised O (sm_o [warps][16][HD],
+// head_dim in order), running max (log2 units) and denominator (sm_m, sm_l [warps][16]) and the block has
+// synchronised. The block merges the warps' states per row and writes `out` (one split) or the normalised
+// partial output and (max in natural-log units, denominator) to the workspace for DecodeReduceKernel.
+template <int HD>
+__device__ __forceinline__ void MergeWarpStates(const float* sm_o, const float* sm_m, const float* sm_l,
+                                                int group, int seq, int heads, int head0, int split,
+                                                int num_splits, __nv_bfloat16* __restrict__ out,
+                                                float* __restrict__ part_out, float* __restrict__ part_ml) {
+  constexpr int kThreads = kTiledWarps * 32;
+  const int tid = threadIdx.x;
+  constexpr float kLn2 = 0.6931471805599453f;  // the workspace's maxima are in natural-log units
+  for (int i = tid; i < group * HD; i += kThreads) {
+    const int r = i / HD, d = i - r * HD;
+    float m = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kTiledWarps; ++w) {
+      if (sm_l[w * 16 + r] > 0.f) m = fmaxf(m, sm_m[w * 16 + r]);
+    }
+    float l = 0.f, acc = 0.f;
+#pragma unroll
+    for (int w = 0; w < kTiledWarps; ++w) {
+      const float lw = sm_l[w * 16 + r];
+      if (lw == 0.f) continue;  // a warp that saw no key
+      const float f = exp2f(sm_m[w * 16 + r] - m);
+      l += lw * f;
+      acc += sm_o[(w * 16 + r) * HD + d] * f;
+    }
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const int64_t hrow = static_cast<int64_t>(seq) * heads + head0 + r;
+    if (num_splits == 1) {
+      out[hrow * HD + d] = __float2bfloat16(acc * inv);
+      continue;
+    }
+    const int64_t row = hrow * num_splits + split;
+    part_out[row * HD + d] = acc * inv;
+    if (d == 0) {
+      part_ml[row * 2] = l > 0.f ? m * kLn2 : -INFINITY;
+      part_ml[row * 2 + 1] = l;
+    }
+  }
+}
+
 template <int HD, int kCache, typename Kv>
 __global__ void __launch_bounds__(kTiledWarps * 32)
     DecodeTiledKernel(const __nv_bfloat16* __restrict__ q, const int32_t* __restrict__ block_tables,
@@ -217,39 +301,7 @@ __global__ void __launch_bounds__(kTiledWarps * 32)
       }
     }
 
-    // Online softmax; row maxima over the 4 threads of a row group.
-    float mx0 = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1]));
-    float mx1 = fmaxf(fmaxf(s[0][2], s[0][3]), fmaxf(s[1][2], s[1][3]));
-#pragma unroll
-    for (int off = 1; off <= 2; off <<= 1) {
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
-    }
-    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-    // A row with nothing unmasked yet keeps m = -inf: subtract 0 instead (exp2(-inf) = 0, no NaN).
-    const float base0 = mn0 == -INFINITY ? 0.f : mn0, base1 = mn1 == -INFINITY ? 0.f : mn1;
-    const float corr0 = exp2f(m0 - base0), corr1 = exp2f(m1 - base1);
-    m0 = mn0;
-    m1 = mn1;
-    float sum0 = 0.f, sum1 = 0.f;
-#pragma unroll
-    for (int n = 0; n < 2; ++n) {
-      s[n][0] = exp2f(s[n][0] - base0);
-      s[n][1] = exp2f(s[n][1] - base0);
-      s[n][2] = exp2f(s[n][2] - base1);
-      s[n][3] = exp2f(s[n][3] - base1);
-      sum0 += s[n][0] + s[n][1];
-      sum1 += s[n][2] + s[n][3];
-    }
-    l0 = l0 * corr0 + sum0;
-    l1 = l1 * corr1 + sum1;
-#pragma unroll
-    for (int d = 0; d < kDTiles; ++d) {
-      o[d][0] *= corr0;
-      o[d][1] *= corr0;
-      o[d][2] *= corr1;
-      o[d][3] *= corr1;
-    }
+    OnlineSoftmax(s, m0, m1, l0, l1, o);
     if constexpr (kQuant) {  // P·(codes · scale) = (P · scale)·codes: the V scale goes on P's columns
       const float* vscale = vsc + (kt & 1) * kKeys + warp * 16;
 #pragma unroll
@@ -303,36 +355,253 @@ __global__ void __launch_bounds__(kTiledWarps * 32)
     }
   }
   __syncthreads();
-  constexpr float kLn2 = 0.6931471805599453f;  // the workspace's maxima are in natural-log units
-  for (int i = tid; i < group * HD; i += kThreads) {
-    const int r = i / HD, d = i - r * HD;
-    float m = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < kTiledWarps; ++w) {
-      if (sm_l[w * 16 + r] > 0.f) m = fmaxf(m, sm_m[w * 16 + r]);
-    }
-    float l = 0.f, acc = 0.f;
-#pragma unroll
-    for (int w = 0; w < kTiledWarps; ++w) {
-      const float lw = sm_l[w * 16 + r];
-      if (lw == 0.f) continue;  // a warp that saw no key
-      const float f = exp2f(sm_m[w * 16 + r] - m);
-      l += lw * f;
-      acc += sm_o[(w * 16 + r) * HD + d] * f;
-    }
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    const int64_t hrow = static_cast<int64_t>(seq) * heads + head0 + r;
-    if (num_splits == 1) {
-      out[hrow * HD + d] = __float2bfloat16(acc * inv);
-      continue;
-    }
-    const int64_t row = hrow * num_splits + split;
-    part_out[row * HD + d] = acc * inv;
-    if (d == 0) {
-      part_ml[row * 2] = l > 0.f ? m * kLn2 : -INFINITY;
-      part_ml[row * 2 + 1] = l;
+  MergeWarpStates<HD>(sm_o, sm_m, sm_l, group, seq, heads, head0, split, num_splits, out, part_out, part_ml);
+}
+
+// ---- 8-bit caches, codes straight into fp16 fragments (AttentionLaunchOptions::decode_tiled_fragments) ----
+//
+// The same grid, tiles, splits, softmax and merge as DecodeTiledKernel, but nothing is shared between warps
+// until the merge: warp w cp.asyncs only its own 16 keys of each tile (codes and scales, double-buffered in its
+// own shared memory) and converts them from shared memory straight into fp16 mma fragments in registers, so
+// the loop has no block barrier and no bf16 tile is written and read back.
+//   codes -> fp16, exact, times a power of two (kFold): fp8 E4M3 by bit moves (sign, then exponent and mantissa
+//   into the fp16 fields: value · 2^-8, subnormals included); int8 by the magic-number trick (0x48uu as fp16
+//   is 8 + uu / 128; minus 9 leaves code / 128).
+//   S = Q·K^T in fp16 (q · 2^-4 exact for |q| < 2^20) with the head dimension permuted inside each 16-column
+//   step so that a thread's B fragment is one 32-bit word of its key's row (logical k 2t, 2t+1, 2t+8, 2t+9 =
+//   bytes 0, 2, 1, 3 of the word at 4t); Q's A fragment is permuted the same way. The K scale and the folds go
+//   on S in fp32.
+//   O += P·V in fp16 with P' = P · v_scale · 2^kFold (in [0, ~amax]) and V' = code · 2^-kFold; the head
+//   dimension of O is permuted so that a thread's B fragments for four d-tiles are the four bytes of one
+//   32-bit word per key (d-tile 4G + j, column n = physical d 32G + 4n + j), transposed by byte permutes.
+template <int HD, bool kFp8>
+struct FragCodes {
+  static constexpr int kFold = kFp8 ? 8 : 7;  // log2 of what the fp16 values are divided by
+  // The codes in bytes 0 and 2 (lo) or 1 and 3 (hi) of w as an fp16 pair (the first in the low half).
+  static __device__ __forceinline__ uint32_t Lo(uint32_t w) {
+    if constexpr (kFp8) {
+      return ((w << 8) & 0x80008000u) | ((w << 7) & 0x3F803F80u);
+    } else {
+      return Int8(__byte_perm(w ^ 0x80808080u, 0x48484848u, 0x4240));
     }
   }
+  static __device__ __forceinline__ uint32_t Hi(uint32_t w) {
+    if constexpr (kFp8) {
+      return (w & 0x80008000u) | ((w >> 1) & 0x3F803F80u);
+    } else {
+      return Int8(__byte_perm(w ^ 0x80808080u, 0x48484848u, 0x4341));
+    }
+  }
+  static __device__ __forceinline__ uint32_t Int8(uint32_t biased) {  // (8 + u/128) - 9 = (u - 128) / 128
+    const __half2 r = __hsub2(*reinterpret_cast<const __half2*>(&biased), __float2half2_rn(9.f));
+    return *reinterpret_cast<const uint32_t*>(&r);
+  }
+};
+
+// Shared memory of the fragments kernel: per warp two buffers of [16 keys][kFragRow] K codes, the same for V,
+// then 16 K and 16 V scales. Rows are padded by 16 bytes: the 8 rows a fragment load touches start 4 banks
+// apart.
+template <int HD>
+constexpr int kFragRow = HD + 16;
+template <int HD>
+constexpr int kFragWarpBuf = 2 * 16 * kFragRow<HD> + 2 * 16 * 4;
+template <int HD>
+constexpr int DecodeFragSmemBytes() {
+  return kTiledWarps * 2 * kFragWarpBuf<HD>;
+}
+
+template <int HD, bool kFp8>
+__global__ void __launch_bounds__(kTiledWarps * 32)
+    DecodeFragKernel(const __nv_bfloat16* __restrict__ q, const int32_t* __restrict__ block_tables,
+                     int max_blocks, const int32_t* __restrict__ context_lens, int heads, int group,
+                     int partition, float scale_log2, DevicePagedKvQuant kv, float* __restrict__ part_out,
+                     float* __restrict__ part_ml, __nv_bfloat16* __restrict__ out) {
+  PdlLaunchDependents();
+  using Codes = FragCodes<HD, kFp8>;
+  constexpr int kRow = kFragRow<HD>;
+  constexpr int kBuf = kFragWarpBuf<HD>;
+  constexpr int kKSteps = HD / 16;    // k-steps of S = Q·K^T
+  constexpr int kDTiles = HD / 8;     // n-tiles of O
+  constexpr int kCodeChunks = HD / 16;  // 16-byte chunks per 8-bit row
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+
+  const int split = blockIdx.x, kv_head = blockIdx.y, seq = blockIdx.z, num_splits = gridDim.x;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int ctx = context_lens[seq];
+  const int begin = split * partition;
+  const int end = min(ctx, begin + partition);
+  const int num_tiles = end > begin ? (end - begin + kKeys - 1) / kKeys : 0;
+  const int head0 = kv_head * group;
+  const int kvh = kv.num_kv_heads, bs = kv.block_size;
+  const int32_t* table = block_tables + static_cast<int64_t>(seq) * max_blocks;
+  auto slot_of = [&](int p) { return static_cast<int64_t>(table[p / bs]) * bs + p % bs; };
+  unsigned char* wbase = smem_raw + warp * 2 * kBuf;  // this warp's two buffers
+
+  // This warp's 16 keys of tile kt into buffer buf: codes by 16-byte copies, then lanes 0..15 the keys' K
+  // scales and 16..31 their V scales (zeros past the end).
+  auto load = [&](int kt, int buf) {
+    unsigned char* kb = wbase + buf * kBuf;
+    unsigned char* vb = kb + 16 * kRow;
+    const int key0 = begin + kt * kKeys + warp * 16;
+    for (int c = lane; c < 16 * kCodeChunks; c += 32) {
+      const int r = c / kCodeChunks, ch = c - r * kCodeChunks;
+      const int p = key0 + r;
+      const bool ok = p < end;
+      const int64_t off = ok ? (slot_of(p) * kvh + kv_head) * HD + ch * 16 : 0;
+      CpAsync16(kb + r * kRow + ch * 16, kv.k + off, ok ? 16 : 0);
+      CpAsync16(vb + r * kRow + ch * 16, kv.v + off, ok ? 16 : 0);
+    }
+    const int r = lane & 15;
+    const int p = key0 + r;
+    const bool ok = p < end;
+    const int64_t si = ok ? slot_of(p) * kvh + kv_head : 0;
+    float* sc = reinterpret_cast<float*>(vb + 16 * kRow) + (lane < 16 ? 0 : 16) + r;
+    CpAsync4(sc, (lane < 16 ? kv.k_scale : kv.v_scale) + si, ok ? 4 : 0);
+  };
+  if (num_tiles > 0) load(0, 0);
+  CpAsyncCommit();
+
+  // Q's A fragments in fp16 (times 2^-4), the head dimension permuted as K's: in 16-column step ks, logical
+  // columns 2t, 2t+1, 2t+8, 2t+9 are physical 16 ks + 4t + 0, 2, 1, 3. Rows past the group are zeros.
+  uint32_t qa[kKSteps][4];
+  {
+    const bool has0 = g < group, has1 = g + 8 < group;
+    const __nv_bfloat16* q0 = q + (static_cast<int64_t>(seq) * heads + head0 + g) * HD + 4 * t;
+    const __nv_bfloat16* q1 = q0 + 8 * HD;
+    constexpr float kQFold = 0.0625f;
+    auto frag = [&](const __nv_bfloat16* p, bool has, uint32_t& even, uint32_t& odd) {
+      if (!has) {
+        even = odd = 0u;
+        return;
+      }
+      const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));      // phys 0, 1
+      const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p + 2));  // phys 2, 3
+      even = PackF16(a.x * kQFold, b.x * kQFold);  // logical 2t, 2t+1 = physical 0, 2
+      odd = PackF16(a.y * kQFold, b.y * kQFold);   // logical 2t+8, 2t+9 = physical 1, 3
+    };
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks) {
+      frag(q0 + ks * 16, has0, qa[ks][0], qa[ks][2]);
+      frag(q1 + ks * 16, has1, qa[ks][1], qa[ks][3]);
+    }
+  }
+  // S in log2 units = S_acc · 2^(4 + kFold) · k_scale · scale · log2 e.
+  const float s_mult = scale_log2 * static_cast<float>(1 << (4 + Codes::kFold));
+  const float p_mult = static_cast<float>(1 << Codes::kFold);
+
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;  // rows g, g + 8; l: this thread's keys only
+  float o[kDTiles][4];
+#pragma unroll
+  for (int i = 0; i < kDTiles; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+
+  for (int kt = 0; kt < num_tiles; ++kt) {
+    CpAsyncWaitAll();
+    __syncwarp();  // this warp's tile kt landed (every lane's copies); its lanes are done with tile kt - 1
+    if (kt + 1 < num_tiles) load(kt + 1, (kt + 1) & 1);
+    CpAsyncCommit();
+    const unsigned char* kb = wbase + (kt & 1) * kBuf;
+    const unsigned char* vb = kb + 16 * kRow;
+    const float* ksc = reinterpret_cast<const float*>(vb + 16 * kRow);
+    const float* vsc = ksc + 16;
+
+    // S = Q·K^T: thread (g, t)'s B fragment of n-tile n, k-step ks is the word at byte 16 ks + 4t of key 8n + g.
+    float s[2][4];
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+      const unsigned char* krow = kb + (n * 8 + g) * kRow + 4 * t;
+#pragma unroll
+      for (int ks = 0; ks < kKSteps; ++ks) {
+        const uint32_t w = *reinterpret_cast<const uint32_t*>(krow + ks * 16);
+        MmaF16(s[n], qa[ks], Codes::Lo(w), Codes::Hi(w));
+      }
+    }
+    const int key0 = begin + kt * kKeys + warp * 16;
+    const bool need_mask = key0 + 16 > end;
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int k = n * 8 + 2 * t + (e & 1);
+        float x = s[n][e] * s_mult * ksc[k];
+        if (need_mask && key0 + k >= end) x = -INFINITY;
+        s[n][e] = x;
+      }
+    }
+    OnlineSoftmax(s, m0, m1, l0, l1, o);
+
+    // P' = P · v_scale · 2^kFold as the A fragment (16 rows x the warp's 16 keys, keys in order).
+    const float v0 = vsc[2 * t] * p_mult, v1 = vsc[2 * t + 1] * p_mult;
+    const float v8 = vsc[2 * t + 8] * p_mult, v9 = vsc[2 * t + 9] * p_mult;
+    const uint32_t pa[4] = {PackF16(s[0][0] * v0, s[0][1] * v1), PackF16(s[0][2] * v0, s[0][3] * v1),
+                            PackF16(s[1][0] * v8, s[1][1] * v9), PackF16(s[1][2] * v8, s[1][3] * v9)};
+    // O += P'·V': per 32 columns G, the words at byte 32 G + 4g of keys 2t, 2t+1, 2t+8, 2t+9 hold column g of
+    // d-tiles 4G + 0..3; byte permutes pair the keys per d-tile (bytes 0 / 2 and 1 / 3 of each result).
+#pragma unroll
+    for (int G = 0; G < HD / 32; ++G) {
+      const unsigned char* vcol = vb + 2 * t * kRow + 32 * G + 4 * g;
+      const uint32_t w0 = *reinterpret_cast<const uint32_t*>(vcol);
+      const uint32_t w1 = *reinterpret_cast<const uint32_t*>(vcol + kRow);
+      const uint32_t w8 = *reinterpret_cast<const uint32_t*>(vcol + 8 * kRow);
+      const uint32_t w9 = *reinterpret_cast<const uint32_t*>(vcol + 9 * kRow);
+      const uint32_t a01 = __byte_perm(w0, w1, 0x5410), b01 = __byte_perm(w0, w1, 0x7632);
+      const uint32_t a89 = __byte_perm(w8, w9, 0x5410), b89 = __byte_perm(w8, w9, 0x7632);
+      MmaF16(o[4 * G + 0], pa, Codes::Lo(a01), Codes::Lo(a89));
+      MmaF16(o[4 * G + 1], pa, Codes::Hi(a01), Codes::Hi(a89));
+      MmaF16(o[4 * G + 2], pa, Codes::Lo(b01), Codes::Lo(b89));
+      MmaF16(o[4 * G + 3], pa, Codes::Hi(b01), Codes::Hi(b89));
+    }
+  }
+  CpAsyncWaitAll();
+
+#pragma unroll
+  for (int off = 1; off <= 2; off <<= 1) {
+    l0 += __shfl_xor_sync(0xffffffffu, l0, off);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, off);
+  }
+  __syncthreads();  // every warp is done with its buffers: the merge area overlays them
+  float* sm_o = reinterpret_cast<float*>(smem_raw);  // [kTiledWarps][16][HD], head_dim in order
+  float* sm_m = sm_o + kTiledWarps * 16 * HD;
+  float* sm_l = sm_m + kTiledWarps * 16;
+  {
+    // Accumulator (tile 4G + j, column c) is physical d = 32 G + 4c + j; this thread holds c = 2t and 2t + 1.
+    float* r0 = sm_o + (warp * 16 + g) * HD + 8 * t;
+    float* r1 = r0 + 8 * HD;
+#pragma unroll
+    for (int nt = 0; nt < kDTiles; ++nt) {
+      const int d = 32 * (nt >> 2) + (nt & 3);
+      r0[d] = o[nt][0];
+      r0[d + 4] = o[nt][1];
+      r1[d] = o[nt][2];
+      r1[d + 4] = o[nt][3];
+    }
+    if (t == 0) {
+      sm_m[warp * 16 + g] = m0;
+      sm_l[warp * 16 + g] = l0;
+      sm_m[warp * 16 + g + 8] = m1;
+      sm_l[warp * 16 + g + 8] = l1;
+    }
+  }
+  __syncthreads();
+  MergeWarpStates<HD>(sm_o, sm_m, sm_l, group, seq, heads, head0, split, num_splits, out, part_out, part_ml);
+}
+
+template <int HD, bool kFp8>
+Status LaunchFrag(const __nv_bfloat16* q, const int32_t* bt, int max_blocks, const int32_t* ctx, int num_seqs,
+                  int heads, int splits, int partition, float scale, const DevicePagedKvQuant& kv,
+                  float* part_out, float* part_ml, __nv_bfloat16* out, cudaStream_t stream) {
+  constexpr int smem = DecodeFragSmemBytes<HD>();
+  static_assert((kTiledWarps * 16 * HD + 2 * kTiledWarps * 16) * 4 <= smem, "merge area of DecodeFragKernel");
+  CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(DecodeFragKernel<HD, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const float scale_log2 = scale * 1.4426950408889634f;
+  const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(kv.num_kv_heads),
+                  static_cast<unsigned>(num_seqs));
+  DecodeFragKernel<HD, kFp8><<<grid, kTiledWarps * 32, smem, stream>>>(
+      q, bt, max_blocks, ctx, heads, heads / kv.num_kv_heads, partition, scale_log2, kv, part_out, part_ml, out);
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return OkStatus();
 }
 
 template <int HD, int kCache, typename Kv>
@@ -403,6 +672,21 @@ Status LaunchDecodeTiled(const __nv_bfloat16* q, const int32_t* block_tables, in
                                                : Launch<64, kCacheInt8, DevicePagedKvQuant>)
                                         : (fp8 ? Launch<128, kCacheFp8, DevicePagedKvQuant>
                                                : Launch<128, kCacheInt8, DevicePagedKvQuant>);
+  return launch(q, block_tables, max_blocks, context_lens, num_seqs, heads, splits, partition, scale, kv,
+                part_out, part_ml, out, stream);
+}
+
+Status LaunchDecodeTiledFragments(const __nv_bfloat16* q, const int32_t* block_tables, int max_blocks,
+                                  const int32_t* context_lens, int num_seqs, int heads, int splits, int partition,
+                                  float scale, const DevicePagedKvQuant& kv, float* part_out, float* part_ml,
+                                  __nv_bfloat16* out, cudaStream_t stream) {
+  RETURN_IF_ERROR(CheckTiled(q, num_seqs, heads, kv));
+  if ((reinterpret_cast<uintptr_t>(kv.k_scale) | reinterpret_cast<uintptr_t>(kv.v_scale)) & 3) {
+    return Status(StatusCode::kInvalidArgument, "PagedDecodeAttention (tiled): scales need 4-byte alignment");
+  }
+  const bool fp8 = kv.dtype == KvCacheDtype::kFp8;
+  const auto launch = kv.head_dim == 64 ? (fp8 ? LaunchFrag<64, true> : LaunchFrag<64, false>)
+                                        : (fp8 ? LaunchFrag<128, true> : LaunchFrag<128, false>);
   return launch(q, block_tables, max_blocks, context_lens, num_seqs, heads, splits, partition, scale, kv,
                 part_out, part_ml, out, stream);
 }

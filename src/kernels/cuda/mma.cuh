@@ -1,5 +1,6 @@
 // Warp-level tensor-core and async-copy helpers shared by the tiled attention kernels (prefill_flash.cu,
-// decode_tiled.cu): cp.async into shared memory, mma.sync m16n8k16 (bf16 in, fp32 accumulators) and ldmatrix.
+// decode_tiled.cu): cp.async into shared memory, mma.sync m16n8k16 (bf16 or fp16 in, fp32 accumulators) and
+// ldmatrix.
 // Fragment layouts (PTX ISA, mma.m16n8k16 .bf16, g = lane / 4, t = lane % 4):
 //   A 16x16: a0 = (g, 2t..2t+1) a1 = (g+8, 2t..) a2 = (g, 2t+8..) a3 = (g+8, 2t+8..)
 //   B 16x8:  b0 = (k 2t..2t+1, n g) b1 = (k 2t+8..2t+9, n g)
@@ -8,6 +9,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstdint>
 
@@ -46,6 +48,14 @@ __device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint3
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// d += a · b, m16n8k16, fp16 inputs, fp32 accumulators (the same fragment layouts as Mma).
+__device__ __forceinline__ void MmaF16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 // Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i, register i gets it (lane l holds
 // row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1).
 __device__ __forceinline__ void LdMatrixX4(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3,
@@ -70,6 +80,12 @@ __device__ __forceinline__ uint32_t Ld32(const __nv_bfloat16* p) {
 // Two floats as a bf16 pair, the first in the low half (the lower column of a fragment).
 __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Two floats as an fp16 pair, the first in the low half.
+__device__ __forceinline__ uint32_t PackF16(float lo, float hi) {
+  const __half2 v = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
