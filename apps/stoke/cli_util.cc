@@ -67,8 +67,10 @@ void AddEngineTuningFlags(CLI::App* cmd, EngineTuningFlags* flags) {
       ->capture_default_str();
   cmd->add_option("--decode-attention", flags->decode_attention,
                   "cuda: decode attention kernel: tiled (tensor cores, a GQA group's query heads as one tile's "
-                  "rows; bf16 or 8-bit cache) or warp (a warp per position, CUDA cores)")
-      ->check(CLI::IsMember({"warp", "tiled"}))
+                  "rows; bf16 or 8-bit cache, whose codes the block widens to bf16 in shared memory), tiled-regs "
+                  "(the same, but each warp converts its own keys' 8-bit codes straight into registers; not yet "
+                  "measured; a bf16 cache runs tiled) or warp (a warp per position, CUDA cores)")
+      ->check(CLI::IsMember({"warp", "tiled", "tiled-regs"}))
       ->capture_default_str();
   cmd->add_option(
          "--prefill-attention", flags->prefill_attention,

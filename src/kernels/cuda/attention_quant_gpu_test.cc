@@ -131,8 +131,12 @@ TEST_P(CudaQuantDecode, MatchesCpuReferenceAndBf16Kernel) {
     const auto got = FromBf16(out.Download());
     EXPECT_CLOSE(got, want_quant, kTolBf16, (what + " vs cpu quant").c_str());
     if (variant == 0) tiled_out = got;
-    if (variant == 1) EXPECT_NE(got, tiled_out) << "decode_tiled did not switch kernels";
-    if (variant == 3) EXPECT_NE(got, tiled_out) << "decode_tiled_fragments did not switch kernels";
+    if (variant == 1) {
+      EXPECT_NE(got, tiled_out) << "decode_tiled did not switch kernels";
+    }
+    if (variant == 3) {
+      EXPECT_NE(got, tiled_out) << "decode_tiled_fragments did not switch kernels";
+    }
   }
   DeviceBuffer<uint8_t> ws(std::max<size_t>(1, DecodeWorkspaceBytes(num_seqs, c.heads, c.head_dim, max_ctx)));
   // Against the bf16 kernel over the unquantised cache: the quantisation error itself.
