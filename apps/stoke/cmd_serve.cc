@@ -60,6 +60,7 @@ struct ServeOptions {
   int block_size = 16;
   int max_num_seqs = 64;
   int max_num_batched_tokens = 2048;
+  double target_step_ms = 0;
   int max_waiting = 1024;
   bool no_prefix_cache = false;
   std::string sampling = "device";
@@ -136,6 +137,7 @@ Status Validate(const ServeOptions& o) {
   if (o.max_num_batched_tokens < 1)
     return InvalidArgumentError("--max-num-batched-tokens must be at least 1");
   if (o.max_waiting < 0) return InvalidArgumentError("--max-waiting must be >= 0");
+  if (!(o.target_step_ms >= 0)) return InvalidArgumentError("--target-step-ms must be >= 0 (0: off)");
   if (o.kv_blocks < 0) return InvalidArgumentError("--kv-blocks must be >= 0");
   if (o.kv_cache_bytes <= 0) return InvalidArgumentError("--kv-cache-bytes must be positive");
   if (o.block_size < 1) return InvalidArgumentError("--block-size must be at least 1");
@@ -243,6 +245,7 @@ int RunServe(CLI::App* cmd, ServeOptions* bound, const Backends& backends) {
   so.block_size = o.block_size;
   so.max_num_seqs = o.max_num_seqs;
   so.max_num_batched_tokens = o.max_num_batched_tokens;
+  so.target_step_ms = o.target_step_ms;
   so.max_waiting = o.max_waiting;
   so.prefix_cache = !o.no_prefix_cache;
   so.device_sampling = o.sampling != "host";
@@ -315,6 +318,14 @@ CommandRegistrar kServe(
       cmd->add_option("--max-num-seqs", o->max_num_seqs, "Sequences running at once")->capture_default_str();
       cmd->add_option("--max-num-batched-tokens", o->max_num_batched_tokens,
                       "Tokens computed per engine step")
+          ->capture_default_str();
+      cmd->add_option(
+             "--target-step-ms", o->target_step_ms,
+             "Decoders: keep each engine step near N ms by admitting only the prefill tokens that a "
+             "running fit of measured step times (tokens, KV positions read) says fit after the "
+             "step's decodes; at least 64 prefill tokens per step so waiting prompts progress. Bounds "
+             "the inter-token gap prefill adds (set it near the TPOT you want). 0: off, only "
+             "--max-num-batched-tokens limits a step")
           ->capture_default_str();
       cmd->add_option("--max-waiting", o->max_waiting, "Waiting requests beyond which new ones get 503")
           ->capture_default_str();

@@ -124,6 +124,12 @@ LlmLoop::LlmLoop(const LlmLoopOptions& options, std::unique_ptr<DecoderModel> mo
                             .block_size = options.block_size,
                             .enable_prefix_caching = options.enable_prefix_caching});
   scheduler_ = std::make_unique<Scheduler>(options.scheduler, allocator_.get());
+  if (options.target_step_ms > 0) {
+    scheduler_->set_prefill_room([this](int decode_tokens, int64_t decode_kv_positions) {
+      return step_fit_.Room(options_.target_step_ms * 1e-3, decode_tokens, decode_kv_positions,
+                            options_.target_step_min_prefill);
+    });
+  }
   context_length_ = cfg.max_position > 0 ? cfg.max_position : num_blocks * options.block_size;
   eos_ids_ = cfg.eos_token_ids;
   for (int32_t id : tokenizer_->eos_ids()) {
@@ -406,7 +412,11 @@ void LlmLoop::RunStep() {
     rec.device_end = t2;
   }
   rec.model_ns = t2 - t1;
+  rec.prefill_cap = plan.prefill_cap;
   CountStepWork(input, options_.step_costs, &rec);
+  if (options_.target_step_ms > 0 && st.ok()) {
+    step_fit_.Add(plan.num_tokens(), static_cast<double>(rec.kv_positions), rec.duration * 1e-9);
+  }
   PublishStats(&rec);
   if (options_.on_step) options_.on_step(rec);
   const Nanos t4 = Now();

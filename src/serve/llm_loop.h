@@ -33,6 +33,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "serve/llm_engine.h"
 #include "serve/scheduler/scheduler.h"
+#include "serve/scheduler/step_cost_fit.h"
 #include "telemetry/records.h"
 
 namespace stoke {
@@ -53,6 +54,13 @@ struct LlmLoopOptions {
   // only token ids cross to the host instead of a vocabulary-wide row of logits per sequence. Requests asking
   // for logprobs, or whose stop tokens are masked before min_tokens, are sampled on the host either way.
   bool device_sampling = true;
+  // The step-time target (--target-step-ms; 0 = off): each step's prefill tokens are capped so that the
+  // step's predicted time stays within it, predicted by a running fit of measured step times to tokens and KV
+  // positions (serve/scheduler/step_cost_fit.h); the decodes always run, and a step takes at least
+  // target_step_min_prefill prefill tokens so that waiting prompts progress. Bounds the inter-token gap that
+  // prefill interleaving adds where max_num_batched_tokens alone cannot (the decode part grows with context).
+  double target_step_ms = 0;
+  int target_step_min_prefill = 64;
   // Requests waiting (not yet running) beyond which Submit fails with ResourceExhausted (HTTP 503).
   int max_waiting = 1024;
   // What a step costs in bytes and FLOPs (ComputeDecoderStepCosts): the modelled part of each StepRecord.
@@ -150,6 +158,7 @@ class LlmLoop final : public LlmEngine {
   // Engine-thread state.
   std::unique_ptr<BlockAllocator> allocator_;
   std::unique_ptr<Scheduler> scheduler_;
+  StepCostFit step_fit_;  // with options_.target_step_ms: measured step times, for the prefill cap
   std::unordered_map<SeqId, std::unique_ptr<Active>> active_;
   std::unordered_map<std::string, SeqId> seq_of_;
   SeqId next_seq_ = 1;

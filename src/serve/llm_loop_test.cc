@@ -72,6 +72,8 @@ struct FakeModelOptions {
   // Accept Logits::kToken like a GPU backend: the token is drawn by the model (here with the host Sampler at
   // the given (seed, step), so outputs must equal host sampling exactly when the loop plumbs them right).
   bool samples_on_device = false;
+  // Called at the start of each Step (e.g. to advance a test clock by what the step "costs").
+  std::function<void(const StepInput&)> on_step;
 };
 
 int32_t HashNext(const std::vector<int32_t>& h) {
@@ -106,6 +108,7 @@ class FakeModel final : public DecoderModel {
   bool SamplesOnDevice() const override { return o_.samples_on_device; }
   Status Step(const StepInput& in, StepOutput* out) override {
     if (o_.gate.valid()) o_.gate.wait();
+    if (o_.on_step) o_.on_step(in);
     if (o_.step_sleep_us) std::this_thread::sleep_for(std::chrono::microseconds(o_.step_sleep_us));
     if (steps++ == o_.fail_at_step) return InternalError("injected failure");
     max_batch = std::max<int>(max_batch, in.sequences.size());
@@ -718,6 +721,74 @@ TEST(LlmLoopTest, StepRecordsWithoutCostsCountOnly) {
   EXPECT_EQ(steps[1].logit_rows, 1);
   EXPECT_EQ(steps[1].weight_bytes, 0);
   EXPECT_EQ(steps[1].matmul_flops, 0);
+}
+
+// A clock that only the fake model moves.
+class ManualClock final : public Clock {
+ public:
+  Nanos Now() const override { return now_.load(); }
+  void Advance(Nanos ns) { now_ += ns; }
+
+ private:
+  std::atomic<Nanos> now_{1'000'000};
+};
+
+// --target-step-ms: a model whose steps cost exactly 1 ms + 50 us per token + 1 us per KV position read (on a
+// clock only it moves). Uncapped, the 512-token budget makes steps of ~30 ms; with a 10 ms target, once the
+// fit has its first 8 steps, every step stays within 10 ms while all 40 requests still finish (prefill
+// trickles in beside the decodes).
+TEST(LlmLoopTest, TargetStepTimeCapsPrefillByTheMeasuredCost) {
+  auto run = [](double target_ms, std::vector<StepRecord>* steps) {
+    ManualClock clock;
+    std::mutex mu;
+    LlmLoopOptions lo = SmallLoop(/*num_blocks=*/1024, /*budget=*/512, /*max_seqs=*/16);
+    lo.clock = &clock;
+    lo.target_step_ms = target_ms;
+    lo.target_step_min_prefill = 16;
+    lo.on_step = [&](const StepRecord& r) {
+      std::lock_guard<std::mutex> lk(mu);
+      steps->push_back(r);
+    };
+    FakeModelOptions mo;
+    mo.on_step = [&clock](const StepInput& in) {
+      int64_t kv = 0;
+      for (const StepSequence& s : in.sequences) kv += s.start_pos + s.num_tokens;
+      clock.Advance(1'000'000 + 50'000 * static_cast<int64_t>(in.token_ids.size()) + 1'000 * kv);
+    };
+    auto loop = MakeLoop(lo, mo);
+    // 40 requests over a running set of 16: prompts keep arriving as others finish.
+    std::vector<Collector> c(40);
+    for (int i = 0; i < 40; ++i) {
+      ASSERT_TRUE(
+          loop->Submit(Req("r" + std::to_string(i), {Prompt(150 + 7 * i, i), Greedy(24 + i % 5)}, c[i]))
+              .ok());
+    }
+    for (auto& x : c) {
+      ASSERT_TRUE(x.Wait());
+      EXPECT_EQ(x.Last().finish, FinishReason::kLength);
+    }
+    ASSERT_TRUE(loop->WaitIdle());
+  };
+  std::vector<StepRecord> uncapped, capped;
+  run(0, &uncapped);
+  run(10, &capped);
+  auto max_ms = [](const std::vector<StepRecord>& s, size_t from) {
+    double m = 0;
+    for (size_t i = from; i < s.size(); ++i) m = std::max(m, s[i].duration / 1e6);
+    return m;
+  };
+  EXPECT_GT(max_ms(uncapped, 0), 20);
+  for (const StepRecord& r : uncapped) EXPECT_EQ(r.prefill_cap, -1);
+  // The fit starts capping after its first 8 steps; from then on no step passes the target, and some steps
+  // were held below the 512-token budget by the cap.
+  ASSERT_GT(capped.size(), 8u);
+  EXPECT_LE(max_ms(capped, 8), 10.0 + 1e-6);
+  int held = 0;
+  for (size_t i = 8; i < capped.size(); ++i) {
+    EXPECT_GE(capped[i].prefill_cap, 16);
+    held += capped[i].prefill_cap < 512 && capped[i].prefill_tokens == capped[i].prefill_cap;
+  }
+  EXPECT_GT(held, 0);
 }
 
 // A clock that moves 1 us every time it is read, from any thread: every interval the loop measures is

@@ -329,6 +329,7 @@ StatusOr<LoadedModel> LoadDecoderModel(const DecoderSpec& d, const ServerOptions
   lo.enable_prefix_caching = o.prefix_cache;
   lo.device_sampling = o.device_sampling;
   lo.max_waiting = o.max_waiting;
+  lo.target_step_ms = o.target_step_ms;
   if (auto costs = ComputeDecoderStepCosts(*model, path); costs.ok()) {
     lo.step_costs = *costs;
   } else {

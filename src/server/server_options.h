@@ -78,6 +78,7 @@ struct ServerOptions {
   int block_size = 16;
   int max_num_seqs = 64;
   int max_num_batched_tokens = 2048;
+  double target_step_ms = 0;  // LlmLoopOptions::target_step_ms (0: off)
   int max_waiting = 1024;
   bool prefix_cache = true;
   bool device_sampling = true;

@@ -34,6 +34,7 @@ struct StepRecord {
   // What the step read and computed. Counted: KV positions attention read (each sequence's context once, as
   // the paged kernels read it once per group of query heads), (query, key) pairs, rows through the lm_head.
   int64_t kv_positions = 0;
+  int prefill_cap = -1;  // the step-time target's cap on prefill tokens this step (-1: none)
   int64_t attention_pairs = 0;
   int64_t logit_rows = 0;
   // Modelled from the model's shape and storage (engine/model/step_costs.h; 0 when not known): weight and KV

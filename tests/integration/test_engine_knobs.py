@@ -15,7 +15,8 @@ import requests
     ("--decode-pipeline", "maybe", b"--decode-pipeline"),
     ("--decode-attention", "fast", b"--decode-attention"),
     ("--encoder-attention", "fast", b"--encoder-attention"),
-    ("--quantization", "int4", b"--quantization"),  # int8 parses (encoders); a decoder refuses it at load
+    ("--quantization", "int4", b"--quantization"),
+    ("--target-step-ms", "-1", b"--target-step-ms must be >= 0"),  # int8 parses (encoders); a decoder refuses it at load
 ])
 def test_bad_engine_knob_is_a_usage_error(stoke_bin, smollm2_path, flag, value, message):
     p = subprocess.run([str(stoke_bin), "serve", "--model", str(smollm2_path), "--port", "0", flag, value],

@@ -203,3 +203,40 @@ def test_bad_inputs_get_their_errors_while_a_good_request_succeeds(server, model
     assert good["lines"][-1] == b"data: [DONE]"
     finish = json.loads(good["lines"][-2][len(b"data: "):])
     assert finish["choices"][0]["finish_reason"] == "length"
+
+
+def test_step_time_target_keeps_greedy_outputs_and_caps_prefill(start_server):
+    """--target-step-ms: a 5 ms target is below what even a decode step costs on this CPU, so once the fit has
+    its first steps (a warm-up request), each step takes only its minimum prefill chunk (64 tokens). A ~300-token
+    prompt, one step uncapped, is then cut into 5+ chunks, and 8 concurrent prompts share steps beside the
+    decodes. Every greedy output is exactly what the same prompt gets alone on a server without the target."""
+    import openai
+    plain = start_server()
+    capped = start_server("--target-step-ms", 5)
+    model = plain.model_name()
+    long_prompt = " ".join(f"Item {i} of the list is the word number {i}." for i in range(30))
+    prompts = [f"Describe colour number {i} of the rainbow, where it sits in the arc, and why light bends there:"
+               for i in range(8)]
+
+    def client(srv):
+        return openai.OpenAI(base_url=srv.base_url + "/v1", api_key="x", max_retries=0, timeout=300)
+
+    def prefill_steps():
+        return (capped.metric("stoke:step_prefill_tokens_count"),
+                capped.metric("stoke:step_prefill_tokens_bucket", le="100"))
+
+    alone = [greedy_completion(client(plain), model, p) for p in [long_prompt] + prompts]
+    greedy_completion(client(capped), model, "Warm up the step fit.")  # 12+ steps: the fit is on
+    count0, le0 = prefill_steps()
+    r = client(capped).completions.create(model=model, prompt=long_prompt, max_tokens=12, temperature=0,
+                                          extra_body={"ignore_eos": True})
+    assert r.usage.prompt_tokens > 250
+    assert r.choices[0].text == alone[0]
+    count1, le1 = prefill_steps()
+    assert count1 - count0 >= 4  # > 250 tokens at 64 a step
+    assert le1 - le0 == count1 - count0  # no step over 100 prompt tokens
+    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+        together = list(pool.map(lambda p: greedy_completion(client(capped), model, p), prompts))
+    assert together == alone[1:]
+    count2, le2 = prefill_steps()
+    assert le2 - le1 == count2 - count1

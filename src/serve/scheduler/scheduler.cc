@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <limits>
 
 namespace stoke {
 
@@ -72,8 +73,16 @@ StepPlan Scheduler::Schedule() {
             [](const SchedSeq* a, const SchedSeq* b) { return RanksBefore(a->rank, b->rank); });
   int budget = options_.max_num_batched_tokens;
   ScheduleRunning(/*decodes=*/true, &budget, &plan);
+  room_.reset();
+  if (prefill_room_fn_) {
+    int64_t kv = 0;  // positions the decodes' attention reads
+    for (const ScheduledSeq& s : plan.seqs) kv += s.start_pos + s.num_tokens;
+    room_ = prefill_room_fn_(plan.num_decode_tokens, kv);
+    if (room_) plan.prefill_cap = std::min(budget, RoomTokens(0, plan));
+  }
   ScheduleRunning(/*decodes=*/false, &budget, &plan);
   plan.admission_stop = AdmitWaiting(&budget, &plan);
+  room_.reset();
 
   plan.num_running = num_running();
   plan.num_waiting = num_waiting();
@@ -96,6 +105,20 @@ void Scheduler::ApplyCancellations(StepPlan* plan) {
   std::sort(plan->cancelled.begin(), plan->cancelled.end());  // deterministic order for callers and tests
 }
 
+int Scheduler::RoomTokens(int start, const StepPlan& plan) const {
+  constexpr int kNoLimit = std::numeric_limits<int>::max();
+  if (!room_) return kNoLimit;
+  const double per = std::max(1e-12, room_->per_token + room_->per_kv_position);
+  const double n = (room_->seconds - room_->per_kv_position * start) / per;
+  const int first = plan.num_prefill_tokens == 0 ? room_->min_tokens : 0;  // the step's first chunk
+  if (!(n > first)) return std::max(0, first);                             // also NaN
+  return n >= kNoLimit ? kNoLimit : static_cast<int>(n);
+}
+
+void Scheduler::SpendRoom(int start, int n) {
+  if (room_) room_->seconds -= room_->per_token * n + room_->per_kv_position * (start + n);
+}
+
 void Scheduler::ScheduleRunning(bool decodes, int* budget, StepPlan* plan) {
   for (size_t i = 0; i < running_.size();) {
     SchedSeq& s = *running_[i];
@@ -107,6 +130,11 @@ void Scheduler::ScheduleRunning(bool decodes, int* budget, StepPlan* plan) {
     }
     if (*budget == 0) return;  // the rest wait for the next step
     int want = std::min(remaining, *budget);
+    if (!decodes) want = std::min(want, RoomTokens(s.num_computed, *plan));  // the step-time room
+    if (want == 0) {
+      ++i;
+      continue;
+    }
     bool self_preempted = false;
     while (true) {
       const int fit = FitTokens(s, want);
@@ -128,6 +156,7 @@ void Scheduler::ScheduleRunning(bool decodes, int* budget, StepPlan* plan) {
     Status st = allocator_->Grow(s.id, s.num_computed + want, &plan->copies);
     assert(st.ok());
     (void)st;
+    if (!decodes) SpendRoom(s.num_computed, want);
     Push(s, want, /*is_prefill=*/!decodes, plan);
     *budget -= want;
     ++i;
@@ -146,8 +175,8 @@ AdmissionStop Scheduler::AdmitWaiting(int* budget, StepPlan* plan) {
     const int remaining = static_cast<int>(s.tokens.size()) - cached;
     // A preempted sequence may have grown past the budget; it must be able to come back even unchunked.
     const bool may_chunk = options_.enable_chunked_prefill || s.num_preemptions > 0;
-    int chunk = std::min(remaining, *budget);
-    if (!may_chunk && chunk < remaining) return AdmissionStop::kTokenBudget;
+    int chunk = std::min({remaining, *budget, RoomTokens(cached, *plan)});
+    if (chunk == 0 || (!may_chunk && chunk < remaining)) return AdmissionStop::kTokenBudget;
     // Keep a reserve for the running sequences' next tokens; with nothing running, any fit will do.
     const int avail = allocator_->NumAvailableBlocks() - (running_.empty() ? 0 : watermark_);
     auto fits = [&](int t) { return allocator_->BlocksToStart(s.tokens, cached + t) <= avail; };
@@ -182,6 +211,7 @@ AdmissionStop Scheduler::AdmitWaiting(int* budget, StepPlan* plan) {
       counters_.prefix_hit_tokens += cached;
     }
     ++plan->num_admitted;
+    SpendRoom(cached, chunk);
     Push(s, chunk, /*is_prefill=*/true, plan);
     *budget -= chunk;
   }

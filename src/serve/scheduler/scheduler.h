@@ -18,6 +18,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -67,6 +69,9 @@ struct StepPlan {
   int num_prefill_tokens = 0;
   int num_decode_tokens = 0;
   int num_admitted = 0;       // waiting sequences that entered the running set
+  // The step-time room's prefill tokens at position 0 this step (set_prefill_room; chunks further into a
+  // prompt get fewer); -1: no room set.
+  int prefill_cap = -1;
   int num_cached_tokens = 0;  // tokens admitted sequences got from the prefix cache (not computed)
   // State after planning:
   int num_running = 0;
@@ -120,6 +125,20 @@ class Scheduler {
   void Cancel(SeqId id);
 
   StepPlan Schedule();
+  // A time budget for each step's prefill chunks (partial prefills and admissions), asked once the step's
+  // decodes are planned: room(decode tokens, KV positions those decodes read). A chunk of n tokens starting
+  // at position s costs per_token · n + per_kv_position · (s + n) of it; the step's first chunk may take
+  // min_tokens whatever the room, so waiting prompts always progress. nullopt (or no function): only
+  // max_num_batched_tokens limits the step. The step-time target (LlmLoopOptions::target_step_ms) sets it.
+  struct PrefillRoom {
+    double seconds = 0;
+    double per_token = 0;
+    double per_kv_position = 0;
+    int min_tokens = 0;
+  };
+  void set_prefill_room(std::function<std::optional<PrefillRoom>(int, int64_t)> room) {
+    prefill_room_fn_ = std::move(room);
+  }
   // The model ran `plan`: every scheduled chunk's KV is written.
   void CompleteStep(const StepPlan& plan);
   // Appends a sampled token to a sequence whose tokens are all computed.
@@ -157,6 +176,11 @@ class Scheduler {
 
   SchedulerOptions options_;
   BlockAllocator* allocator_;
+  std::function<std::optional<PrefillRoom>(int, int64_t)> prefill_room_fn_;
+  std::optional<PrefillRoom> room_;  // this step's, while Schedule runs
+  // Prefill tokens a chunk starting at `start` may take from room_ (no room: no limit).
+  int RoomTokens(int start, const StepPlan& plan) const;
+  void SpendRoom(int start, int n);
   int watermark_ = 0;
   uint64_t next_arrival_ = 0;
   int64_t step_ = 0;

@@ -156,6 +156,62 @@ TEST(SchedulerTest, DecodesComeFirstAndPrefillTakesTheRestOfTheBudget) {
   EXPECT_EQ(sim.finished()['C'], sim.Expected('C'));
 }
 
+TEST(SchedulerTest, PrefillRoomLimitsPrefillAfterTheDecodes) {
+  // budget 16; the room asked after the decodes: 8 - 2 x decodes (in units where a prefill token costs 1 and
+  // a KV position 0); A, B: prompt 2, 4 tokens; C: 12-token prompt arriving after step 1.
+  //   1  A:p2* B:p2*          no decodes: room 8
+  //   2  A:d1 B:d1 C:p4       two decodes (KV positions 3 + 3): room 4, though 14 of the budget are left
+  //   3  A:d1 B:d1 C:p4
+  //   4  A:d1 B:d1 C:p4*
+  //   5  C:d1
+  Sim sim(Opts(16), 32);
+  std::vector<std::pair<int, int64_t>> asked;
+  sim.sched().set_prefill_room([&](int decodes, int64_t kv) {
+    asked.emplace_back(decodes, kv);
+    return Scheduler::PrefillRoom{.seconds = 8.0 - 2 * decodes, .per_token = 1, .per_kv_position = 0};
+  });
+  sim.Add('A', 2, 4);
+  sim.Add('B', 2, 4);
+  EXPECT_EQ(sim.Step(), "A:p2* B:p2*");
+  EXPECT_EQ(sim.last().prefill_cap, 8);
+  sim.Add('C', 12, 2);
+  EXPECT_EQ(sim.Step(), "A:d1 B:d1 C:p4");
+  EXPECT_EQ(sim.last().prefill_cap, 4);
+  EXPECT_EQ(sim.Run(3), (std::vector<std::string>{"A:d1 B:d1 C:p4", "A:d1 B:d1 C:p4*", "C:d1"}));
+  ASSERT_GE(asked.size(), 3u);
+  EXPECT_EQ(asked[0], (std::pair<int, int64_t>{0, 0}));
+  EXPECT_EQ(asked[1], (std::pair<int, int64_t>{2, 6}));  // A and B decode position 2: 3 keys each
+  EXPECT_EQ(asked[2], (std::pair<int, int64_t>{2, 8}));
+  EXPECT_EQ(sim.finished()['C'], sim.Expected('C'));
+}
+
+TEST(SchedulerTest, PrefillRoomChargesAChunkForTheKeysItReadsAndKeepsAMinimum) {
+  // budget 64; a chunk of n tokens at position s costs n + 0.5 (s + n) of a room of 20 per step; A: prompt
+  // 30, B: prompt 4, one token each.
+  //   1  A:p13        floor(20 / 1.5) = 13 (spends 19.5): nothing left for B
+  //   2  A:p9         at 13: (20 - 6.5) / 1.5 = 9
+  //   3  A:p6         at 22: (20 - 11) / 1.5 = 6
+  //   4  A:p2* B:p2   at 28 the last 2 (spends 17); B gets 3 / 1.5 = 2
+  //   5  B:p2*
+  // Then with no room at all (decodes alone over the target) the first chunk still gets min_tokens (3).
+  Sim sim(Opts(64), 64);
+  double room = 20;
+  sim.sched().set_prefill_room([&](int, int64_t) {
+    return Scheduler::PrefillRoom{.seconds = room, .per_token = 1, .per_kv_position = 0.5, .min_tokens = 3};
+  });
+  sim.Add('A', 30, 1);
+  sim.Add('B', 4, 1);
+  EXPECT_EQ(sim.Step(), "A:p13");
+  EXPECT_EQ(sim.last().admission_stop, AdmissionStop::kTokenBudget);
+  EXPECT_EQ(sim.Run(4), (std::vector<std::string>{"A:p9", "A:p6", "A:p2* B:p2", "B:p2*"}));
+  EXPECT_EQ(sim.finished()['A'], sim.Expected('A'));
+  room = -5;
+  sim.Add('C', 10, 1);
+  sim.Add('D', 10, 1);
+  EXPECT_EQ(sim.Run(2), (std::vector<std::string>{"C:p3", "C:p3"}));
+  EXPECT_EQ(sim.last().prefill_cap, 3);
+}
+
 TEST(SchedulerTest, MaxSeqsCapsTheRunningSet) {
   // max_seqs 2; A, B, C: prompt 3, 2 tokens.
   //   1  A:p3* B:p3*          C waits (max_seqs)
