@@ -156,6 +156,43 @@ __device__ __forceinline__ void MergeWarpStates(const float* sm_o, const float* 
   }
 }
 
+// The end of both tiled kernels, after their loops: each row's denominator summed over its 4 threads, every
+// warp's 16 rows (O unnormalised, head_dim in order through col(d-tile, column)), max and denominator written
+// to shared memory over the no longer read K/V buffers, then merged by MergeWarpStates.
+template <int HD, int kDTiles, typename Col>
+__device__ __forceinline__ void FinishWarps(unsigned char* smem_raw, const float (&o)[kDTiles][4], float m0,
+                                            float m1, float l0, float l1, Col col, int group, int seq, int heads,
+                                            int head0, int split, int num_splits, __nv_bfloat16* __restrict__ out,
+                                            float* __restrict__ part_out, float* __restrict__ part_ml) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int off = 1; off <= 2; off <<= 1) {
+    l0 += __shfl_xor_sync(0xffffffffu, l0, off);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, off);
+  }
+  __syncthreads();  // every warp is done with the K/V buffers: the merge area overlays them
+  float* sm_o = reinterpret_cast<float*>(smem_raw);  // [kTiledWarps][16][HD]
+  float* sm_m = sm_o + kTiledWarps * 16 * HD;          // [kTiledWarps][16]
+  float* sm_l = sm_m + kTiledWarps * 16;               // [kTiledWarps][16]
+  float* r0 = sm_o + (warp * 16 + g) * HD;
+  float* r1 = r0 + 8 * HD;
+#pragma unroll
+  for (int d = 0; d < kDTiles; ++d) {
+    r0[col(d, 2 * t)] = o[d][0];
+    r0[col(d, 2 * t + 1)] = o[d][1];
+    r1[col(d, 2 * t)] = o[d][2];
+    r1[col(d, 2 * t + 1)] = o[d][3];
+  }
+  if (t == 0) {
+    sm_m[warp * 16 + g] = m0;
+    sm_l[warp * 16 + g] = l0;
+    sm_m[warp * 16 + g + 8] = m1;
+    sm_l[warp * 16 + g + 8] = l1;
+  }
+  __syncthreads();
+  MergeWarpStates<HD>(sm_o, sm_m, sm_l, group, seq, heads, head0, split, num_splits, out, part_out, part_ml);
+}
+
 template <int HD, int kCache, typename Kv>
 __global__ void __launch_bounds__(kTiledWarps * 32)
     DecodeTiledKernel(const __nv_bfloat16* __restrict__ q, const int32_t* __restrict__ block_tables,
@@ -327,35 +364,9 @@ __global__ void __launch_bounds__(kTiledWarps * 32)
   }
   CpAsyncWaitAll();  // nothing is in flight, but leave no copy behind
 
-#pragma unroll
-  for (int off = 1; off <= 2; off <<= 1) {
-    l0 += __shfl_xor_sync(0xffffffffu, l0, off);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, off);
-  }
-  // Merge the warps' states through shared memory (the K/V tiles are no longer read).
-  __syncthreads();
-  float* sm_o = reinterpret_cast<float*>(smem_raw);  // [kTiledWarps][16][HD]
-  float* sm_m = sm_o + kTiledWarps * 16 * HD;          // [kTiledWarps][16]
-  float* sm_l = sm_m + kTiledWarps * 16;               // [kTiledWarps][16]
-  {
-    float* r0 = sm_o + (warp * 16 + g) * HD + 2 * t;
-    float* r1 = r0 + 8 * HD;
-#pragma unroll
-    for (int d = 0; d < kDTiles; ++d) {
-      r0[d * 8] = o[d][0];
-      r0[d * 8 + 1] = o[d][1];
-      r1[d * 8] = o[d][2];
-      r1[d * 8 + 1] = o[d][3];
-    }
-    if (t == 0) {
-      sm_m[warp * 16 + g] = m0;
-      sm_l[warp * 16 + g] = l0;
-      sm_m[warp * 16 + g + 8] = m1;
-      sm_l[warp * 16 + g + 8] = l1;
-    }
-  }
-  __syncthreads();
-  MergeWarpStates<HD>(sm_o, sm_m, sm_l, group, seq, heads, head0, split, num_splits, out, part_out, part_ml);
+  // Accumulator column c of d-tile d is head_dim column 8d + c.
+  FinishWarps<HD>(smem_raw, o, m0, m1, l0, l1, [](int d, int c) { return 8 * d + c; }, group, seq, heads, head0,
+                  split, num_splits, out, part_out, part_ml);
 }
 
 // ---- 8-bit caches, codes straight into fp16 fragments (AttentionLaunchOptions::decode_tiled_fragments) ----
@@ -555,36 +566,9 @@ __global__ void __launch_bounds__(kTiledWarps * 32)
   }
   CpAsyncWaitAll();
 
-#pragma unroll
-  for (int off = 1; off <= 2; off <<= 1) {
-    l0 += __shfl_xor_sync(0xffffffffu, l0, off);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, off);
-  }
-  __syncthreads();  // every warp is done with its buffers: the merge area overlays them
-  float* sm_o = reinterpret_cast<float*>(smem_raw);  // [kTiledWarps][16][HD], head_dim in order
-  float* sm_m = sm_o + kTiledWarps * 16 * HD;
-  float* sm_l = sm_m + kTiledWarps * 16;
-  {
-    // Accumulator (tile 4G + j, column c) is physical d = 32 G + 4c + j; this thread holds c = 2t and 2t + 1.
-    float* r0 = sm_o + (warp * 16 + g) * HD + 8 * t;
-    float* r1 = r0 + 8 * HD;
-#pragma unroll
-    for (int nt = 0; nt < kDTiles; ++nt) {
-      const int d = 32 * (nt >> 2) + (nt & 3);
-      r0[d] = o[nt][0];
-      r0[d + 4] = o[nt][1];
-      r1[d] = o[nt][2];
-      r1[d + 4] = o[nt][3];
-    }
-    if (t == 0) {
-      sm_m[warp * 16 + g] = m0;
-      sm_l[warp * 16 + g] = l0;
-      sm_m[warp * 16 + g + 8] = m1;
-      sm_l[warp * 16 + g + 8] = l1;
-    }
-  }
-  __syncthreads();
-  MergeWarpStates<HD>(sm_o, sm_m, sm_l, group, seq, heads, head0, split, num_splits, out, part_out, part_ml);
+  // Accumulator column c of d-tile 4G + j is head_dim column 32G + 4c + j.
+  FinishWarps<HD>(smem_raw, o, m0, m1, l0, l1, [](int nt, int c) { return 32 * (nt >> 2) + 4 * c + (nt & 3); },
+                  group, seq, heads, head0, split, num_splits, out, part_out, part_ml);
 }
 
 template <int HD, bool kFp8>
