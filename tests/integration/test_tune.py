@@ -245,8 +245,8 @@ DECODER = ["--device", "cpu", "--slo-tpot-ms", "1000", "--slo-p99-ms", "20000", 
            "--input-len", "16", "--output-len", "8", "--warmup", "0.3", "--window", "1.2",
            "--max-num-seqs-values", "1,2,4", "--max-num-batched-tokens-values", "32,64", "--confirm-rounds", "2",
            "--budget-min", "5"]
-DECODER_STEPS = ["max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "cuda_graphs", "kv_cache_dtype",
-                 "weight_precision"]
+DECODER_STEPS = ["max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "target_step_ms", "cuda_graphs",
+                 "kv_cache_dtype", "weight_precision"]
 
 
 def start_decoder(model, *extra, log):
@@ -290,6 +290,10 @@ def test_decoder_walk_records_every_step_with_the_doctors_verdict(decoder):
             assert by_index[i]["step"] == s["knob"]
     steps = {s["knob"]: s for s in walk["steps"]}
     assert steps["cuda_graphs"]["skipped"] and steps["cuda_graphs"]["stopped"] == "CPU"
+    # The step-time target aims at 0.8 of the TPOT SLO (1000 ms): one point, served with --target-step-ms 800.
+    st = steps["target_step_ms"]
+    assert not st["skipped"] and len(st["points"]) == 1, st
+    assert by_index[st["points"][0]]["knobs"]["target_step_ms"] == 800
     # The KV-cache step tries the 8-bit caches; each server ran the consistency gate at load (a failing
     # precision would not start, so it could not be kept).
     kv = steps["kv_cache_dtype"]

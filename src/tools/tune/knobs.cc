@@ -41,8 +41,9 @@ const char* KindName(ModelKind k) {
 
 std::string Knobs::Describe(ModelKind kind) const {
   if (kind == ModelKind::kDecoder)
-    return fmt::format("seqs {}, tokens {}, chunked {}, graphs {}{}{}", Own(max_num_seqs, 0),
+    return fmt::format("seqs {}, tokens {}, chunked {}, graphs {}{}{}{}", Own(max_num_seqs, 0),
                        Own(max_num_batched_tokens, 0), OnOff(chunked_prefill), OnOff(cuda_graphs),
+                       target_step_ms > 0 ? fmt::format(", step target {:g} ms", target_step_ms) : "",
                        kv_cache_dtype.empty() ? "" : ", kv " + kv_cache_dtype,
                        quantization.empty() ? "" : ", weights " + quantization);
   return fmt::format("batch {}, delay {}, instances {}{}", Own(max_batch_size, 0),
@@ -58,6 +59,7 @@ std::vector<std::string> Knobs::Flags(ModelKind kind) const {
       a.insert(a.end(), {"--max-num-batched-tokens", std::to_string(max_num_batched_tokens)});
     if (chunked_prefill == 0) a.push_back("--no-chunked-prefill");
     if (cuda_graphs >= 0) a.insert(a.end(), {"--cuda-graphs", cuda_graphs ? "on" : "off"});
+    if (target_step_ms > 0) a.insert(a.end(), {"--target-step-ms", fmt::format("{:g}", target_step_ms)});
     if (!kv_cache_dtype.empty()) a.insert(a.end(), {"--kv-cache-dtype", kv_cache_dtype});
     if (!quantization.empty()) a.insert(a.end(), {"--quantization", quantization});
     return a;
@@ -79,6 +81,7 @@ double KnobValue(const std::string& knob, const Knobs& k) {
   if (knob == "max_num_batched_tokens") return k.max_num_batched_tokens;
   if (knob == "chunked_prefill") return k.chunked_prefill;
   if (knob == "cuda_graphs") return k.cuda_graphs;
+  if (knob == "target_step_ms") return k.target_step_ms;
   if (knob == "kv_cache_dtype") return k.kv_cache_dtype == "int8" ? 1 : k.kv_cache_dtype == "fp8" ? 2 : 0;
   if (knob == "weight_precision" || knob == "precision") {
     return k.quantization == "fp8" ? 1 : k.quantization == "int8" ? 2 : 0;
@@ -88,12 +91,14 @@ double KnobValue(const std::string& knob, const Knobs& k) {
 
 nlohmann::json KnobsJson(const Knobs& k, ModelKind kind) {
   if (kind == ModelKind::kDecoder)
-    return {{"max_num_seqs", OwnJson(k.max_num_seqs, 0)},
-            {"max_num_batched_tokens", OwnJson(k.max_num_batched_tokens, 0)},
-            {"chunked_prefill", OnOffJson(k.chunked_prefill)},
-            {"cuda_graphs", OnOffJson(k.cuda_graphs)},
-            {"kv_cache_dtype", OwnText(k.kv_cache_dtype)},
-            {"quantization", OwnText(k.quantization)}};
+    return {
+        {"max_num_seqs", OwnJson(k.max_num_seqs, 0)},
+        {"max_num_batched_tokens", OwnJson(k.max_num_batched_tokens, 0)},
+        {"chunked_prefill", OnOffJson(k.chunked_prefill)},
+        {"cuda_graphs", OnOffJson(k.cuda_graphs)},
+        {"target_step_ms", k.target_step_ms > 0 ? nlohmann::json(k.target_step_ms) : nlohmann::json("own")},
+        {"kv_cache_dtype", OwnText(k.kv_cache_dtype)},
+        {"quantization", OwnText(k.quantization)}};
   return {{"max_batch_size", OwnJson(k.max_batch_size, 0)},
           {"max_queue_delay_us", OwnJson(k.max_queue_delay_us, -1)},
           {"instances", OwnJson(k.instances, 0)},

@@ -11,6 +11,7 @@
 //             max_num_batched_tokens   --max-num-batched-tokens N  0
 //             chunked_prefill          --no-chunked-prefill (off)  -1 (0 off, 1 on)
 //             cuda_graphs              --cuda-graphs on|off        -1 (0 off, 1 on)
+//             target_step_ms           --target-step-ms MS         0 (off); tried only with a TPOT SLO
 //             kv_cache_dtype           --kv-cache-dtype int8|fp8   "" (the model's own: bf16); the server
 //                                                                  runs the consistency gate at load
 //             quantization             --quantization fp8          "" (none: the checkpoint's weights); gated
@@ -40,6 +41,7 @@ struct Knobs {
   int max_num_batched_tokens = 0;
   int chunked_prefill = -1;
   int cuda_graphs = -1;
+  double target_step_ms = 0;   // 0 = own (off): the scheduler's step-time target (docs/scheduling.md)
   std::string kv_cache_dtype;  // "" = own; "int8" | "fp8" (docs/precision.md)
   std::string quantization;    // "" = own (none); "fp8" | "int8" (encoders; docs/precision.md)
   std::string calibration_data;  // int8: the calibration samples (--calibration-data), "" otherwise

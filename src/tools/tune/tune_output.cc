@@ -109,7 +109,8 @@ std::string StepCharts(const TuneOptions& o, const TuneResult& r, const StepRepo
       kept.y.push_back(m.goodput_rps);
     }
   }
-  const bool log_x = s.knob != "max_queue_delay_us" && s.knob != "chunked_prefill" && s.knob != "cuda_graphs";
+  const bool log_x = s.knob != "max_queue_delay_us" && s.knob != "chunked_prefill" &&
+                     s.knob != "cuda_graphs" && s.knob != "target_step_ms";
   std::string h =
       "<div class=\"chart\">" +
       bench::LineChartSvg({.title = "goodput vs " + s.knob + " (crossed: rejected; kept: carried on)",

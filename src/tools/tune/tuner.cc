@@ -297,6 +297,7 @@ class Tuner {
     c.max_input_tokens =
         MaxInputTokens(o_.workload, r_.measurements.empty() ? 0 : r_.measurements[0].mean_input_tokens);
     c.own = Explicit(Knobs{});
+    c.tpot_slo_ms = o_.slos.tpot_ms;
     c.has_kv_cache_dtype = has_kv_cache_dtype_;
     c.has_quantization = has_quantization_;
     c.encoder = encoder_;
@@ -503,9 +504,10 @@ Status ValidateTuneOptions(const TuneOptions& o) {
   // there, and stoke.toml could not hold both. --config: its keys can go in --serve-args.
   for (const std::string& a : o.serve_args) {
     const std::string name = a.substr(0, a.find('='));
-    for (const char* own : {"--model", "--port", "--grpc-port", "--drain-seconds", "--device", "--config",
-                            "--max-batch-size", "--max-queue-delay-us", "--instances", "--max-num-seqs",
-                            "--max-num-batched-tokens", "--no-chunked-prefill", "--cuda-graphs"}) {
+    for (const char* own :
+         {"--model", "--port", "--grpc-port", "--drain-seconds", "--device", "--config", "--max-batch-size",
+          "--max-queue-delay-us", "--instances", "--max-num-seqs", "--max-num-batched-tokens",
+          "--no-chunked-prefill", "--cuda-graphs", "--target-step-ms"}) {
       if (name == own)
         return InvalidArgumentError("--serve-args '{}': tune sets {} itself{}", a, own,
                                     std::string(own) == "--device" ? " (give tune --device)" : "");

@@ -5,9 +5,9 @@
 //                                     -> instances -> precision (encoders: --quantization fp8, gated at
 //                                     load by the server; skipped for model files and image classifiers)
 //   decoders (GGUF / HF Llama-family): baseline -> max_num_seqs -> max_num_batched_tokens -> chunked prefill
-//                                     -> CUDA graphs (--device cuda only) -> KV cache dtype (int8, fp8: the
-//                                     server gates each at load) -> weight precision (--quantization
-//                                     fp8, gated at load the same way)
+//                                     -> step-time target (with a TPOT SLO) -> CUDA graphs (--device cuda
+//                                     only) -> KV cache dtype (int8, fp8: the server gates each at load) ->
+//                                     weight precision (--quantization fp8, gated at load the same way)
 //   then the confirmation: baseline and best alternated, the gain with its spread ("no gain" within the
 //   noise).
 //

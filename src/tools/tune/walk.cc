@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 
 namespace stoke::tune {
 
@@ -195,6 +196,23 @@ void DecoderSteps(const std::string& step, const WalkContext& c, const Knobs& cu
     k.chunked_prefill = 1 - now;
     p->candidates.push_back(k);
     p->names.push_back(fmt::format("chunked prefill {}", k.chunked_prefill ? "on" : "off"));
+  } else if (step == "target_step_ms") {
+    // A step's time is every running stream's inter-token gap: aim the scheduler's step-time target below the
+    // TPOT SLO (0.8 of it, leaving room for the steps the fit misjudges and for the first ones it has not
+    // seen).
+    p->ordered = false;
+    if (c.tpot_slo_ms <= 0) {
+      p->skip = "no TPOT SLO (--slo-tpot-ms): nothing to aim a step time at";
+      return;
+    }
+    Knobs k = cur;
+    k.target_step_ms = std::max(1.0, std::round(0.8 * c.tpot_slo_ms));
+    if (k.target_step_ms == cur.target_step_ms) {
+      p->not_measured.push_back(fmt::format("{:g} ms (the current best's)", k.target_step_ms));
+      return;
+    }
+    p->candidates.push_back(k);
+    p->names.push_back(fmt::format("step target {:g} ms", k.target_step_ms));
   } else if (step == "cuda_graphs") {
     p->ordered = false;
     if (c.device == "cpu") {
@@ -272,7 +290,7 @@ void Judge(const Slos& s, Measurement* m) {
 
 std::vector<std::string> StepOrder(ModelKind kind) {
   if (kind == ModelKind::kDecoder)
-    return {"max_num_seqs", "max_num_batched_tokens", "chunked_prefill",
+    return {"max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "target_step_ms",
             "cuda_graphs",  "kv_cache_dtype",         "weight_precision"};
   return {"max_batch_size", "max_queue_delay_us", "instances", "precision"};
 }
@@ -360,6 +378,7 @@ Advice AdviseNext(const WalkContext& c, const Knobs& baseline, const nlohmann::j
       moved.max_num_batched_tokens = k.max_num_batched_tokens;
     if (k.chunked_prefill != baseline.chunked_prefill) moved.chunked_prefill = k.chunked_prefill;
     if (k.cuda_graphs != baseline.cuda_graphs) moved.cuda_graphs = k.cuda_graphs;
+    if (k.target_step_ms != baseline.target_step_ms) moved.target_step_ms = k.target_step_ms;
     a.flag = fmt::format("{}", fmt::join(moved.Flags(c.kind), " "));
     a.step = step;
     a.why = fmt::format("the walk's first step the doctor does not rule out ({}: {})", step, p.names[pick]);

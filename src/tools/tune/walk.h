@@ -66,6 +66,7 @@ struct WalkContext {
   std::vector<int> batch_sizes, instance_counts, max_num_seqs, max_num_batched_tokens;
   std::vector<int64_t> queue_delays_us;
   int max_input_tokens = 0;  // the longest prompt the server sees (chat template included), 0 when not known
+  double tpot_slo_ms = 0;    // decoders: the TPOT p99 SLO (the step-time target's step aims below it); 0 none
   Knobs own;                 // the baseline's values made explicit where known
   bool has_kv_cache_dtype = false;
   bool has_quantization = false;  // stoke serve has --quantization (the weight_precision / precision steps)

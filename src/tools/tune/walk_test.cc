@@ -38,9 +38,10 @@ std::string Joined(const std::vector<std::string>& v) {
 }
 
 TEST(TunePlanTest, DecoderStepsComeInTheSeedsOrder) {
-  EXPECT_EQ(StepOrder(ModelKind::kDecoder),
-            (std::vector<std::string>{"max_num_seqs", "max_num_batched_tokens", "chunked_prefill",
-                                      "cuda_graphs", "kv_cache_dtype", "weight_precision"}));
+  EXPECT_EQ(
+      StepOrder(ModelKind::kDecoder),
+      (std::vector<std::string>{"max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "target_step_ms",
+                                "cuda_graphs", "kv_cache_dtype", "weight_precision"}));
   EXPECT_EQ(StepOrder(ModelKind::kBatched),
             (std::vector<std::string>{"max_batch_size", "max_queue_delay_us", "instances", "precision"}));
 }
@@ -90,6 +91,21 @@ TEST(TunePlanTest, ChunkedPrefillOffOnlyWhenThePromptsFitOneStep) {
   p = PlanStep("chunked_prefill", c, c.own, json());
   EXPECT_TRUE(p.candidates.empty());
   EXPECT_NE(p.skip.find("could not be admitted"), std::string::npos);
+}
+
+TEST(TunePlanTest, StepTargetAimsBelowTheTpotSlo) {
+  WalkContext c = Decoder();
+  StepPlan p = PlanStep("target_step_ms", c, c.own, json());
+  EXPECT_NE(p.skip.find("no TPOT SLO"), std::string::npos) << p.skip;
+  c.tpot_slo_ms = 50;
+  p = PlanStep("target_step_ms", c, c.own, json());
+  ASSERT_EQ(p.candidates.size(), 1u);
+  EXPECT_EQ(p.candidates[0].target_step_ms, 40);
+  EXPECT_EQ(p.candidates[0].max_num_batched_tokens, 2048);  // the other knobs stay
+  EXPECT_EQ(Joined(p.names), "step target 40 ms|");
+  EXPECT_EQ(p.candidates[0].Flags(ModelKind::kDecoder).back(), "40");
+  Knobs cur = p.candidates[0];  // already there: nothing to try
+  EXPECT_TRUE(PlanStep("target_step_ms", c, cur, json()).candidates.empty());
 }
 
 TEST(TunePlanTest, CudaGraphsOnlyOnCuda) {
@@ -331,6 +347,10 @@ TEST(TuneFilesTest, ServeHelpDefaultsAndDecoderToml) {
                    "cuda-graphs = \"off\"\n"),
             std::string::npos)
       << t;
+  TuneResult step = r;
+  step.chosen.target_step_ms = 40;
+  const std::string ts = TuneToml(o, step);
+  EXPECT_NE(ts.find("cuda-graphs = \"off\"\ntarget-step-ms = 40\n"), std::string::npos) << ts;
   TuneResult fp8 = r;
   fp8.chosen.quantization = "fp8";
   const std::string tq = TuneToml(o, fp8);
