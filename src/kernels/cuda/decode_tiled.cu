@@ -72,6 +72,44 @@ __device__ __forceinline__ void WidenCodes(const uint4& in, __nv_bfloat16* out) 
   reinterpret_cast<uint4*>(out)[1] = reinterpret_cast<const uint4*>(r)[1];
 }
 
+// What a block of either tiled kernel works on: grid = (splits, kv heads, sequences); split x of sequence z
+// covers positions [begin, end) in num_tiles tiles of kKeys keys, for the query heads head0 .. head0 + group
+// of kv head y; Slot(p) is position p's cache slot through the sequence's block table.
+struct TiledBlock {
+  int split, kv_head, seq, num_splits, begin, end, num_tiles, head0, bs;
+  const int32_t* table;
+  __device__ __forceinline__ TiledBlock(const int32_t* block_tables, int max_blocks, const int32_t* context_lens,
+                                        int group, int partition, int block_size)
+      : split(blockIdx.x),
+        kv_head(blockIdx.y),
+        seq(blockIdx.z),
+        num_splits(gridDim.x),
+        begin(blockIdx.x * partition),
+        end(min(context_lens[blockIdx.z], begin + partition)),
+        num_tiles(end > begin ? (end - begin + kKeys - 1) / kKeys : 0),
+        head0(blockIdx.y * group),
+        bs(block_size),
+        table(block_tables + static_cast<int64_t>(blockIdx.z) * max_blocks) {}
+  __device__ __forceinline__ int64_t Slot(int p) const { return static_cast<int64_t>(table[p / bs]) * bs + p % bs; }
+};
+
+// The scores of a warp's 16 keys (element (n, e) is key key0 + 8n + 2t + (e & 1)) through scale(x, key),
+// then the keys at or past `end` masked to -inf (only in the tile that reaches it).
+template <typename Scale>
+__device__ __forceinline__ void ScaleAndMask(float (&s)[2][4], int t, int key0, int end, Scale scale) {
+  const bool need_mask = key0 + 16 > end;
+#pragma unroll
+  for (int n = 0; n < 2; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int k = n * 8 + 2 * t + (e & 1);
+      float x = scale(s[n][e], k);
+      if (need_mask && key0 + k >= end) x = -INFINITY;
+      s[n][e] = x;
+    }
+  }
+}
+
 // One 16-key step of the online softmax of a warp's rows g and g + 8: s holds the scores in log2 units
 // (element (n, e) is key 8n + 2t + (e & 1); masked keys -inf) and becomes exp2(s - new max); the running max m,
 // this thread's share of the denominator l and the output accumulators o are rescaled to the new max.
@@ -216,17 +254,12 @@ __global__ void __launch_bounds__(kTiledWarps * 32)
   float* ksc = reinterpret_cast<float*>(cv8 + 2 * kKeys * HD);       // [2][kKeys]
   float* vsc = ksc + 2 * kKeys;                                       // [2][kKeys]
 
-  const int split = blockIdx.x, kv_head = blockIdx.y, seq = blockIdx.z, num_splits = gridDim.x;
+  const TiledBlock b(block_tables, max_blocks, context_lens, group, partition, kv.block_size);
+  const int split = b.split, kv_head = b.kv_head, seq = b.seq, num_splits = b.num_splits;
+  const int begin = b.begin, end = b.end, num_tiles = b.num_tiles, head0 = b.head0, kvh = kv.num_kv_heads;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int ctx = context_lens[seq];
-  const int begin = split * partition;
-  const int end = min(ctx, begin + partition);
-  const int num_tiles = end > begin ? (end - begin + kKeys - 1) / kKeys : 0;
-  const int head0 = kv_head * group;
-  const int kvh = kv.num_kv_heads, bs = kv.block_size;
-  const int32_t* table = block_tables + static_cast<int64_t>(seq) * max_blocks;
-  auto slot_of = [&](int p) { return static_cast<int64_t>(table[p / bs]) * bs + p % bs; };
+  auto slot_of = [&](int p) { return b.Slot(p); };
 
   auto load_kv = [&](int kt, int buf) {
     if constexpr (!kQuant) {
@@ -321,22 +354,13 @@ __global__ void __launch_bounds__(kTiledWarps * 32)
       }
     }
 
-    // Scale to log2 units (8-bit: times the key's K scale); keys at or past the split's end are masked (only
-    // in the tile that reaches it). Element (n, e) is key 16 warp + 8n + 2t + (e & 1) of the tile.
-    const int key0 = begin + kt * kKeys + warp * 16;
-    const bool need_mask = key0 + 16 > end;
+    // Scale to log2 units (8-bit: times the key's K scale).
     const float* kscale = ksc + (kt & 1) * kKeys + warp * 16;
-#pragma unroll
-    for (int n = 0; n < 2; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int k = n * 8 + 2 * t + (e & 1);
-        float x = s[n][e] * scale_log2;
-        if constexpr (kQuant) x *= kscale[k];
-        if (need_mask && key0 + k >= end) x = -INFINITY;
-        s[n][e] = x;
-      }
-    }
+    ScaleAndMask(s, t, begin + kt * kKeys + warp * 16, end, [&](float x, int k) {
+      x *= scale_log2;
+      if constexpr (kQuant) x *= kscale[k];
+      return x;
+    });
 
     OnlineSoftmax(s, m0, m1, l0, l1, o);
     if constexpr (kQuant) {  // P·(codes · scale) = (P · scale)·codes: the V scale goes on P's columns
@@ -436,17 +460,12 @@ __global__ void __launch_bounds__(kTiledWarps * 32)
   constexpr int kCodeChunks = HD / 16;  // 16-byte chunks per 8-bit row
   extern __shared__ __align__(16) unsigned char smem_raw[];
 
-  const int split = blockIdx.x, kv_head = blockIdx.y, seq = blockIdx.z, num_splits = gridDim.x;
+  const TiledBlock b(block_tables, max_blocks, context_lens, group, partition, kv.block_size);
+  const int split = b.split, kv_head = b.kv_head, seq = b.seq, num_splits = b.num_splits;
+  const int begin = b.begin, end = b.end, num_tiles = b.num_tiles, head0 = b.head0, kvh = kv.num_kv_heads;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int ctx = context_lens[seq];
-  const int begin = split * partition;
-  const int end = min(ctx, begin + partition);
-  const int num_tiles = end > begin ? (end - begin + kKeys - 1) / kKeys : 0;
-  const int head0 = kv_head * group;
-  const int kvh = kv.num_kv_heads, bs = kv.block_size;
-  const int32_t* table = block_tables + static_cast<int64_t>(seq) * max_blocks;
-  auto slot_of = [&](int p) { return static_cast<int64_t>(table[p / bs]) * bs + p % bs; };
+  auto slot_of = [&](int p) { return b.Slot(p); };
   unsigned char* wbase = smem_raw + warp * 2 * kBuf;  // this warp's two buffers
 
   // This warp's 16 keys of tile kt into buffer buf: codes by 16-byte copies, then lanes 0..15 the keys' K
@@ -528,18 +547,7 @@ __global__ void __launch_bounds__(kTiledWarps * 32)
         MmaF16(s[n], qa[ks], Codes::Lo(w), Codes::Hi(w));
       }
     }
-    const int key0 = begin + kt * kKeys + warp * 16;
-    const bool need_mask = key0 + 16 > end;
-#pragma unroll
-    for (int n = 0; n < 2; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int k = n * 8 + 2 * t + (e & 1);
-        float x = s[n][e] * s_mult * ksc[k];
-        if (need_mask && key0 + k >= end) x = -INFINITY;
-        s[n][e] = x;
-      }
-    }
+    ScaleAndMask(s, t, begin + kt * kKeys + warp * 16, end, [&](float x, int k) { return x * s_mult * ksc[k]; });
     OnlineSoftmax(s, m0, m1, l0, l1, o);
 
     // P' = P · v_scale · 2^kFold as the A fragment (16 rows x the warp's 16 keys, keys in order).
