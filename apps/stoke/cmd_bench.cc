@@ -40,6 +40,7 @@ struct BenchCliOptions {
   std::string metrics_url;
   int shared_prefix = 0;
   double duration = 60, warmup = 5, window = 5, stability = 0.10, timeout = 600, drain_timeout = 30;
+  double ramp_up = 0;
   double max_send_lag_ms = 10, late_ms = 2, max_cpu = 90;
   int prebuilt = 0;
   int max_connections = 2048;
@@ -126,6 +127,12 @@ StatusOr<bench::BenchOptions> ToBenchOptions(const BenchCliOptions& c) {
         "--drain-timeout >= 0");
   }
   if (c.max_connections < 1) return InvalidArgumentError("--max-connections must be >= 1");
+  if (c.ramp_up < 0 || c.ramp_up > c.warmup) {
+    return InvalidArgumentError(
+        "--ramp-up {} must be in [0, --warmup {}]: clients still starting would be measured", c.ramp_up,
+        c.warmup);
+  }
+  o.point.ramp_up_s = c.ramp_up;
   o.point.max_duration_s = c.duration;
   o.point.warmup_s = c.warmup;
   o.point.window_s = c.window;
@@ -218,6 +225,10 @@ CommandRun SetupBench(CLI::App* cmd) {
                   "Synthetic token ids drawn from LO:HI (default 1000:20000)");
   cmd->add_option("--duration", c->duration, "Max measurement seconds per point")->capture_default_str();
   cmd->add_option("--warmup", c->warmup, "Warm-up seconds per point (not measured)")->capture_default_str();
+  cmd->add_option("--ramp-up", c->ramp_up,
+                  "Closed loop: start the clients one after another over this many seconds of the warm-up "
+                  "(client i at i x S / N), so long requests do not run in lockstep waves; at most --warmup")
+      ->capture_default_str();
   cmd->add_option("--window", c->window, "Measurement window seconds")->capture_default_str();
   cmd->add_option("--stability", c->stability,
                   "Stop a point when 3 windows agree within this fraction (0: run the full duration)")

@@ -12,7 +12,8 @@
 # Everything lands in $OUT (default /tmp/stoke_gpu_out); progress on stderr, all of it in $OUT/llm_bench.log.
 # Budget: about 7 minutes on an H200. Knobs (env): LLM_SHAPE, LLM_CONCURRENCY ("64 256"), LLM_INPUT (1000),
 # LLM_OUTPUT (1000), LLM_SERVE_ARGS (more `stoke serve` flags, e.g. "--quantization fp8 --kv-cache-dtype fp8"),
-# LLM_TAG (suffix of the serve_* output folders), SKIP_STEP=1 (no bench step), LLM_WARMUP_S (15), LLM_DURATION_S (45), LLM_DRAIN_S (5), HF_BUDGET_S (60), SKIP_HF=1, SKIP_SERVE=1,
+# LLM_TAG (suffix of the serve_* output folders), SKIP_STEP=1 (no bench step), LLM_WARMUP_S (15), LLM_RAMP_S (0:
+# clients start over that much of the warm-up, stoke bench --ramp-up), LLM_DURATION_S (45), LLM_DRAIN_S (5), HF_BUDGET_S (60), SKIP_HF=1, SKIP_SERVE=1,
 # STEP_AB=1 (decode step with one switch flipped at a time: cuBLASLt instead of the GEMV, PDL on, GEMV
 # warps per row, decode-attention split size and load pipelining, the 2026-12-03 changes all off ("before"),
 # no CUDA graphs, host sampling; batch 1, 8 and 64; or a list of variant names; STEP_AB_ROUNDS, STEP_AB_ITERS), SERVE_SAMPLING (device | host, passed to serve --sampling); for a
@@ -121,7 +122,8 @@ except Exception:
             echo "stoke doctor c=$c failed: exit $?" ) &
         local dpid=$!
         timeout 300 "$STOKE" bench --url "$url" --api openai-completions --concurrency "$c" --temperature 0 \
-          --input-len "$IN" --output-len "$OUTLEN" --warmup "$WARMUP" --duration "$DURATION" --window 5 \
+          --input-len "$IN" --output-len "$OUTLEN" --warmup "$WARMUP" --ramp-up "${LLM_RAMP_S:-0}" \
+          --duration "$DURATION" --window 5 \
           --stability 0 --drain-timeout "${LLM_DRAIN_S:-5}" --timeout 600 --label "$SHAPE synth, stoke cuda, c=$c" \
           --output-dir "$OUT/serve_${SHAPE}${LLM_TAG:-}_c$c" >/dev/null || echo "stoke bench c=$c failed: exit $?"
         python3 -c "import json,sys; p=json.load(open(sys.argv[1]))['points'][0]; print('c=%s: %.0f output tok/s, TTFT p50 %.0f ms, TPOT p50 %.1f ms' % (sys.argv[2], p['throughput']['output_tokens_per_s'], p['ttft_ms']['p50'], p['tpot_ms']['p50']))" "$OUT/serve_${SHAPE}${LLM_TAG:-}_c$c/bench.json" "$c" || true

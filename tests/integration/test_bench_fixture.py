@@ -301,6 +301,8 @@ def test_usage_errors(tmp_path):
     assert r.returncode == 2 and "exactly one" in r.stderr
     r = rc("--url", "http://127.0.0.1:9", "--concurrency", 1, "--slo", "ttft=fast", "--output-dir", tmp_path)
     assert r.returncode == 2 and "ttft" in r.stderr
+    r = rc("--url", "http://127.0.0.1:9", "--concurrency", 4, "--warmup", 2, "--ramp-up", 3, "--output-dir", tmp_path)
+    assert r.returncode == 2 and "--ramp-up 3 must be in [0, --warmup 2]" in r.stderr, r.stderr
     r = rc("--url", "http://127.0.0.1:9", "--concurrency", 1, "--api", "kserve-grpc", "--model", "m",
            "--output-dir", tmp_path)
     assert r.returncode == 1 and "grpc://HOST:PORT" in r.stderr

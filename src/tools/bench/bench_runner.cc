@@ -217,6 +217,7 @@ StatusOr<BenchReport> RunBench(const BenchOptions& opts, ProgressPrinter* progre
   run.host = DescribeHost();
   run.window_s = std::min(opts.point.window_s, opts.point.max_duration_s);
   run.warmup_s = opts.point.warmup_s;
+  run.ramp_up_s = opts.point.ramp_up_s;
   run.max_duration_s = opts.point.max_duration_s;
   run.stability = opts.point.stability;
   run.seed = opts.point.seed;

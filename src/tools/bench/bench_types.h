@@ -134,6 +134,7 @@ struct RunInfo {
   std::string git_commit;  // of the working directory, if it is a git checkout
   std::string host;        // hostname, CPUs, OS
   double window_s = 0, warmup_s = 0, max_duration_s = 0, stability = 0;
+  double ramp_up_s = 0;  // closed loop: the clients' start spread over the warm-up (PointOptions::ramp_up_s)
   uint64_t seed = 0;
 };
 

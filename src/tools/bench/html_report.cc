@@ -63,6 +63,8 @@ std::string RunSection(const BenchReport& rep) {
                 r.warmup_s, r.window_s, 100 * r.stability, r.max_duration_s)
           : fmt::format("warm-up {} s, then {} s in windows of {} s (fixed duration)", r.warmup_s,
                         r.max_duration_s, r.window_s));
+  if (r.ramp_up_s > 0)
+    row("ramp-up", H(fmt::format("clients started over the first {} s of the warm-up", r.ramp_up_s)));
   row("SLOs", H(slo));
   row("started", H(r.started_at));
   row("commit", H(r.git_commit.empty() ? "unknown" : r.git_commit));

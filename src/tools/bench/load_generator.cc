@@ -363,7 +363,20 @@ void PointRun::Begin() {
   measure_start_ = t0_ + Seconds(opts_.warmup_s);
   Report(ProgressEvent::Phase::kWarmup, nullptr, false);
   if (opts_.mode == LoadMode::kConcurrency) {
-    for (auto& c : conns_) Issue(c, NewRecord(t0_));
+    for (size_t i = 0; i < conns_.size(); ++i) {
+      const Nanos due = t0_ + static_cast<Nanos>(Seconds(opts_.ramp_up_s) * static_cast<double>(i) /
+                                                 static_cast<double>(conns_.size()));
+      if (due <= t0_) {
+        Issue(conns_[i], NewRecord(t0_));
+        continue;
+      }
+      // The client's first request is due at its slot (send lag counts from there).
+      auto timer = std::make_shared<asio::steady_timer>(io_);
+      timer->expires_at(AtNanos(due));
+      timer->async_wait([this, timer, conn = conns_[i], due](const boost::system::error_code& ec) {
+        if (!ec && !stopping_ && !finished_) Issue(conn, NewRecord(due));
+      });
+    }
   } else {
     idle_ = conns_;  // the pre-opened connections
     next_arrival_ = t0_ + Seconds(NextGapSeconds());

@@ -32,6 +32,11 @@ struct PointOptions {
   double load = 1;  // concurrency, or requests per second
   Arrival arrival = Arrival::kPoisson;
   double warmup_s = 5;
+  // Closed loop: the N clients start one after another over this many seconds (client i at i · ramp / N)
+  // instead of all at once, so that long requests do not move in lockstep waves (N prompts prefilled
+  // together, then N decodes, then N finishing at once). At most warmup_s: the measurement starts with every
+  // client running. 0: all at once.
+  double ramp_up_s = 0;
   double window_s = 5;
   double max_duration_s = 60;  // measurement time cap
   double stability = 0.10;     // max/min - 1 allowed over the last windows; 0 = always run max_duration_s

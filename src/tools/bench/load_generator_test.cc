@@ -122,6 +122,23 @@ TEST(LoadGenerator, ClosedLoopMeasuresTheServersDelay) {
   EXPECT_DOUBLE_EQ(p->mean_input_tokens, 3);  // the server's usage
 }
 
+// --ramp-up: client i of 4 starts at i x 1.0 s / 4 (here with no warm-up, so the ramp is measured): at one
+// request per 20 ms at most, the 4 clients can finish at most 61 + 48.5 + 36 + 23.5 requests in the 1.2 s,
+// against 244 starting together.
+TEST(LoadGenerator, RampUpStartsTheClientsOneAfterAnother) {
+  Fixture f;
+  LoadGenerator gen(f.endpoint, f.proto, &f.prompts);
+  PointOptions o = f.Opts(LoadMode::kConcurrency, 4);
+  o.warmup_s = 0;
+  o.ramp_up_s = 1.0;
+  auto p = gen.RunPoint(o, nullptr);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_TRUE(p->errors.empty());
+  EXPECT_GT(p->succeeded, 4);
+  EXPECT_LE(p->succeeded, 170);
+  EXPECT_GE(p->latency_ms.min, 20.0);
+}
+
 TEST(LoadGenerator, OpenLoopSendsOnScheduleAndCountsFromIt) {
   Fixture f;
   LoadGenerator gen(f.endpoint, f.proto, &f.prompts);

@@ -122,6 +122,7 @@ json ReportToJson(const BenchReport& report) {
               {"host", r.host},
               {"window_s", r.window_s},
               {"warmup_s", r.warmup_s},
+              {"ramp_up_s", r.ramp_up_s},
               {"max_duration_s", r.max_duration_s},
               {"stability", r.stability},
               {"seed", r.seed}};
@@ -211,6 +212,7 @@ StatusOr<BenchReport> ReportFromJson(const json& j) {
   r.host = Str(run, "host");
   r.window_s = Num(run, "window_s");
   r.warmup_s = Num(run, "warmup_s");
+  r.ramp_up_s = Num(run, "ramp_up_s");
   r.max_duration_s = Num(run, "max_duration_s");
   r.stability = Num(run, "stability");
   r.seed = static_cast<uint64_t>(Num(run, "seed"));
