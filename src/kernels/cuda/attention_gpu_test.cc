@@ -541,6 +541,30 @@ TEST(CudaSampling, ArgmaxMatchesHostWithTiesAndNaN) {
   EXPECT_EQ(out.Download(), want);
 }
 
+// Rows that start off a 16-byte boundary (odd vocab): the maximum in a row's scalar head, in its float4 body,
+// in its scalar tail, and a tie between the head and the body (the lower id wins), through ArgmaxRows and
+// through SampleRows' greedy path.
+TEST(CudaSampling, ArgmaxOnUnalignedRowsHeadsBodiesAndTails) {
+  SKIP_WITHOUT_GPU();
+  const int rows = 8, vocab = 1027;
+  auto logits = RandomFloats(static_cast<size_t>(rows) * vocab, 41, -10.f, 10.f);
+  logits[1 * vocab + 0] = 60.f;                                  // row 1 starts 4 bytes past a boundary: head
+  logits[2 * vocab + vocab - 1] = 60.f;                          // the last element: a tail
+  logits[3 * vocab + 1] = 60.f, logits[3 * vocab + 500] = 60.f;  // a tie, head vs body: 1
+  logits[5 * vocab + 2] = NAN, logits[5 * vocab + 3] = 70.f;
+  std::vector<int32_t> want(rows);
+  for (int r = 0; r < rows; ++r) want[r] = HostArgmax(logits.data() + r * vocab, vocab);
+  EXPECT_EQ(want[3], 1);
+  DeviceBuffer<float> dl(logits);
+  DeviceBuffer<int32_t> out(rows);
+  STATUS_ASSERT(ArgmaxRows(dl.get(), rows, vocab, out.get(), nullptr));
+  EXPECT_EQ(out.Download(), want);
+  std::vector<RowSampling> greedy(rows);  // temperature 0
+  DeviceBuffer<RowSampling> dp(greedy);
+  STATUS_ASSERT(SampleRows(dl.get(), rows, vocab, dp.get(), out.get(), nullptr));
+  EXPECT_EQ(out.Download(), want);
+}
+
 // Many draws of one row: every draw lies in the top-k / top-p set and the frequencies follow the renormalised
 // softmax (within 5 sigma); greedy settings give the argmax; the same (seed, step) gives the same token.
 TEST(CudaSampling, SamplerFollowsTopKTopPDistribution) {
