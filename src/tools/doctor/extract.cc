@@ -183,8 +183,7 @@ void ExtractLlm(const std::vector<Scrape>& sc, const std::string& model, double 
   const Samples& a = sc.front().metrics;
   const Samples& b = sc.back().metrics;
   s->kv_blocks_total = Total(b, "kv_cache_blocks_used", model) + Total(b, "kv_cache_blocks_free", model);
-  const double p0 = Total(a, "num_preemptions_total", model), p1 = Total(b, "num_preemptions_total", model);
-  if (Has(p1)) s->preemptions = std::max(0.0, p1 - (Has(p0) ? p0 : 0));
+  s->preemptions = Increase(a, b, "num_preemptions_total", model);
   s->admission_share = Shares(Delta(ByLabel(a, "step_admission_stop_total", "reason", model),
                                     ByLabel(b, "step_admission_stop_total", "reason", model)));
   ExtractSteps(a, b, model, window, s);
