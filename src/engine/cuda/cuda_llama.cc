@@ -35,8 +35,10 @@ constexpr int64_t kBlockTableCapacity = int64_t{1} << 22;
 constexpr size_t kDecodeWorkspaceCap = size_t{128} << 20;
 constexpr int64_t kVocabAlign = 16;  // lm_head rows padded (cuBLASLt wants n % 8 == 0)
 
+// GGUF block types with a fused-dequant GEMV for 1-token steps (cuda::QuantGemv); the others are dequantised
+// to bf16 on the host and run the bf16 GEMV.
 bool HasGemv(DType t) {
-  return t == DType::kQ4_1 || t == DType::kQ8_0;
+  return t == DType::kQ4_1 || t == DType::kQ8_0 || t == DType::kQ4_K || t == DType::kQ6_K;
 }
 
 Status CheckMatrix(const LinearWeight& w, int64_t rows, int64_t cols, const char* what) {
@@ -283,9 +285,10 @@ StatusOr<CudaLlama::Linear> CudaLlama::UploadLinear(const std::vector<const Line
   Linear lin;
   lin.cols = parts.front()->cols;
   // fp8 weights never take the GGUF GEMV paths (they are re-quantised from the bf16 copy). Q8_0 matrices (the
-  // padded lm_head too) keep their 8-bit values for the GEMV; Q4_1 keeps its raw blocks for the 1-token
-  // QuantGemv (not the padded matrices).
-  bool q8 = gemv_copy && !fp8_weights(), gemv = gemv_copy && pad_rows_to == 1 && !fp8_weights();
+  // padded lm_head too) keep their 8-bit values for the GEMV; Q4_1, Q4_K and Q6_K (and Q8_0 parts fused with
+  // them) keep their raw blocks for the 1-token QuantGemv (the lm_head's padding rows are not computed: the
+  // sampler and the logits copy read only the vocabulary's columns).
+  bool q8 = gemv_copy && !fp8_weights(), gemv = gemv_copy && !fp8_weights();
   for (const LinearWeight* p : parts) {
     if (p->cols != lin.cols) return InvalidArgumentError("cuda llama: fused parts differ in columns");
     lin.rows += p->rows;
@@ -341,6 +344,7 @@ StatusOr<CudaLlama::Linear> CudaLlama::UploadLinear(const std::vector<const Line
     offset += p->rows;
   }
   if (lin.q8 != nullptr) ++q8_linears_;
+  if (!lin.quant.empty()) ++quant_gemv_linears_;
   return lin;
 }
 

@@ -124,6 +124,9 @@ class CudaLlama final : public DecoderModel {
   int64_t graph_replays() const { return graph_replays_; }
   // Projections (lm_head included) decoded by the GEMV from their GGUF Q8_0 values (UploadLinear).
   int64_t q8_linears() const { return q8_linears_; }
+  // Projections whose 1-token steps run the fused-dequant QuantGemv over the file's Q4_1 / Q4_K / Q6_K
+  // blocks.
+  int64_t quant_gemv_linears() const { return quant_gemv_linears_; }
   int64_t graphs_captured() const { return static_cast<int64_t>(graphs_.size()); }
   int64_t bucket_steps() const { return bucket_steps_; }  // decode steps run through a bucket (either way)
   int max_step_tokens() const { return max_tokens_; }
@@ -140,9 +143,10 @@ class CudaLlama final : public DecoderModel {
 
   // A projection y = x·W^T: W bf16 [rows, cols] on the device (the GEMM's operand), plus, for the GEMV of
   // decode steps of up to gemv_max_rows_ tokens, the file's 8-bit form when every part is GGUF Q8_0: q8 =
-  // int8 [rows (padded), cols] and q8_d = fp16 [rows, cols / 32] (cuda::RepackQ8_0), or (every part Q4_1)
-  // the raw blocks of each part for the 1-token QuantGemv. With fp8 weights `w` is null (freed after
-  // quantisation; the embedding keeps it) and q / scale hold the E4M3 bytes and one scale per row.
+  // int8 [rows (padded), cols] and q8_d = fp16 [rows, cols / 32] (cuda::RepackQ8_0), or (every part Q4_1,
+  // Q8_0, Q4_K or Q6_K, not all Q8_0) the raw blocks of each part for the 1-token QuantGemv. With fp8 weights
+  // `w` is null (freed after quantisation; the embedding keeps it) and q / scale hold the E4M3 bytes and one
+  // scale per row.
   struct Linear {
     __nv_bfloat16* w = nullptr;
     uint8_t* q = nullptr;
@@ -181,8 +185,8 @@ class CudaLlama final : public DecoderModel {
   explicit CudaLlama(const Options& options);
   Status Init(LlamaWeights weights);
   Status UploadWeights(const LlamaWeights& weights);
-  // gemv_copy: keep the 8-bit GEMV form of GGUF Q8_0 / Q4_1 parts (false for an untied embedding, which is
-  // only gathered from).
+  // gemv_copy: keep the GEMV form of GGUF Q8_0 / Q4_1 / Q4_K / Q6_K parts (false for an untied embedding,
+  // which is only gathered from).
   StatusOr<Linear> UploadLinear(const std::vector<const LinearWeight*>& parts, int64_t pad_rows_to,
                                 bool gemv_copy = true);
   // Quantises lin's bf16 rows to fp8 + scales (new allocations); frees the bf16 copy when free_bf16.
@@ -234,6 +238,7 @@ class CudaLlama final : public DecoderModel {
   std::vector<void*> allocations_;                // cudaMalloc'd weight buffers, freed at destruction
   int64_t weight_bytes_ = 0;
   int64_t q8_linears_ = 0;
+  int64_t quant_gemv_linears_ = 0;
   int64_t kv_budget_bytes_ = 0;
 
   // Weights.

@@ -71,43 +71,71 @@ TEST(CudaLlamaTest, Bf16UnfusedTiedWithBiasMatchesCpu) {
   CheckAgainstCpu(ToBf16Weights(m, false), ToBf16Weights(m, false), 0.1, 0.98, "bf16 unfused tied bias");
 }
 
-// A random 2-layer model (seed, tied or not) written as a GGUF file of `ggml_type` and loaded twice, CPU vs CUDA;
-// with `q8`, every projection and the lm_head must decode from the file's int8 values.
-// The CPU quantises activations to 8 bits in its quantised matmuls; the GPU keeps them in bf16. Measured on the
-// CPU alone, that activation quantisation moves these logits by up to ~0.1 std (bf16 weights: ~0.03).
+// A random 2-layer model (seed, tied or not) written as a GGUF file of `ggml_type` (with `overrides`: other
+// types for some tensors) and loaded twice, CPU vs CUDA. `gemv`: kQ8 — every projection and the lm_head must
+// decode from the file's int8 values; kQuant — every projection and the lm_head run the fused-dequant
+// QuantGemv in 1-token steps (4 per layer + 1). The CPU quantises activations to 8 bits in its quantised
+// matmuls; the GPU keeps them in bf16. Measured on the CPU alone, that activation quantisation moves these
+// logits by up to ~0.1 std (bf16 weights: ~0.03).
+enum class Gemv { kQ8, kQuant };
 template <typename Encode>
-void CheckGgufAgainstCpu(uint32_t seed, bool tied, int ggml_type, Encode encode, const char* what, bool q8) {
+void CheckGgufAgainstCpu(uint32_t seed, bool tied, int ggml_type, Encode encode, const char* what, Gemv gemv,
+                         const std::vector<TinyLlama::MatrixOverride>& overrides = {}) {
   const TinyLlama m = MakeModel(seed, tied, /*bias=*/false, /*layers=*/2);
   std::string name = what;
   std::replace(name.begin(), name.end(), ' ', '_');
   const fs::path dir = TempDir(name);
-  m.WriteGguf(dir / "m.gguf", ggml_type, encode);
+  m.WriteGguf(dir / "m.gguf", ggml_type, encode, overrides);
   auto a = LoadGgufWeights((dir / "m.gguf").string());
   auto b = LoadGgufWeights((dir / "m.gguf").string());
   ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString();
   if (tied) {
     ASSERT_EQ(a->lm_head.data, a->embedding.data) << "the file should be tied (no output.weight)";
   }
-  CheckAgainstCpu(std::move(*a), std::move(*b), 0.25, 0.95, what, q8 ? 4 * m.c.num_layers + 1 : -1);
+  const int64_t linears = 4 * m.c.num_layers + 1;
+  CheckAgainstCpu(std::move(*a), std::move(*b), 0.25, 0.95, what, gemv == Gemv::kQ8 ? linears : 0,
+                  gemv == Gemv::kQuant ? linears : 0);
   fs::remove_all(dir);
 }
 
 // The untied lm_head decodes from the file's own int8 values (not the gathered embedding's).
 TEST(CudaLlamaTest, GgufQ8_0MatchesCpu) {
   SKIP_WITHOUT_GPU();
-  CheckGgufAgainstCpu(13, /*tied=*/false, /*Q8_0=*/8, &EncodeQ8_0, "gguf q8_0", /*q8=*/true);
+  CheckGgufAgainstCpu(13, /*tied=*/false, /*Q8_0=*/8, &EncodeQ8_0, "gguf q8_0", Gemv::kQ8);
 }
 
 // Tied (SmolLM2's layout): the Q8_0 token embedding is gathered for the input and, from the same int8 values,
 // is the lm_head's GEMV: one Q8 linear for both.
 TEST(CudaLlamaTest, GgufQ8_0TiedMatchesCpu) {
   SKIP_WITHOUT_GPU();
-  CheckGgufAgainstCpu(16, /*tied=*/true, /*Q8_0=*/8, &EncodeQ8_0, "gguf q8_0 tied", /*q8=*/true);
+  CheckGgufAgainstCpu(16, /*tied=*/true, /*Q8_0=*/8, &EncodeQ8_0, "gguf q8_0 tied", Gemv::kQ8);
 }
 
+// Tied: the lm_head's 1-token GEMV reads the embedding's Q4_1 blocks.
 TEST(CudaLlamaTest, GgufQ4_1TiedMatchesCpu) {
   SKIP_WITHOUT_GPU();
-  CheckGgufAgainstCpu(14, /*tied=*/true, /*Q4_1=*/3, &EncodeQ4_1, "gguf q4_1 tied", /*q8=*/false);
+  CheckGgufAgainstCpu(14, /*tied=*/true, /*Q4_1=*/3, &EncodeQ4_1, "gguf q4_1 tied", Gemv::kQuant);
+}
+
+TEST(CudaLlamaTest, GgufQ4_KMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  CheckGgufAgainstCpu(17, /*tied=*/false, /*Q4_K=*/12, &EncodeQ4_K, "gguf q4_k", Gemv::kQuant);
+}
+
+TEST(CudaLlamaTest, GgufQ6_KTiedMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  CheckGgufAgainstCpu(18, /*tied=*/true, /*Q6_K=*/14, &EncodeQ6_K, "gguf q6_k tied", Gemv::kQuant);
+}
+
+// Q4_K_M's mix: attn_v, ffn_down and the lm_head in Q6_K, attn_k in Q8_0, the rest Q4_K. The fused QKV and
+// its 1-token GEMV then run three parts of three block types.
+TEST(CudaLlamaTest, GgufMixedKQuantsMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  CheckGgufAgainstCpu(19, /*tied=*/false, /*Q4_K=*/12, &EncodeQ4_K, "gguf q4_k_m mix", Gemv::kQuant,
+                      {{"attn_v.weight", 14, &EncodeQ6_K},
+                       {"ffn_down.weight", 14, &EncodeQ6_K},
+                       {"output.weight", 14, &EncodeQ6_K},
+                       {"attn_k.weight", 8, &EncodeQ8_0}});
 }
 
 TEST(CudaLlamaTest, GraphsOnAndOffGiveIdenticalLogits) {

@@ -171,6 +171,12 @@ Status CudaLlama::EnqueueLogits(const int32_t* rows, int64_t n, cuda::BlasLtGemm
     return gemm.RunFp8(act_q_, act_scale_, lm_head_.q, lm_head_.scale, logits_, DType::kF32, n, vocab_pad_,
                        c.hidden_size, s);
   }
+  if (n == 1 && !lm_head_.quant.empty()) {  // GGUF Q4_1 / Q4_K / Q6_K: the fused-dequant GEMV, fp32 logits
+    for (const Linear::QuantPart& p : lm_head_.quant) {
+      RETURN_IF_ERROR(cuda::QuantGemv(p.type, p.raw, p.rows, c.hidden_size, sel_, logits_ + p.row_offset, s));
+    }
+    return OkStatus();
+  }
   if (n <= gemv_max_rows_ && lm_head_.q8 != nullptr) {
     return cuda::Q8Gemv(lm_head_.q8, lm_head_.q8_d, vocab_pad_, c.hidden_size, sel_, n, logits_, vocab_pad_,
                         options_.pdl, s, options_.gemv_split);

@@ -121,6 +121,17 @@ inline std::string EncodeQ4_1(const float* x, int64_t n) {
   return bytes;
 }
 
+inline std::string EncodeQ4_K(const float* x, int64_t n) {
+  std::string bytes(n / 256 * sizeof(cpu::BlockQ4_K), '\0');
+  cpu::QuantizeRowQ4_KSimple(x, bytes.data(), n);
+  return bytes;
+}
+inline std::string EncodeQ6_K(const float* x, int64_t n) {
+  std::string bytes(n / 256 * sizeof(cpu::BlockQ6_K), '\0');
+  cpu::QuantizeRowQ6_KSimple(x, bytes.data(), n);
+  return bytes;
+}
+
 inline StatusOr<LlamaWeights> LoadGgufWeights(const std::string& path) {
   ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> gguf, GgufFile::Open(path));
   return LoadLlamaWeights(std::shared_ptr<const GgufFile>(std::move(gguf)));
@@ -272,10 +283,12 @@ inline void ExpectClose(const Agreement& a, double max_rel, double top1_min, con
   EXPECT_GE(a.top1_agree, top1_min * a.confident) << what;
 }
 
-// CPU vs CUDA over the script: CPU from `cpu_weights`, CUDA from `gpu_weights` (the same model). q8_linears >=
-// 0: that many projections (lm_head included) decode from their GGUF Q8_0 values.
-inline void CheckAgainstCpu(LlamaWeights cpu_weights, LlamaWeights gpu_weights, double max_rel, double top1_min,
-                     const char* what, int64_t q8_linears = -1) {
+// CPU vs CUDA over the script: CPU from `cpu_weights`, CUDA from `gpu_weights` (the same model). q8_linears
+// >= 0: that many projections (lm_head included) decode from their GGUF Q8_0 values; quant_linears >= 0: that
+// many run the fused-dequant QuantGemv in 1-token steps.
+inline void CheckAgainstCpu(LlamaWeights cpu_weights, LlamaWeights gpu_weights, double max_rel,
+                            double top1_min, const char* what, int64_t q8_linears = -1,
+                            int64_t quant_linears = -1) {
   const int vocab = cpu_weights.config.vocab_size;
   auto cpu = CpuLlama::Create(std::move(cpu_weights));
   ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
@@ -292,6 +305,9 @@ inline void CheckAgainstCpu(LlamaWeights cpu_weights, LlamaWeights gpu_weights, 
   EXPECT_GT((*gpu)->graph_replays(), 0) << "the repeated decode shape should replay a CUDA graph";
   if (q8_linears >= 0) {
     EXPECT_EQ((*gpu)->q8_linears(), q8_linears);
+  }
+  if (quant_linears >= 0) {
+    EXPECT_EQ((*gpu)->quant_gemv_linears(), quant_linears) << what;
   }
 }
 

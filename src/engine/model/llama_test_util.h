@@ -244,9 +244,16 @@ struct TinyLlama {
 
   // A GGUF v3 file with llama.cpp's names and its Q/K row permutation. `quantize` (e.g. Q8_0) re-encodes
   // the 2-D tensors through `encode(values, n) -> bytes`; norms stay F32. ggml_type ids: F32 0, Q8_0 8.
+  // `overrides`: 2-D tensors whose GGUF name ends with `suffix` use that type and encoder instead (a mixed
+  // file, as llama-quantize's Q4_K_M writes attn_v / ffn_down / output in Q6_K).
   using Encoder = std::string (*)(const float* x, int64_t n);
-  void WriteGguf(const std::filesystem::path& path, uint32_t matrix_type = 0,
-                 Encoder encode = nullptr) const {
+  struct MatrixOverride {
+    std::string suffix;
+    uint32_t type;
+    Encoder encode;
+  };
+  void WriteGguf(const std::filesystem::path& path, uint32_t matrix_type = 0, Encoder encode = nullptr,
+                 const std::vector<MatrixOverride>& overrides = {}) const {
     std::string out;
     auto u32 = [&](uint32_t v) { out.append(reinterpret_cast<const char*>(&v), 4); };
     auto u64 = [&](uint64_t v) { out.append(reinterpret_cast<const char*>(&v), 8); };
@@ -332,14 +339,23 @@ struct TinyLlama {
     }
     std::string data;
     for (const T& t : ts) {
-      const bool quant = t.shape.size() == 2 && encode != nullptr;
-      std::string bytes = quant ? encode(t.v.data(), t.v.size())
+      uint32_t type = matrix_type;
+      Encoder enc = encode;
+      for (const MatrixOverride& o : overrides) {
+        if (t.name.size() >= o.suffix.size() &&
+            t.name.compare(t.name.size() - o.suffix.size(), o.suffix.size(), o.suffix) == 0) {
+          type = o.type;
+          enc = o.encode;
+        }
+      }
+      const bool quant = t.shape.size() == 2 && enc != nullptr;
+      std::string bytes = quant ? enc(t.v.data(), t.v.size())
                                 : std::string(reinterpret_cast<const char*>(t.v.data()), t.v.size() * 4);
       while (data.size() % 32 != 0) data.push_back('\0');
       str(t.name);
       u32(t.shape.size());
       for (auto it = t.shape.rbegin(); it != t.shape.rend(); ++it) u64(*it);  // ne[0] innermost
-      u32(quant ? matrix_type : 0);
+      u32(quant ? type : 0);
       u64(data.size());
       data += bytes;
     }

@@ -366,4 +366,91 @@ void QuantizeRowQ5_1(const float* x, void* dst, int64_t n) {
   }
 }
 
+namespace {
+
+int RoundClamp(float v, int lo, int hi) {
+  return std::clamp(static_cast<int>(std::lround(v)), lo, hi);
+}
+
+}  // namespace
+
+void QuantizeRowQ4_KSimple(const float* x, void* dst, int64_t n) {
+  uint8_t* y = static_cast<uint8_t*>(dst);
+  for (int64_t i = 0; i < n / kQK_K; ++i, x += kQK_K, y += sizeof(BlockQ4_K)) {
+    float scale[8], mins[8], max_scale = 0.f, max_min = 0.f;
+    for (int s = 0; s < 8; ++s) {
+      float lo = 0.f, hi = 0.f;
+      for (int l = 0; l < 32; ++l) {
+        lo = std::min(lo, x[32 * s + l]);
+        hi = std::max(hi, x[32 * s + l]);
+      }
+      scale[s] = (hi - lo) / 15.f;
+      mins[s] = -lo;
+      max_scale = std::max(max_scale, scale[s]);
+      max_min = std::max(max_min, mins[s]);
+    }
+    const uint16_t d_bits = Fp32ToFp16(max_scale / 63.f), dmin_bits = Fp32ToFp16(max_min / 63.f);
+    const float d = Fp16ToFp32(d_bits), dmin = Fp16ToFp32(dmin_bits);
+    StoreU16(y, d_bits);
+    StoreU16(y + 2, dmin_bits);
+    uint8_t* sc = y + 4;
+    std::memset(sc, 0, kKScaleBytes);
+    uint8_t q[kQK_K];
+    for (int s = 0; s < 8; ++s) {
+      const int ls = d > 0.f ? RoundClamp(scale[s] / d, 0, 63) : 0;
+      const int lm = dmin > 0.f ? RoundClamp(mins[s] / dmin, 0, 63) : 0;
+      // The inverse of ScaleMinK4 (ggml's packing of 8 x (6-bit scale, 6-bit min) into 12 bytes).
+      if (s < 4) {
+        sc[s] = static_cast<uint8_t>(ls);
+        sc[s + 4] = static_cast<uint8_t>(lm);
+      } else {
+        sc[s + 4] = static_cast<uint8_t>((ls & 0xF) | ((lm & 0xF) << 4));
+        sc[s - 4] |= static_cast<uint8_t>((ls >> 4) << 6);
+        sc[s] |= static_cast<uint8_t>((lm >> 4) << 6);
+      }
+      const float step = d * ls, off = dmin * lm;
+      for (int l = 0; l < 32; ++l) {
+        q[32 * s + l] =
+            static_cast<uint8_t>(step > 0.f ? RoundClamp((x[32 * s + l] + off) / step, 0, 15) : 0);
+      }
+    }
+    uint8_t* qs = y + 4 + kKScaleBytes;
+    for (int c = 0; c < 4; ++c) {
+      for (int l = 0; l < 32; ++l)
+        qs[32 * c + l] = static_cast<uint8_t>(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
+    }
+  }
+}
+
+void QuantizeRowQ6_KSimple(const float* x, void* dst, int64_t n) {
+  uint8_t* y = static_cast<uint8_t*>(dst);
+  for (int64_t i = 0; i < n / kQK_K; ++i, x += kQK_K, y += sizeof(BlockQ6_K)) {
+    float scale[16], max_scale = 0.f;
+    for (int s = 0; s < 16; ++s) {
+      float amax = 0.f;
+      for (int l = 0; l < 16; ++l) amax = std::max(amax, std::fabs(x[16 * s + l]));
+      scale[s] = amax / 31.f;
+      max_scale = std::max(max_scale, scale[s]);
+    }
+    const uint16_t d_bits = Fp32ToFp16(max_scale / 127.f);
+    const float d = Fp16ToFp32(d_bits);
+    uint8_t* ql = y;
+    uint8_t* qh = y + kQK_K / 2;
+    int8_t* sc = reinterpret_cast<int8_t*>(y + kQK_K / 2 + kQK_K / 4);
+    StoreU16(y + kQK_K / 2 + kQK_K / 4 + kQK_K / 16, d_bits);
+    std::memset(y, 0, kQK_K / 2 + kQK_K / 4);
+    for (int s = 0; s < 16; ++s) sc[s] = static_cast<int8_t>(d > 0.f ? RoundClamp(scale[s] / d, 0, 127) : 0);
+    for (int v = 0; v < kQK_K; ++v) {
+      const float step = d * sc[v / 16];
+      const int q = (step > 0.f ? RoundClamp(x[v] / step, -32, 31) : 0) + 32;
+      // Value v = 128 h + 32 g + l: low nibble in ql[64 h + l + 32 (g & 1)] (high half of the byte for g >=
+      // 2), high two bits at bit 2 g of qh[32 h + l] (DequantQ6_K's layout).
+      const int h = v / 128, g = (v % 128) / 32, l = v % 32;
+      uint8_t& lo = ql[64 * h + l + 32 * (g & 1)];
+      lo |= static_cast<uint8_t>((q & 0xF) << (g >= 2 ? 4 : 0));
+      qh[32 * h + l] |= static_cast<uint8_t>((q >> 4) << (2 * g));
+    }
+  }
+}
+
 }  // namespace stoke::cpu

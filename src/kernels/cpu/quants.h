@@ -83,4 +83,15 @@ void QuantizeRowQ4_1(const float* x, void* dst, int64_t n);
 void QuantizeRowQ5_0(const float* x, void* dst, int64_t n);
 void QuantizeRowQ5_1(const float* x, void* dst, int64_t n);
 
+// Round-to-nearest encoders for the K formats (n % 256 == 0; `dst` holds n / 256 super-blocks). Not ggml's
+// reference (which searches each sub-block's scale and min): valid blocks whose values are within about half
+// a step of x, for tests and synthetic files; llama-quantize writes other bytes for the same input.
+//   Q4_K: per 32 values, scale (max − min(0, min)) / 15 and min −min(0, min), both as 6-bit multiples of the
+//         super-block's fp16 d and dmin; q = round((x + min) / scale) in [0, 15].
+//   Q6_K: per 16 values, scale amax / 31 as an int8 multiple of the super-block's fp16 d; q = round(x /
+//   scale)
+//         in [-32, 31].
+void QuantizeRowQ4_KSimple(const float* x, void* dst, int64_t n);
+void QuantizeRowQ6_KSimple(const float* x, void* dst, int64_t n);
+
 }  // namespace stoke::cpu

@@ -301,5 +301,58 @@ TEST(Quants, QuantiseRoundTripError) {
   }
 }
 
+// The simple K encoders on exact grids: every sub-block's scale (and min) is a different 6-bit multiple (the
+// high bits of Q4_K's packed scales are used) and every code appears, so any packing error changes a value.
+TEST(Quants, QuantizeQ4_KSimpleExactGrid) {
+  std::vector<float> x(256);
+  for (int s = 0; s < 8; ++s) {
+    const int sc = 63 - s, mn = 63 - 2 * s;  // d = dmin = 2^-6 (set by sub-block 0)
+    for (int l = 0; l < 32; ++l) {
+      const int q = (l * 7 + s) % 16;
+      x[32 * s + l] = std::ldexp(static_cast<float>(q * sc - mn), -6);
+    }
+  }
+  BlockQ4_K b;
+  QuantizeRowQ4_KSimple(x.data(), &b, 256);
+  EXPECT_EQ(b.d, Fp32ToFp16(1.f / 64));
+  EXPECT_EQ(b.dmin, Fp32ToFp16(1.f / 64));
+  EXPECT_EQ(Dequant(DType::kQ4_K, &b, 256), x);
+}
+
+TEST(Quants, QuantizeQ6_KSimpleExactGrid) {
+  std::vector<float> x(256);
+  for (int s = 0; s < 16; ++s) {
+    const int sc = 127 - 3 * s;  // d = 2^-10 (set by sub-block 0)
+    for (int l = 0; l < 16; ++l) {
+      const int q = l == 0 ? (s % 2 ? 31 : -31) : (l * 5 + s) % 63 - 31;
+      x[16 * s + l] = std::ldexp(static_cast<float>(q * sc), -10);
+    }
+  }
+  BlockQ6_K b;
+  QuantizeRowQ6_KSimple(x.data(), &b, 256);
+  EXPECT_EQ(b.d, Fp32ToFp16(1.f / 1024));
+  EXPECT_EQ(Dequant(DType::kQ6_K, &b, 256), x);
+}
+
+// On random values they stay within a few percent (RMS) of the input.
+TEST(Quants, QuantizeKSimpleRoundTripsRandomRows) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  std::vector<float> x(4096);
+  for (float& v : x) v = nd(rng);
+  for (DType t : {DType::kQ4_K, DType::kQ6_K}) {
+    std::vector<uint8_t> q(x.size() / 256 * (t == DType::kQ4_K ? sizeof(BlockQ4_K) : sizeof(BlockQ6_K)));
+    if (t == DType::kQ4_K) {
+      QuantizeRowQ4_KSimple(x.data(), q.data(), static_cast<int64_t>(x.size()));
+    } else {
+      QuantizeRowQ6_KSimple(x.data(), q.data(), static_cast<int64_t>(x.size()));
+    }
+    const std::vector<float> y = Dequant(t, q.data(), static_cast<int64_t>(x.size()));
+    double err = 0, ref = 0;
+    for (size_t i = 0; i < x.size(); ++i) err += (y[i] - x[i]) * (y[i] - x[i]), ref += x[i] * x[i];
+    EXPECT_LT(std::sqrt(err / ref), t == DType::kQ4_K ? 0.12 : 0.04) << (t == DType::kQ4_K ? "Q4_K" : "Q6_K");
+  }
+}
+
 }  // namespace
 }  // namespace stoke::cpu

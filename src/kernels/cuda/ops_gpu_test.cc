@@ -150,19 +150,42 @@ TEST(CudaActivation, SiluMulAndGeluBiasMatchCpu) {
   EXPECT_CLOSE(FromBf16(bx.Download()), ref, kTolBf16, "gelu+bias bf16");
 }
 
-// Random rows quantised by ggml's reference quantiser: the GPU's bf16 must equal bf16(cpu dequant) bit for
-// bit.
+// Rows of `t` from fp32 values: ggml's reference quantisers for Q4_1 / Q8_0, the simple K encoders for Q4_K /
+// Q6_K.
+std::vector<uint8_t> QuantizeRows(DType t, const std::vector<float>& x, int64_t rows, int64_t k) {
+  const DTypeInfo& info = GetDTypeInfo(t);
+  const size_t row_bytes = static_cast<size_t>(k / info.block_elems) * info.block_bytes;
+  std::vector<uint8_t> q(rows * row_bytes);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* src = x.data() + r * k;
+    uint8_t* dst = q.data() + r * row_bytes;
+    switch (t) {
+      case DType::kQ4_1:
+        cpu::QuantizeRowQ4_1(src, dst, k);
+        break;
+      case DType::kQ8_0:
+        cpu::QuantizeRowQ8_0(src, dst, k);
+        break;
+      case DType::kQ4_K:
+        cpu::QuantizeRowQ4_KSimple(src, dst, k);
+        break;
+      default:
+        cpu::QuantizeRowQ6_KSimple(src, dst, k);
+        break;
+    }
+  }
+  return q;
+}
+
+constexpr DType kGemvTypes[] = {DType::kQ4_1, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K};
+
+// Random rows quantised on the CPU: the GPU's bf16 must equal bf16(cpu dequant) bit for bit.
 TEST(CudaQuant, DequantizeToBf16IsBitExact) {
   SKIP_WITHOUT_GPU();
   const int64_t n = 64 * 1024;
   const auto x = RandomFloats(n, 11, -3.f, 3.f);
-  for (DType t : {DType::kQ4_1, DType::kQ8_0}) {
-    const size_t bytes = (n / 32) * (t == DType::kQ4_1 ? sizeof(cpu::BlockQ4_1) : sizeof(cpu::BlockQ8_0));
-    std::vector<uint8_t> q(bytes);
-    if (t == DType::kQ4_1)
-      cpu::QuantizeRowQ4_1(x.data(), q.data(), n);
-    else
-      cpu::QuantizeRowQ8_0(x.data(), q.data(), n);
+  for (DType t : kGemvTypes) {
+    const std::vector<uint8_t> q = QuantizeRows(t, x, 1, n);
     std::vector<float> ref(n);
     ASSERT_TRUE(cpu::DequantizeRow(t, q.data(), ref.data(), n).ok());
     const auto want = ToBf16(ref);
@@ -172,39 +195,42 @@ TEST(CudaQuant, DequantizeToBf16IsBitExact) {
     const auto got = out.Download();
     int64_t mismatches = 0;
     for (int64_t i = 0; i < n; ++i) mismatches += got[i] != want[i];
-    std::printf("  [dequant %s] %lld of %lld values differ\n", t == DType::kQ4_1 ? "Q4_1" : "Q8_0",
+    const std::string name(DTypeName(t));
+    std::printf("  [dequant %s] %lld of %lld values differ\n", name.c_str(),
                 static_cast<long long>(mismatches), static_cast<long long>(n));
-    EXPECT_EQ(mismatches, 0);
+    EXPECT_EQ(mismatches, 0) << name;
   }
 }
 
+// n = 1000 rows (not a multiple of the 8 warps of a CTA), k = 2304: nine K super-blocks per row, so the last
+// iteration of a warp's four-super-block stride is partial.
 TEST(CudaQuant, GemvMatchesDequantisedMatMul) {
   SKIP_WITHOUT_GPU();
-  const int64_t n = 1000, k = 2048;
+  const int64_t n = 1000, k = 2304;
   const auto wf = RandomFloats(n * k, 12), x = RandomFloats(k, 13);
-  for (DType t : {DType::kQ4_1, DType::kQ8_0}) {
-    const size_t row_bytes = (k / 32) * (t == DType::kQ4_1 ? sizeof(cpu::BlockQ4_1) : sizeof(cpu::BlockQ8_0));
-    std::vector<uint8_t> q(n * row_bytes);
-    for (int64_t r = 0; r < n; ++r) {
-      if (t == DType::kQ4_1)
-        cpu::QuantizeRowQ4_1(wf.data() + r * k, q.data() + r * row_bytes, k);
-      else
-        cpu::QuantizeRowQ8_0(wf.data() + r * k, q.data() + r * row_bytes, k);
-    }
+  for (DType t : kGemvTypes) {
+    const std::string name(DTypeName(t));
+    const std::vector<uint8_t> q = QuantizeRows(t, wf, n, k);
     std::vector<float> wd(n * k), want(n);
     ASSERT_TRUE(cpu::DequantizeRow(t, q.data(), wd.data(), n * k).ok());
     ASSERT_TRUE(cpu::MatMul(x.data(), 1, k, wd.data(), DType::kF32, n, want.data()).ok());
     DeviceBuffer<uint8_t> dq(q);
     DeviceBuffer<float> dx(x), y(n);
     STATUS_ASSERT(QuantGemv(t, dq.get(), n, k, dx.get(), y.get(), nullptr));
-    EXPECT_CLOSE(y.Download(), want, kTolF32, t == DType::kQ4_1 ? "gemv Q4_1 f32" : "gemv Q8_0 f32");
+    EXPECT_CLOSE(y.Download(), want, kTolF32, ("gemv " + name + " f32").c_str());
     const auto xb = RoundBf16(x);
     ASSERT_TRUE(cpu::MatMul(xb.data(), 1, k, wd.data(), DType::kF32, n, want.data()).ok());
     DeviceBuffer<uint16_t> bx(ToBf16(x)), by(n);
     STATUS_ASSERT(QuantGemv(t, dq.get(), n, k, bx.bf16(), by.bf16(), nullptr));
-    EXPECT_CLOSE(FromBf16(by.Download()), want, kTolBf16,
-                 t == DType::kQ4_1 ? "gemv Q4_1 bf16" : "gemv Q8_0 bf16");
+    EXPECT_CLOSE(FromBf16(by.Download()), want, kTolBf16, ("gemv " + name + " bf16").c_str());
+    // bf16 in, fp32 out (the lm_head's logits): the bf16-input reference at fp32 tolerance.
+    STATUS_ASSERT(QuantGemv(t, dq.get(), n, k, bx.bf16(), y.get(), nullptr));
+    EXPECT_CLOSE(y.Download(), want, kTolF32, ("gemv " + name + " bf16 -> f32").c_str());
   }
+  DeviceBuffer<uint8_t> dummy(std::vector<uint8_t>(144));
+  DeviceBuffer<float> dx(x), y(n);
+  EXPECT_FALSE(QuantGemv(DType::kQ4_K, dummy.get(), 1, 128, dx.get(), y.get(), nullptr).ok())
+      << "k % 256 != 0 must be refused for the K formats";
 }
 
 // GGUF Q8_0 repacked for the 8-bit GEMV: the values and scales are bit copies of the file's blocks (padding

@@ -2,6 +2,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/kquant_blocks.h"
 #include "kernels/cuda/quant.h"
 
 namespace stoke::cuda {
@@ -37,6 +38,75 @@ __global__ void DequantKernel(const uint8_t* __restrict__ src, int64_t nb, __nv_
   dst[b * kQK + j] = __float2bfloat16_rn(v);
 }
 
+// One thread per value of K-quant super-blocks (Q4_K or Q6_K), through the host-tested block code.
+template <bool kQ4K>
+__global__ void DequantKKernel(const uint8_t* __restrict__ src, int64_t n, __nv_bfloat16* __restrict__ dst) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const int64_t b = i / kquant::kValues;
+  const int v = static_cast<int>(i % kquant::kValues);
+  const float f = kQ4K ? kquant::Q4KValue(src + b * kquant::kQ4KBytes, v)
+                       : kquant::Q6KValue(src + b * kquant::kQ6KBytes, v);
+  dst[i] = __float2bfloat16_rn(f);
+}
+
+// Loads `kN` consecutive activations (kN % 8 == 0; 32-byte aligned) into registers.
+template <int kN>
+__device__ __forceinline__ void LoadXRun(const float* x, float* v) {
+  const float4* p = reinterpret_cast<const float4*>(x);
+#pragma unroll
+  for (int i = 0; i < kN / 4; ++i) {
+    const float4 f = p[i];
+    v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
+  }
+}
+template <int kN>
+__device__ __forceinline__ void LoadXRun(const __nv_bfloat16* x, float* v) {
+  const uint4* p = reinterpret_cast<const uint4*>(x);
+#pragma unroll
+  for (int i = 0; i < kN / 8; ++i) {
+    uint4 u = p[i];
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 f = __bfloat1622float2(h[j]);
+      v[8 * i + 2 * j] = f.x, v[8 * i + 2 * j + 1] = f.y;
+    }
+  }
+}
+
+// The m = 1 GEMV over K-quant rows: one warp per row, eight lanes per super-block (lane & 7 is the part of
+// kquant_blocks.h), so a warp reads 4 consecutive super-blocks (576 / 840 bytes) per iteration.
+template <bool kQ4K, typename T, typename Ty>
+__global__ void __launch_bounds__(kGemvWarps * 32)
+    GemvKKernel(const uint8_t* __restrict__ w, int64_t n, int64_t nb, const T* __restrict__ x,
+                Ty* __restrict__ y) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31, part = lane & 7;
+  if (row >= n) return;
+  constexpr int kBytes = kQ4K ? kquant::kQ4KBytes : kquant::kQ6KBytes;
+  const uint8_t* wr = w + row * nb * kBytes;
+  float sum = 0.f;
+  for (int64_t b = lane >> 3; b < nb; b += 4) {
+    const T* xb = x + b * kquant::kValues;
+    const uint8_t* blk = wr + b * kBytes;
+    if constexpr (kQ4K) {
+      float xa[16], xc[16];
+      const int a = kquant::Q4KPartA(part);
+      LoadXRun<16>(xb + a, xa);
+      LoadXRun<16>(xb + a + 32, xc);
+      sum += kquant::Q4KPartDot(blk, part, xa, xc);
+    } else {
+      float xg[4][8];
+#pragma unroll
+      for (int g = 0; g < 4; ++g) LoadXRun<8>(xb + kquant::Q6KPartX(part, g), xg[g]);
+      sum += kquant::Q6KPartDot(blk, part, xg);
+    }
+  }
+  sum = WarpSum(sum);
+  if (lane == 0) y[row] = FromFloat<Ty>(sum);
+}
+
 // Loads the 32 activations of one block into registers (x 16-byte aligned).
 __device__ __forceinline__ void LoadX(const float* x, float (&v)[kQK]) {
   const float4* p = reinterpret_cast<const float4*>(x);
@@ -62,10 +132,10 @@ __device__ __forceinline__ void LoadX(const __nv_bfloat16* x, float (&v)[kQK]) {
 
 // grid = ceil(n / kGemvWarps), block = kGemvWarps warps; warp w computes row blockIdx.x * kGemvWarps + w, its
 // lanes taking blocks lane, lane + 32, ... of the row (a warp reads 32 consecutive blocks at a time).
-template <bool kQ4, typename T>
+template <bool kQ4, typename T, typename Ty>
 __global__ void __launch_bounds__(kGemvWarps * 32)
     GemvKernel(const uint8_t* __restrict__ w, int64_t n, int64_t nb, const T* __restrict__ x,
-               T* __restrict__ y) {
+               Ty* __restrict__ y) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (row >= n) return;
@@ -106,7 +176,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     }
   }
   sum = WarpSum(sum);
-  if (lane == 0) y[row] = FromFloat<T>(sum);
+  if (lane == 0) y[row] = FromFloat<Ty>(sum);
 }
 
 // One thread per value: block b's 32 int8 values to q[32 b ..], its fp16 d (bit copy) to d[b].
@@ -124,26 +194,36 @@ __global__ void RepackQ8Kernel(const uint8_t* __restrict__ src, int64_t nb, int8
   }
 }
 
+bool IsK(DType t) {
+  return t == DType::kQ4_K || t == DType::kQ6_K;
+}
+
 Status CheckType(const char* what, DType t, int64_t k) {
-  if (t != DType::kQ4_1 && t != DType::kQ8_0) {
-    return Status(StatusCode::kInvalidArgument, std::string(what) + ": only Q4_1 and Q8_0 are supported");
+  if (t != DType::kQ4_1 && t != DType::kQ8_0 && !IsK(t)) {
+    return Status(StatusCode::kInvalidArgument,
+                  std::string(what) + ": only Q4_1, Q8_0, Q4_K and Q6_K are supported");
   }
-  if (k % kQK != 0) {
-    return Status(StatusCode::kInvalidArgument, std::string(what) + ": length not a multiple of 32");
+  if (k % (IsK(t) ? kquant::kValues : kQK) != 0) {
+    return Status(StatusCode::kInvalidArgument,
+                  std::string(what) + (IsK(t) ? ": length not a multiple of 256" : ": length not a multiple of 32"));
   }
   return OkStatus();
 }
 
-template <typename T>
-Status LaunchGemv(DType t, const void* w, int64_t n, int64_t k, const T* x, T* y, cudaStream_t stream) {
+template <typename T, typename Ty>
+Status LaunchGemv(DType t, const void* w, int64_t n, int64_t k, const T* x, Ty* y, cudaStream_t stream) {
   RETURN_IF_ERROR(CheckType("QuantGemv", t, k));
   if (n <= 0 || k <= 0) return OkStatus();
   const unsigned grid = CeilDiv(n, kGemvWarps);
   const auto* wb = static_cast<const uint8_t*>(w);
-  if (t == DType::kQ4_1) {
-    GemvKernel<true, T><<<grid, kGemvWarps * 32, 0, stream>>>(wb, n, k / kQK, x, y);
+  if (t == DType::kQ4_K) {
+    GemvKKernel<true, T, Ty><<<grid, kGemvWarps * 32, 0, stream>>>(wb, n, k / kquant::kValues, x, y);
+  } else if (t == DType::kQ6_K) {
+    GemvKKernel<false, T, Ty><<<grid, kGemvWarps * 32, 0, stream>>>(wb, n, k / kquant::kValues, x, y);
+  } else if (t == DType::kQ4_1) {
+    GemvKernel<true, T, Ty><<<grid, kGemvWarps * 32, 0, stream>>>(wb, n, k / kQK, x, y);
   } else {
-    GemvKernel<false, T><<<grid, kGemvWarps * 32, 0, stream>>>(wb, n, k / kQK, x, y);
+    GemvKernel<false, T, Ty><<<grid, kGemvWarps * 32, 0, stream>>>(wb, n, k / kQK, x, y);
   }
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return OkStatus();
@@ -156,7 +236,13 @@ Status DequantizeToBf16(DType t, const void* src, int64_t n, __nv_bfloat16* dst,
   if (n <= 0) return OkStatus();
   const unsigned grid = CeilDiv(n, 256);
   const auto* s = static_cast<const uint8_t*>(src);
-  if (t == DType::kQ4_1) {
+  if (IsK(t)) {
+    if (t == DType::kQ4_K) {
+      DequantKKernel<true><<<grid, 256, 0, stream>>>(s, n, dst);
+    } else {
+      DequantKKernel<false><<<grid, 256, 0, stream>>>(s, n, dst);
+    }
+  } else if (t == DType::kQ4_1) {
     DequantKernel<true><<<grid, 256, 0, stream>>>(s, n / kQK, dst);
   } else {
     DequantKernel<false><<<grid, 256, 0, stream>>>(s, n / kQK, dst);
@@ -187,6 +273,10 @@ Status QuantGemv(DType t, const void* w, int64_t n, int64_t k, const float* x, f
   return LaunchGemv(t, w, n, k, x, y, stream);
 }
 Status QuantGemv(DType t, const void* w, int64_t n, int64_t k, const __nv_bfloat16* x, __nv_bfloat16* y,
+                 cudaStream_t stream) {
+  return LaunchGemv(t, w, n, k, x, y, stream);
+}
+Status QuantGemv(DType t, const void* w, int64_t n, int64_t k, const __nv_bfloat16* x, float* y,
                  cudaStream_t stream) {
   return LaunchGemv(t, w, n, k, x, y, stream);
 }

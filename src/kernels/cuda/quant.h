@@ -1,6 +1,7 @@
 // GGUF block-quantised weights on the GPU: Q4_1 and Q8_0 (layouts in kernels/cpu/quants.h, blocks of 32
-// values along the contiguous dimension). Checked against cpu::DequantizeRow. Device pointers; async on
-// `stream`.
+// values along the contiguous dimension) and the K-quants Q4_K and Q6_K (super-blocks of 256 values; their
+// block arithmetic is kquant_blocks.h, shared with a CPU test). Checked against cpu::DequantizeRow. Device
+// pointers; async on `stream`.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -14,16 +15,21 @@
 
 namespace stoke::cuda {
 
-// dst[i] = bf16(d * q_i + m) for n values (n % 32 == 0) of blocks `src` of type t (kQ4_1 or kQ8_0); the fp32
-// value is computed exactly as ggml's reference (no FMA), then rounded to nearest even: bit-identical to
-// Fp32ToBf16(cpu::DequantizeRow(...)). src must be 2-byte aligned (4-byte for Q4_1).
+// dst[i] = bf16(value i) for n values of blocks `src` of type t (kQ4_1 or kQ8_0: n % 32 == 0; kQ4_K or kQ6_K:
+// n % 256 == 0); the fp32 value is computed exactly as ggml's reference (no FMA), then rounded to nearest
+// even: bit-identical to Fp32ToBf16(cpu::DequantizeRow(...)). src must be 2-byte aligned (4-byte for Q4_1).
 Status DequantizeToBf16(DType t, const void* src, int64_t n, __nv_bfloat16* dst, cudaStream_t stream);
 
 // The m = 1 matrix-vector product straight from the quantised blocks (decode's GEMV; no dequantised copy):
-//   y[r] = Σ_c W[r, c] · x[c],  W = [n, k] row-major in t (kQ4_1 or kQ8_0, k % 32 == 0), x = [k], y = [n].
-// x must be 16-byte aligned; y must not alias x. Accumulation in fp32, one warp per output row.
+//   y[r] = Σ_c W[r, c] · x[c],  W = [n, k] row-major in t (kQ4_1 or kQ8_0 with k % 32 == 0; kQ4_K or kQ6_K
+//   with k % 256 == 0), x = [k], y = [n].
+// x and w must be 16-byte aligned; y must not alias x. Accumulation in
+// fp32, one warp per output row (K-quants: eight lanes per super-block, a warp reading four at a time).
 Status QuantGemv(DType t, const void* w, int64_t n, int64_t k, const float* x, float* y, cudaStream_t stream);
 Status QuantGemv(DType t, const void* w, int64_t n, int64_t k, const __nv_bfloat16* x, __nv_bfloat16* y,
+                 cudaStream_t stream);
+// bf16 activations, fp32 results (the lm_head's logits).
+Status QuantGemv(DType t, const void* w, int64_t n, int64_t k, const __nv_bfloat16* x, float* y,
                  cudaStream_t stream);
 
 // Q8_0 blocks (34 bytes: fp16 d, 32 int8) of a [rows, cols] matrix split into the Q8Gemv layout (gemv.h):

@@ -1,0 +1,147 @@
+// The GPU's K-quant block code (kernels/cuda/kquant_blocks.h: what quant.cu's dequantiser and fused-dequant
+// GEMV run per value and per lane) compiled for the CPU and checked here against the CPU reference: every
+// value bit for bit against cpu::DequantizeRow, each lane's part of the GEMV against a double-precision dot
+// product, and the parts' activation offsets covering each super-block exactly once. Built with
+// -ffp-contract=off, as quants.cc.
+#include "kernels/cuda/kquant_blocks.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "base/half.h"
+#include "kernels/cpu/quants.h"
+
+namespace stoke::cpu {
+namespace {
+
+void PutHalf(uint8_t* p, uint16_t h) {
+  std::memcpy(p, &h, 2);
+}
+
+// `nb` random super-blocks of t: random bytes, then sane scales; the first blocks get a subnormal, a zero and
+// a negative d so the fp16 decoding is exercised beyond the normal range.
+std::vector<uint8_t> RandomBlocks(DType t, int nb, uint32_t seed) {
+  const int bytes = t == DType::kQ4_K ? kquant::kQ4KBytes : kquant::kQ6KBytes;
+  std::vector<uint8_t> w(static_cast<size_t>(nb) * bytes);
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (uint8_t& b : w) b = static_cast<uint8_t>(byte(rng));
+  std::uniform_real_distribution<float> scale(0.0005f, 0.005f);
+  for (int b = 0; b < nb; ++b) {
+    uint8_t* blk = w.data() + static_cast<size_t>(b) * bytes;
+    uint16_t d = Fp32ToFp16(scale(rng));
+    if (b == 0) d = 0x0003;  // subnormal
+    if (b == 1) d = 0x0000;
+    if (b == 2) d = Fp32ToFp16(-scale(rng));
+    if (t == DType::kQ4_K) {
+      PutHalf(blk, d);
+      PutHalf(blk + 2, Fp32ToFp16(scale(rng)));  // dmin
+    } else {
+      PutHalf(blk + kquant::kQ6KD, d);
+    }
+  }
+  return w;
+}
+
+class KQuantBlocks : public testing::TestWithParam<DType> {};
+
+TEST_P(KQuantBlocks, EveryValueIsBitExactWithDequantizeRow) {
+  const DType t = GetParam();
+  const int nb = 24;
+  const std::vector<uint8_t> w = RandomBlocks(t, nb, 1);
+  std::vector<float> want(nb * kquant::kValues);
+  ASSERT_TRUE(DequantizeRow(t, w.data(), want.data(), static_cast<int64_t>(want.size())).ok());
+  const int bytes = t == DType::kQ4_K ? kquant::kQ4KBytes : kquant::kQ6KBytes;
+  int differ = 0;
+  for (int b = 0; b < nb; ++b) {
+    for (int i = 0; i < kquant::kValues; ++i) {
+      const uint8_t* blk = w.data() + static_cast<size_t>(b) * bytes;
+      const float got = t == DType::kQ4_K ? kquant::Q4KValue(blk, i) : kquant::Q6KValue(blk, i);
+      const float ref = want[b * kquant::kValues + i];
+      if (std::memcmp(&got, &ref, 4) != 0) {
+        if (++differ <= 5) ADD_FAILURE() << "block " << b << " value " << i << ": " << got << " vs " << ref;
+      }
+    }
+  }
+  EXPECT_EQ(differ, 0);
+}
+
+TEST_P(KQuantBlocks, PartsCoverEachValueOnce) {
+  const DType t = GetParam();
+  std::vector<int> seen(kquant::kValues, 0);
+  for (int p = 0; p < kquant::kPartsPerBlock; ++p) {
+    if (t == DType::kQ4_K) {
+      for (int k = 0; k < 16; ++k) {
+        ++seen[kquant::Q4KPartA(p) + k];
+        ++seen[kquant::Q4KPartA(p) + 32 + k];
+      }
+    } else {
+      for (int g = 0; g < 4; ++g) {
+        for (int k = 0; k < 8; ++k) ++seen[kquant::Q6KPartX(p, g) + k];
+      }
+    }
+  }
+  for (int i = 0; i < kquant::kValues; ++i) EXPECT_EQ(seen[i], 1) << "value " << i;
+}
+
+// The eight parts' dots summed over a row of super-blocks equal Σ DequantizeRow(w)·x to fp32 accumulation
+// error.
+TEST_P(KQuantBlocks, PartDotsSumToTheRowDot) {
+  const DType t = GetParam();
+  const int nb = 16;
+  const std::vector<uint8_t> w = RandomBlocks(t, nb, 2);
+  std::vector<float> wf(nb * kquant::kValues), x(wf.size());
+  ASSERT_TRUE(DequantizeRow(t, w.data(), wf.data(), static_cast<int64_t>(wf.size())).ok());
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd;
+  for (float& v : x) v = nd(rng);
+  const int bytes = t == DType::kQ4_K ? kquant::kQ4KBytes : kquant::kQ6KBytes;
+  for (int b = 0; b < nb; ++b) {
+    const uint8_t* blk = w.data() + static_cast<size_t>(b) * bytes;
+    const float* xb = x.data() + b * kquant::kValues;
+    double want = 0, mag = 0;
+    for (int i = 0; i < kquant::kValues; ++i) {
+      want += static_cast<double>(wf[b * kquant::kValues + i]) * xb[i];
+      mag += std::fabs(static_cast<double>(wf[b * kquant::kValues + i]) * xb[i]);
+    }
+    double got = 0;
+    for (int p = 0; p < kquant::kPartsPerBlock; ++p) {
+      if (t == DType::kQ4_K) {
+        float xa[16], xc[16];
+        std::memcpy(xa, xb + kquant::Q4KPartA(p), sizeof(xa));
+        std::memcpy(xc, xb + kquant::Q4KPartA(p) + 32, sizeof(xc));
+        got += kquant::Q4KPartDot(blk, p, xa, xc);
+      } else {
+        float xg[4][8];
+        for (int g = 0; g < 4; ++g) std::memcpy(xg[g], xb + kquant::Q6KPartX(p, g), sizeof(xg[g]));
+        got += kquant::Q6KPartDot(blk, p, xg);
+      }
+    }
+    // The mins make Q4_K's partial sums cancel: bound by the magnitude of the terms, not of the result.
+    EXPECT_NEAR(got, want, 1e-5 * mag + 1e-30) << "block " << b;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Q4KAndQ6K, KQuantBlocks, testing::Values(DType::kQ4_K, DType::kQ6_K),
+                         [](const testing::TestParamInfo<DType>& i) {
+                           return std::string(i.param == DType::kQ4_K ? "Q4_K" : "Q6_K");
+                         });
+
+TEST(KQuantHalf, HalfBitsDecodeLikeFp16ToFp32) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float got = kquant::HalfBitsToFloat(static_cast<uint16_t>(h));
+    const float want = Fp16ToFp32(static_cast<uint16_t>(h));
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got)) << h;
+    } else {
+      EXPECT_EQ(std::memcmp(&got, &want, 4), 0) << "bits " << h << ": " << got << " vs " << want;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace stoke::cpu

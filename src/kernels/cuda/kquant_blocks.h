@@ -1,0 +1,195 @@
+// GGUF K-quant super-blocks (Q4_K: 144 bytes, Q6_K: 210 bytes, 256 values each; layouts in
+// kernels/cpu/quants.h) as the GPU reads them, written once for host and device: quant.cu's dequantiser and
+// fused-dequant GEMV call these, and kernels/cpu/kquant_blocks_test.cc runs the same code on the CPU against
+// cpu::DequantizeRow (bit for bit) and against a double-precision dot product, so the block arithmetic is
+// checked where no GPU is.
+//
+// The GEMV splits a super-block into 8 parts of 32 values, one lane each (a warp covers 4 super-blocks):
+//   Q4_K part p: chunk j = p / 2 (64 values: sub-block 2j in the low nibbles, 2j + 1 in the high ones of the
+//   same
+//     32 bytes), half h = p % 2: bytes qs[32j + 16h, +16) give values a = 64j + 16h + [0, 16) (low nibbles,
+//     sub-block 2j) and b = 64j + 32 + 16h + [0, 16) (high nibbles, sub-block 2j + 1).
+//   Q6_K part p: half n = p / 4 (128 values), quarter m = p % 4: l in [8m, 8m + 8) gives the four values
+//     128n + l + 32g (g = 0..3) from ql[64n + l], ql[64n + 32 + l] and qh[32n + l], with scale sc[8n + l / 16
+//     + 2g].
+// x for a part: Q4_K xa[16], xb[16] (the a and b values); Q6_K xg[4][8] (g, then l - 8m).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#include <cuda_fp16.h>
+#define STOKE_KQ_FN __host__ __device__ __forceinline__
+#define STOKE_KQ_UNROLL _Pragma("unroll")
+#else
+#define STOKE_KQ_FN inline
+#define STOKE_KQ_UNROLL
+#endif
+
+namespace stoke::kquant {
+
+inline constexpr int kValues = 256;
+inline constexpr int kQ4KBytes = 144;  // d, dmin (fp16), scales[12], qs[128]
+inline constexpr int kQ6KBytes = 210;  // ql[128], qh[64], scales[16] (int8), d (fp16)
+inline constexpr int kPartsPerBlock = 8;
+inline constexpr int kQ4KScales = 4, kQ4KQs = 16;
+inline constexpr int kQ6KQh = 128, kQ6KScales = 192, kQ6KD = 208;
+
+// fp32 products and differences rounded once (no FMA contraction), as ggml's reference computes them. Host
+// callers compile with -ffp-contract=off.
+STOKE_KQ_FN float MulRn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+STOKE_KQ_FN float SubRn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+
+// IEEE binary16 bits to fp32, exactly (subnormals, infinities and NaN included).
+STOKE_KQ_FN float HalfBitsToFloat(uint16_t h) {
+#if defined(__CUDA_ARCH__)
+  return __half2float(__ushort_as_half(h));
+#else
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu, bits;
+  if (exp == 0x1F) {
+    bits = sign | 0x7F800000u | (man << 13);
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112u) << 23) | (man << 13);
+  } else if (man == 0) {
+    bits = sign;
+  } else {  // subnormal: normalise
+    int e = 113;
+    while ((man & 0x400u) == 0) {
+      man <<= 1;
+      --e;
+    }
+    bits = sign | (static_cast<uint32_t>(e) << 23) | ((man & 0x3FFu) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+#endif
+}
+
+STOKE_KQ_FN float LoadHalfBits(const uint8_t* p) {
+  return HalfBitsToFloat(static_cast<uint16_t>(p[0] | (p[1] << 8)));
+}
+
+// Q4_K sub-block j's (0..7) 6-bit scale and min from the 12 packed bytes (ggml's get_scale_min_k4).
+STOKE_KQ_FN void Q4KScaleMin(int j, const uint8_t* q, int* sc, int* mn) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *mn = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    *mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// Value i (0..255) of a Q4_K super-block, bit-exact with cpu::DequantizeRow: (d·sc)·q − dmin·mn.
+STOKE_KQ_FN float Q4KValue(const uint8_t* blk, int i) {
+  const int chunk = i / 64, hi = (i / 32) & 1, l = i & 31;
+  int sc, mn;
+  Q4KScaleMin(2 * chunk + hi, blk + kQ4KScales, &sc, &mn);
+  const float d1 = MulRn(LoadHalfBits(blk), static_cast<float>(sc));
+  const float m1 = MulRn(LoadHalfBits(blk + 2), static_cast<float>(mn));
+  const uint8_t q = blk[kQ4KQs + 32 * chunk + l];
+  return SubRn(MulRn(d1, static_cast<float>(hi ? q >> 4 : q & 0xF)), m1);
+}
+
+// Value i (0..255) of a Q6_K super-block, bit-exact with cpu::DequantizeRow: (d·sc)·(q − 32).
+STOKE_KQ_FN float Q6KValue(const uint8_t* blk, int i) {
+  const int n = i / 128, g = (i % 128) / 32, l = i & 31;
+  const uint8_t ql = blk[64 * n + l + (g & 1) * 32];
+  const int low = (g & 2) ? ql >> 4 : ql & 0xF;
+  const int high = (blk[kQ6KQh + 32 * n + l] >> (2 * g)) & 3;
+  const int q = (low | (high << 4)) - 32;
+  const int sc = static_cast<int8_t>(blk[kQ6KScales + 8 * n + l / 16 + 2 * g]);
+  return MulRn(MulRn(LoadHalfBits(blk + kQ6KD), static_cast<float>(sc)), static_cast<float>(q));
+}
+
+// Offsets of a part's activations within the super-block's 256 (see the top of the file).
+STOKE_KQ_FN int Q4KPartA(int p) {
+  return 64 * (p / 2) + 16 * (p % 2);
+}
+STOKE_KQ_FN int Q6KPartX(int p, int g) {
+  return 128 * (p / 4) + 8 * (p % 4) + 32 * g;
+}
+
+// Σ value·x over part p's 32 values of a Q4_K super-block: d·sc_a·Σq·xa − dmin·mn_a·Σxa, and the same for b.
+// blk must be 16-byte aligned (the 16 nibble bytes are one load).
+STOKE_KQ_FN float Q4KPartDot(const uint8_t* blk, int p, const float (&xa)[16], const float (&xb)[16]) {
+  const int j = p / 2;
+  uint32_t q[4];
+#if defined(__CUDA_ARCH__)
+  const uint4 v = *reinterpret_cast<const uint4*>(blk + kQ4KQs + 32 * j + 16 * (p % 2));
+  q[0] = v.x, q[1] = v.y, q[2] = v.z, q[3] = v.w;
+#else
+  std::memcpy(q, blk + kQ4KQs + 32 * j + 16 * (p % 2), 16);
+#endif
+  float qa = 0.f, qb = 0.f, sa = 0.f, sb = 0.f;
+  STOKE_KQ_UNROLL
+  for (int w = 0; w < 4; ++w) {
+    STOKE_KQ_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      const uint32_t byte = (q[w] >> (8 * e)) & 0xFFu;
+      const int k = 4 * w + e;
+      qa += static_cast<float>(byte & 0xFu) * xa[k];
+      qb += static_cast<float>(byte >> 4) * xb[k];
+      sa += xa[k];
+      sb += xb[k];
+    }
+  }
+  int sc_a, mn_a, sc_b, mn_b;
+  Q4KScaleMin(2 * j, blk + kQ4KScales, &sc_a, &mn_a);
+  Q4KScaleMin(2 * j + 1, blk + kQ4KScales, &sc_b, &mn_b);
+  const float d = LoadHalfBits(blk), dmin = LoadHalfBits(blk + 2);
+  return d * (static_cast<float>(sc_a) * qa + static_cast<float>(sc_b) * qb) -
+         dmin * (static_cast<float>(mn_a) * sa + static_cast<float>(mn_b) * sb);
+}
+
+// Σ value·x over part p's 32 values of a Q6_K super-block: d · Σ_g sc_g · Σ_l (q − 32)·x. blk 2-byte aligned.
+STOKE_KQ_FN float Q6KPartDot(const uint8_t* blk, int p, const float (&xg)[4][8]) {
+  const int n = p / 4, l0 = 8 * (p % 4);
+  const uint8_t* ql = blk + 64 * n + l0;
+  const uint8_t* qh = blk + kQ6KQh + 32 * n + l0;
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  STOKE_KQ_UNROLL
+  for (int t = 0; t < 4; ++t) {  // pairs of l: 16-bit loads
+    uint16_t lo, hi, h;
+#if defined(__CUDA_ARCH__)
+    lo = *reinterpret_cast<const uint16_t*>(ql + 2 * t);
+    hi = *reinterpret_cast<const uint16_t*>(ql + 32 + 2 * t);
+    h = *reinterpret_cast<const uint16_t*>(qh + 2 * t);
+#else
+    std::memcpy(&lo, ql + 2 * t, 2);
+    std::memcpy(&hi, ql + 32 + 2 * t, 2);
+    std::memcpy(&h, qh + 2 * t, 2);
+#endif
+    STOKE_KQ_UNROLL
+    for (int e = 0; e < 2; ++e) {
+      const int k = 2 * t + e;
+      const uint32_t a = (lo >> (8 * e)) & 0xFFu, b = (hi >> (8 * e)) & 0xFFu, c = (h >> (8 * e)) & 0xFFu;
+      acc[0] += static_cast<float>(static_cast<int>((a & 0xF) | ((c & 3) << 4)) - 32) * xg[0][k];
+      acc[1] += static_cast<float>(static_cast<int>((b & 0xF) | (((c >> 2) & 3) << 4)) - 32) * xg[1][k];
+      acc[2] += static_cast<float>(static_cast<int>((a >> 4) | (((c >> 4) & 3) << 4)) - 32) * xg[2][k];
+      acc[3] += static_cast<float>(static_cast<int>((b >> 4) | (((c >> 6) & 3) << 4)) - 32) * xg[3][k];
+    }
+  }
+  const int8_t* sc = reinterpret_cast<const int8_t*>(blk + kQ6KScales + 8 * n + l0 / 16);
+  float s = 0.f;
+  STOKE_KQ_UNROLL
+  for (int g = 0; g < 4; ++g) s += static_cast<float>(sc[2 * g]) * acc[g];
+  return LoadHalfBits(blk + kQ6KD) * s;
+}
+
+}  // namespace stoke::kquant
