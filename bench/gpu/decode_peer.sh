@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Batch-1 decode and prefill, stoke beside llama.cpp CUDA on the same GGUF files, in one call on the GPU machine
-# (issue 16's rows "decode batch 1, bf16", "decode batch 1, Q8_0 GGUF" and "prefill 512"):
+# (issue 16's rows "decode batch 1, bf16", "decode batch 1, Q8_0 GGUF" and "prefill 512", and Q4_K_M, the most
+# common GGUF mix: Q4_K with Q6_K for attn_v / ffn_down / output):
 #   1. llama.cpp's build started in the background (bench/gpu/llama_cpp.sh build-start: ~4-5 min on 16 cores)
-#   2. stoke model synth --shape llama-3.1-8b (random bf16), the CUDA kernel/engine tests of the Q8_0 GEMV
-#   3. the synth folder -> bf16 GGUF -> Q8_0 GGUF (bench/gpu/llama_cpp.sh convert; llama-quantize)
+#   2. stoke model synth --shape llama-3.1-8b (random bf16), the CUDA kernel/engine tests of the GGUF GEMVs
+#   3. the synth folder -> bf16 GGUF -> Q8_0 and Q4_K_M GGUFs (bench/gpu/llama_cpp.sh convert; llama-quantize)
 #   4. stoke bench step (batch 1, context 512, 2048-token prefill) on the safetensors folder, the bf16 GGUF and
 #      the Q8_0 GGUF, and batch 8 on the Q8_0 GGUF with --gemv-max-rows 8; llama-bench (tg128, pp512) on both
-#      GGUFs; then stoke on the Q8_0 and bf16 GGUFs again (a second process each: drift between processes)
+#      GGUFs; then stoke on the Q8_0 and bf16 GGUFs again (a second process each: drift between processes);
+#      stoke bench step and llama-bench on the Q4_K_M GGUF
 #   5. $OUT/decode_peer_summary.json: tok/s of each, stoke / llama.cpp ratios
 #   6. the per-step split at batch 1 (Q8_0 GGUF, bf16): each decode kernel timed by Nsight Compute (ncu_split)
 # Knobs (env): OUT [/tmp/stoke_gpu_out], DP_ITERS [40] (timed decode steps per stoke run), DP_SKIP_TESTS=1, DP_SKIP_NCU=1,
-# LLAMA_BENCH_R [3] (llama-bench repetitions), and those of llama_cpp.sh. About 8-9 minutes on an H200.
+# LLAMA_BENCH_R [3] (llama-bench repetitions), and those of llama_cpp.sh. About 9-10 minutes on an H200.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/stoke_gpu_out}
@@ -28,6 +30,8 @@ GGUF_DIR=${LLAMA_GGUF_DIR:-/tmp/stoke_gguf}
 NAME=$(basename "$MODEL")
 BF16_GGUF=$GGUF_DIR/$NAME-bf16.gguf
 Q8_GGUF=$GGUF_DIR/$NAME-q8_0.gguf
+Q4K_GGUF=$GGUF_DIR/$NAME-q4_k_m.gguf
+export LLAMA_QUANTS=${LLAMA_QUANTS-q8_0 q4_k_m}
 ITERS=${DP_ITERS:-40}
 GEMM_CACHE=$OUT/gemm_cache.json
 T0=$(date +%s)
@@ -89,11 +93,11 @@ main() {
   stamp "synth $SHAPE"
   [[ -f "$MODEL/config.json" ]] || timeout 300 "$STOKE" model synth --shape "$SHAPE" --seed 1 --out "$MODEL" --quiet ||
     { echo "synth failed"; return 1; }
-  stamp "convert to GGUF (background: bf16 now, Q8_0 once llama-quantize is built)"
+  stamp "convert to GGUF (background: bf16 now, $LLAMA_QUANTS once llama-quantize is built)"
   bash bench/gpu/llama_cpp.sh convert "$MODEL" > "$OUT/convert.log" 2>&1 &
   local convert_pid=$!
   if [[ -z "${DP_SKIP_TESTS:-}" ]]; then
-    stamp "GPU tests: the Q8_0 GEMV and the decoder over GGUF Q8_0"
+    stamp "GPU tests: the GGUF GEMVs (Q8_0, Q4_1, Q4_K, Q6_K) and the decoder over GGUF files"
     timeout 120 "$BUNDLE/bin/stoke_kernels_cuda_test" --gtest_filter='CudaQuant*:CudaGemv*:CudaFp8.Gemv*:CudaFp8.SiluMul*' \
       > "$OUT/q8_kernels_test.log" 2>&1; echo "kernels test exit $?"; grep -E "^\[  (PASSED|FAILED) |FAILED  \]" "$OUT/q8_kernels_test.log"
     timeout 120 "$BUNDLE/bin/stoke_engine_cuda_test" --gtest_filter='CudaLlamaTest.Gguf*:CudaLlamaTest.Graphs*:CudaBertTest.*' \
@@ -117,8 +121,18 @@ main() {
   step q8_b8 "$Q8_GGUF" --decode-batch 8 --context 512 --prefill 0 --gemv-max-rows 8
   step q8_b1_ctx4096 "$Q8_GGUF" --decode-batch 1 --context 4096 --prefill 0
   step bf16gguf_b1_r2 "$BF16_GGUF" --decode-batch 1 --context 512 --prefill 0
+  if [[ -f "$Q4K_GGUF" ]]; then
+    step q4k_b1 "$Q4K_GGUF" --decode-batch 1 --context 512 --prefill 512
+    stamp "llama-bench Q4_K_M"
+    LLAMA_BENCH_P=512 LLAMA_BENCH_N=128 timeout 150 bash bench/gpu/llama_cpp.sh bench "$Q4K_GGUF" q4_k_m > "$OUT/llama_bench_q4_k_m.log" 2>&1
+    tail -n 4 "$OUT/llama_bench_q4_k_m.log"
+    step q4k_b1_r2 "$Q4K_GGUF" --decode-batch 1 --context 512 --prefill 0
+  else
+    echo "no Q4_K_M GGUF"
+  fi
   if [[ -z "${DP_SKIP_NCU:-}" ]]; then
     ncu_split q8 "$Q8_GGUF"
+    [[ -f "$Q4K_GGUF" ]] && ncu_split q4k "$Q4K_GGUF"
     ncu_split bf16 "$MODEL"
   fi
   stamp "summary"
@@ -144,8 +158,9 @@ def lcpp(tag):
         return json.load(open(f"{out}/llama_cpp_{tag}/summary.json"))
     except Exception as e:
         return {"error": str(e)}
-s = {"stoke": {t: step(t) for t in ("st_bf16", "q8_b1", "bf16gguf_b1", "q8_b1_r2", "q8_b8", "q8_b1_ctx4096", "bf16gguf_b1_r2")},
-     "llama_cpp": {"q8_0": lcpp("q8_0"), "bf16": lcpp("bf16")}}
+s = {"stoke": {t: step(t) for t in ("st_bf16", "q8_b1", "bf16gguf_b1", "q8_b1_r2", "q8_b8", "q8_b1_ctx4096", "bf16gguf_b1_r2",
+                                     "q4k_b1", "q4k_b1_r2")},
+     "llama_cpp": {"q8_0": lcpp("q8_0"), "bf16": lcpp("bf16"), "q4_k_m": lcpp("q4_k_m")}}
 json.dump(s, open(f"{out}/decode_peer_summary.json", "w"), indent=1)
 print(json.dumps(s, indent=1)[:6000])
 EOF

@@ -12,6 +12,7 @@
 
 #include "base/half.h"
 #include "base/logging.h"
+#include "engine/model/step_costs.h"
 #include "kernels/cpu/quants.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/decoder_ops.h"

@@ -9,14 +9,19 @@
 
 namespace stoke {
 
-StatusOr<double> FileBytesPerParam(const std::string& path) {
+bool CudaGemvReadsBlocks(DType t) {
+  return t == DType::kQ8_0 || t == DType::kQ4_1 || t == DType::kQ4_K || t == DType::kQ6_K;
+}
+
+StatusOr<double> FileBytesPerParam(const std::string& path, bool cuda_decode) {
   ASSIGN_OR_RETURN(ModelFormat format, DetectModelFormat(path));
   double bytes = 0, params = 0;
   auto add = [&](const std::vector<TensorRef>& ts) {
     for (const TensorRef& t : ts) {
       if (t.shape.size() != 2) continue;
-      bytes += static_cast<double>(t.nbytes);
-      params += static_cast<double>(t.numel());
+      const double n = static_cast<double>(t.numel());
+      bytes += !cuda_decode || CudaGemvReadsBlocks(t.dtype) ? static_cast<double>(t.nbytes) : 2.0 * n;
+      params += n;
     }
   };
   if (format == ModelFormat::kGguf) {
@@ -49,8 +54,8 @@ StatusOr<DecoderStepCosts> ComputeDecoderStepCosts(const DecoderModel& model, co
   } else {
     ASSIGN_OR_RETURN(ModelFormat format, DetectModelFormat(path));
     if (!cuda || format == ModelFormat::kGguf) {
-      ASSIGN_OR_RETURN(double file_bytes, FileBytesPerParam(path));
-      k.bytes_per_param = k.lm_head_bytes_per_param = cuda ? std::min(file_bytes, 2.0) : file_bytes;
+      ASSIGN_OR_RETURN(double file_bytes, FileBytesPerParam(path, /*cuda_decode=*/cuda));
+      k.bytes_per_param = k.lm_head_bytes_per_param = file_bytes;
     }
   }
   k.lm_head_bytes = k.lm_head_bytes_per_param * static_cast<double>(k.lm_head_params);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "api/dtype.h"
 #include "base/status.h"
 #include "engine/model/decoder.h"
 
@@ -41,11 +42,17 @@ struct DecoderStepCosts {
 
 // The costs of `model`, loaded from `path` (the file decides the bytes per parameter of GGUF quantised
 // weights). CUDA reads bf16, or one byte with --quantization fp8 (the lm_head stays bf16), or a GGUF file's
-// own bytes up to bf16's 2 (Q8_0 / Q4_1 decode from their blocks); the CPU reads the file's bytes, or the
-// fp32 matrices fp8 weights were dequantised into.
+// own bytes for the block types its decode GEMVs read (CudaGemvReadsBlocks) and bf16's 2 for the others; the
+// CPU reads the file's bytes, or the fp32 matrices fp8 weights were dequantised into.
 StatusOr<DecoderStepCosts> ComputeDecoderStepCosts(const DecoderModel& model, const std::string& path);
 
-// Bytes per weight element as stored in the model file (quantised files: fractional), over 2-D tensors.
-StatusOr<double> FileBytesPerParam(const std::string& path);
+// GGUF block types whose blocks the CUDA decoder's decode GEMVs read as stored (Q8_0 through Q8Gemv; Q4_1,
+// Q4_K and Q6_K through QuantGemv); every other type is converted to bf16 at load (CudaLlama::UploadLinear).
+bool CudaGemvReadsBlocks(DType t);
+
+// Bytes per weight element over the file's 2-D tensors: as stored (quantised files: fractional), or with
+// `cuda_decode` as the CUDA decoder's decode steps read them (stored bytes for CudaGemvReadsBlocks types, 2
+// for the rest).
+StatusOr<double> FileBytesPerParam(const std::string& path, bool cuda_decode = false);
 
 }  // namespace stoke
