@@ -201,6 +201,71 @@ TEST(CudaDecode, TiledMatchesCpu) {
   EXPECT_NE(t, w);
 }
 
+// --decode-merge fused (AttentionLaunchOptions::decode_fused_merge): the split that finishes last merges the
+// splits in the tiled kernel itself. Against the CPU and the separate merge (the same weights, another
+// summation order: equal to fp32 rounding, not bit for bit), over contexts 0 (zeros), 1, 65, 700 and 4100 and
+// at batch 1 (8 and 64 splits); three calls on one workspace give identical bits and leave every counter at
+// zero.
+TEST(CudaDecode, FusedSplitMergeMatchesCpuAndTheSeparateMerge) {
+  SKIP_WITHOUT_GPU();
+  AttentionLaunchOptions separate, fused;
+  fused.decode_fused_merge = true;
+  // The workspace grows by the counters when (and only when) there is a merge.
+  EXPECT_EQ(DecodeWorkspaceBytes(1, 32, 128, 512, fused),
+            DecodeWorkspaceBytes(1, 32, 128, 512, separate) + 65536);
+  EXPECT_EQ(DecodeWorkspaceBytes(256, 32, 128, 60, fused), 0u);
+  struct Case {
+    std::vector<int> lens;
+    int hd, heads, kvh;
+  };
+  for (const Case& c : {Case{{0, 1, 65, 700, 4100}, 128, 32, 8}, Case{{0, 1, 65, 700, 4100}, 64, 14, 2},
+                        Case{{512}, 128, 32, 8}, Case{{4100}, 128, 32, 8}, Case{{3000}, 64, 16, 1}}) {
+    const int num_seqs = static_cast<int>(c.lens.size());
+    const int max_ctx = *std::max_element(c.lens.begin(), c.lens.end());
+    const float scale = 1.f / std::sqrt(static_cast<float>(c.hd));
+    PagedFixture f(c.lens, 16, c.kvh, c.hd, /*bf16=*/true, 960 + c.hd + max_ctx);
+    const auto q = RoundBf16(RandomFloats(static_cast<size_t>(num_seqs) * c.heads * c.hd, 961, -2.f, 2.f));
+    std::vector<float> want(q.size(), 0.f);
+    auto kvc = f.Cpu();
+    const int64_t row = int64_t{c.heads} * c.hd;
+    for (int s = 0; s < num_seqs; ++s) {
+      if (c.lens[s] == 0) continue;
+      cpu::PagedAttention(q.data() + s * row, 1, c.heads, c.lens[s] - 1, f.tables.data() + s * f.max_blocks,
+                          kvc, scale, want.data() + s * row, ThreadPool::Default());
+    }
+    DeviceBuffer<int32_t> dt(f.tables), dl(std::vector<int32_t>(c.lens.begin(), c.lens.end()));
+    DeviceBuffer<uint16_t> dq(ToBf16(q)), dk(ToBf16(f.k)), dv(ToBf16(f.v)), out(q.size());
+    const auto kv = Gpu<__nv_bfloat16>(f, dk.bf16(), dv.bf16());
+    const std::string what = "fused merge hd " + std::to_string(c.hd) + " heads " + std::to_string(c.heads) +
+                             " / kv " + std::to_string(c.kvh) + " seqs " + std::to_string(num_seqs) +
+                             " ctx " + std::to_string(max_ctx);
+    DeviceBuffer<uint8_t> ws_sep(std::max<size_t>(1, DecodeWorkspaceBytes(num_seqs, c.heads, c.hd, max_ctx)));
+    STATUS_ASSERT(PagedDecodeAttention(dq.bf16(), dt.get(), f.max_blocks, dl.get(), num_seqs, c.heads,
+                                       max_ctx, scale, kv, ws_sep.get(), out.bf16(), nullptr, separate));
+    const auto sep = FromBf16(out.Download());
+    const size_t fused_bytes = DecodeWorkspaceBytes(num_seqs, c.heads, c.hd, max_ctx, fused);
+    ASSERT_GT(fused_bytes, 65536u) << what << ": these cases all split";
+    DeviceBuffer<uint8_t> ws(std::vector<uint8_t>(fused_bytes, 0));  // zeroed once, as the contract asks
+    std::vector<uint16_t> first;
+    for (int call = 0; call < 3; ++call) {
+      out.Upload(std::vector<uint16_t>(q.size(), 0x7FC0));  // NaN: every output must be written
+      STATUS_ASSERT(PagedDecodeAttention(dq.bf16(), dt.get(), f.max_blocks, dl.get(), num_seqs, c.heads,
+                                         max_ctx, scale, kv, ws.get(), out.bf16(), nullptr, fused));
+      const auto bits = out.Download();
+      if (call == 0) {
+        first = bits;
+        const auto got = FromBf16(bits);
+        EXPECT_CLOSE(got, want, kTolBf16, what.c_str());
+        EXPECT_CLOSE(got, sep, kTolBf16, (what + " vs separate").c_str());
+      } else {
+        EXPECT_EQ(bits, first) << what << ": call " << call << " differs (counters not reset?)";
+      }
+    }
+    const auto counters = ws.Download();
+    for (int i = 0; i < 65536; ++i) ASSERT_EQ(counters[i], 0) << what << ": counter byte " << i;
+  }
+}
+
 // AttentionLaunchOptions (the --decode-min-partition / --decode-pipeline flags) change how the work is split
 // and loaded, not the answer; the PagedKvBatch overload is the positional call. Batch 1 so that the minimum
 // partition decides the split count.
