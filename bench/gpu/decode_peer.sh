@@ -12,6 +12,8 @@
 #   5. $OUT/decode_peer_summary.json: tok/s of each, stoke / llama.cpp ratios
 #   6. the per-step split at batch 1 (Q8_0 GGUF, bf16): each decode kernel timed by Nsight Compute (ncu_split)
 # Knobs (env): OUT [/tmp/stoke_gpu_out], DP_ITERS [40] (timed decode steps per stoke run), DP_SKIP_TESTS=1, DP_SKIP_NCU=1,
+# DP_QUICK=1 (one stoke run per GGUF and llama-bench on each: no safetensors run, repeats, batch 8 or context 4096;
+# fits one 10-minute device command from a cold start),
 # LLAMA_BENCH_R [3] (llama-bench repetitions), and those of llama_cpp.sh. About 9-10 minutes on an H200.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -103,7 +105,7 @@ main() {
     timeout 120 "$BUNDLE/bin/stoke_engine_cuda_test" --gtest_filter='CudaLlamaTest.Gguf*:CudaLlamaTest.Graphs*:CudaBertTest.*' \
       > "$OUT/q8_engine_test.log" 2>&1; echo "engine test exit $?"; grep -E "^\[  (PASSED|FAILED) |FAILED  \]" "$OUT/q8_engine_test.log"
   fi
-  step st_bf16 "$MODEL" --decode-batch 1 --context 512 --prefill 2048
+  [[ -z "${DP_QUICK:-}" ]] && step st_bf16 "$MODEL" --decode-batch 1 --context 512 --prefill 2048
   stamp "waiting for the GGUF files"
   wait "$convert_pid"
   tail -n 5 "$OUT/convert.log"
@@ -117,16 +119,18 @@ main() {
   stamp "llama-bench bf16"
   LLAMA_BENCH_P=512 LLAMA_BENCH_N=128 timeout 150 bash bench/gpu/llama_cpp.sh bench "$BF16_GGUF" bf16 > "$OUT/llama_bench_bf16.log" 2>&1
   tail -n 4 "$OUT/llama_bench_bf16.log"
-  step q8_b1_r2 "$Q8_GGUF" --decode-batch 1 --context 512 --prefill 0
-  step q8_b8 "$Q8_GGUF" --decode-batch 8 --context 512 --prefill 0 --gemv-max-rows 8
-  step q8_b1_ctx4096 "$Q8_GGUF" --decode-batch 1 --context 4096 --prefill 0
-  step bf16gguf_b1_r2 "$BF16_GGUF" --decode-batch 1 --context 512 --prefill 0
+  if [[ -z "${DP_QUICK:-}" ]]; then
+    step q8_b1_r2 "$Q8_GGUF" --decode-batch 1 --context 512 --prefill 0
+    step q8_b8 "$Q8_GGUF" --decode-batch 8 --context 512 --prefill 0 --gemv-max-rows 8
+    step q8_b1_ctx4096 "$Q8_GGUF" --decode-batch 1 --context 4096 --prefill 0
+    step bf16gguf_b1_r2 "$BF16_GGUF" --decode-batch 1 --context 512 --prefill 0
+  fi
   if [[ -f "$Q4K_GGUF" ]]; then
     step q4k_b1 "$Q4K_GGUF" --decode-batch 1 --context 512 --prefill 512
     stamp "llama-bench Q4_K_M"
     LLAMA_BENCH_P=512 LLAMA_BENCH_N=128 timeout 150 bash bench/gpu/llama_cpp.sh bench "$Q4K_GGUF" q4_k_m > "$OUT/llama_bench_q4_k_m.log" 2>&1
     tail -n 4 "$OUT/llama_bench_q4_k_m.log"
-    step q4k_b1_r2 "$Q4K_GGUF" --decode-batch 1 --context 512 --prefill 0
+    [[ -z "${DP_QUICK:-}" ]] && step q4k_b1_r2 "$Q4K_GGUF" --decode-batch 1 --context 512 --prefill 0
   else
     echo "no Q4_K_M GGUF"
   fi
