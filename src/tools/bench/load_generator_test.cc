@@ -9,8 +9,12 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <chrono>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <thread>
+#include <vector>
 
 namespace stoke::bench {
 namespace {
@@ -22,13 +26,29 @@ using tcp = asio::ip::tcp;
 
 constexpr auto kDelay = std::chrono::milliseconds(20);
 
+// When each request arrived, and on which connection (the server's log, for the ramp-up test).
+struct Arrivals {
+  struct Arrival {
+    int connection;
+    std::chrono::steady_clock::time_point t;
+  };
+  std::mutex mu;
+  std::vector<Arrival> log;
+  void Add(int connection) {
+    std::lock_guard<std::mutex> lock(mu);
+    log.push_back({connection, std::chrono::steady_clock::now()});
+  }
+};
+
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  explicit Session(tcp::socket s) : socket_(std::move(s)), timer_(socket_.get_executor()) {}
+  Session(tcp::socket s, int id, Arrivals* arrivals)
+      : socket_(std::move(s)), timer_(socket_.get_executor()), id_(id), arrivals_(arrivals) {}
   void Read() {
     req_ = {};
     http::async_read(socket_, buf_, req_, [self = shared_from_this()](beast::error_code ec, size_t) {
       if (ec) return;
+      self->arrivals_->Add(self->id_);
       self->timer_.expires_after(kDelay);
       self->timer_.async_wait([self](beast::error_code) { self->Write(); });
     });
@@ -50,6 +70,8 @@ class Session : public std::enable_shared_from_this<Session> {
   beast::flat_buffer buf_;
   http::request<http::string_body> req_;
   http::response<http::string_body> res_;
+  int id_;
+  Arrivals* arrivals_;
 };
 
 class DelayServer {
@@ -63,17 +85,19 @@ class DelayServer {
     thread_.join();
   }
   int port() const { return acceptor_.local_endpoint().port(); }
+  Arrivals arrivals;
 
  private:
   void Accept() {
     acceptor_.async_accept([this](beast::error_code ec, tcp::socket s) {
-      if (!ec) std::make_shared<Session>(std::move(s))->Read();
+      if (!ec) std::make_shared<Session>(std::move(s), next_id_++, &arrivals)->Read();
       Accept();
     });
   }
   asio::io_context io_;
   tcp::acceptor acceptor_;
   std::thread thread_;
+  int next_id_ = 0;
 };
 
 struct Fixture {
@@ -122,9 +146,12 @@ TEST(LoadGenerator, ClosedLoopMeasuresTheServersDelay) {
   EXPECT_DOUBLE_EQ(p->mean_input_tokens, 3);  // the server's usage
 }
 
-// --ramp-up: client i of 4 starts at i x 1.0 s / 4 (here with no warm-up, so the ramp is measured): at one
-// request per 20 ms at most, the 4 clients can finish at most 61 + 48.5 + 36 + 23.5 requests in the 1.2 s,
-// against 244 starting together.
+// --ramp-up: client i of 4 starts at i x 1.0 s / 4 (here with no warm-up, so the ramp is measured). Timers fire
+// late, never early, so these hold on any machine: for the first 0.15 s of requests only one connection sends
+// (starting together, all 4 do at once), and the fourth connection's first request comes at least 0.6 s after the
+// first request (client 3 starts 0.75 s after the generator, which the first request cannot precede; 0.15 s is
+// left for the first connection's setup). And at one request per 20 ms at most, the 4 clients finish at most
+// 61 + 48.5 + 36 + 23.5 requests in the 1.2 s, against 244 starting together.
 TEST(LoadGenerator, RampUpStartsTheClientsOneAfterAnother) {
   Fixture f;
   LoadGenerator gen(f.endpoint, f.proto, &f.prompts);
@@ -137,6 +164,22 @@ TEST(LoadGenerator, RampUpStartsTheClientsOneAfterAnother) {
   EXPECT_GT(p->succeeded, 4);
   EXPECT_LE(p->succeeded, 170);
   EXPECT_GE(p->latency_ms.min, 20.0);
+  std::lock_guard<std::mutex> lock(f.server.arrivals.mu);
+  const auto& log = f.server.arrivals.log;
+  ASSERT_FALSE(log.empty());
+  const auto t_first = log.front().t;
+  const auto since = [&](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(t - t_first).count();
+  };
+  std::set<int> early, seen;
+  double fourth_at = -1;
+  for (const auto& a : log) {
+    if (since(a.t) < 0.15) early.insert(a.connection);
+    if (seen.insert(a.connection).second && seen.size() == 4) fourth_at = since(a.t);
+  }
+  EXPECT_EQ(early.size(), 1u) << "only the first client sends in the ramp's first 0.25 s";
+  ASSERT_GE(seen.size(), 4u) << "every client sends";
+  EXPECT_GE(fourth_at, 0.6);
 }
 
 TEST(LoadGenerator, OpenLoopSendsOnScheduleAndCountsFromIt) {
