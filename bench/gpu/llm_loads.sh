@@ -7,8 +7,11 @@
 #   shared   a 1,000-token system prompt shared by every request + 200 own tokens, 200 out, concurrency 256
 #            (prefix-cache hit rate = prefix_cache_hits / prefix_cache_queries over the run)
 # Each load: output tok/s, TTFT / TPOT p50 and p99 (stoke bench's bench.json), and from /metrics the deltas of
-# preemptions, prefix-cache hits and queries, prompt and generated tokens, the KV-cache use at the end, and the
-# per-step split (steps, model / host ms per step, tokens, modelled weight and KV bytes, matmul FLOPs).
+# preemptions, prefix-cache hits and queries, prompt and generated tokens and the KV-cache use at the end; and
+# `stoke doctor --load none` watching the measured window (as llm_bench.sh does): its verdict and the per-step split
+# (steps, model / host ms per step, tokens, modelled weight and KV bytes, matmul FLOPs; with LOADS_DOCTOR_RATES,
+# e.g. "--hbm-gbps 4200 --tensor-tflops 700", the time each part takes at those rates) in
+# $OUT/llm_loads/<load>.doctor.{json,txt}.
 # Output: $OUT/llm_loads_summary.json (+ $OUT/llm_loads/<load>/bench.json, the server log).
 # Knobs (env): LOADS ("short long shared"), LOADS_SERVE_ARGS (more serve flags), LOADS_WARMUP_S (10),
 # LOADS_DURATION_S (30), LLM_SHAPE, LLM_LAYERS; CPU dry run: LOADS_DEVICE=cpu LLM_SHAPE=smollm2-135m LLM_LAYERS=2
@@ -39,12 +42,20 @@ run_load() {  # run_load NAME CONCURRENCY IN OUT [SHARED_PREFIX]
   local name=$1 conc=$2 in=$3 out=$4 shared=${5:-0}
   stamp "load $name: concurrency $conc, $in in ($shared shared) / $out out"
   http_get "$URL/metrics" > "$OUT/llm_loads/$name.metrics_before" || true
+  local warm=${LOADS_WARMUP_S:-10} dur=${LOADS_DURATION_S:-30}
+  local ddur=$(( dur * 8 / 10 > 1 ? dur * 8 / 10 : 1 ))
+  # shellcheck disable=SC2086  # LOADS_DOCTOR_RATES is a word list
+  ( sleep "$warm"; sleep 1; timeout $(( ddur + 60 )) "$STOKE" doctor --url "$URL" --load none --duration "$ddur" \
+      --trace off ${LOADS_DOCTOR_RATES:-} --quiet --json "$OUT/llm_loads/$name.doctor.json" \
+      > "$OUT/llm_loads/$name.doctor.txt" 2>&1 || echo "stoke doctor $name failed: exit $?" ) &
+  local dpid=$!
   timeout 400 "$STOKE" bench --url "$URL" --api openai-completions --concurrency "$conc" --temperature 0 \
     --input-len "$in" --output-len "$out" --shared-prefix "$shared" --warmup "${LOADS_WARMUP_S:-10}" \
     --duration "${LOADS_DURATION_S:-30}" --window 5 --stability 0 --drain-timeout 5 --timeout 600 \
     --label "$SHAPE synth, $name" --output-dir "$OUT/llm_loads/$name" >/dev/null ||
     echo "stoke bench $name failed: exit $?"
   http_get "$URL/metrics" > "$OUT/llm_loads/$name.metrics_after" || true
+  wait "$dpid"
 }
 for load in ${LOADS:-short long shared}; do
   case $load in
@@ -65,11 +76,6 @@ def metrics(path):
             m = re.match(r'^(stoke:[a-z_]+)(\{[^}]*\})? ([0-9.eE+-]+)$', line.strip())
             if m:
                 vals[m[1]] = vals.get(m[1], 0.0) + float(m[3])
-                # The step split's series, by their part / kind label: "stoke:step_seconds_total/model".
-                lab = re.search(r'(?:part|kind)="([a-z]+)"', m[2] or "")
-                if lab:
-                    key = m[1] + "/" + lab[1]
-                    vals[key] = vals.get(key, 0.0) + float(m[3])
     except OSError:
         pass
     return vals
@@ -92,19 +98,15 @@ for name in loads:
     q, h = delta("stoke:prefix_cache_queries_total"), delta("stoke:prefix_cache_hits_total")
     row["prefix_cache_hit_rate"] = h / q if q > 0 else None
     row["kv_cache_usage_ratio_at_end"] = a.get("stoke:kv_cache_usage_ratio")
-    # The per-step split over the load (docs/doctor.md "step split"): means per engine step.
-    steps = delta("stoke:step_duration_seconds_count")
-    if steps > 0:
-        row["step_split"] = {
-            "steps": steps, "step_ms": 1e3 * delta("stoke:step_duration_seconds_sum") / steps,
-            "model_ms": 1e3 * delta("stoke:step_seconds_total/model") / steps,
-            "host_ms": 1e3 * delta("stoke:step_seconds_total/host") / steps,
-            "decode_tokens": delta("stoke:step_decode_tokens_sum") / steps,
-            "prefill_tokens": delta("stoke:step_prefill_tokens_sum") / steps,
-            "weight_bytes": delta("stoke:step_read_bytes_total/weights") / steps,
-            "kv_bytes": delta("stoke:step_read_bytes_total/kv") / steps,
-            "matmul_flops": delta("stoke:step_flops_total/matmul") / steps,
-            "attention_flops": delta("stoke:step_flops_total/attention") / steps}
+    # The doctor's verdict and per-step split over the measured window (docs/doctor.md "step split").
+    try:
+        doc = json.load(open(os.path.join(d, name + ".doctor.json")))
+        sig = doc.get("signals", {})
+        row["doctor_verdict"] = (doc.get("verdicts") or [{}])[0].get("bottleneck")
+        row["step_split"] = {k: v for k, v in sig.items() if v is not None and (k.startswith("step") or k in (
+            "engine_busy", "hbm_gbps", "tensor_tflops", "kv_usage_mean", "kv_usage_max", "preemptions"))} or None
+    except Exception as e:
+        row["doctor_error"] = str(e)
     summary[name] = row
 json.dump(summary, open(os.path.join(out, "llm_loads_summary.json"), "w"), indent=1)
 print(json.dumps(summary, indent=1))
