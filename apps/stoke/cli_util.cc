@@ -73,12 +73,6 @@ void AddEngineTuningFlags(CLI::App* cmd, EngineTuningFlags* flags) {
       ->check(CLI::IsMember({"warp", "tiled", "tiled-regs"}))
       ->capture_default_str();
   cmd->add_option(
-         "--decode-merge", flags->decode_merge,
-         "cuda: how the tiled decode attention's context splits are merged: separate (a second kernel) "
-         "or fused (the split that finishes last merges them in the same kernel; not yet measured)")
-      ->check(CLI::IsMember({"separate", "fused"}))
-      ->capture_default_str();
-  cmd->add_option(
          "--prefill-attention", flags->prefill_attention,
          "cuda: prefill attention kernel: auto (tensor-core tiled where it applies) or warp (simple, "
          "slow)")
@@ -116,7 +110,6 @@ Status ApplyEngineTuningFlags(const EngineTuningFlags& flags, DecoderOptions* o)
   t.decode_min_partition = flags.decode_min_partition;
   t.decode_pipeline = flags.decode_pipeline == "on";
   t.decode_attention = flags.decode_attention;
-  t.decode_merge = flags.decode_merge;
   t.prefill_attention = flags.prefill_attention;
   return ValidateCudaDecoderTuning(t);
 }

@@ -30,7 +30,6 @@ struct EngineTuningFlags {
   int decode_min_partition = CudaDecoderTuning{}.decode_min_partition;
   std::string decode_pipeline = CudaDecoderTuning{}.decode_pipeline ? "on" : "off";
   std::string decode_attention = CudaDecoderTuning{}.decode_attention;
-  std::string decode_merge = CudaDecoderTuning{}.decode_merge;
   std::string prefill_attention = CudaDecoderTuning{}.prefill_attention;
   // Not a kernel choice but a precision (DecoderOptions::kv_cache): carried here so that every command with
   // the engine knobs has it. docs/precision.md.

@@ -12,8 +12,6 @@
 #   4. $OUT/decode_attention_summary.json: per point the decode tok/s of each kernel, tiled / warp and (with
 #      DA_KERNELS including tiled-regs, an 8-bit DA_KV) tiled-regs / tiled
 # The 8-bit A/B of the tiled-regs form: DA_KV="fp8" DA_KERNELS="tiled tiled-regs" DA_POINTS="64:1000 256:1000".
-# The fused split merge (--decode-merge fused) as kernel "tiled+fused": DA_KERNELS="tiled tiled+fused" (summary:
-# fused_over_tiled).
 # Usage: bench/gpu/decode_attention.sh [BIN_DIR] (default .bundle/bin). Knobs (env): DA_PARTS ("tests kernel
 # step"), DA_REPS (2), DA_ITERS (30), DA_POINTS ("1:512 1:4096 64:1000 256:1000", batch:context), DA_KV
 # ("bf16"; e.g. "bf16 fp8": --kv-cache-dtype per run), DA_KERNELS ("warp tiled"), LLM_SHAPE, LLM_LAYERS.
@@ -60,12 +58,9 @@ if want step; then
         for k in ${DA_KERNELS:-warp tiled}; do
           tag="b${b}_c${ctx}_kv${kv}_${k}_r$r"
           stamp "bench step $tag"
-          merge=separate
-          [[ $k == *+fused ]] && merge=fused
           timeout 200 "$STOKE" bench step --model "$MODEL" --device "$DEVICE" --gemm-cache "$GEMM_CACHE" \
-            --prefill 0 --iters "$ITERS" --decode-batch "$b" --context "$ctx" --decode-attention "${k%+fused}" \
-            --decode-merge "$merge" --kv-cache-dtype "$kv" --json "$OUT/da_step/$tag.json" \
-            > "$OUT/da_step/$tag.log" 2>&1 ||
+            --prefill 0 --iters "$ITERS" --decode-batch "$b" --context "$ctx" --decode-attention "$k" \
+            --kv-cache-dtype "$kv" --json "$OUT/da_step/$tag.json" > "$OUT/da_step/$tag.log" 2>&1 ||
             { echo "bench step $tag failed: exit $?"; tail -5 "$OUT/da_step/$tag.log"; }
           grep -E 'decode median' "$OUT/da_step/$tag.log" | head -1 | sed 's/^/  /'
         done
@@ -77,7 +72,7 @@ import glob, json, os, re, statistics, sys
 out = sys.argv[1]
 rows = {}
 for f in sorted(glob.glob(os.path.join(out, "da_step", "*.json"))):
-    m = re.match(r"b(\d+)_c(\d+)_kv(\w+?)_(warp|tiled-regs|tiled\+fused|tiled)_r(\d+)\.json", os.path.basename(f))
+    m = re.match(r"b(\d+)_c(\d+)_kv(\w+?)_(warp|tiled-regs|tiled)_r(\d+)\.json", os.path.basename(f))
     if not m:
         continue
     d = json.load(open(f))
@@ -89,14 +84,12 @@ for f in sorted(glob.glob(os.path.join(out, "da_step", "*.json"))):
     rows[key].setdefault(m[4], []).append(tps)
     rows[key].setdefault(m[4] + "_step_ms", []).append(ms)
 for key, r in rows.items():
-    med = {k: statistics.median([x for x in r.get(k, []) if x]) for k in ("warp", "tiled", "tiled-regs", "tiled+fused")
+    med = {k: statistics.median([x for x in r.get(k, []) if x]) for k in ("warp", "tiled", "tiled-regs")
            if [x for x in r.get(k, []) if x]}
     if "warp" in med and "tiled" in med:
         r["tiled_over_warp"] = round(med["tiled"] / med["warp"], 3)
     if "tiled" in med and "tiled-regs" in med:
         r["tiled_regs_over_tiled"] = round(med["tiled-regs"] / med["tiled"], 3)
-    if "tiled" in med and "tiled+fused" in med:
-        r["fused_over_tiled"] = round(med["tiled+fused"] / med["tiled"], 3)
 kernel = []
 p = os.path.join(out, "da_kernel_bench.jsonl")
 if os.path.exists(p):

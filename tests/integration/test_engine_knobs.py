@@ -14,7 +14,6 @@ import requests
     ("--prefill-attention", "tiled", b"--prefill-attention"),
     ("--decode-pipeline", "maybe", b"--decode-pipeline"),
     ("--decode-attention", "fast", b"--decode-attention"),
-    ("--decode-merge", "late", b"--decode-merge"),
     ("--encoder-attention", "fast", b"--encoder-attention"),
     ("--quantization", "int4", b"--quantization"),
     ("--target-step-ms", "-1", b"--target-step-ms must be >= 0"),  # int8 parses (encoders); a decoder refuses it at load
@@ -59,12 +58,12 @@ def test_bench_step_records_the_knobs(stoke_bin, tmp_path, decode_attention):
     r = subprocess.run([str(stoke_bin), "bench", "step", "--model", str(model), "--device", "cpu", "--decode-batch", "1",
                         "--context", "8", "--prefill", "0", "--iters", "1", "--warmup", "0", "--threads", "2",
                         "--gemv-max-rows", "0", "--decode-pipeline", "off", "--prefill-attention", "warp",
-                        "--decode-attention", decode_attention, "--decode-merge", "fused"],
+                        "--decode-attention", decode_attention],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     e = json.loads(r.stdout)["engine"]
-    assert (e["gemv_max_rows"], e["decode_pipeline"], e["prefill_attention"], e["decode_attention"],
-            e["decode_merge"]) == (0, False, "warp", decode_attention, "fused")
+    assert (e["gemv_max_rows"], e["decode_pipeline"], e["prefill_attention"], e["decode_attention"]) == \
+        (0, False, "warp", decode_attention)
     # the others at their defaults
     assert (e["gemv_split"], e["pdl"], e["decode_min_partition"], e["ggml_numerics"]) == (0, False, 16, True)
 

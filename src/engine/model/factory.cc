@@ -55,9 +55,6 @@ Status ValidateCudaDecoderTuning(const CudaDecoderTuning& t) {
   if (t.decode_attention != "warp" && t.decode_attention != "tiled" && t.decode_attention != "tiled-regs") {
     return InvalidArgumentError("--decode-attention '{}': expected tiled, tiled-regs or warp", t.decode_attention);
   }
-  if (t.decode_merge != "separate" && t.decode_merge != "fused") {
-    return InvalidArgumentError("--decode-merge '{}': expected separate or fused", t.decode_merge);
-  }
   if (t.prefill_attention != "auto" && t.prefill_attention != "warp") {
     return InvalidArgumentError("--prefill-attention '{}': expected auto or warp", t.prefill_attention);
   }

@@ -42,10 +42,6 @@ struct CudaDecoderTuning {
   // "tiled-regs" (the same, but an 8-bit cache's codes go per warp straight into fp16 fragments in registers;
   // a bf16 cache runs "tiled") or "warp" (one warp per position and GQA group, CUDA cores).
   std::string decode_attention = "tiled";
-  // [--decode-merge separate|fused] how the tiled decode kernels' splits are merged: "separate" (a second
-  // kernel) or "fused" (the split that finishes last merges them in the same kernel; one launch fewer per
-  // layer and step; not yet measured on a GPU).
-  std::string decode_merge = "separate";
   // [--prefill-attention auto|warp] "auto": the tiled tensor-core kernel where it applies; "warp": always the
   // simple warp kernel (exact, much slower; a way around a tiled-kernel problem).
   std::string prefill_attention = "auto";

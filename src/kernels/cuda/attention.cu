@@ -273,18 +273,16 @@ Status LaunchDecode(const T* q, const int32_t* bt, int max_blocks, const int32_t
                     cudaStream_t stream, const AttentionLaunchOptions& launch) {
   const int splits = NumSplits(num_seqs, heads, max_ctx, launch);
   const int partition = max_ctx <= 0 ? 1 : (max_ctx + splits - 1) / splits;
-  const DecodeWorkspace w = SplitDecodeWorkspace(ws, num_seqs, heads, splits, kv.head_dim, launch);
-  float* part_out = w.part_out;
-  float* part_ml = w.part_ml;
+  float* part_out = static_cast<float*>(ws);
+  float* part_ml = part_out + static_cast<int64_t>(num_seqs) * heads * splits * kv.head_dim;
   if (splits > 1 && ws == nullptr) {
     return Status(StatusCode::kInvalidArgument, "PagedDecodeAttention: long contexts need a workspace");
   }
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     if (launch.decode_tiled && PagedDecodeAttentionTiledSupports(heads, kv.num_kv_heads, kv.head_dim)) {
-      const bool fused = DecodeTiledFusesMerge(num_seqs, heads, kv.num_kv_heads, kv.head_dim, splits, launch);
       RETURN_IF_ERROR(LaunchDecodeTiled(q, bt, max_blocks, ctx, num_seqs, heads, splits, partition, scale, kv,
-                                        part_out, part_ml, fused ? w.counters : nullptr, out, stream));
-      return fused ? OkStatus() : Reduce(part_out, part_ml, splits, num_seqs, heads, kv.head_dim, out, stream);
+                                        part_out, part_ml, out, stream));
+      return Reduce(part_out, part_ml, splits, num_seqs, heads, kv.head_dim, out, stream);
     }
   }
   // The query heads sharing a kv head run in one block (each K/V row loaded once for the group): G = the
@@ -368,8 +366,7 @@ size_t DecodeWorkspaceBytes(int num_seqs, int heads, int head_dim, int max_conte
                             const AttentionLaunchOptions& launch) {
   const int splits = NumSplits(num_seqs, heads, max_context_len, launch);
   if (splits <= 1) return 0;
-  return (launch.decode_fused_merge ? kMergeCounters * sizeof(int) : 0) +
-         static_cast<size_t>(num_seqs) * heads * splits * (head_dim + 2) * sizeof(float);
+  return static_cast<size_t>(num_seqs) * heads * splits * (head_dim + 2) * sizeof(float);
 }
 
 Status RopeWriteKv(float* q, const float* k, const float* v, const int32_t* positions, const int32_t* slots,

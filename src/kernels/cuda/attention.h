@@ -53,12 +53,6 @@ struct AttentionLaunchOptions {
   // no block barrier per tile; decode_tiled.cu DecodeFragKernel); false = the codes are widened to bf16 in
   // shared memory by the whole block. A bf16 cache ignores it. Not yet measured on a GPU: off by default.
   bool decode_tiled_fragments = false;
-  // Decode with decode_tiled and more than one split (--decode-merge fused|separate): true = the split that
-  // finishes last among a (kv head, sequence)'s splits merges them at the end of the same kernel (a counter
-  // per group in the workspace, left at zero; decode_tiled.cu MergeSplitsIfLast); false = a second kernel
-  // merges them (DecodeReduceKernel). Saves a launch and a dependent gap per layer and step; not yet measured
-  // on a GPU: off by default. With it on, the workspace must be zeroed once before its first use.
-  bool decode_fused_merge = false;
   // Prefill (bf16): false = the tiled tensor-core kernel where it applies (head_dim 64/128, aligned); true =
   // always the warp kernel (slow, exact; a way around a tiled-kernel problem).
   bool prefill_force_warp = false;
@@ -91,8 +85,7 @@ Status QkvRopeWriteKv(const __nv_bfloat16* qkv, const float* bias, const int32_t
 // DecodeWorkspaceBytes(...) bytes (may be nullptr when it returns 0). The split depends only on (num_seqs,
 // heads, max_context_len, launch), so a captured graph keeps it; DecodeWorkspaceBytes must get the same
 // launch options as the call. max_context_len bounds every context_lens[s]. A sequence with context 0 gets
-// zeros. With launch.decode_fused_merge the workspace starts with merge counters that must be zero before the
-// first call (cudaMemset the workspace once after allocating it); every call leaves them zero.
+// zeros.
 inline constexpr int kDecodePartition = 512;
 size_t DecodeWorkspaceBytes(int num_seqs, int heads, int head_dim, int max_context_len,
                             const AttentionLaunchOptions& launch = {});

@@ -56,29 +56,6 @@ __global__ void DecodeReduceKernel(const float* __restrict__ part_out, const flo
   out[(static_cast<int64_t>(seq) * heads + head) * head_dim + d] = FromFloat<T>(den > 0.f ? num / den : 0.f);
 }
 
-// The decode workspace (DecodeWorkspaceBytes): with launch.decode_fused_merge, kMergeCounters ints first (one
-// per (sequence, kv head) of the fused merge; zero before the first call, and every call leaves them zero), then
-// the partial outputs [seqs, heads, splits, head_dim] and their (max, denominator) pairs.
-constexpr int kMergeCounters = 16384;
-struct DecodeWorkspace {
-  int* counters = nullptr;
-  float* part_out = nullptr;
-  float* part_ml = nullptr;
-};
-inline DecodeWorkspace SplitDecodeWorkspace(void* ws, int num_seqs, int heads, int splits, int head_dim,
-                                            const AttentionLaunchOptions& launch) {
-  DecodeWorkspace w;
-  if (ws == nullptr) return w;
-  char* p = static_cast<char*>(ws);
-  if (launch.decode_fused_merge) {
-    w.counters = reinterpret_cast<int*>(p);
-    p += kMergeCounters * sizeof(int);
-  }
-  w.part_out = reinterpret_cast<float*>(p);
-  w.part_ml = w.part_out + static_cast<int64_t>(num_seqs) * heads * splits * head_dim;
-  return w;
-}
-
 // The split merge (nothing to do for one split: the decode kernel wrote `out`).
 template <typename T>
 Status Reduce(const float* part_out, const float* part_ml, int splits, int num_seqs, int heads, int head_dim,
@@ -125,22 +102,16 @@ inline int NumSplits(int num_seqs, int heads, int max_context_len, const Attenti
 }  // namespace
 
 // decode_tiled.cu: the tensor-core decode kernel for `splits` splits of `partition` positions (NumSplits);
-// with splits > 1 it writes part_out / part_ml for DecodeReduceKernel, else `out`. With `counters` (the fused
-// merge, DecodeTiledFusesMerge) the last split of each (kv head, sequence) also merges them into `out`.
+// with splits > 1 it writes part_out / part_ml for DecodeReduceKernel, else `out`.
 Status LaunchDecodeTiled(const __nv_bfloat16* q, const int32_t* block_tables, int max_blocks,
                          const int32_t* context_lens, int num_seqs, int heads, int splits, int partition,
                          float scale, const DevicePagedKv<__nv_bfloat16>& kv, float* part_out, float* part_ml,
-                         int* counters, __nv_bfloat16* out, cudaStream_t stream);
+                         __nv_bfloat16* out, cudaStream_t stream);
 // The same over an 8-bit cache (int8 or fp8 codes widened to bf16 in shared memory, scales on S and P).
 Status LaunchDecodeTiled(const __nv_bfloat16* q, const int32_t* block_tables, int max_blocks,
                          const int32_t* context_lens, int num_seqs, int heads, int splits, int partition,
                          float scale, const DevicePagedKvQuant& kv, float* part_out, float* part_ml,
-                         int* counters, __nv_bfloat16* out, cudaStream_t stream);
-// Whether the tiled kernels merge the splits themselves for this call: launch.decode_fused_merge, more than one
-// split, a counter per (sequence, kv head) within kMergeCounters, and the merge weights fitting the kernel's
-// shared merge area.
-bool DecodeTiledFusesMerge(int num_seqs, int heads, int num_kv_heads, int head_dim, int splits,
-                           const AttentionLaunchOptions& launch);
+                         __nv_bfloat16* out, cudaStream_t stream);
 
 // The same over an 8-bit cache with no shared bf16 tile and no block barrier in the loop: each warp loads its
 // own 16 keys of a tile and converts the codes into fp16 mma fragments in registers
@@ -148,6 +119,6 @@ bool DecodeTiledFusesMerge(int num_seqs, int heads, int num_kv_heads, int head_d
 Status LaunchDecodeTiledFragments(const __nv_bfloat16* q, const int32_t* block_tables, int max_blocks,
                                   const int32_t* context_lens, int num_seqs, int heads, int splits, int partition,
                                   float scale, const DevicePagedKvQuant& kv, float* part_out, float* part_ml,
-                                  int* counters, __nv_bfloat16* out, cudaStream_t stream);
+                                  __nv_bfloat16* out, cudaStream_t stream);
 
 }  // namespace stoke::cuda

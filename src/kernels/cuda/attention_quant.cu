@@ -297,21 +297,18 @@ Status LaunchDecodeQuant(const __nv_bfloat16* q, const int32_t* bt, int max_bloc
                          const AttentionLaunchOptions& launch) {
   const int splits = NumSplits(num_seqs, heads, max_ctx, launch);
   const int partition = max_ctx <= 0 ? 1 : (max_ctx + splits - 1) / splits;
-  const DecodeWorkspace w = SplitDecodeWorkspace(ws, num_seqs, heads, splits, kv.head_dim, launch);
-  float* part_out = w.part_out;
-  float* part_ml = w.part_ml;
+  float* part_out = static_cast<float*>(ws);
+  float* part_ml = part_out + static_cast<int64_t>(num_seqs) * heads * splits * kv.head_dim;
   if (splits > 1 && ws == nullptr) {
     return Status(StatusCode::kInvalidArgument, "PagedDecodeAttention: long contexts need a workspace");
   }
   if (launch.decode_tiled && PagedDecodeAttentionTiledSupports(heads, kv.num_kv_heads, kv.head_dim)) {
-    const bool fused = DecodeTiledFusesMerge(num_seqs, heads, kv.num_kv_heads, kv.head_dim, splits, launch);
-    int* counters = fused ? w.counters : nullptr;
     RETURN_IF_ERROR(launch.decode_tiled_fragments
                         ? LaunchDecodeTiledFragments(q, bt, max_blocks, ctx, num_seqs, heads, splits, partition,
-                                                     scale, kv, part_out, part_ml, counters, out, stream)
+                                                     scale, kv, part_out, part_ml, out, stream)
                         : LaunchDecodeTiled(q, bt, max_blocks, ctx, num_seqs, heads, splits, partition, scale,
-                                            kv, part_out, part_ml, counters, out, stream));
-    return fused ? OkStatus() : Reduce(part_out, part_ml, splits, num_seqs, heads, kv.head_dim, out, stream);
+                                            kv, part_out, part_ml, out, stream));
+    return Reduce(part_out, part_ml, splits, num_seqs, heads, kv.head_dim, out, stream);
   }
   const int group = heads / kv.num_kv_heads;
   const int G = group % 8 == 0 ? 8 : group % 4 == 0 ? 4 : group % 3 == 0 ? 3 : group % 2 == 0 ? 2 : 1;

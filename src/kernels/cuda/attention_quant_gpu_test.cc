@@ -113,16 +113,13 @@ TEST_P(CudaQuantDecode, MatchesCpuReferenceAndBf16Kernel) {
   DeviceBuffer<uint16_t> dq(ToBf16(q)), out(q.size()), out_bf16(q.size());
   DeviceQuant dk(f);
   std::vector<float> tiled_out;
-  // tiled, warp, warp without pipelining, tiled-regs; then tiled and tiled-regs with the fused split merge.
-  for (int variant = 0; variant < 6; ++variant) {
+  for (int variant = 0; variant < 4; ++variant) {  // tiled, warp, warp without pipelining, tiled-regs
     AttentionLaunchOptions launch;
-    launch.decode_tiled = variant == 0 || variant >= 3;
-    launch.decode_tiled_fragments = variant == 3 || variant == 5;
+    launch.decode_tiled = variant == 0 || variant == 3;
+    launch.decode_tiled_fragments = variant == 3;
     launch.decode_pipeline = variant != 2;
-    launch.decode_fused_merge = variant >= 4;
-    // Zeroed: the fused merge's counters must start at zero.
-    DeviceBuffer<uint8_t> ws(std::vector<uint8_t>(
-        std::max<size_t>(1, DecodeWorkspaceBytes(num_seqs, c.heads, c.head_dim, max_ctx, launch)), 0));
+    DeviceBuffer<uint8_t> ws(
+        std::max<size_t>(1, DecodeWorkspaceBytes(num_seqs, c.heads, c.head_dim, max_ctx, launch)));
     STATUS_ASSERT(PagedDecodeAttention(dq.bf16(), dt.get(), f.max_blocks, dl.get(), num_seqs, c.heads,
                                        max_ctx, scale, dk.Kv(f), ws.get(), out.bf16(), nullptr, launch));
     const std::string what = "decode " + Name(c.dtype) + " hd=" + std::to_string(c.head_dim) +
@@ -130,9 +127,7 @@ TEST_P(CudaQuantDecode, MatchesCpuReferenceAndBf16Kernel) {
                              (variant == 0   ? " tiled"
                               : variant == 1 ? " warp"
                               : variant == 2 ? " warp no-pipeline"
-                              : variant == 3 ? " tiled-regs"
-                              : variant == 4 ? " tiled, fused merge"
-                                             : " tiled-regs, fused merge");
+                                             : " tiled-regs");
     const auto got = FromBf16(out.Download());
     EXPECT_CLOSE(got, want_quant, kTolBf16, (what + " vs cpu quant").c_str());
     if (variant == 0) tiled_out = got;

@@ -211,9 +211,8 @@ void GemvBench(cudaStream_t s) {
 }
 
 // Llama-3.1-8B attention (32 heads, 8 kv heads, head_dim 128), bf16 cache, block size 16; each case with the
-// warp kernel and the tensor-core one (AttentionLaunchOptions::decode_tiled), the merge kernel included; the
-// tensor-core one also with the fused split merge (decode_fused_merge: kernel "tiled+fused"); an fp8 cache
-// also with the tiled-regs form (decode_tiled_fragments).
+// warp kernel and the tensor-core one (AttentionLaunchOptions::decode_tiled), the merge kernel included; an fp8
+// cache also with the tiled-regs form (decode_tiled_fragments).
 void DecodeAttentionBench(cudaStream_t s) {
   const int heads = 32, kvh = 8, hd = 128, bs = 16;
   struct Case {
@@ -242,17 +241,15 @@ void DecodeAttentionBench(cudaStream_t s) {
     // 8-bit caches also with the tiled kernel's tiled-regs form (AttentionLaunchOptions::decode_tiled_fragments).
     auto run = [&](const char* cache, const auto& cache_kv, double bytes_per_row) {
       constexpr bool kQuant = std::is_same_v<std::decay_t<decltype(cache_kv)>, DevicePagedKvQuant>;
-      for (const int variant : {0, 1, 2, 3}) {  // warp, tiled, tiled-regs, tiled+fused
+      for (const int variant : {0, 1, 2}) {  // warp, tiled, tiled-regs
         if (variant == 2 && !kQuant) continue;
         AttentionLaunchOptions launch;
         const bool tiled = variant > 0;
         launch.decode_tiled = tiled;
         launch.decode_tiled_fragments = variant == 2;
-        launch.decode_fused_merge = variant == 3;
         const size_t ws_bytes = DecodeWorkspaceBytes(c.seqs, heads, hd, c.ctx, launch);
         void* ws;
         BENCH_CHECK(cudaMalloc(&ws, ws_bytes > 0 ? ws_bytes : 1));
-        cudaMemset(ws, 0, ws_bytes > 0 ? ws_bytes : 1);  // the fused merge's counters start at zero
         Status st;
         const float ms = TimeMs(s, [&] {
           st = PagedDecodeAttention(static_cast<__nv_bfloat16*>(q), static_cast<int32_t*>(bt), blocks_per_seq,
@@ -264,12 +261,8 @@ void DecodeAttentionBench(cudaStream_t s) {
         std::printf(
             "{\"bench\":\"decode_attn\",\"cache\":\"%s\",\"kernel\":\"%s\",\"seqs\":%d,\"ctx\":%d,"
             "\"heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,\"ms\":%.4f,\"kv_gbps\":%.1f}\n",
-            cache,
-            variant == 0   ? "warp"
-            : variant == 1 ? "tiled"
-            : variant == 2 ? "tiled-regs"
-                           : "tiled+fused",
-            c.seqs, c.ctx, heads, kvh, hd, ms, kv_bytes / (ms * 1e-3) / 1e9);
+            cache, variant == 0 ? "warp" : variant == 1 ? "tiled" : "tiled-regs", c.seqs, c.ctx, heads, kvh, hd,
+            ms, kv_bytes / (ms * 1e-3) / 1e9);
         cudaFree(ws);
       }
     };

@@ -194,77 +194,14 @@ __device__ __forceinline__ void MergeWarpStates(const float* sm_o, const float* 
   }
 }
 
-// Floats of the shared merge area both tiled kernels overlay on their K/V buffers (FinishWarps): the warps'
-// unnormalised O rows, maxima and denominators.
-template <int HD>
-constexpr int MergeAreaFloats() {
-  return kTiledWarps * 16 * HD + 2 * kTiledWarps * 16;
-}
-
-// The fused split merge (AttentionLaunchOptions::decode_fused_merge), after MergeWarpStates wrote this split's
-// partial rows: every CTA publishes them (__threadfence) and counts itself in on its (sequence, kv head)'s
-// counter; the one that arrives last has every split's partials visible, sets the counter back to zero (the next
-// launch, or graph replay, starts from zero: no other CTA of the group touches it again) and merges them as
-// DecodeReduceKernel does: per row the largest max M over splits that saw a key, weights w_s = l_s e^(m_s - M),
-// out = Σ w_s o_s / Σ w_s. The weights go to the merge area (group x (splits + 1) floats, checked at launch). The
-// partials are read through L2 (__ldcg): other SMs wrote them.
-template <int HD>
-__device__ __forceinline__ void MergeSplitsIfLast(float* smem, int* __restrict__ counters, int group, int seq,
-                                                  int heads, int head0, int num_splits,
-                                                  const float* __restrict__ part_out,
-                                                  const float* __restrict__ part_ml, __nv_bfloat16* __restrict__ out) {
-  __shared__ int last;
-  __threadfence();
-  __syncthreads();  // also: every thread is done reading the merge area
-  if (threadIdx.x == 0) {
-    int* c = counters + static_cast<int64_t>(seq) * gridDim.y + blockIdx.y;
-    last = atomicAdd(c, 1) == num_splits - 1;
-    if (last) *c = 0;
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  float* weight = smem;                       // [group][num_splits]
-  float* den = smem + group * num_splits;     // [group]
-  for (int r = warp; r < group; r += kTiledWarps) {
-    const int64_t row0 = (static_cast<int64_t>(seq) * heads + head0 + r) * num_splits;
-    float m = -INFINITY;
-    for (int s = lane; s < num_splits; s += 32) {
-      if (__ldcg(part_ml + (row0 + s) * 2 + 1) > 0.f) m = fmaxf(m, __ldcg(part_ml + (row0 + s) * 2));
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-    float sum = 0.f;
-    for (int s = lane; s < num_splits; s += 32) {
-      const float l = __ldcg(part_ml + (row0 + s) * 2 + 1);
-      const float w = l > 0.f ? l * expf(__ldcg(part_ml + (row0 + s) * 2) - m) : 0.f;
-      weight[r * num_splits + s] = w;
-      sum += w;
-    }
-    sum = WarpSum(sum);
-    if (lane == 0) den[r] = sum;
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < group * HD; i += kTiledWarps * 32) {
-    const int r = i / HD, d = i - r * HD;
-    const int64_t hrow = static_cast<int64_t>(seq) * heads + head0 + r;
-    const float* po = part_out + hrow * num_splits * HD + d;
-    float num = 0.f;
-    for (int s = 0; s < num_splits; ++s) num += weight[r * num_splits + s] * __ldcg(po + static_cast<int64_t>(s) * HD);
-    out[hrow * HD + d] = __float2bfloat16(den[r] > 0.f ? num / den[r] : 0.f);
-  }
-}
-
 // The end of both tiled kernels, after their loops: each row's denominator summed over its 4 threads, every
 // warp's 16 rows (O unnormalised, head_dim in order through col(d-tile, column)), max and denominator written
 // to shared memory over the no longer read K/V buffers, then merged by MergeWarpStates.
-template <int HD, bool kFusedMerge, int kDTiles, typename Col>
+template <int HD, int kDTiles, typename Col>
 __device__ __forceinline__ void FinishWarps(unsigned char* smem_raw, const float (&o)[kDTiles][4], float m0,
                                             float m1, float l0, float l1, Col col, int group, int seq, int heads,
                                             int head0, int split, int num_splits, __nv_bfloat16* __restrict__ out,
-                                            float* __restrict__ part_out, float* __restrict__ part_ml,
-                                            int* __restrict__ counters) {
+                                            float* __restrict__ part_out, float* __restrict__ part_ml) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int off = 1; off <= 2; off <<= 1) {
@@ -292,19 +229,14 @@ __device__ __forceinline__ void FinishWarps(unsigned char* smem_raw, const float
   }
   __syncthreads();
   MergeWarpStates<HD>(sm_o, sm_m, sm_l, group, seq, heads, head0, split, num_splits, out, part_out, part_ml);
-  if constexpr (kFusedMerge) {  // a template parameter: the separate-merge kernels stay as they were
-    if (num_splits > 1) {
-      MergeSplitsIfLast<HD>(sm_o, counters, group, seq, heads, head0, num_splits, part_out, part_ml, out);
-    }
-  }
 }
 
-template <int HD, int kCache, typename Kv, bool kFusedMerge>
+template <int HD, int kCache, typename Kv>
 __global__ void __launch_bounds__(kTiledWarps * 32)
     DecodeTiledKernel(const __nv_bfloat16* __restrict__ q, const int32_t* __restrict__ block_tables,
                       int max_blocks, const int32_t* __restrict__ context_lens, int heads, int group,
                       int partition, float scale_log2, Kv kv, float* __restrict__ part_out,
-                      float* __restrict__ part_ml, int* __restrict__ counters, __nv_bfloat16* __restrict__ out) {
+                      float* __restrict__ part_ml, __nv_bfloat16* __restrict__ out) {
   PdlLaunchDependents();
   constexpr bool kQuant = kCache != kCacheBf16;
   constexpr int kThreads = kTiledWarps * 32;
@@ -457,8 +389,8 @@ __global__ void __launch_bounds__(kTiledWarps * 32)
   CpAsyncWaitAll();  // nothing is in flight, but leave no copy behind
 
   // Accumulator column c of d-tile d is head_dim column 8d + c.
-  FinishWarps<HD, kFusedMerge>(smem_raw, o, m0, m1, l0, l1, [](int d, int c) { return 8 * d + c; }, group, seq, heads, head0,
-                  split, num_splits, out, part_out, part_ml, counters);
+  FinishWarps<HD>(smem_raw, o, m0, m1, l0, l1, [](int d, int c) { return 8 * d + c; }, group, seq, heads, head0,
+                  split, num_splits, out, part_out, part_ml);
 }
 
 // ---- 8-bit caches, codes straight into fp16 fragments (AttentionLaunchOptions::decode_tiled_fragments) ----
@@ -513,12 +445,12 @@ constexpr int DecodeFragSmemBytes() {
   return kTiledWarps * 2 * kFragWarpBuf<HD>;
 }
 
-template <int HD, bool kFp8, bool kFusedMerge>
+template <int HD, bool kFp8>
 __global__ void __launch_bounds__(kTiledWarps * 32)
     DecodeFragKernel(const __nv_bfloat16* __restrict__ q, const int32_t* __restrict__ block_tables,
                      int max_blocks, const int32_t* __restrict__ context_lens, int heads, int group,
                      int partition, float scale_log2, DevicePagedKvQuant kv, float* __restrict__ part_out,
-                     float* __restrict__ part_ml, int* __restrict__ counters, __nv_bfloat16* __restrict__ out) {
+                     float* __restrict__ part_ml, __nv_bfloat16* __restrict__ out) {
   PdlLaunchDependents();
   using Codes = FragCodes<HD, kFp8>;
   constexpr int kRow = kFragRow<HD>;
@@ -643,23 +575,23 @@ __global__ void __launch_bounds__(kTiledWarps * 32)
   CpAsyncWaitAll();
 
   // Accumulator column c of d-tile 4G + j is head_dim column 32G + 4c + j.
-  FinishWarps<HD, kFusedMerge>(smem_raw, o, m0, m1, l0, l1, [](int nt, int c) { return 32 * (nt >> 2) + 4 * c + (nt & 3); },
-                  group, seq, heads, head0, split, num_splits, out, part_out, part_ml, counters);
+  FinishWarps<HD>(smem_raw, o, m0, m1, l0, l1, [](int nt, int c) { return 32 * (nt >> 2) + 4 * c + (nt & 3); },
+                  group, seq, heads, head0, split, num_splits, out, part_out, part_ml);
 }
 
 template <int HD, bool kFp8>
 Status LaunchFrag(const __nv_bfloat16* q, const int32_t* bt, int max_blocks, const int32_t* ctx, int num_seqs,
                   int heads, int splits, int partition, float scale, const DevicePagedKvQuant& kv,
-                  float* part_out, float* part_ml, int* counters, __nv_bfloat16* out, cudaStream_t stream) {
+                  float* part_out, float* part_ml, __nv_bfloat16* out, cudaStream_t stream) {
   constexpr int smem = DecodeFragSmemBytes<HD>();
-  static_assert(MergeAreaFloats<HD>() * 4 <= smem, "merge area of DecodeFragKernel");
-  const auto kernel = counters != nullptr ? DecodeFragKernel<HD, kFp8, true> : DecodeFragKernel<HD, kFp8, false>;
-  CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  static_assert((kTiledWarps * 16 * HD + 2 * kTiledWarps * 16) * 4 <= smem, "merge area of DecodeFragKernel");
+  CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(DecodeFragKernel<HD, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const float scale_log2 = scale * 1.4426950408889634f;
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(kv.num_kv_heads),
                   static_cast<unsigned>(num_seqs));
-  kernel<<<grid, kTiledWarps * 32, smem, stream>>>(q, bt, max_blocks, ctx, heads, heads / kv.num_kv_heads,
-                                                   partition, scale_log2, kv, part_out, part_ml, counters, out);
+  DecodeFragKernel<HD, kFp8><<<grid, kTiledWarps * 32, smem, stream>>>(
+      q, bt, max_blocks, ctx, heads, heads / kv.num_kv_heads, partition, scale_log2, kv, part_out, part_ml, out);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return OkStatus();
 }
@@ -667,18 +599,18 @@ Status LaunchFrag(const __nv_bfloat16* q, const int32_t* bt, int max_blocks, con
 template <int HD, int kCache, typename Kv>
 Status Launch(const __nv_bfloat16* q, const int32_t* bt, int max_blocks, const int32_t* ctx, int num_seqs,
               int heads, int splits, int partition, float scale, const Kv& kv, float* part_out, float* part_ml,
-              int* counters, __nv_bfloat16* out, cudaStream_t stream) {
+              __nv_bfloat16* out, cudaStream_t stream) {
   constexpr int smem = DecodeTiledSmemBytes<HD, kCache>();
-  static_assert(MergeAreaFloats<HD>() * 4 <= smem, "merge area of DecodeTiledKernel");
+  static_assert((kTiledWarps * 16 * HD + 2 * kTiledWarps * 16) * 4 <= smem, "merge area of DecodeTiledKernel");
   // Opt in above the 48 KB default (per function and device; cheap, so on every launch).
-  const auto kernel =
-      counters != nullptr ? DecodeTiledKernel<HD, kCache, Kv, true> : DecodeTiledKernel<HD, kCache, Kv, false>;
-  CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(DecodeTiledKernel<HD, kCache, Kv>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const float scale_log2 = scale * 1.4426950408889634f;  // exp(x) = exp2(x · log2 e)
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(kv.num_kv_heads),
                   static_cast<unsigned>(num_seqs));
-  kernel<<<grid, kTiledWarps * 32, smem, stream>>>(q, bt, max_blocks, ctx, heads, heads / kv.num_kv_heads,
-                                                   partition, scale_log2, kv, part_out, part_ml, counters, out);
+  DecodeTiledKernel<HD, kCache, Kv><<<grid, kTiledWarps * 32, smem, stream>>>(
+      q, bt, max_blocks, ctx, heads, heads / kv.num_kv_heads, partition, scale_log2, kv, part_out, part_ml,
+      out);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return OkStatus();
 }
@@ -702,14 +634,6 @@ Status CheckTiled(const __nv_bfloat16* q, int num_seqs, int heads, const Kv& kv)
 
 }  // namespace
 
-bool DecodeTiledFusesMerge(int num_seqs, int heads, int num_kv_heads, int head_dim, int splits,
-                           const AttentionLaunchOptions& launch) {
-  if (!launch.decode_fused_merge || splits <= 1 || num_kv_heads <= 0) return false;
-  const int64_t group = heads / num_kv_heads;
-  const int64_t area = head_dim == 64 ? MergeAreaFloats<64>() : MergeAreaFloats<128>();
-  return int64_t{num_seqs} * num_kv_heads <= kMergeCounters && group * (splits + 1) <= area;
-}
-
 bool PagedDecodeAttentionTiledSupports(int heads, int num_kv_heads, int head_dim) {
   return (head_dim == 64 || head_dim == 128) && num_kv_heads > 0 && heads % num_kv_heads == 0 &&
          heads / num_kv_heads <= 16 && num_kv_heads <= 65535;
@@ -718,19 +642,19 @@ bool PagedDecodeAttentionTiledSupports(int heads, int num_kv_heads, int head_dim
 Status LaunchDecodeTiled(const __nv_bfloat16* q, const int32_t* block_tables, int max_blocks,
                          const int32_t* context_lens, int num_seqs, int heads, int splits, int partition,
                          float scale, const DevicePagedKv<__nv_bfloat16>& kv, float* part_out, float* part_ml,
-                         int* counters, __nv_bfloat16* out, cudaStream_t stream) {
+                         __nv_bfloat16* out, cudaStream_t stream) {
   RETURN_IF_ERROR(CheckTiled(q, num_seqs, heads, kv));
   return kv.head_dim == 64
              ? Launch<64, kCacheBf16>(q, block_tables, max_blocks, context_lens, num_seqs, heads, splits,
-                                      partition, scale, kv, part_out, part_ml, counters, out, stream)
+                                      partition, scale, kv, part_out, part_ml, out, stream)
              : Launch<128, kCacheBf16>(q, block_tables, max_blocks, context_lens, num_seqs, heads, splits,
-                                       partition, scale, kv, part_out, part_ml, counters, out, stream);
+                                       partition, scale, kv, part_out, part_ml, out, stream);
 }
 
 Status LaunchDecodeTiled(const __nv_bfloat16* q, const int32_t* block_tables, int max_blocks,
                          const int32_t* context_lens, int num_seqs, int heads, int splits, int partition,
                          float scale, const DevicePagedKvQuant& kv, float* part_out, float* part_ml,
-                         int* counters, __nv_bfloat16* out, cudaStream_t stream) {
+                         __nv_bfloat16* out, cudaStream_t stream) {
   RETURN_IF_ERROR(CheckTiled(q, num_seqs, heads, kv));
   if ((reinterpret_cast<uintptr_t>(kv.k_scale) | reinterpret_cast<uintptr_t>(kv.v_scale)) & 3) {
     return Status(StatusCode::kInvalidArgument, "PagedDecodeAttention (tiled): scales need 4-byte alignment");
@@ -741,13 +665,13 @@ Status LaunchDecodeTiled(const __nv_bfloat16* q, const int32_t* block_tables, in
                                         : (fp8 ? Launch<128, kCacheFp8, DevicePagedKvQuant>
                                                : Launch<128, kCacheInt8, DevicePagedKvQuant>);
   return launch(q, block_tables, max_blocks, context_lens, num_seqs, heads, splits, partition, scale, kv,
-                part_out, part_ml, counters, out, stream);
+                part_out, part_ml, out, stream);
 }
 
 Status LaunchDecodeTiledFragments(const __nv_bfloat16* q, const int32_t* block_tables, int max_blocks,
                                   const int32_t* context_lens, int num_seqs, int heads, int splits, int partition,
                                   float scale, const DevicePagedKvQuant& kv, float* part_out, float* part_ml,
-                                  int* counters, __nv_bfloat16* out, cudaStream_t stream) {
+                                  __nv_bfloat16* out, cudaStream_t stream) {
   RETURN_IF_ERROR(CheckTiled(q, num_seqs, heads, kv));
   if ((reinterpret_cast<uintptr_t>(kv.k_scale) | reinterpret_cast<uintptr_t>(kv.v_scale)) & 3) {
     return Status(StatusCode::kInvalidArgument, "PagedDecodeAttention (tiled): scales need 4-byte alignment");
@@ -756,7 +680,7 @@ Status LaunchDecodeTiledFragments(const __nv_bfloat16* q, const int32_t* block_t
   const auto launch = kv.head_dim == 64 ? (fp8 ? LaunchFrag<64, true> : LaunchFrag<64, false>)
                                         : (fp8 ? LaunchFrag<128, true> : LaunchFrag<128, false>);
   return launch(q, block_tables, max_blocks, context_lens, num_seqs, heads, splits, partition, scale, kv,
-                part_out, part_ml, counters, out, stream);
+                part_out, part_ml, out, stream);
 }
 
 }  // namespace stoke::cuda

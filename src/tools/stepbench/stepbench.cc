@@ -171,7 +171,6 @@ StatusOr<Json> RunStepBench(const StepBenchOptions& o, const Backends& backends,
               {"decode_min_partition", t.decode_min_partition},
               {"decode_pipeline", t.decode_pipeline},
               {"decode_attention", t.decode_attention},
-              {"decode_merge", t.decode_merge},
               {"prefill_attention", t.prefill_attention},
               {"kv_cache_dtype", model->kv_cache_dtype_name()},
               {"quantization", model->quantization_name()}};
