@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Emulates, lane by lane, the fragment indexing of decode_tiled.cu's DecodeFragKernel (--decode-attention
-tiled-regs) for one warp's 16 keys on the CPU: Q's permuted fp16 A fragments, the K words read as B fragments
+tiled over an 8-bit cache) for one warp's 16 keys on the CPU: Q's permuted fp16 A fragments, the K words read as B fragments
 (8-bit codes -> fp16 by the kernel's bit moves / magic numbers), S = Q·K^T through an mma.m16n8k16 emulation
 with the PTX fragment layouts, P' = P · v_scale · 2^fold, the V words' byte permutes into B fragments, O += P'·V',
 and the accumulators' permuted head dimension written back in order. Compares S and O with a plain numpy

@@ -65,12 +65,13 @@ void AddEngineTuningFlags(CLI::App* cmd, EngineTuningFlags* flags) {
                   "cuda: decode attention prefetches the next position's K/V (on|off)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
-  cmd->add_option("--decode-attention", flags->decode_attention,
-                  "cuda: decode attention kernel: tiled (tensor cores, a GQA group's query heads as one tile's "
-                  "rows; bf16 or 8-bit cache, whose codes the block widens to bf16 in shared memory), tiled-regs "
-                  "(the same, but each warp converts its own keys' 8-bit codes straight into registers; not yet "
-                  "measured; a bf16 cache runs tiled) or warp (a warp per position, CUDA cores)")
-      ->check(CLI::IsMember({"warp", "tiled", "tiled-regs"}))
+  cmd->add_option(
+         "--decode-attention", flags->decode_attention,
+         "cuda: decode attention kernel: tiled (tensor cores, a GQA group's query heads as one tile's "
+         "rows; over an 8-bit cache each warp converts its own keys' codes straight into registers), "
+         "tiled-smem (the same, but the block widens an 8-bit cache's codes to bf16 in shared memory: "
+         "slower, for A/B; a bf16 cache runs tiled) or warp (a warp per position, CUDA cores)")
+      ->check(CLI::IsMember({"warp", "tiled", "tiled-smem"}))
       ->capture_default_str();
   cmd->add_option(
          "--prefill-attention", flags->prefill_attention,

@@ -2,7 +2,7 @@
 # Issue 16, decode attention on tensor cores (--decode-attention tiled) against the warp kernel, on the GPU
 # machine from the repo root with the bundle (scripts/bundle.sh) carried along:
 #   1. tests   stoke_kernels_cuda_test CudaDecode* / CudaQuantDecode* / CudaPrefill* (the tiled kernels,
-#              tiled-regs over 8-bit caches included, vs the CPU: every group
+#              both tiled forms over 8-bit caches included, vs the CPU: every group
 #              size to 16, head_dim 64/128, contexts 0..4100) and stoke_engine_cuda_test CudaLlamaTest.* (the
 #              whole decoder with the tiled kernel vs the CPU)
 #   2. kernel  cuda_bench --only decode_attn: both kernels on the Llama-3.1-8B attention shape, batch 1..256
@@ -10,8 +10,9 @@
 #              batch 1 (context 512, 4096), 64 and 256 (context 1000), warp and tiled alternated, DA_REPS rounds,
 #              for each KV cache dtype of DA_KV
 #   4. $OUT/decode_attention_summary.json: per point the decode tok/s of each kernel, tiled / warp and (with
-#      DA_KERNELS including tiled-regs, an 8-bit DA_KV) tiled-regs / tiled
-# The 8-bit A/B of the tiled-regs form: DA_KV="fp8" DA_KERNELS="tiled tiled-regs" DA_POINTS="64:1000 256:1000".
+#      DA_KERNELS including tiled-smem, an 8-bit DA_KV) tiled / tiled-smem
+# The 8-bit A/B of the two tiled forms (registers, the default, against shared-memory widening):
+# DA_KV="fp8" DA_KERNELS="tiled-smem tiled" DA_POINTS="64:1000 256:1000".
 # Usage: bench/gpu/decode_attention.sh [BIN_DIR] (default .bundle/bin). Knobs (env): DA_PARTS ("tests kernel
 # step"), DA_REPS (2), DA_ITERS (30), DA_POINTS ("1:512 1:4096 64:1000 256:1000", batch:context), DA_KV
 # ("bf16"; e.g. "bf16 fp8": --kv-cache-dtype per run), DA_KERNELS ("warp tiled"), LLM_SHAPE, LLM_LAYERS.
@@ -72,7 +73,7 @@ import glob, json, os, re, statistics, sys
 out = sys.argv[1]
 rows = {}
 for f in sorted(glob.glob(os.path.join(out, "da_step", "*.json"))):
-    m = re.match(r"b(\d+)_c(\d+)_kv(\w+?)_(warp|tiled-regs|tiled)_r(\d+)\.json", os.path.basename(f))
+    m = re.match(r"b(\d+)_c(\d+)_kv(\w+?)_(warp|tiled-smem|tiled)_r(\d+)\.json", os.path.basename(f))
     if not m:
         continue
     d = json.load(open(f))
@@ -84,12 +85,12 @@ for f in sorted(glob.glob(os.path.join(out, "da_step", "*.json"))):
     rows[key].setdefault(m[4], []).append(tps)
     rows[key].setdefault(m[4] + "_step_ms", []).append(ms)
 for key, r in rows.items():
-    med = {k: statistics.median([x for x in r.get(k, []) if x]) for k in ("warp", "tiled", "tiled-regs")
+    med = {k: statistics.median([x for x in r.get(k, []) if x]) for k in ("warp", "tiled", "tiled-smem")
            if [x for x in r.get(k, []) if x]}
     if "warp" in med and "tiled" in med:
         r["tiled_over_warp"] = round(med["tiled"] / med["warp"], 3)
-    if "tiled" in med and "tiled-regs" in med:
-        r["tiled_regs_over_tiled"] = round(med["tiled-regs"] / med["tiled"], 3)
+    if "tiled" in med and "tiled-smem" in med:
+        r["tiled_over_tiled_smem"] = round(med["tiled"] / med["tiled-smem"], 3)
 kernel = []
 p = os.path.join(out, "da_kernel_bench.jsonl")
 if os.path.exists(p):

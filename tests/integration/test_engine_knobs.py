@@ -49,7 +49,7 @@ def test_ggml_numerics_off_serves_greedy_text(start_server):
     assert r.json()["choices"][0]["text"]
 
 
-@pytest.mark.parametrize("decode_attention", ["warp", "tiled-regs"])
+@pytest.mark.parametrize("decode_attention", ["warp", "tiled-smem"])
 def test_bench_step_records_the_knobs(stoke_bin, tmp_path, decode_attention):
     model = tmp_path / "smol"
     r = subprocess.run([str(stoke_bin), "model", "synth", "--shape", "smollm2-135m", "--layers", "1", "--out",

@@ -1,7 +1,7 @@
 """The CPU emulations of the tiled CUDA kernels' fragment indexing (scripts/*_emu.py): the tensor-core kernels
 cannot run here, but the index arithmetic that a wrong byte permute or fragment mapping would break can.
 
-decode_frag_emu.py follows decode_tiled.cu's DecodeFragKernel (--decode-attention tiled-regs) lane by lane for
+decode_frag_emu.py follows decode_tiled.cu's DecodeFragKernel (--decode-attention tiled over an 8-bit cache) lane by lane for
 fp8 and int8 codes, head_dim 64 and 128, GQA groups of 4, 16 and 7, and exits non-zero when S or O differ from
 numpy's attention over the dequantised codes (a mutated byte permute or output column fails it: checked by
 hand when it was written)."""

@@ -25,7 +25,7 @@ StatusOr<std::unique_ptr<DecoderModel>> CreateCudaDecoder(LlamaWeights weights, 
   co.attention.decode_min_partition = o.cuda.decode_min_partition;
   co.attention.decode_pipeline = o.cuda.decode_pipeline;
   co.attention.decode_tiled = o.cuda.decode_attention != "warp";
-  co.attention.decode_tiled_fragments = o.cuda.decode_attention == "tiled-regs";
+  co.attention.decode_tiled_fragments = o.cuda.decode_attention != "tiled-smem";
   co.attention.prefill_force_warp = o.cuda.prefill_attention == "warp";
   co.kv_cache_dtype = o.kv_cache.dtype;
   co.quantization = o.quantization;

@@ -214,16 +214,21 @@ Status CudaLlama::Init(LlamaWeights weights) {
         static_cast<int64_t>(arena_->capacity()) / kMiB, options_.gpu_memory_fraction, kReserveBytes / kMiB);
   }
   LOG_INFO(
-      "cuda llama: {}: weights {} {:.1f} MiB, scratch {:.1f} MiB for steps of up to {} tokens, KV budget {:.1f} "
+      "cuda llama: {}: weights {} {:.1f} MiB, scratch {:.1f} MiB for steps of up to {} tokens, KV budget "
+      "{:.1f} "
       "MiB (gpu memory fraction {} of {:.1f} GiB), cuda graphs {}, "
       "one-token GEMV {} (warps per row {}), PDL {}, decode min partition {}, decode pipeline {}, decode "
       "attention {}, prefill attention {}",
-      device_name_, fp8_weights() ? "fp8" : "bf16", weight_bytes_ / double(kMiB), arena_->capacity() / double(kMiB), max_tokens_,
-      kv_budget_bytes_ / double(kMiB), options_.gpu_memory_fraction, total_bytes / double(kMiB << 10),
-      options_.cuda_graphs ? "on" : "off", gemv_max_rows_ >= 1 ? "on" : "off",
+      device_name_, fp8_weights() ? "fp8" : "bf16", weight_bytes_ / double(kMiB),
+      arena_->capacity() / double(kMiB), max_tokens_, kv_budget_bytes_ / double(kMiB),
+      options_.gpu_memory_fraction, total_bytes / double(kMiB << 10), options_.cuda_graphs ? "on" : "off",
+      gemv_max_rows_ >= 1 ? "on" : "off",
       options_.gemv_split == 0 ? std::string("auto") : std::to_string(options_.gemv_split),
       options_.pdl ? "on" : "off", options_.attention.decode_min_partition,
-      options_.attention.decode_pipeline ? "on" : "off", !options_.attention.decode_tiled ? "warp" : options_.attention.decode_tiled_fragments ? "tiled-regs" : "tiled",
+      options_.attention.decode_pipeline ? "on" : "off",
+      !options_.attention.decode_tiled            ? "warp"
+      : options_.attention.decode_tiled_fragments ? "tiled"
+                                                  : "tiled-smem",
       options_.attention.prefill_force_warp ? "warp" : "auto");
   return OkStatus();
 }

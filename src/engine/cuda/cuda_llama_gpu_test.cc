@@ -400,11 +400,12 @@ TEST(CudaLlamaTest, QuantizedKvMatchesCpuQuantizedKv) {
   ASSERT_TRUE(bf16_gpu.ok()) << bf16_gpu.status().ToString();
   auto bf16_out = RunScript(**bf16_gpu, script);
   ASSERT_TRUE(bf16_out.ok()) << bf16_out.status().ToString();
-  for (int variant = 0; variant < 4; ++variant) {  // int8, fp8; each with --decode-attention tiled / tiled-regs
+  for (int variant = 0; variant < 4;
+       ++variant) {  // int8, fp8; each with --decode-attention tiled-smem / tiled
     const KvCacheDtype dtype = variant % 2 == 0 ? KvCacheDtype::kInt8 : KvCacheDtype::kFp8;
     const bool regs = variant >= 2;
     const std::string name(KvCacheDtypeName(dtype));
-    SCOPED_TRACE(regs ? "tiled-regs" : "tiled");
+    SCOPED_TRACE(regs ? "tiled (fragments)" : "tiled-smem");
     auto cpu = CpuLlama::Create(ToBf16Weights(m, true), nullptr, false, KvCacheOptions{.dtype = dtype});
     ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
     CudaLlama::Options o = TestOptions();

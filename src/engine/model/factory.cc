@@ -52,8 +52,9 @@ Status ValidateCudaDecoderTuning(const CudaDecoderTuning& t) {
   if (t.decode_min_partition < 1 || t.decode_min_partition > 512) {
     return InvalidArgumentError("--decode-min-partition {} must be in [1, 512]", t.decode_min_partition);
   }
-  if (t.decode_attention != "warp" && t.decode_attention != "tiled" && t.decode_attention != "tiled-regs") {
-    return InvalidArgumentError("--decode-attention '{}': expected tiled, tiled-regs or warp", t.decode_attention);
+  if (t.decode_attention != "warp" && t.decode_attention != "tiled" && t.decode_attention != "tiled-smem") {
+    return InvalidArgumentError("--decode-attention '{}': expected tiled, tiled-smem or warp",
+                                t.decode_attention);
   }
   if (t.prefill_attention != "auto" && t.prefill_attention != "warp") {
     return InvalidArgumentError("--prefill-attention '{}': expected auto or warp", t.prefill_attention);

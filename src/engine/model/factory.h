@@ -37,10 +37,11 @@ struct CudaDecoderTuning {
   int decode_min_partition = 16;
   // [--decode-pipeline on|off] decode attention prefetches the next position's K/V (off only for A/B).
   bool decode_pipeline = true;
-  // [--decode-attention tiled|tiled-regs|warp] decode attention kernel: "tiled" (tensor cores: the group's
-  // query heads as the rows of an mma tile; an 8-bit cache's codes widened to bf16 in shared memory),
-  // "tiled-regs" (the same, but an 8-bit cache's codes go per warp straight into fp16 fragments in registers;
-  // a bf16 cache runs "tiled") or "warp" (one warp per position and GQA group, CUDA cores).
+  // [--decode-attention tiled|tiled-smem|warp] decode attention kernel: "tiled" (tensor cores: the group's
+  // query heads as the rows of an mma tile; over an 8-bit cache each warp converts its own keys' codes
+  // straight into fp16 fragments in registers), "tiled-smem" (the same, but an 8-bit cache's codes are
+  // widened to bf16 in shared memory by the whole block: slower, kept for A/B; a bf16 cache runs "tiled") or
+  // "warp" (one warp per position and GQA group, CUDA cores).
   std::string decode_attention = "tiled";
   // [--prefill-attention auto|warp] "auto": the tiled tensor-core kernel where it applies; "warp": always the
   // simple warp kernel (exact, much slower; a way around a tiled-kernel problem).

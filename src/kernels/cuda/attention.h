@@ -48,11 +48,14 @@ struct AttentionLaunchOptions {
   // is 2.0x the warp kernel's KV bandwidth at batch 64 and 256 and the decode step 1.41x / 1.50x; batch 1
   // within 2 % (gpu_decode_attention_tiled_h200_2026-12-05.json).
   bool decode_tiled = true;
-  // Decode over an 8-bit cache with decode_tiled (--decode-attention tiled-regs): true = each warp loads only
-  // its own keys and converts the codes straight into fp16 mma fragments in registers (no shared bf16 tile,
-  // no block barrier per tile; decode_tiled.cu DecodeFragKernel); false = the codes are widened to bf16 in
-  // shared memory by the whole block. A bf16 cache ignores it. Not yet measured on a GPU: off by default.
-  bool decode_tiled_fragments = false;
+  // Decode over an 8-bit cache with decode_tiled: true (--decode-attention tiled, the default) = each warp
+  // loads only its own keys and converts the codes straight into fp16 mma fragments in registers (no shared
+  // bf16 tile, no block barrier per tile; decode_tiled.cu DecodeFragKernel); false (--decode-attention
+  // tiled-smem) = the codes are widened to bf16 in shared memory by the whole block. On the H100 (8B shape,
+  // fp8 cache) the fragment form is 1.46-1.48x the widening kernel at batch 32-256 and the decode step 1.11x
+  // / 1.19x at batch 64 / 256, context 1000 (gpu_decode_attention_regs_h100_2026-12-05.json). A bf16 cache
+  // ignores it.
+  bool decode_tiled_fragments = true;
   // Prefill (bf16): false = the tiled tensor-core kernel where it applies (head_dim 64/128, aligned); true =
   // always the warp kernel (slow, exact; a way around a tiled-kernel problem).
   bool prefill_force_warp = false;

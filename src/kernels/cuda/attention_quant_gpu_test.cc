@@ -88,9 +88,9 @@ struct DecodeCase {
 class CudaQuantDecode : public ::testing::TestWithParam<DecodeCase> {};
 
 // Contexts of 1, 17, 513, 1500 and 4100 positions (one split and many); GQA groups of 4, 3, 16 and 7; the
-// tensor-core kernel (the default: codes widened to bf16 in shared memory, scales on S and P), its tiled-regs
-// form (each warp's codes straight into fp16 fragments) and the warp kernel (K/V dequantised in registers), with
-// and without its load pipelining.
+// tensor-core kernel in both forms (the default: each warp's codes straight into fp16 fragments; tiled-smem:
+// codes widened to bf16 in shared memory, scales on S and P) and the warp kernel (K/V dequantised in
+// registers), with and without its load pipelining.
 TEST_P(CudaQuantDecode, MatchesCpuReferenceAndBf16Kernel) {
   SKIP_WITHOUT_GPU();
   const DecodeCase c = GetParam();
@@ -113,7 +113,9 @@ TEST_P(CudaQuantDecode, MatchesCpuReferenceAndBf16Kernel) {
   DeviceBuffer<uint16_t> dq(ToBf16(q)), out(q.size()), out_bf16(q.size());
   DeviceQuant dk(f);
   std::vector<float> tiled_out;
-  for (int variant = 0; variant < 4; ++variant) {  // tiled, warp, warp without pipelining, tiled-regs
+  // tiled-smem (codes widened in shared memory), warp, warp without pipelining, tiled (the fragment form, the
+  // default)
+  for (int variant = 0; variant < 4; ++variant) {
     AttentionLaunchOptions launch;
     launch.decode_tiled = variant == 0 || variant == 3;
     launch.decode_tiled_fragments = variant == 3;
@@ -124,10 +126,10 @@ TEST_P(CudaQuantDecode, MatchesCpuReferenceAndBf16Kernel) {
                                        max_ctx, scale, dk.Kv(f), ws.get(), out.bf16(), nullptr, launch));
     const std::string what = "decode " + Name(c.dtype) + " hd=" + std::to_string(c.head_dim) +
                              " heads=" + std::to_string(c.heads) +
-                             (variant == 0   ? " tiled"
+                             (variant == 0   ? " tiled-smem"
                               : variant == 1 ? " warp"
                               : variant == 2 ? " warp no-pipeline"
-                                             : " tiled-regs");
+                                             : " tiled (fragments)");
     const auto got = FromBf16(out.Download());
     EXPECT_CLOSE(got, want_quant, kTolBf16, (what + " vs cpu quant").c_str());
     if (variant == 0) tiled_out = got;

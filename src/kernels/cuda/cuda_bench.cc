@@ -211,8 +211,9 @@ void GemvBench(cudaStream_t s) {
 }
 
 // Llama-3.1-8B attention (32 heads, 8 kv heads, head_dim 128), bf16 cache, block size 16; each case with the
-// warp kernel and the tensor-core one (AttentionLaunchOptions::decode_tiled), the merge kernel included; an fp8
-// cache also with the tiled-regs form (decode_tiled_fragments).
+// warp kernel and the tensor-core one (AttentionLaunchOptions::decode_tiled), the merge kernel included; an
+// fp8 cache with both tiled forms: "tiled-smem" (codes widened in shared memory) and "tiled-regs" (the
+// default's fragment form, decode_tiled_fragments).
 void DecodeAttentionBench(cudaStream_t s) {
   const int heads = 32, kvh = 8, hd = 128, bs = 16;
   struct Case {
@@ -261,8 +262,12 @@ void DecodeAttentionBench(cudaStream_t s) {
         std::printf(
             "{\"bench\":\"decode_attn\",\"cache\":\"%s\",\"kernel\":\"%s\",\"seqs\":%d,\"ctx\":%d,"
             "\"heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,\"ms\":%.4f,\"kv_gbps\":%.1f}\n",
-            cache, variant == 0 ? "warp" : variant == 1 ? "tiled" : "tiled-regs", c.seqs, c.ctx, heads, kvh, hd,
-            ms, kv_bytes / (ms * 1e-3) / 1e9);
+            cache,
+            variant == 0   ? "warp"
+            : variant == 2 ? "tiled-regs"
+            : kQuant       ? "tiled-smem"
+                           : "tiled",
+            c.seqs, c.ctx, heads, kvh, hd, ms, kv_bytes / (ms * 1e-3) / 1e9);
         cudaFree(ws);
       }
     };
