@@ -50,7 +50,7 @@ __global__ void DequantKKernel(const uint8_t* __restrict__ src, int64_t n, __nv_
   dst[i] = __float2bfloat16_rn(f);
 }
 
-// Loads `kN` consecutive activations (kN % 8 == 0; 32-byte aligned) into registers.
+// Loads `kN` consecutive activations (kN % 8 == 0; 16-byte aligned) into registers.
 template <int kN>
 __device__ __forceinline__ void LoadXRun(const float* x, float* v) {
   const float4* p = reinterpret_cast<const float4*>(x);
@@ -107,29 +107,6 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
   if (lane == 0) y[row] = FromFloat<Ty>(sum);
 }
 
-// Loads the 32 activations of one block into registers (x 16-byte aligned).
-__device__ __forceinline__ void LoadX(const float* x, float (&v)[kQK]) {
-  const float4* p = reinterpret_cast<const float4*>(x);
-#pragma unroll
-  for (int i = 0; i < kQK / 4; ++i) {
-    const float4 f = p[i];
-    v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
-  }
-}
-__device__ __forceinline__ void LoadX(const __nv_bfloat16* x, float (&v)[kQK]) {
-  const uint4* p = reinterpret_cast<const uint4*>(x);
-#pragma unroll
-  for (int i = 0; i < kQK / 8; ++i) {
-    uint4 u = p[i];
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float2 f = __bfloat1622float2(h[j]);
-      v[8 * i + 2 * j] = f.x, v[8 * i + 2 * j + 1] = f.y;
-    }
-  }
-}
-
 // grid = ceil(n / kGemvWarps), block = kGemvWarps warps; warp w computes row blockIdx.x * kGemvWarps + w, its
 // lanes taking blocks lane, lane + 32, ... of the row (a warp reads 32 consecutive blocks at a time).
 template <bool kQ4, typename T, typename Ty>
@@ -144,7 +121,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
   float sum = 0.f;
   for (int64_t b = lane; b < nb; b += 32) {
     float xv[kQK];
-    LoadX(x + b * kQK, xv);
+    LoadXRun<kQK>(x + b * kQK, xv);
     const uint8_t* blk = wr + b * kBytes;
     const float d = LoadHalf(blk);
     float dot = 0.f;
