@@ -36,12 +36,6 @@ constexpr int64_t kBlockTableCapacity = int64_t{1} << 22;
 constexpr size_t kDecodeWorkspaceCap = size_t{128} << 20;
 constexpr int64_t kVocabAlign = 16;  // lm_head rows padded (cuBLASLt wants n % 8 == 0)
 
-// GGUF block types with a fused-dequant GEMV for 1-token steps (cuda::QuantGemv); the others are dequantised
-// to bf16 on the host and run the bf16 GEMV.
-bool HasGemv(DType t) {
-  return t == DType::kQ4_1 || t == DType::kQ8_0 || t == DType::kQ4_K || t == DType::kQ6_K;
-}
-
 Status CheckMatrix(const LinearWeight& w, int64_t rows, int64_t cols, const char* what) {
   if (w.empty() || w.rows != rows || w.cols != cols) {
     return InvalidArgumentError("cuda llama weights: {} is [{}, {}], expected [{}, {}]", what, w.rows, w.cols,
@@ -299,7 +293,7 @@ StatusOr<CudaLlama::Linear> CudaLlama::UploadLinear(const std::vector<const Line
     if (p->cols != lin.cols) return InvalidArgumentError("cuda llama: fused parts differ in columns");
     lin.rows += p->rows;
     q8 = q8 && p->dtype == DType::kQ8_0;
-    gemv = gemv && HasGemv(p->dtype);
+    gemv = gemv && CudaGemvReadsBlocks(p->dtype);  // one list with the step-cost model
   }
   const int64_t alloc_rows = RoundUp(lin.rows, pad_rows_to);
   ASSIGN_OR_RETURN(void* wp, DeviceAlloc(alloc_rows * lin.cols * sizeof(uint16_t)));

@@ -131,17 +131,5 @@ INSTANTIATE_TEST_SUITE_P(Q4KAndQ6K, KQuantBlocks, testing::Values(DType::kQ4_K, 
                            return std::string(i.param == DType::kQ4_K ? "Q4_K" : "Q6_K");
                          });
 
-TEST(KQuantHalf, HalfBitsDecodeLikeFp16ToFp32) {
-  for (uint32_t h = 0; h < 65536; ++h) {
-    const float got = kquant::HalfBitsToFloat(static_cast<uint16_t>(h));
-    const float want = Fp16ToFp32(static_cast<uint16_t>(h));
-    if (std::isnan(want)) {
-      EXPECT_TRUE(std::isnan(got)) << h;
-    } else {
-      EXPECT_EQ(std::memcmp(&got, &want, 4), 0) << "bits " << h << ": " << got << " vs " << want;
-    }
-  }
-}
-
 }  // namespace
 }  // namespace stoke::cpu

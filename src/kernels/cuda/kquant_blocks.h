@@ -18,6 +18,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "base/half.h"
+
 #if defined(__CUDACC__)
 #include <cuda_fp16.h>
 #define STOKE_KQ_FN __host__ __device__ __forceinline__
@@ -53,30 +55,13 @@ STOKE_KQ_FN float SubRn(float a, float b) {
 #endif
 }
 
-// IEEE binary16 bits to fp32, exactly (subnormals, infinities and NaN included).
+// IEEE binary16 bits to fp32, exactly (subnormals, infinities and NaN included): the device's conversion, or
+// base/half.h's on the host.
 STOKE_KQ_FN float HalfBitsToFloat(uint16_t h) {
 #if defined(__CUDA_ARCH__)
   return __half2float(__ushort_as_half(h));
 #else
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu, bits;
-  if (exp == 0x1F) {
-    bits = sign | 0x7F800000u | (man << 13);
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112u) << 23) | (man << 13);
-  } else if (man == 0) {
-    bits = sign;
-  } else {  // subnormal: normalise
-    int e = 113;
-    while ((man & 0x400u) == 0) {
-      man <<= 1;
-      --e;
-    }
-    bits = sign | (static_cast<uint32_t>(e) << 23) | ((man & 0x3FFu) << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
+  return Fp16ToFp32(h);
 #endif
 }
 
