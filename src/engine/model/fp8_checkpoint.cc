@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <vector>
 
 #include "kernels/cpu/kv_quant.h"
@@ -90,10 +91,15 @@ StatusOr<Fp8Scales> ReadFp8Scales(const TensorRef& weight, const TensorRef& scal
   }
   out.values.resize(n);
   RETURN_IF_ERROR(cpu::DequantizeRow(scale.dtype, scale.data, out.values.data(), n));
+  // The largest E4M3 code is 448, so a scale above FLT_MAX / 448 would dequantise a finite code to infinity.
+  constexpr float kMaxScale = std::numeric_limits<float>::max() / 448.0f;
   for (int64_t i = 0; i < n; ++i) {
-    if (!std::isfinite(out.values[i]) || out.values[i] < 0.0f) {
-      return InvalidArgumentError("{}[{}] is {}: a scale must be finite and >= 0 (the scale of {})",
-                                  scale.name, i, out.values[i], weight.name);
+    if (!std::isfinite(out.values[i]) || out.values[i] < 0.0f || out.values[i] > kMaxScale) {
+      return InvalidArgumentError(
+          "{}[{}] is {}: a scale must be finite, >= 0 and <= {:g} (448 x scale must fit in a float; the "
+          "scale of "
+          "{})",
+          scale.name, i, out.values[i], kMaxScale, weight.name);
     }
   }
   return out;

@@ -98,6 +98,11 @@ TEST(Fp8CheckpointTest, MalformedScalesAndNaNCodesAreNamed) {
   auto inf = run(Scale({INFINITY}, {}));
   ASSERT_FALSE(inf.ok());
   EXPECT_THAT(inf.status().message(), HasSubstr("finite"));
+  // Finite, but 448 (the largest code) times it is not: refused rather than dequantised to infinity.
+  auto overflow = run(Scale({1, 2, 1e36f, 4}, {4}));
+  ASSERT_FALSE(overflow.ok());
+  EXPECT_THAT(overflow.status().message(), HasSubstr("m.weight_scale[2] is 1e+36"));
+  EXPECT_THAT(overflow.status().message(), HasSubstr("448 x scale must fit in a float"));
   const std::vector<int32_t> ints = {1};
   TensorRef int_scale{"m.weight_scale", DType::kI32, {}, reinterpret_cast<const uint8_t*>(ints.data()), 4};
   auto wrong_type = run(int_scale);
