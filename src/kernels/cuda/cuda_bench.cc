@@ -5,13 +5,14 @@
 //   gemv          decode projections at batch 1 / 8: bf16 GEMV vs cuBLASLt, GB/s of weights read
 //   gemv8         the 1-byte GEMVs (fp8 E4M3, GGUF Q8_0) at batch 1, every warps-per-row choice, GB/s of
 //                 weight + scale bytes read
+//   gemvk         the GGUF K-quant GEMVs (Q4_K, Q6_K) at batch 1, GB/s of super-block bytes read
 //   decode_attn   paged decode attention, warp vs tensor-core kernel, GB/s of KV read
 //   prefill_attn  causal prefill attention on the paged cache, tensor-core vs warp kernel, TFLOP/s (median)
 //   encoder_attn  the encoder's bidirectional attention (BERT-base / -large shapes), tensor-core kernel with
 //                 16 vs 32 query rows per warp, TFLOP/s (median)
 // Usage: cuda_bench [--quick] [--only SECTION] [--gemm-cache FILE]   (--quick: fewer iterations, for a smoke
-// run; SECTION: copies, gemm, gemv, gemv8, decode_attn, prefill_attn or encoder_attn; --gemm-cache: the cuBLASLt algorithm cache
-// reused across runs, as stoke serve --gemm-cache)
+// run; SECTION: copies, gemm, gemv, gemv8, gemvk, decode_attn, prefill_attn or encoder_attn; --gemm-cache:
+// the cuBLASLt algorithm cache reused across runs, as stoke serve --gemm-cache)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -29,6 +30,7 @@
 #include "kernels/cuda/encoder.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gemv.h"
+#include "kernels/cuda/quant.h"
 
 namespace stoke::cuda {
 namespace {
@@ -239,7 +241,8 @@ void DecodeAttentionBench(cudaStream_t s) {
     cudaMemcpy(bt, table.data(), table.size() * 4, cudaMemcpyHostToDevice);
     cudaMemcpy(lens, ctx.data(), c.seqs * 4, cudaMemcpyHostToDevice);
     // Both kernels over one cache (bf16, or 8-bit codes with a scale per row: bytes_per_row counts both).
-    // 8-bit caches also with the tiled kernel's tiled-regs form (AttentionLaunchOptions::decode_tiled_fragments).
+    // 8-bit caches also with the tiled kernel's tiled-regs form
+    // (AttentionLaunchOptions::decode_tiled_fragments).
     auto run = [&](const char* cache, const auto& cache_kv, double bytes_per_row) {
       constexpr bool kQuant = std::is_same_v<std::decay_t<decltype(cache_kv)>, DevicePagedKvQuant>;
       for (const int variant : {0, 1, 2}) {  // warp, tiled, tiled-regs
@@ -272,8 +275,8 @@ void DecodeAttentionBench(cudaStream_t s) {
       }
     };
     run("bf16",
-        DevicePagedKv<__nv_bfloat16>{static_cast<__nv_bfloat16*>(k), static_cast<__nv_bfloat16*>(v), num_blocks,
-                                     bs, kvh, hd},
+        DevicePagedKv<__nv_bfloat16>{static_cast<__nv_bfloat16*>(k), static_cast<__nv_bfloat16*>(v),
+                                     num_blocks, bs, kvh, hd},
         hd * 2.0);
     // An fp8 cache (half the bytes; codes 0x3c with scale 1), from batch 32 up.
     if (c.seqs >= 32) {
@@ -321,8 +324,8 @@ float MedianMs(cudaStream_t s, Fn fn) {
 // Llama-3.1-8B prefill attention (32 heads, 8 kv heads, head_dim 128), bf16 cache, block size 16, shuffled
 // blocks: the tensor-core kernel (tiled) vs the warp-per-(token, head) kernel (warp). Causal FLOPs =
 // 4 · hd · heads · Σ_s (T_s (T_s + 1) / 2 + T_s · start_s).
-// EncoderAttentionTiled on [seqs x len] tokens of fused qkv (16 heads of 64: BERT-large; 12: BERT-base), every
-// sequence `len` long, with 16 and 32 query rows per warp.
+// EncoderAttentionTiled on [seqs x len] tokens of fused qkv (16 heads of 64: BERT-large; 12: BERT-base),
+// every sequence `len` long, with 16 and 32 query rows per warp.
 void EncoderAttentionBench(cudaStream_t s) {
   struct Case {
     const char* name;
@@ -430,9 +433,9 @@ void PrefillAttentionBench(cudaStream_t s) {
 
 }  // namespace
 // The fp8 and Q8_0 GEMVs at m = 1 on the 8B shapes, each warps-per-row choice (0 = the auto rule), over
-// >= 512 MiB of weight copies as GemvBench. Measured on the H200 (bench/results/gpu_gemv8_h200_2026-12-04.json):
-// the auto rule is within run-to-run noise (~7 %) of the best choice on every shape; a two-rows-per-warp form
-// (tried, removed) gained nothing outside that noise.
+// >= 512 MiB of weight copies as GemvBench. Measured on the H200
+// (bench/results/gpu_gemv8_h200_2026-12-04.json): the auto rule is within run-to-run noise (~7 %) of the best
+// choice on every shape; a two-rows-per-warp form (tried, removed) gained nothing outside that noise.
 void Gemv8Bench(cudaStream_t s) {
   struct Shape {
     const char* name;
@@ -473,7 +476,8 @@ void Gemv8Bench(cudaStream_t s) {
             const auto* qi = reinterpret_cast<const int8_t*>(q);
             const auto* d = static_cast<const __half*>(ss[i]);
             if (sh.silu) {
-              st = Q8GemvSiluMul(qi, d, sh.n / 2, sh.k, xb, 1, static_cast<__nv_bfloat16*>(y), false, s, split);
+              st = Q8GemvSiluMul(qi, d, sh.n / 2, sh.k, xb, 1, static_cast<__nv_bfloat16*>(y), false, s,
+                                 split);
             } else if (sh.f32) {
               st = Q8Gemv(qi, d, sh.n, sh.k, xb, 1, static_cast<float*>(y), sh.n, false, s, split);
             } else {
@@ -482,7 +486,8 @@ void Gemv8Bench(cudaStream_t s) {
           } else {
             const auto* sc = static_cast<const float*>(ss[i]);
             if (sh.silu) {
-              st = Fp8GemvSiluMul(q, sc, sh.n / 2, sh.k, xb, 1, static_cast<__nv_bfloat16*>(y), false, s, split);
+              st = Fp8GemvSiluMul(q, sc, sh.n / 2, sh.k, xb, 1, static_cast<__nv_bfloat16*>(y), false, s,
+                                  split);
             } else if (sh.f32) {
               st = Fp8Gemv(q, sc, sh.n, sh.k, xb, 1, static_cast<float*>(y), sh.n, false, s, split);
             } else {
@@ -494,8 +499,8 @@ void Gemv8Bench(cudaStream_t s) {
         std::printf(
             "{\"bench\":\"gemv8\",\"format\":\"%s\",\"shape\":\"%s\",\"n\":%lld,\"k\":%lld,\"split\":\"%s\","
             "\"auto_split\":%d,\"ms\":%.4f,\"gbps\":%.1f}\n",
-            fmt, sh.name, (long long)sh.n, (long long)sh.k, std::to_string(split).c_str(), Fp8GemvSplitFor(1, sh.k, 0), ms,
-            (qbytes + sbytes) / (ms * 1e-3) / 1e9);
+            fmt, sh.name, (long long)sh.n, (long long)sh.k, std::to_string(split).c_str(),
+            Fp8GemvSplitFor(1, sh.k, 0), ms, (qbytes + sbytes) / (ms * 1e-3) / 1e9);
       }
       for (int i = 0; i < copies; ++i) {
         cudaFree(qs[i]);
@@ -507,11 +512,59 @@ void Gemv8Bench(cudaStream_t s) {
   }
 }
 
+// The GGUF K-quant GEMVs (QuantGemv over Q4_K / Q6_K super-blocks) at m = 1 on the 8B shapes, bf16 in
+// (fp32 out for the lm_head), over >= 512 MiB of weight copies as GemvBench: GB/s of block bytes read.
+void GemvKBench(cudaStream_t s) {
+  struct Shape {
+    const char* name;
+    int64_t n, k;
+    bool f32;
+  };
+  const Shape shapes[] = {{"qkv", 6144, 4096, false},
+                          {"o", 4096, 4096, false},
+                          {"gate_up", 28672, 4096, false},
+                          {"down", 4096, 14336, false},
+                          {"lm_head", 128256, 4096, true}};
+  for (const DType t : {DType::kQ4_K, DType::kQ6_K}) {
+    const size_t block_bytes = t == DType::kQ4_K ? 144 : 210;
+    for (const Shape& sh : shapes) {
+      const size_t bytes = static_cast<size_t>(sh.n) * (sh.k / 256) * block_bytes;
+      const int copies = static_cast<int>(std::max<size_t>(2, (size_t{512} << 20) / bytes + 1));
+      std::vector<void*> ws(copies);
+      for (void*& w : ws) {
+        BENCH_CHECK(cudaMalloc(&w, bytes));
+        cudaMemset(w, 0x21, bytes);  // fp16 0x2121 scales: small finite values in both formats
+      }
+      void *x, *y;
+      BENCH_CHECK(cudaMalloc(&x, sh.k * 2));
+      BENCH_CHECK(cudaMalloc(&y, sh.n * 4));
+      cudaMemset(x, 0x3c, sh.k * 2);
+      const auto* xb = static_cast<const __nv_bfloat16*>(x);
+      int next = 0;
+      Status st;
+      const float ms = TimeMs(s, [&] {
+        const void* w = ws[next++ % copies];
+        st = sh.f32 ? QuantGemv(t, w, sh.n, sh.k, xb, static_cast<float*>(y), s)
+                    : QuantGemv(t, w, sh.n, sh.k, xb, static_cast<__nv_bfloat16*>(y), s);
+      });
+      if (!st.ok()) std::fprintf(stderr, "gemvk %s: %s\n", sh.name, st.ToString().c_str());
+      std::printf(
+          "{\"bench\":\"gemvk\",\"format\":\"%s\",\"shape\":\"%s\",\"n\":%lld,\"k\":%lld,\"ms\":%.4f,"
+          "\"gbps\":%.1f}\n",
+          std::string(DTypeName(t)).c_str(), sh.name, (long long)sh.n, (long long)sh.k, ms,
+          bytes / (ms * 1e-3) / 1e9);
+      for (void* w : ws) cudaFree(w);
+      cudaFree(x);
+      cudaFree(y);
+    }
+  }
+}
+
 }  // namespace stoke::cuda
 
 int main(int argc, char** argv) {
   using namespace stoke::cuda;
-  std::string only;  // --only SECTION: copies | gemm | gemv | decode_attn | prefill_attn
+  std::string only;        // --only SECTION (see the top of the file)
   std::string gemm_cache;  // --gemm-cache FILE
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--gemm-cache") == 0 && i + 1 < argc) gemm_cache = argv[++i];
@@ -550,6 +603,11 @@ int main(int argc, char** argv) {
   if (want("gemv8")) {
     std::fprintf(stderr, "cuda_bench: gemv8\n");
     Gemv8Bench(s);
+    std::fflush(stdout);
+  }
+  if (want("gemvk")) {
+    std::fprintf(stderr, "cuda_bench: gemvk\n");
+    GemvKBench(s);
     std::fflush(stdout);
   }
   if (want("decode_attn")) {
