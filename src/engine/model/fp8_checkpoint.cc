@@ -5,7 +5,6 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <limits>
 #include <vector>
 
 #include "kernels/cpu/kv_quant.h"
@@ -91,15 +90,15 @@ StatusOr<Fp8Scales> ReadFp8Scales(const TensorRef& weight, const TensorRef& scal
   }
   out.values.resize(n);
   RETURN_IF_ERROR(cpu::DequantizeRow(scale.dtype, scale.data, out.values.data(), n));
-  // The largest E4M3 code is 448, so a scale above FLT_MAX / 448 would dequantise a finite code to infinity.
-  constexpr float kMaxScale = std::numeric_limits<float>::max() / 448.0f;
+  // The largest E4M3 code is 448: a scale whose product with it overflows would dequantise finite codes to
+  // infinity.
   for (int64_t i = 0; i < n; ++i) {
-    if (!std::isfinite(out.values[i]) || out.values[i] < 0.0f || out.values[i] > kMaxScale) {
+    const float v = out.values[i];
+    if (!std::isfinite(v) || v < 0.0f || !std::isfinite(v * 448.0f)) {
       return InvalidArgumentError(
-          "{}[{}] is {}: a scale must be finite, >= 0 and <= {:g} (448 x scale must fit in a float; the "
-          "scale of "
-          "{})",
-          scale.name, i, out.values[i], kMaxScale, weight.name);
+          "{}[{}] is {}: a scale must be finite, >= 0 and small enough that 448 x scale fits in a "
+          "float (the scale of {})",
+          scale.name, i, v, weight.name);
     }
   }
   return out;

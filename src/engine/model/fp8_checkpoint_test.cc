@@ -102,7 +102,7 @@ TEST(Fp8CheckpointTest, MalformedScalesAndNaNCodesAreNamed) {
   auto overflow = run(Scale({1, 2, 1e36f, 4}, {4}));
   ASSERT_FALSE(overflow.ok());
   EXPECT_THAT(overflow.status().message(), HasSubstr("m.weight_scale[2] is 1e+36"));
-  EXPECT_THAT(overflow.status().message(), HasSubstr("448 x scale must fit in a float"));
+  EXPECT_THAT(overflow.status().message(), HasSubstr("448 x scale fits in a float"));
   const std::vector<int32_t> ints = {1};
   TensorRef int_scale{"m.weight_scale", DType::kI32, {}, reinterpret_cast<const uint8_t*>(ints.data()), 4};
   auto wrong_type = run(int_scale);
