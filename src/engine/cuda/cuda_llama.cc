@@ -208,9 +208,8 @@ Status CudaLlama::Init(LlamaWeights weights) {
         static_cast<int64_t>(arena_->capacity()) / kMiB, options_.gpu_memory_fraction, kReserveBytes / kMiB);
   }
   LOG_INFO(
-      "cuda llama: {}: weights {} {:.1f} MiB, scratch {:.1f} MiB for steps of up to {} tokens, KV budget "
-      "{:.1f} "
-      "MiB (gpu memory fraction {} of {:.1f} GiB), cuda graphs {}, "
+      "cuda llama: {}: weights {} {:.1f} MiB, scratch {:.1f} MiB for steps of up to {} tokens, "
+      "KV budget {:.1f} MiB (gpu memory fraction {} of {:.1f} GiB), cuda graphs {}, "
       "one-token GEMV {} (warps per row {}), PDL {}, decode min partition {}, decode pipeline {}, decode "
       "attention {}, prefill attention {}",
       device_name_, fp8_weights() ? "fp8" : "bf16", weight_bytes_ / double(kMiB),

@@ -400,8 +400,8 @@ TEST(CudaLlamaTest, QuantizedKvMatchesCpuQuantizedKv) {
   ASSERT_TRUE(bf16_gpu.ok()) << bf16_gpu.status().ToString();
   auto bf16_out = RunScript(**bf16_gpu, script);
   ASSERT_TRUE(bf16_out.ok()) << bf16_out.status().ToString();
-  for (int variant = 0; variant < 4;
-       ++variant) {  // int8, fp8; each with --decode-attention tiled-smem / tiled
+  // int8, fp8; each with --decode-attention tiled-smem / tiled
+  for (int variant = 0; variant < 4; ++variant) {
     const KvCacheDtype dtype = variant % 2 == 0 ? KvCacheDtype::kInt8 : KvCacheDtype::kFp8;
     const bool regs = variant >= 2;
     const std::string name(KvCacheDtypeName(dtype));

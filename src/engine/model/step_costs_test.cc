@@ -26,8 +26,9 @@ std::string EncodeQ5_0(const float* x, int64_t n) {
 }
 
 TEST(StepCostsTest, CudaDecodeReadsGemvBlockTypesAsStoredAndTheRestAsBf16) {
-  for (DType t : {DType::kQ8_0, DType::kQ4_1, DType::kQ4_K, DType::kQ6_K})
+  for (DType t : {DType::kQ8_0, DType::kQ4_1, DType::kQ4_K, DType::kQ6_K}) {
     EXPECT_TRUE(CudaGemvReadsBlocks(t));
+  }
   for (DType t : {DType::kQ4_0, DType::kQ5_0, DType::kQ5_1, DType::kF32, DType::kBF16}) {
     EXPECT_FALSE(CudaGemvReadsBlocks(t));
   }
