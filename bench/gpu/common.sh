@@ -7,6 +7,12 @@
 #   stamp MESSAGE           "=== [seconds since bench_setup] MESSAGE"
 #   synth_model LOG         stoke model synth --shape $SHAPE --seed 1 into $MODEL unless it is there
 #   http_get URL            the body on stdout (python: GPU hosts may lack curl); status 1 on any error
+#   doctor_watch URL WARMUP DURATION TAG [RATES]
+#                           in the background, `stoke doctor --load none` over the middle 80 % of a measured
+#                           window that begins WARMUP s from now and lasts DURATION s (a `stoke bench` started
+#                           right after): verdict and per-step split in TAG.json, its report in TAG.txt; RATES
+#                           (e.g. "--hbm-gbps 4200 --tensor-tflops 700") times each part at those rates. Sets
+#                           DOCTOR_PID (wait on it after the bench)
 #   serve_url LOG PID       waits for the `stoke serve` (PID, stderr in LOG) to listen and be ready; prints its
 #                           http://127.0.0.1:PORT, or the log's tail and status 1 when it never does or exits
 # Knobs (env): OUT, BUNDLE, STOKE_BIN, LLM_SHAPE (llama-3.1-8b), LLM_LAYERS, LLM_MODEL_DIR.
@@ -44,6 +50,17 @@ synth_model() {
 http_get() {
   python3 -c "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())" \
     "$1" 2>/dev/null
+}
+
+doctor_watch() {
+  local url=$1 warm=$2 dur=$3 tag=$4 rates=${5:-}
+  local ddur=$(( dur * 8 / 10 > 1 ? dur * 8 / 10 : 1 ))
+  # shellcheck disable=SC2086  # rates is a word list
+  ( sleep "$warm"; sleep 2; timeout $(( ddur + 60 )) "$STOKE" doctor --url "$url" --load none --duration "$ddur" \
+      --trace off $rates --quiet --json "$tag.json" > "$tag.txt" 2>&1 ||
+      echo "stoke doctor $(basename "$tag") failed: exit $?" ) &
+  # shellcheck disable=SC2034  # read by the scripts that source this file
+  DOCTOR_PID=$!
 }
 
 serve_url() {

@@ -114,13 +114,8 @@ except Exception:
         # stoke doctor watches the measured window (--load none, after the warm-up, 80 % of it): the verdict,
         # KV use, preemptions and the per-step split (model / host ms, weight and KV bytes, matmul FLOPs, and
         # with $rates the time each takes at the device's rates).
-        local ddur=$(( DURATION * 8 / 10 > 1 ? DURATION * 8 / 10 : 1 ))
-        local dtag="$OUT/doctor_${SHAPE}${LLM_TAG:-}_c$c"
-        # shellcheck disable=SC2086  # rates is a word list
-        ( sleep "$WARMUP"; sleep 2; timeout $(( ddur + 60 )) "$STOKE" doctor --url "$url" --load none \
-            --duration "$ddur" --trace off $rates --quiet --json "$dtag.json" > "$dtag.txt" 2>&1 ||
-            echo "stoke doctor c=$c failed: exit $?" ) &
-        local dpid=$!
+        doctor_watch "$url" "$WARMUP" "$DURATION" "$OUT/doctor_${SHAPE}${LLM_TAG:-}_c$c" "$rates"
+        local dpid=$DOCTOR_PID
         timeout 300 "$STOKE" bench --url "$url" --api openai-completions --concurrency "$c" --temperature 0 \
           --input-len "$IN" --output-len "$OUTLEN" --warmup "$WARMUP" --ramp-up "${LLM_RAMP_S:-0}" \
           --duration "$DURATION" --window 5 \

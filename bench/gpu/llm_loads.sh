@@ -43,15 +43,11 @@ run_load() {  # run_load NAME CONCURRENCY IN OUT [SHARED_PREFIX]
   stamp "load $name: concurrency $conc, $in in ($shared shared) / $out out"
   http_get "$URL/metrics" > "$OUT/llm_loads/$name.metrics_before" || true
   local warm=${LOADS_WARMUP_S:-10} dur=${LOADS_DURATION_S:-30}
-  local ddur=$(( dur * 8 / 10 > 1 ? dur * 8 / 10 : 1 ))
-  # shellcheck disable=SC2086  # LOADS_DOCTOR_RATES is a word list
-  ( sleep "$warm"; sleep 1; timeout $(( ddur + 60 )) "$STOKE" doctor --url "$URL" --load none --duration "$ddur" \
-      --trace off ${LOADS_DOCTOR_RATES:-} --quiet --json "$OUT/llm_loads/$name.doctor.json" \
-      > "$OUT/llm_loads/$name.doctor.txt" 2>&1 || echo "stoke doctor $name failed: exit $?" ) &
-  local dpid=$!
+  doctor_watch "$URL" "$warm" "$dur" "$OUT/llm_loads/$name.doctor" "${LOADS_DOCTOR_RATES:-}"
+  local dpid=$DOCTOR_PID
   timeout 400 "$STOKE" bench --url "$URL" --api openai-completions --concurrency "$conc" --temperature 0 \
-    --input-len "$in" --output-len "$out" --shared-prefix "$shared" --warmup "${LOADS_WARMUP_S:-10}" \
-    --duration "${LOADS_DURATION_S:-30}" --window 5 --stability 0 --drain-timeout 5 --timeout 600 \
+    --input-len "$in" --output-len "$out" --shared-prefix "$shared" --warmup "$warm" \
+    --duration "$dur" --window 5 --stability 0 --drain-timeout 5 --timeout 600 \
     --label "$SHAPE synth, $name" --output-dir "$OUT/llm_loads/$name" >/dev/null ||
     echo "stoke bench $name failed: exit $?"
   http_get "$URL/metrics" > "$OUT/llm_loads/$name.metrics_after" || true
