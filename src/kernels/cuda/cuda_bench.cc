@@ -214,8 +214,9 @@ void GemvBench(cudaStream_t s) {
 
 // Llama-3.1-8B attention (32 heads, 8 kv heads, head_dim 128), bf16 cache, block size 16; each case with the
 // warp kernel and the tensor-core one (AttentionLaunchOptions::decode_tiled), the merge kernel included; an
-// fp8 cache with both tiled forms: "tiled-smem" (codes widened in shared memory) and "tiled-regs" (the
-// default's fragment form, decode_tiled_fragments).
+// fp8 cache with both tiled forms, named as --decode-attention names them: "tiled-smem" (codes widened in
+// shared memory) and "tiled" (the default: codes straight into fragments, decode_tiled_fragments). Results
+// before 2026-12-05 called the fragment form "tiled-regs".
 void DecodeAttentionBench(cudaStream_t s) {
   const int heads = 32, kvh = 8, hd = 128, bs = 16;
   struct Case {
@@ -241,11 +242,11 @@ void DecodeAttentionBench(cudaStream_t s) {
     cudaMemcpy(bt, table.data(), table.size() * 4, cudaMemcpyHostToDevice);
     cudaMemcpy(lens, ctx.data(), c.seqs * 4, cudaMemcpyHostToDevice);
     // Both kernels over one cache (bf16, or 8-bit codes with a scale per row: bytes_per_row counts both).
-    // 8-bit caches also with the tiled kernel's tiled-regs form
+    // 8-bit caches also with the tiled kernel's fragment form
     // (AttentionLaunchOptions::decode_tiled_fragments).
     auto run = [&](const char* cache, const auto& cache_kv, double bytes_per_row) {
       constexpr bool kQuant = std::is_same_v<std::decay_t<decltype(cache_kv)>, DevicePagedKvQuant>;
-      for (const int variant : {0, 1, 2}) {  // warp, tiled, tiled-regs
+      for (const int variant : {0, 1, 2}) {  // warp, tiled (8-bit caches: tiled-smem), 8-bit caches: tiled
         if (variant == 2 && !kQuant) continue;
         AttentionLaunchOptions launch;
         const bool tiled = variant > 0;
@@ -266,10 +267,9 @@ void DecodeAttentionBench(cudaStream_t s) {
             "{\"bench\":\"decode_attn\",\"cache\":\"%s\",\"kernel\":\"%s\",\"seqs\":%d,\"ctx\":%d,"
             "\"heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,\"ms\":%.4f,\"kv_gbps\":%.1f}\n",
             cache,
-            variant == 0   ? "warp"
-            : variant == 2 ? "tiled-regs"
-            : kQuant       ? "tiled-smem"
-                           : "tiled",
+            variant == 0             ? "warp"
+            : kQuant && variant == 1 ? "tiled-smem"
+                                     : "tiled",
             c.seqs, c.ctx, heads, kvh, hd, ms, kv_bytes / (ms * 1e-3) / 1e9);
         cudaFree(ws);
       }
