@@ -47,6 +47,15 @@ std::vector<uint8_t> RandomBlocks(DType t, int nb, uint32_t seed) {
   return w;
 }
 
+// The GEMV's integer-free code conversion: every code a nibble, a Q6_K value or a shifted high nibble can
+// take comes out exact, with and without Q6_K's offset of 32.
+TEST(KQuantCodeToFloat, IsExactForEveryCode) {
+  for (uint32_t c = 0; c < 4096; ++c) {
+    ASSERT_EQ(kquant::CodeToFloat(c), static_cast<float>(c)) << c;
+    ASSERT_EQ(kquant::CodeToFloat(c, kquant::kMagic + 32.f), static_cast<float>(c) - 32.f) << c;
+  }
+}
+
 class KQuantBlocks : public testing::TestWithParam<DType> {};
 
 TEST_P(KQuantBlocks, EveryValueIsBitExactWithDequantizeRow) {

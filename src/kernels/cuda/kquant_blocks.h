@@ -69,15 +69,41 @@ STOKE_KQ_FN float LoadHalfBits(const uint8_t* p) {
   return HalfBitsToFloat(static_cast<uint16_t>(p[0] | (p[1] << 8)));
 }
 
-// Q4_K sub-block j's (0..7) 6-bit scale and min from the 12 packed bytes (ggml's get_scale_min_k4).
-STOKE_KQ_FN void Q4KScaleMin(int j, const uint8_t* q, int* sc, int* mn) {
+STOKE_KQ_FN float BitsToFloat(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+#endif
+}
+
+// A small code c (0 <= c < 2^23) as an exact fp32 without an integer-to-float conversion (quarter rate or
+// less on Hopper, and the GEMV's bottleneck when it converted every value): c ORed into the mantissa of 2^23
+// is 2^23 + c, and subtracting `bias` = 2^23 (+ an offset) leaves c (- the offset) exactly. gemv.cu's Q8
+// weights use the same trick.
+inline constexpr uint32_t kMagicBits = 0x4B000000u;  // 2^23
+inline constexpr float kMagic = 8388608.f;
+STOKE_KQ_FN float CodeToFloat(uint32_t c, float bias = kMagic) {
+  return BitsToFloat(kMagicBits | c) - bias;
+}
+
+// Q4_K sub-block j's (0..7) 6-bit scale and min from the 12 packed bytes (ggml's get_scale_min_k4); byte(k)
+// returns packed byte k.
+template <typename Byte>
+STOKE_KQ_FN void Q4KScaleMin(int j, Byte byte, int* sc, int* mn) {
   if (j < 4) {
-    *sc = q[j] & 63;
-    *mn = q[j + 4] & 63;
+    *sc = byte(j) & 63;
+    *mn = byte(j + 4) & 63;
   } else {
-    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    *mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    *sc = (byte(j + 4) & 0xF) | ((byte(j - 4) >> 6) << 4);
+    *mn = (byte(j + 4) >> 4) | ((byte(j) >> 6) << 4);
   }
+}
+STOKE_KQ_FN void Q4KScaleMin(int j, const uint8_t* q, int* sc, int* mn) {
+  Q4KScaleMin(
+      j, [q](int k) -> int { return q[k]; }, sc, mn);
 }
 
 // Value i (0..255) of a Q4_K super-block, bit-exact with cpu::DequantizeRow: (d·sc)·q − dmin·mn.
@@ -110,36 +136,72 @@ STOKE_KQ_FN int Q6KPartX(int p, int g) {
   return 128 * (p / 4) + 8 * (p % 4) + 32 * g;
 }
 
-// Σ value·x over part p's 32 values of a Q4_K super-block: d·sc_a·Σq·xa − dmin·mn_a·Σxa, and the same for b.
-// blk must be 16-byte aligned (the 16 nibble bytes are one load).
-STOKE_KQ_FN float Q4KPartDot(const uint8_t* blk, int p, const float (&xa)[16], const float (&xb)[16]) {
-  const int j = p / 2;
-  uint32_t q[4];
+// Part p's operands of a Q4_K super-block as little-endian words: head = its first 16 bytes (d, dmin,
+// scales[12]) and qs = the part's 16 nibble bytes; one 16-byte load each on the device (blk 16-byte aligned).
+STOKE_KQ_FN void Q4KLoadPart(const uint8_t* blk, int p, uint32_t (&head)[4], uint32_t (&qs)[4]) {
+  const uint8_t* q = blk + kQ4KQs + 32 * (p / 2) + 16 * (p % 2);
 #if defined(__CUDA_ARCH__)
-  const uint4 v = *reinterpret_cast<const uint4*>(blk + kQ4KQs + 32 * j + 16 * (p % 2));
-  q[0] = v.x, q[1] = v.y, q[2] = v.z, q[3] = v.w;
+  const uint4 h = *reinterpret_cast<const uint4*>(blk), v = *reinterpret_cast<const uint4*>(q);
+  head[0] = h.x, head[1] = h.y, head[2] = h.z, head[3] = h.w;
+  qs[0] = v.x, qs[1] = v.y, qs[2] = v.z, qs[3] = v.w;
 #else
-  std::memcpy(q, blk + kQ4KQs + 32 * j + 16 * (p % 2), 16);
+  std::memcpy(head, blk, 16);
+  std::memcpy(qs, q, 16);
 #endif
-  float qa = 0.f, qb = 0.f, sa = 0.f, sb = 0.f;
+}
+
+// Σ xa and Σ xb of a part's activations, which multiply the sub-blocks' mins. They do not depend on the
+// weights, so a GEMV computing several rows sums them once.
+STOKE_KQ_FN void Q4KPartXSums(const float (&xa)[16], const float (&xb)[16], float* sa, float* sb) {
+  float s[4] = {0.f, 0.f, 0.f, 0.f};
+  STOKE_KQ_UNROLL
+  for (int k = 0; k < 16; k += 2) {
+    s[0] += xa[k], s[1] += xa[k + 1], s[2] += xb[k], s[3] += xb[k + 1];
+  }
+  *sa = s[0] + s[1];
+  *sb = s[2] + s[3];
+}
+
+// Σ value·x over part p's 32 values of a Q4_K super-block, from Q4KLoadPart's words and Q4KPartXSums' sums:
+// d·sc_a·Σq·xa − dmin·mn_a·Σxa, and the same for b. The nibbles become floats through CodeToFloat (a high
+// nibble as 16·q, unshifted, the 1/16 applied once at the end), into four independent partial sums.
+STOKE_KQ_FN float Q4KPartDot(const uint32_t (&head)[4], const uint32_t (&qs)[4], int p, const float (&xa)[16],
+                             const float (&xb)[16], float sa, float sb) {
+  float qa[2] = {0.f, 0.f}, qb[2] = {0.f, 0.f};
   STOKE_KQ_UNROLL
   for (int w = 0; w < 4; ++w) {
     STOKE_KQ_UNROLL
     for (int e = 0; e < 4; ++e) {
-      const uint32_t byte = (q[w] >> (8 * e)) & 0xFFu;
+      const uint32_t byte = qs[w] >> (8 * e);
       const int k = 4 * w + e;
-      qa += static_cast<float>(byte & 0xFu) * xa[k];
-      qb += static_cast<float>(byte >> 4) * xb[k];
-      sa += xa[k];
-      sb += xb[k];
+      qa[e & 1] += CodeToFloat(byte & 0xFu) * xa[k];
+      qb[e & 1] += CodeToFloat(byte & 0xF0u) * xb[k];
     }
   }
+  // Scale byte k (0..11) is byte 4 + k of the head: word 1 + k / 4. Selected by value, not by a dynamic
+  // register index (which would put the words in local memory on the device).
+  const auto byte = [&head](int k) -> int {
+    const uint32_t word = k < 4 ? head[1] : (k < 8 ? head[2] : head[3]);
+    return static_cast<int>((word >> (8 * (k & 3))) & 0xFFu);
+  };
+  const int j = p / 2;
   int sc_a, mn_a, sc_b, mn_b;
-  Q4KScaleMin(2 * j, blk + kQ4KScales, &sc_a, &mn_a);
-  Q4KScaleMin(2 * j + 1, blk + kQ4KScales, &sc_b, &mn_b);
-  const float d = LoadHalfBits(blk), dmin = LoadHalfBits(blk + 2);
-  return d * (static_cast<float>(sc_a) * qa + static_cast<float>(sc_b) * qb) -
+  Q4KScaleMin(2 * j, byte, &sc_a, &mn_a);
+  Q4KScaleMin(2 * j + 1, byte, &sc_b, &mn_b);
+  const float d = HalfBitsToFloat(static_cast<uint16_t>(head[0] & 0xFFFFu));
+  const float dmin = HalfBitsToFloat(static_cast<uint16_t>(head[0] >> 16));
+  return d * (static_cast<float>(sc_a) * (qa[0] + qa[1]) +
+              static_cast<float>(sc_b) * (qb[0] + qb[1]) * 0.0625f) -
          dmin * (static_cast<float>(mn_a) * sa + static_cast<float>(mn_b) * sb);
+}
+
+// The same from the block itself (loads and sums included): what one row's dot needs.
+STOKE_KQ_FN float Q4KPartDot(const uint8_t* blk, int p, const float (&xa)[16], const float (&xb)[16]) {
+  uint32_t head[4], qs[4];
+  Q4KLoadPart(blk, p, head, qs);
+  float sa, sb;
+  Q4KPartXSums(xa, xb, &sa, &sb);
+  return Q4KPartDot(head, qs, p, xa, xb, sa, sb);
 }
 
 // Σ value·x over part p's 32 values of a Q6_K super-block: d · Σ_g sc_g · Σ_l (q − 32)·x. blk 2-byte aligned.
@@ -164,10 +226,12 @@ STOKE_KQ_FN float Q6KPartDot(const uint8_t* blk, int p, const float (&xg)[4][8])
     for (int e = 0; e < 2; ++e) {
       const int k = 2 * t + e;
       const uint32_t a = (lo >> (8 * e)) & 0xFFu, b = (hi >> (8 * e)) & 0xFFu, c = (h >> (8 * e)) & 0xFFu;
-      acc[0] += static_cast<float>(static_cast<int>((a & 0xF) | ((c & 3) << 4)) - 32) * xg[0][k];
-      acc[1] += static_cast<float>(static_cast<int>((b & 0xF) | (((c >> 2) & 3) << 4)) - 32) * xg[1][k];
-      acc[2] += static_cast<float>(static_cast<int>((a >> 4) | (((c >> 4) & 3) << 4)) - 32) * xg[2][k];
-      acc[3] += static_cast<float>(static_cast<int>((b >> 4) | (((c >> 6) & 3) << 4)) - 32) * xg[3][k];
+      // The 6-bit code q through CodeToFloat, the bias taking the 32 off: q − 32 exactly.
+      constexpr float kBias = kMagic + 32.f;
+      acc[0] += CodeToFloat((a & 0xF) | ((c & 3) << 4), kBias) * xg[0][k];
+      acc[1] += CodeToFloat((b & 0xF) | (((c >> 2) & 3) << 4), kBias) * xg[1][k];
+      acc[2] += CodeToFloat((a >> 4) | (((c >> 4) & 3) << 4), kBias) * xg[2][k];
+      acc[3] += CodeToFloat((b >> 4) | (((c >> 6) & 3) << 4), kBias) * xg[3][k];
     }
   }
   const int8_t* sc = reinterpret_cast<const int8_t*>(blk + kQ6KScales + 8 * n + l0 / 16);

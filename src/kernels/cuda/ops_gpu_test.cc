@@ -216,21 +216,30 @@ TEST(CudaQuant, GemvMatchesDequantisedMatMul) {
     ASSERT_TRUE(cpu::MatMul(x.data(), 1, k, wd.data(), DType::kF32, n, want.data()).ok());
     DeviceBuffer<uint8_t> dq(q);
     DeviceBuffer<float> dx(x), y(n);
-    STATUS_ASSERT(QuantGemv(t, dq.get(), n, k, dx.get(), y.get(), nullptr));
-    EXPECT_CLOSE(y.Download(), want, kTolF32, ("gemv " + name + " f32").c_str());
     const auto xb = RoundBf16(x);
-    ASSERT_TRUE(cpu::MatMul(xb.data(), 1, k, wd.data(), DType::kF32, n, want.data()).ok());
+    std::vector<float> want_b(n);
+    ASSERT_TRUE(cpu::MatMul(xb.data(), 1, k, wd.data(), DType::kF32, n, want_b.data()).ok());
     DeviceBuffer<uint16_t> bx(ToBf16(x)), by(n);
-    STATUS_ASSERT(QuantGemv(t, dq.get(), n, k, bx.bf16(), by.bf16(), nullptr));
-    EXPECT_CLOSE(FromBf16(by.Download()), want, kTolBf16, ("gemv " + name + " bf16").c_str());
-    // bf16 in, fp32 out (the lm_head's logits): the bf16-input reference at fp32 tolerance.
-    STATUS_ASSERT(QuantGemv(t, dq.get(), n, k, bx.bf16(), y.get(), nullptr));
-    EXPECT_CLOSE(y.Download(), want, kTolF32, ("gemv " + name + " bf16 -> f32").c_str());
+    // The K formats' rows per warp: each choice, with 1000 rows a partial last warp for 2 and 4.
+    const std::vector<int> rows_choices =
+        (t == DType::kQ4_K || t == DType::kQ6_K) ? std::vector<int>{0, 1, 2, 4} : std::vector<int>{0};
+    for (const int rows : rows_choices) {
+      const std::string what = "gemv " + name + " rows_per_warp " + std::to_string(rows);
+      STATUS_ASSERT(QuantGemv(t, dq.get(), n, k, dx.get(), y.get(), nullptr, rows));
+      EXPECT_CLOSE(y.Download(), want, kTolF32, (what + " f32").c_str());
+      STATUS_ASSERT(QuantGemv(t, dq.get(), n, k, bx.bf16(), by.bf16(), nullptr, rows));
+      EXPECT_CLOSE(FromBf16(by.Download()), want_b, kTolBf16, (what + " bf16").c_str());
+      // bf16 in, fp32 out (the lm_head's logits): the bf16-input reference at fp32 tolerance.
+      STATUS_ASSERT(QuantGemv(t, dq.get(), n, k, bx.bf16(), y.get(), nullptr, rows));
+      EXPECT_CLOSE(y.Download(), want_b, kTolF32, (what + " bf16 -> f32").c_str());
+    }
   }
   DeviceBuffer<uint8_t> dummy(std::vector<uint8_t>(144));
   DeviceBuffer<float> dx(x), y(n);
   EXPECT_FALSE(QuantGemv(DType::kQ4_K, dummy.get(), 1, 128, dx.get(), y.get(), nullptr).ok())
       << "k % 256 != 0 must be refused for the K formats";
+  EXPECT_FALSE(QuantGemv(DType::kQ4_K, dummy.get(), 1, 256, dx.get(), y.get(), nullptr, 3).ok())
+      << "rows_per_warp 3 must be refused";
 }
 
 // GGUF Q8_0 repacked for the 8-bit GEMV: the values and scales are bit copies of the file's blocks (padding

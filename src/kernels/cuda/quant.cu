@@ -1,3 +1,4 @@
+#include <string>
 #include <cuda_fp16.h>
 
 #include "kernels/cuda/common.cuh"
@@ -75,36 +76,51 @@ __device__ __forceinline__ void LoadXRun(const __nv_bfloat16* x, float* v) {
   }
 }
 
-// The m = 1 GEMV over K-quant rows: one warp per row, eight lanes per super-block (lane & 7 is the part of
-// kquant_blocks.h), so a warp reads 4 consecutive super-blocks (576 / 840 bytes) per iteration.
-template <bool kQ4K, typename T, typename Ty>
+// The m = 1 GEMV over K-quant rows: kRows rows per warp, eight lanes per super-block (lane & 7 is the part of
+// kquant_blocks.h), so a warp reads 4 consecutive super-blocks of each of its rows (576 / 840 bytes a row) per
+// iteration. A lane's activations, converted to fp32 (and, for Q4_K, summed for the mins) once, serve all kRows
+// rows, whose loads are issued before any of their arithmetic. Rows past n repeat row n - 1 and are not stored.
+template <bool kQ4K, int kRows, typename T, typename Ty>
 __global__ void __launch_bounds__(kGemvWarps * 32)
     GemvKKernel(const uint8_t* __restrict__ w, int64_t n, int64_t nb, const T* __restrict__ x,
                 Ty* __restrict__ y) {
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5);
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5)) * kRows;
   const int lane = threadIdx.x & 31, part = lane & 7;
-  if (row >= n) return;
+  if (row0 >= n) return;
   constexpr int kBytes = kQ4K ? kquant::kQ4KBytes : kquant::kQ6KBytes;
-  const uint8_t* wr = w + row * nb * kBytes;
-  float sum = 0.f;
+  const uint8_t* wr[kRows];
+  float sum[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    wr[r] = w + min(row0 + r, n - 1) * nb * kBytes;
+    sum[r] = 0.f;
+  }
   for (int64_t b = lane >> 3; b < nb; b += 4) {
     const T* xb = x + b * kquant::kValues;
-    const uint8_t* blk = wr + b * kBytes;
     if constexpr (kQ4K) {
-      float xa[16], xc[16];
+      uint32_t head[kRows][4], qs[kRows][4];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) kquant::Q4KLoadPart(wr[r] + b * kBytes, part, head[r], qs[r]);
+      float xa[16], xc[16], sa, sc;
       const int a = kquant::Q4KPartA(part);
       LoadXRun<16>(xb + a, xa);
       LoadXRun<16>(xb + a + 32, xc);
-      sum += kquant::Q4KPartDot(blk, part, xa, xc);
+      kquant::Q4KPartXSums(xa, xc, &sa, &sc);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) sum[r] += kquant::Q4KPartDot(head[r], qs[r], part, xa, xc, sa, sc);
     } else {
       float xg[4][8];
 #pragma unroll
       for (int g = 0; g < 4; ++g) LoadXRun<8>(xb + kquant::Q6KPartX(part, g), xg[g]);
-      sum += kquant::Q6KPartDot(blk, part, xg);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) sum[r] += kquant::Q6KPartDot(wr[r] + b * kBytes, part, xg);
     }
   }
-  sum = WarpSum(sum);
-  if (lane == 0) y[row] = FromFloat<Ty>(sum);
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const float s = WarpSum(sum[r]);
+    if (lane == 0 && row0 + r < n) y[row0 + r] = FromFloat<Ty>(s);
+  }
 }
 
 // grid = ceil(n / kGemvWarps), block = kGemvWarps warps; warp w computes row blockIdx.x * kGemvWarps + w, its
@@ -187,16 +203,40 @@ Status CheckType(const char* what, DType t, int64_t k) {
   return OkStatus();
 }
 
+template <bool kQ4K, int kRows, typename T, typename Ty>
+void LaunchGemvK(const uint8_t* w, int64_t n, int64_t k, const T* x, Ty* y, cudaStream_t stream) {
+  GemvKKernel<kQ4K, kRows, T, Ty>
+      <<<CeilDiv(n, kGemvWarps * kRows), kGemvWarps * 32, 0, stream>>>(w, n, k / kquant::kValues, x, y);
+}
+
+template <bool kQ4K, typename T, typename Ty>
+void LaunchGemvK(int rows_per_warp, const uint8_t* w, int64_t n, int64_t k, const T* x, Ty* y,
+                 cudaStream_t stream) {
+  switch (rows_per_warp) {
+    case 1:
+      return LaunchGemvK<kQ4K, 1>(w, n, k, x, y, stream);
+    case 4:
+      return LaunchGemvK<kQ4K, 4>(w, n, k, x, y, stream);
+    default:
+      return LaunchGemvK<kQ4K, 2>(w, n, k, x, y, stream);
+  }
+}
+
 template <typename T, typename Ty>
-Status LaunchGemv(DType t, const void* w, int64_t n, int64_t k, const T* x, Ty* y, cudaStream_t stream) {
+Status LaunchGemv(DType t, const void* w, int64_t n, int64_t k, const T* x, Ty* y, cudaStream_t stream,
+                  int rows_per_warp) {
   RETURN_IF_ERROR(CheckType("QuantGemv", t, k));
+  if (rows_per_warp != 0 && rows_per_warp != 1 && rows_per_warp != 2 && rows_per_warp != 4) {
+    return Status(StatusCode::kInvalidArgument,
+                  "QuantGemv: rows_per_warp " + std::to_string(rows_per_warp) + ", expected 0 (auto), 1, 2 or 4");
+  }
   if (n <= 0 || k <= 0) return OkStatus();
   const unsigned grid = CeilDiv(n, kGemvWarps);
   const auto* wb = static_cast<const uint8_t*>(w);
   if (t == DType::kQ4_K) {
-    GemvKKernel<true, T, Ty><<<grid, kGemvWarps * 32, 0, stream>>>(wb, n, k / kquant::kValues, x, y);
+    LaunchGemvK<true>(rows_per_warp, wb, n, k, x, y, stream);
   } else if (t == DType::kQ6_K) {
-    GemvKKernel<false, T, Ty><<<grid, kGemvWarps * 32, 0, stream>>>(wb, n, k / kquant::kValues, x, y);
+    LaunchGemvK<false>(rows_per_warp, wb, n, k, x, y, stream);
   } else if (t == DType::kQ4_1) {
     GemvKernel<true, T, Ty><<<grid, kGemvWarps * 32, 0, stream>>>(wb, n, k / kQK, x, y);
   } else {
@@ -246,16 +286,16 @@ Status RepackQ8_0(const void* src, int64_t rows, int64_t cols, int64_t alloc_row
 }
 
 Status QuantGemv(DType t, const void* w, int64_t n, int64_t k, const float* x, float* y,
-                 cudaStream_t stream) {
-  return LaunchGemv(t, w, n, k, x, y, stream);
+                 cudaStream_t stream, int rows_per_warp) {
+  return LaunchGemv(t, w, n, k, x, y, stream, rows_per_warp);
 }
 Status QuantGemv(DType t, const void* w, int64_t n, int64_t k, const __nv_bfloat16* x, __nv_bfloat16* y,
-                 cudaStream_t stream) {
-  return LaunchGemv(t, w, n, k, x, y, stream);
+                 cudaStream_t stream, int rows_per_warp) {
+  return LaunchGemv(t, w, n, k, x, y, stream, rows_per_warp);
 }
 Status QuantGemv(DType t, const void* w, int64_t n, int64_t k, const __nv_bfloat16* x, float* y,
-                 cudaStream_t stream) {
-  return LaunchGemv(t, w, n, k, x, y, stream);
+                 cudaStream_t stream, int rows_per_warp) {
+  return LaunchGemv(t, w, n, k, x, y, stream, rows_per_warp);
 }
 
 }  // namespace stoke::cuda
