@@ -65,8 +65,14 @@ STOKE_KQ_FN float HalfBitsToFloat(uint16_t h) {
 #endif
 }
 
+// The fp16 at p (2-byte aligned: one 16-bit load on the device). quant.cu's Q4_1 / Q8_0 kernels read their
+// block scales with it too.
 STOKE_KQ_FN float LoadHalfBits(const uint8_t* p) {
+#if defined(__CUDA_ARCH__)
+  return HalfBitsToFloat(*reinterpret_cast<const uint16_t*>(p));
+#else
   return HalfBitsToFloat(static_cast<uint16_t>(p[0] | (p[1] << 8)));
+#endif
 }
 
 STOKE_KQ_FN float BitsToFloat(uint32_t u) {

@@ -1,5 +1,6 @@
-#include <string>
 #include <cuda_fp16.h>
+
+#include <string>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
@@ -14,10 +15,6 @@ constexpr int kQ4_1Bytes = 20;  // d, m (fp16), 16 bytes of nibbles
 constexpr int kQ8_0Bytes = 34;  // d (fp16), 32 int8
 constexpr int kGemvWarps = 8;
 
-__device__ __forceinline__ float LoadHalf(const uint8_t* p) {
-  return __half2float(__ushort_as_half(*reinterpret_cast<const unsigned short*>(p)));
-}
-
 // One warp per 32-value block: lane j produces value j.
 template <bool kQ4>
 __global__ void DequantKernel(const uint8_t* __restrict__ src, int64_t nb, __nv_bfloat16* __restrict__ dst) {
@@ -27,13 +24,13 @@ __global__ void DequantKernel(const uint8_t* __restrict__ src, int64_t nb, __nv_
   float v;
   if constexpr (kQ4) {
     const uint8_t* x = src + b * kQ4_1Bytes;
-    const float d = LoadHalf(x), m = LoadHalf(x + 2);
+    const float d = kquant::LoadHalfBits(x), m = kquant::LoadHalfBits(x + 2);
     const uint8_t q = x[4 + (j & 15)];
     const int qi = j < 16 ? (q & 0x0F) : (q >> 4);
     v = __fadd_rn(__fmul_rn(static_cast<float>(qi), d), m);
   } else {
     const uint8_t* x = src + b * kQ8_0Bytes;
-    const float d = LoadHalf(x);
+    const float d = kquant::LoadHalfBits(x);
     v = __fmul_rn(static_cast<float>(static_cast<int8_t>(x[2 + j])), d);
   }
   dst[b * kQK + j] = __float2bfloat16_rn(v);
@@ -77,9 +74,10 @@ __device__ __forceinline__ void LoadXRun(const __nv_bfloat16* x, float* v) {
 }
 
 // The m = 1 GEMV over K-quant rows: kRows rows per warp, eight lanes per super-block (lane & 7 is the part of
-// kquant_blocks.h), so a warp reads 4 consecutive super-blocks of each of its rows (576 / 840 bytes a row) per
-// iteration. A lane's activations, converted to fp32 (and, for Q4_K, summed for the mins) once, serve all kRows
-// rows, whose loads are issued before any of their arithmetic. Rows past n repeat row n - 1 and are not stored.
+// kquant_blocks.h), so a warp reads 4 consecutive super-blocks of each of its rows (576 / 840 bytes a row)
+// per iteration. A lane's activations, converted to fp32 (and, for Q4_K, summed for the mins) once, serve all
+// kRows rows, whose loads are issued before any of their arithmetic. Rows past n repeat row n - 1 and are not
+// stored.
 template <bool kQ4K, int kRows, typename T, typename Ty>
 __global__ void __launch_bounds__(kGemvWarps * 32)
     GemvKKernel(const uint8_t* __restrict__ w, int64_t n, int64_t nb, const T* __restrict__ x,
@@ -139,10 +137,10 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     float xv[kQK];
     LoadXRun<kQK>(x + b * kQK, xv);
     const uint8_t* blk = wr + b * kBytes;
-    const float d = LoadHalf(blk);
+    const float d = kquant::LoadHalfBits(blk);
     float dot = 0.f;
     if constexpr (kQ4) {
-      const float m = LoadHalf(blk + 2);
+      const float m = kquant::LoadHalfBits(blk + 2);
       float xs = 0.f;
       const uint32_t* q4 = reinterpret_cast<const uint32_t*>(blk + 4);
 #pragma unroll
@@ -197,8 +195,9 @@ Status CheckType(const char* what, DType t, int64_t k) {
                   std::string(what) + ": only Q4_1, Q8_0, Q4_K and Q6_K are supported");
   }
   if (k % (IsK(t) ? kquant::kValues : kQK) != 0) {
-    return Status(StatusCode::kInvalidArgument,
-                  std::string(what) + (IsK(t) ? ": length not a multiple of 256" : ": length not a multiple of 32"));
+    return Status(
+        StatusCode::kInvalidArgument,
+        std::string(what) + (IsK(t) ? ": length not a multiple of 256" : ": length not a multiple of 32"));
   }
   return OkStatus();
 }
@@ -227,8 +226,8 @@ Status LaunchGemv(DType t, const void* w, int64_t n, int64_t k, const T* x, Ty* 
                   int rows_per_warp) {
   RETURN_IF_ERROR(CheckType("QuantGemv", t, k));
   if (rows_per_warp != 0 && rows_per_warp != 1 && rows_per_warp != 2 && rows_per_warp != 4) {
-    return Status(StatusCode::kInvalidArgument,
-                  "QuantGemv: rows_per_warp " + std::to_string(rows_per_warp) + ", expected 0 (auto), 1, 2 or 4");
+    return Status(StatusCode::kInvalidArgument, "QuantGemv: rows_per_warp " + std::to_string(rows_per_warp) +
+                                                    ", expected 0 (auto), 1, 2 or 4");
   }
   if (n <= 0 || k <= 0) return OkStatus();
   const unsigned grid = CeilDiv(n, kGemvWarps);
@@ -271,7 +270,8 @@ Status DequantizeToBf16(DType t, const void* src, int64_t n, __nv_bfloat16* dst,
 Status RepackQ8_0(const void* src, int64_t rows, int64_t cols, int64_t alloc_rows, int8_t* q, __half* d,
                   cudaStream_t stream) {
   if (cols % kQK != 0 || alloc_rows < rows) {
-    return Status(StatusCode::kInvalidArgument, "RepackQ8_0: cols not a multiple of 32, or alloc_rows < rows");
+    return Status(StatusCode::kInvalidArgument,
+                  "RepackQ8_0: cols not a multiple of 32, or alloc_rows < rows");
   }
   const int64_t nb = rows * (cols / kQK);
   if (alloc_rows > rows) {
@@ -285,8 +285,8 @@ Status RepackQ8_0(const void* src, int64_t rows, int64_t cols, int64_t alloc_row
   return OkStatus();
 }
 
-Status QuantGemv(DType t, const void* w, int64_t n, int64_t k, const float* x, float* y,
-                 cudaStream_t stream, int rows_per_warp) {
+Status QuantGemv(DType t, const void* w, int64_t n, int64_t k, const float* x, float* y, cudaStream_t stream,
+                 int rows_per_warp) {
   return LaunchGemv(t, w, n, k, x, y, stream, rows_per_warp);
 }
 Status QuantGemv(DType t, const void* w, int64_t n, int64_t k, const __nv_bfloat16* x, __nv_bfloat16* y,
