@@ -15,6 +15,7 @@
 // x for a part: Q4_K xa[16], xb[16] (the a and b values); Q6_K xg[4][8] (g, then l - 8m).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -244,6 +245,140 @@ STOKE_KQ_FN float Q6KPartDot(const uint8_t* blk, int p, const float (&xg)[4][8])
   float s = 0.f;
   STOKE_KQ_UNROLL
   for (int g = 0; g < 4; ++g) s += static_cast<float>(sc[2 * g]) * acc[g];
+  return LoadHalfBits(blk + kQ6KD) * s;
+}
+
+// ---- int8 activations: the CPU engine's numerics (kernels/cpu/qdot.h) and llama.cpp's ----
+// Each 32-value block of x is quantised as cpu::QuantizeActsRow does: d = amax / 127, q = rne(x · 127 / amax)
+// (0 where amax is 0), and a weight block's dot with it is an exact integer sum, scaled once. A lane holds
+// part of a 32-block (Q4_K 16 values, Q6_K 8), so the caller reduces amax over the lanes sharing the block
+// first.
+
+// Four signed bytes of a times four of b, plus c (the device's dp4a).
+STOKE_KQ_FN int Dp4a(uint32_t a, uint32_t b, int c) {
+#if defined(__CUDA_ARCH__)
+  return __dp4a(static_cast<int>(a), static_cast<int>(b), c);
+#else
+  for (int e = 0; e < 4; ++e) {
+    c += static_cast<int>(static_cast<int8_t>(a >> (8 * e))) *
+         static_cast<int>(static_cast<int8_t>(b >> (8 * e)));
+  }
+  return c;
+#endif
+}
+
+STOKE_KQ_FN float AbsMax(const float* x, int n) {
+  float m = 0.f;
+  for (int i = 0; i < n; ++i) m = fmaxf(m, fabsf(x[i]));
+  return m;
+}
+
+STOKE_KQ_FN float ActScale(float amax) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(amax, 127.f);
+#else
+  return amax / 127.0f;
+#endif
+}
+
+// x[0, kN) of a 32-block whose |max| is amax, quantised into kN / 4 words of int8 (little-endian); returns Σ
+// q.
+template <int kN>
+STOKE_KQ_FN int QuantizeActs(const float* x, float amax, uint32_t (&q)[kN / 4]) {
+#if defined(__CUDA_ARCH__)
+  const float id = amax != 0.f ? __fdiv_rn(127.f, amax) : 0.f;
+#else
+  const float id = amax != 0.f ? 127.0f / amax : 0.f;
+#endif
+  int sum = 0;
+  STOKE_KQ_UNROLL
+  for (int w = 0; w < kN / 4; ++w) {
+    uint32_t word = 0;
+    STOKE_KQ_UNROLL
+    for (int e = 0; e < 4; ++e) {
+#if defined(__CUDA_ARCH__)
+      const int v = __float2int_rn(__fmul_rn(x[4 * w + e], id));
+#else
+      const int v = static_cast<int>(std::nearbyint(x[4 * w + e] * id));
+#endif
+      sum += v;
+      word |= (static_cast<uint32_t>(v) & 0xFFu) << (8 * e);
+    }
+    q[w] = word;
+  }
+  return sum;
+}
+
+// Q4_K part p against int8 activations: qa / qc the codes of xa / xb (Q4KPartA), da / dc their blocks'
+// scales, sa / sc their codes' sums over this lane's 16 values. Σ over the part of d·sc·q·x − dmin·mn·x with
+// x = d_x·q_x: d_x · (d·sc · Σ q·q_x − dmin·mn · Σ q_x) per sub-block, the integer sums exact.
+STOKE_KQ_FN float Q4KPartDotQ8(const uint32_t (&head)[4], const uint32_t (&qs)[4], int p,
+                               const uint32_t (&qa)[4], const uint32_t (&qc)[4], float da, float dc, int sa,
+                               int sc) {
+  int ia = 0, ic = 0;
+  STOKE_KQ_UNROLL
+  for (int w = 0; w < 4; ++w) {
+    ia = Dp4a(qs[w] & 0x0F0F0F0Fu, qa[w], ia);
+    ic = Dp4a((qs[w] >> 4) & 0x0F0F0F0Fu, qc[w], ic);
+  }
+  const auto byte = [&head](int k) -> int {
+    const uint32_t word = k < 4 ? head[1] : (k < 8 ? head[2] : head[3]);
+    return static_cast<int>((word >> (8 * (k & 3))) & 0xFFu);
+  };
+  const int j = p / 2;
+  int sc_a, mn_a, sc_b, mn_b;
+  Q4KScaleMin(2 * j, byte, &sc_a, &mn_a);
+  Q4KScaleMin(2 * j + 1, byte, &sc_b, &mn_b);
+  const float d = HalfBitsToFloat(static_cast<uint16_t>(head[0] & 0xFFFFu));
+  const float dmin = HalfBitsToFloat(static_cast<uint16_t>(head[0] >> 16));
+  // The weight blocks' scales and offsets exactly as the CPU forms them (11-bit x 6-bit products).
+  const float wa = MulRn(d, static_cast<float>(sc_a)), wb = MulRn(d, static_cast<float>(sc_b));
+  const float oa = MulRn(dmin, static_cast<float>(mn_a)), ob = MulRn(dmin, static_cast<float>(mn_b));
+  return da * (wa * static_cast<float>(ia) - oa * static_cast<float>(sa)) +
+         dc * (wb * static_cast<float>(ic) - ob * static_cast<float>(sc));
+}
+
+// Q6_K part p against int8 activations: qx[g] the codes of xg[g] (Q6KPartX), dx[g] their blocks' scales and
+// sx[g] the codes' sums over this lane's 8 values. d · Σ_g d_x,g · sc_g · (Σ q·q_x − 32·Σ q_x), q the
+// unsigned 6-bit code (so q − 32 needs no byte arithmetic).
+STOKE_KQ_FN float Q6KPartDotQ8(const uint8_t* blk, int p, const uint32_t (&qx)[4][2], const float (&dx)[4],
+                               const int (&sx)[4]) {
+  const int n = p / 4, l0 = 8 * (p % 4);
+  const uint8_t* ql = blk + 64 * n + l0;
+  const uint8_t* qh = blk + kQ6KQh + 32 * n + l0;
+  uint32_t lo[2], hi[2], h[2];  // bytes l0 .. l0 + 8 of ql, ql + 32 and qh (2-byte aligned: 16-bit loads)
+  STOKE_KQ_UNROLL
+  for (int w = 0; w < 2; ++w) {
+    uint16_t u[6];
+#if defined(__CUDA_ARCH__)
+    u[0] = *reinterpret_cast<const uint16_t*>(ql + 4 * w);
+    u[1] = *reinterpret_cast<const uint16_t*>(ql + 4 * w + 2);
+    u[2] = *reinterpret_cast<const uint16_t*>(ql + 32 + 4 * w);
+    u[3] = *reinterpret_cast<const uint16_t*>(ql + 32 + 4 * w + 2);
+    u[4] = *reinterpret_cast<const uint16_t*>(qh + 4 * w);
+    u[5] = *reinterpret_cast<const uint16_t*>(qh + 4 * w + 2);
+#else
+    std::memcpy(&u[0], ql + 4 * w, 4);
+    std::memcpy(&u[2], ql + 32 + 4 * w, 4);
+    std::memcpy(&u[4], qh + 4 * w, 4);
+#endif
+    lo[w] = u[0] | (static_cast<uint32_t>(u[1]) << 16);
+    hi[w] = u[2] | (static_cast<uint32_t>(u[3]) << 16);
+    h[w] = u[4] | (static_cast<uint32_t>(u[5]) << 16);
+  }
+  const int8_t* scales = reinterpret_cast<const int8_t*>(blk + kQ6KScales + 8 * n + l0 / 16);
+  float s = 0.f;
+  STOKE_KQ_UNROLL
+  for (int g = 0; g < 4; ++g) {
+    int acc = 0;
+    STOKE_KQ_UNROLL
+    for (int w = 0; w < 2; ++w) {
+      const uint32_t low = ((g & 1) ? hi[w] : lo[w]) >> ((g & 2) ? 4 : 0);
+      const uint32_t q = (low & 0x0F0F0F0Fu) | (((h[w] >> (2 * g)) & 0x03030303u) << 4);
+      acc = Dp4a(q, qx[g][w], acc);
+    }
+    s += dx[g] * static_cast<float>(static_cast<int>(scales[2 * g]) * (acc - 32 * sx[g]));
+  }
   return LoadHalfBits(blk + kQ6KD) * s;
 }
 

@@ -203,7 +203,8 @@ TEST(CudaQuant, DequantizeToBf16IsBitExact) {
 }
 
 // n = 1000 rows (not a multiple of the 8 warps of a CTA), k = 2304: nine K super-blocks per row, so the last
-// iteration of a warp's four-super-block stride is partial.
+// iteration of a warp's four-super-block stride is partial. The K formats: each rows-per-warp choice, and with
+// int8 activations against the CPU engine's integer dot.
 TEST(CudaQuant, GemvMatchesDequantisedMatMul) {
   SKIP_WITHOUT_GPU();
   const int64_t n = 1000, k = 2304;
@@ -232,6 +233,22 @@ TEST(CudaQuant, GemvMatchesDequantisedMatMul) {
       // bf16 in, fp32 out (the lm_head's logits): the bf16-input reference at fp32 tolerance.
       STATUS_ASSERT(QuantGemv(t, dq.get(), n, k, bx.bf16(), y.get(), nullptr, rows));
       EXPECT_CLOSE(y.Download(), want_b, kTolF32, (what + " bf16 -> f32").c_str());
+    }
+    if (rows_choices.size() == 1) continue;
+    // Int8 activations: the CPU engine's integer dot over the same blocks (cpu::MatMul quantises x the same
+    // way) is the reference, at fp32 tolerance; the dequantised product above is ~1e-3 away.
+    std::vector<float> want_q(n), want_qb(n);
+    ASSERT_TRUE(cpu::MatMul(x.data(), 1, k, q.data(), t, n, want_q.data()).ok());
+    ASSERT_TRUE(cpu::MatMul(xb.data(), 1, k, q.data(), t, n, want_qb.data()).ok());
+    for (const int rows : rows_choices) {
+      const std::string what = "gemv " + name + " int8 activations, rows_per_warp " + std::to_string(rows);
+      const KGemvMath m = KGemvMath::kInt8Activations;
+      STATUS_ASSERT(QuantGemv(t, dq.get(), n, k, dx.get(), y.get(), nullptr, rows, m));
+      EXPECT_CLOSE(y.Download(), want_q, kTolF32, (what + " f32").c_str());
+      STATUS_ASSERT(QuantGemv(t, dq.get(), n, k, bx.bf16(), by.bf16(), nullptr, rows, m));
+      EXPECT_CLOSE(FromBf16(by.Download()), want_qb, kTolBf16, (what + " bf16").c_str());
+      STATUS_ASSERT(QuantGemv(t, dq.get(), n, k, bx.bf16(), y.get(), nullptr, rows, m));
+      EXPECT_CLOSE(y.Download(), want_qb, kTolF32, (what + " bf16 -> f32").c_str());
     }
   }
   DeviceBuffer<uint8_t> dummy(std::vector<uint8_t>(144));

@@ -75,10 +75,11 @@ __device__ __forceinline__ void LoadXRun(const __nv_bfloat16* x, float* v) {
 
 // The m = 1 GEMV over K-quant rows: kRows rows per warp, eight lanes per super-block (lane & 7 is the part of
 // kquant_blocks.h), so a warp reads 4 consecutive super-blocks of each of its rows (576 / 840 bytes a row)
-// per iteration. A lane's activations, converted to fp32 (and, for Q4_K, summed for the mins) once, serve all
-// kRows rows, whose loads are issued before any of their arithmetic. Rows past n repeat row n - 1 and are not
-// stored.
-template <bool kQ4K, int kRows, typename T, typename Ty>
+// per iteration. A lane's activations, converted (and summed or quantised) once, serve all kRows rows, whose
+// loads are issued before any of their arithmetic. Rows past n repeat row n - 1 and are not stored; every lane
+// runs every iteration (a lane past the last super-block re-reads it and adds nothing), so the shuffles of
+// kInt8X see all 32 lanes. kInt8X: the activations quantised per 32-block as the CPU engine does (KGemvMath).
+template <bool kQ4K, bool kInt8X, int kRows, typename T, typename Ty>
 __global__ void __launch_bounds__(kGemvWarps * 32)
     GemvKKernel(const uint8_t* __restrict__ w, int64_t n, int64_t nb, const T* __restrict__ x,
                 Ty* __restrict__ y) {
@@ -93,25 +94,59 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     wr[r] = w + min(row0 + r, n - 1) * nb * kBytes;
     sum[r] = 0.f;
   }
-  for (int64_t b = lane >> 3; b < nb; b += 4) {
+  for (int64_t b0 = 0; b0 < nb; b0 += 4) {
+    const int64_t b = min(b0 + (lane >> 3), nb - 1);
+    const float live = b0 + (lane >> 3) < nb ? 1.f : 0.f;
     const T* xb = x + b * kquant::kValues;
     if constexpr (kQ4K) {
       uint32_t head[kRows][4], qs[kRows][4];
 #pragma unroll
       for (int r = 0; r < kRows; ++r) kquant::Q4KLoadPart(wr[r] + b * kBytes, part, head[r], qs[r]);
-      float xa[16], xc[16], sa, sc;
+      float xa[16], xc[16];
       const int a = kquant::Q4KPartA(part);
       LoadXRun<16>(xb + a, xa);
       LoadXRun<16>(xb + a + 32, xc);
-      kquant::Q4KPartXSums(xa, xc, &sa, &sc);
+      if constexpr (kInt8X) {
+        // Lanes part and part ^ 1 hold the two halves of both 32-blocks.
+        float ma = kquant::AbsMax(xa, 16), mc = kquant::AbsMax(xc, 16);
+        ma = fmaxf(ma, __shfl_xor_sync(0xffffffffu, ma, 1));
+        mc = fmaxf(mc, __shfl_xor_sync(0xffffffffu, mc, 1));
+        uint32_t qa[4], qc[4];
+        const int sa = kquant::QuantizeActs<16>(xa, ma, qa), sc = kquant::QuantizeActs<16>(xc, mc, qc);
+        const float da = kquant::ActScale(ma), dc = kquant::ActScale(mc);
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) sum[r] += kquant::Q4KPartDot(head[r], qs[r], part, xa, xc, sa, sc);
+        for (int r = 0; r < kRows; ++r) {
+          sum[r] += live * kquant::Q4KPartDotQ8(head[r], qs[r], part, qa, qc, da, dc, sa, sc);
+        }
+      } else {
+        float sa, sc;
+        kquant::Q4KPartXSums(xa, xc, &sa, &sc);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) sum[r] += live * kquant::Q4KPartDot(head[r], qs[r], part, xa, xc, sa, sc);
+      }
     } else {
       float xg[4][8];
 #pragma unroll
       for (int g = 0; g < 4; ++g) LoadXRun<8>(xb + kquant::Q6KPartX(part, g), xg[g]);
+      if constexpr (kInt8X) {
+        // Lanes part ^ 1, ^ 2 and ^ 3 (the same half of the super-block) hold the rest of each 32-block.
+        uint32_t qx[4][2];
+        float dx[4];
+        int sx[4];
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) sum[r] += kquant::Q6KPartDot(wr[r] + b * kBytes, part, xg);
+        for (int g = 0; g < 4; ++g) {
+          float m = kquant::AbsMax(xg[g], 8);
+          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+          sx[g] = kquant::QuantizeActs<8>(xg[g], m, qx[g]);
+          dx[g] = kquant::ActScale(m);
+        }
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) sum[r] += live * kquant::Q6KPartDotQ8(wr[r] + b * kBytes, part, qx, dx, sx);
+      } else {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) sum[r] += live * kquant::Q6KPartDot(wr[r] + b * kBytes, part, xg);
+      }
     }
   }
 #pragma unroll
@@ -202,28 +237,38 @@ Status CheckType(const char* what, DType t, int64_t k) {
   return OkStatus();
 }
 
-template <bool kQ4K, int kRows, typename T, typename Ty>
+template <bool kQ4K, bool kInt8X, int kRows, typename T, typename Ty>
 void LaunchGemvK(const uint8_t* w, int64_t n, int64_t k, const T* x, Ty* y, cudaStream_t stream) {
-  GemvKKernel<kQ4K, kRows, T, Ty>
+  GemvKKernel<kQ4K, kInt8X, kRows, T, Ty>
       <<<CeilDiv(n, kGemvWarps * kRows), kGemvWarps * 32, 0, stream>>>(w, n, k / kquant::kValues, x, y);
 }
 
-template <bool kQ4K, typename T, typename Ty>
+template <bool kQ4K, bool kInt8X, typename T, typename Ty>
 void LaunchGemvK(int rows_per_warp, const uint8_t* w, int64_t n, int64_t k, const T* x, Ty* y,
                  cudaStream_t stream) {
   switch (rows_per_warp) {
     case 1:
-      return LaunchGemvK<kQ4K, 1>(w, n, k, x, y, stream);
+      return LaunchGemvK<kQ4K, kInt8X, 1>(w, n, k, x, y, stream);
     case 4:
-      return LaunchGemvK<kQ4K, 4>(w, n, k, x, y, stream);
+      return LaunchGemvK<kQ4K, kInt8X, 4>(w, n, k, x, y, stream);
     default:
-      return LaunchGemvK<kQ4K, 2>(w, n, k, x, y, stream);
+      return LaunchGemvK<kQ4K, kInt8X, 2>(w, n, k, x, y, stream);
+  }
+}
+
+template <bool kQ4K, typename T, typename Ty>
+void LaunchGemvK(KGemvMath math, int rows_per_warp, const uint8_t* w, int64_t n, int64_t k, const T* x, Ty* y,
+                 cudaStream_t stream) {
+  if (math == KGemvMath::kInt8Activations) {
+    LaunchGemvK<kQ4K, true>(rows_per_warp, w, n, k, x, y, stream);
+  } else {
+    LaunchGemvK<kQ4K, false>(rows_per_warp, w, n, k, x, y, stream);
   }
 }
 
 template <typename T, typename Ty>
 Status LaunchGemv(DType t, const void* w, int64_t n, int64_t k, const T* x, Ty* y, cudaStream_t stream,
-                  int rows_per_warp) {
+                  int rows_per_warp, KGemvMath math) {
   RETURN_IF_ERROR(CheckType("QuantGemv", t, k));
   if (rows_per_warp != 0 && rows_per_warp != 1 && rows_per_warp != 2 && rows_per_warp != 4) {
     return Status(StatusCode::kInvalidArgument, "QuantGemv: rows_per_warp " + std::to_string(rows_per_warp) +
@@ -233,9 +278,9 @@ Status LaunchGemv(DType t, const void* w, int64_t n, int64_t k, const T* x, Ty* 
   const unsigned grid = CeilDiv(n, kGemvWarps);
   const auto* wb = static_cast<const uint8_t*>(w);
   if (t == DType::kQ4_K) {
-    LaunchGemvK<true>(rows_per_warp, wb, n, k, x, y, stream);
+    LaunchGemvK<true>(math, rows_per_warp, wb, n, k, x, y, stream);
   } else if (t == DType::kQ6_K) {
-    LaunchGemvK<false>(rows_per_warp, wb, n, k, x, y, stream);
+    LaunchGemvK<false>(math, rows_per_warp, wb, n, k, x, y, stream);
   } else if (t == DType::kQ4_1) {
     GemvKernel<true, T, Ty><<<grid, kGemvWarps * 32, 0, stream>>>(wb, n, k / kQK, x, y);
   } else {
@@ -286,16 +331,19 @@ Status RepackQ8_0(const void* src, int64_t rows, int64_t cols, int64_t alloc_row
 }
 
 Status QuantGemv(DType t, const void* w, int64_t n, int64_t k, const float* x, float* y, cudaStream_t stream,
-                 int rows_per_warp) {
-  return LaunchGemv(t, w, n, k, x, y, stream, rows_per_warp);
+                 int rows_per_warp,
+                 KGemvMath math) {
+  return LaunchGemv(t, w, n, k, x, y, stream, rows_per_warp, math);
 }
 Status QuantGemv(DType t, const void* w, int64_t n, int64_t k, const __nv_bfloat16* x, __nv_bfloat16* y,
-                 cudaStream_t stream, int rows_per_warp) {
-  return LaunchGemv(t, w, n, k, x, y, stream, rows_per_warp);
+                 cudaStream_t stream, int rows_per_warp,
+                 KGemvMath math) {
+  return LaunchGemv(t, w, n, k, x, y, stream, rows_per_warp, math);
 }
 Status QuantGemv(DType t, const void* w, int64_t n, int64_t k, const __nv_bfloat16* x, float* y,
-                 cudaStream_t stream, int rows_per_warp) {
-  return LaunchGemv(t, w, n, k, x, y, stream, rows_per_warp);
+                 cudaStream_t stream, int rows_per_warp,
+                 KGemvMath math) {
+  return LaunchGemv(t, w, n, k, x, y, stream, rows_per_warp, math);
 }
 
 }  // namespace stoke::cuda

@@ -24,15 +24,22 @@ Status DequantizeToBf16(DType t, const void* src, int64_t n, __nv_bfloat16* dst,
 //   y[r] = Σ_c W[r, c] · x[c],  W = [n, k] row-major in t (kQ4_1 or kQ8_0 with k % 32 == 0; kQ4_K or kQ6_K
 //   with k % 256 == 0), x = [k], y = [n].
 // x and w must be 16-byte aligned; y must not alias x. Accumulation in fp32. Q4_1 / Q8_0: one warp per output
-// row. K-quants: eight lanes per super-block, a warp reading four at a time, and rows_per_warp (1, 2 or 4; 0
-// = the default, 2) rows per warp sharing the activations it loads (cuda_bench --only gemvk measures each).
+// row. K-quants: eight lanes per super-block, a warp reading four at a time, and rows_per_warp (1, 2 or 4; 0 =
+// the default, 2) rows per warp sharing the activations it loads, multiplied as `math` says (cuda_bench --only
+// gemvk measures each choice):
+//   kFp32            each weight value as an exact fp32 times x in fp32 (the dequantised matrix's product);
+//   kInt8Activations x quantised per 32-block as cpu::QuantizeActsRow (kernels/cpu/qdot.h) and each block's
+//                    product an exact integer sum (dp4a), scaled once: the CPU engine's numerics (and
+//                    llama.cpp's), equal to cpu::MatMul over the same blocks but for fp32 summation order.
+// Other types ignore both.
+enum class KGemvMath { kFp32, kInt8Activations };
 Status QuantGemv(DType t, const void* w, int64_t n, int64_t k, const float* x, float* y, cudaStream_t stream,
-                 int rows_per_warp = 0);
+                 int rows_per_warp = 0, KGemvMath math = KGemvMath::kFp32);
 Status QuantGemv(DType t, const void* w, int64_t n, int64_t k, const __nv_bfloat16* x, __nv_bfloat16* y,
-                 cudaStream_t stream, int rows_per_warp = 0);
+                 cudaStream_t stream, int rows_per_warp = 0, KGemvMath math = KGemvMath::kFp32);
 // bf16 activations, fp32 results (the lm_head's logits).
 Status QuantGemv(DType t, const void* w, int64_t n, int64_t k, const __nv_bfloat16* x, float* y,
-                 cudaStream_t stream, int rows_per_warp = 0);
+                 cudaStream_t stream, int rows_per_warp = 0, KGemvMath math = KGemvMath::kFp32);
 
 // Q8_0 blocks (34 bytes: fp16 d, 32 int8) of a [rows, cols] matrix split into the Q8Gemv layout (gemv.h):
 // q = [alloc_rows, cols] int8 values and d = [alloc_rows, cols / 32] fp16 scales, bit copies of the file's;
