@@ -47,6 +47,7 @@
 #include "engine/model/llama_weights.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/quant.h"
 #include "kernels/cuda/sampling.h"
 
 namespace stoke {
@@ -78,6 +79,8 @@ class CudaLlama final : public DecoderModel {
     // Warps per output row in the one-token GEMVs (kernels/cuda/gemv.h): 0 = auto (GemvSplitFor: 2 when
     // k >= 4096, else 1), or 1, 2, 4, 8 (flag --gemv-split).
     int gemv_split = 0;
+    // GGUF Q4_K / Q6_K weights in 1-token steps: how QuantGemv multiplies (flag --kquant-gemv; quant.h).
+    cuda::KGemvMath kquant_gemv = cuda::KGemvMath::kFp32;
     // Attention kernel launch choices, passed to every PagedDecodeAttention / PrefillAttention call and to
     // DecodeWorkspaceBytes (flags --decode-min-partition, --decode-pipeline, --prefill-attention).
     cuda::AttentionLaunchOptions attention;

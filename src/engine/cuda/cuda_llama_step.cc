@@ -69,7 +69,8 @@ Status CudaLlama::EnqueueLinear(const Linear& lin, const __nv_bfloat16* x, int64
   }
   if (m == 1 && !lin.quant.empty()) {
     for (const Linear::QuantPart& p : lin.quant) {
-      RETURN_IF_ERROR(cuda::QuantGemv(p.type, p.raw, p.rows, lin.cols, x, y + p.row_offset, stream_.get()));
+      RETURN_IF_ERROR(cuda::QuantGemv(p.type, p.raw, p.rows, lin.cols, x, y + p.row_offset, stream_.get(),
+                                      /*rows_per_warp=*/0, options_.kquant_gemv));
     }
     return OkStatus();
   }
@@ -173,7 +174,8 @@ Status CudaLlama::EnqueueLogits(const int32_t* rows, int64_t n, cuda::BlasLtGemm
   }
   if (n == 1 && !lm_head_.quant.empty()) {  // GGUF Q4_1 / Q4_K / Q6_K: the fused-dequant GEMV, fp32 logits
     for (const Linear::QuantPart& p : lm_head_.quant) {
-      RETURN_IF_ERROR(cuda::QuantGemv(p.type, p.raw, p.rows, c.hidden_size, sel_, logits_ + p.row_offset, s));
+      RETURN_IF_ERROR(cuda::QuantGemv(p.type, p.raw, p.rows, c.hidden_size, sel_, logits_ + p.row_offset, s,
+                                      /*rows_per_warp=*/0, options_.kquant_gemv));
     }
     return OkStatus();
   }
