@@ -164,6 +164,14 @@ class CudaLlama final : public DecoderModel {
     };
     std::vector<QuantPart> quant;  // empty: no GEMV path
   };
+  // A fused gate|up whose 1-token step runs QuantGemvSiluMul: two raw parts (gate, up) of the same K-quant
+  // type and the same number of rows.
+  static bool KQuantSwiGlu(const Linear& gate_up) {
+    const std::vector<Linear::QuantPart>& q = gate_up.quant;
+    return q.size() == 2 && q[0].type == q[1].type &&
+           (q[0].type == DType::kQ4_K || q[0].type == DType::kQ6_K) && q[0].rows == q[1].rows &&
+           q[1].row_offset == q[0].rows;
+  }
   struct Layer {
     float* attn_norm = nullptr;
     float* ffn_norm = nullptr;

@@ -146,6 +146,10 @@ Status CudaLlama::EnqueueLayers(const StepArgs& a, cuda::BlasLtGemm& gemm) {
     } else if (T <= gemv_max_rows_ && l.gate_up.q8 != nullptr) {
       RETURN_IF_ERROR(cuda::Q8GemvSiluMul(l.gate_up.q8, l.gate_up.q8_d, F, H, h_, T, act_, options_.pdl, s,
                                           options_.gemv_split));
+    } else if (T == 1 && KQuantSwiGlu(l.gate_up)) {  // GGUF Q4_K / Q6_K: both projections and SwiGLU in one
+      const Linear::QuantPart& g = l.gate_up.quant[0];
+      RETURN_IF_ERROR(cuda::QuantGemvSiluMul(g.type, g.raw, l.gate_up.quant[1].raw, F, H, h_, act_, s,
+                                             /*rows_per_warp=*/0, options_.kquant_gemv));
     } else if (T <= gemv_max_rows_ && (T > 1 || l.gate_up.quant.empty())) {
       RETURN_IF_ERROR(
           cuda::Bf16GemvSiluMul(l.gate_up.w, F, H, h_, T, act_, options_.pdl, s, options_.gemv_split));

@@ -259,6 +259,46 @@ TEST(CudaQuant, GemvMatchesDequantisedMatMul) {
       << "rows_per_warp 3 must be refused";
 }
 
+// SwiGLU straight from K-quant blocks: bit for bit QuantGemv of gate and up (bf16 out) followed by SiluMul,
+// for each rows-per-warp choice and both maths, and near silu(g)·u of the CPU's dequantised products.
+TEST(CudaQuant, GemvSiluMulIsTheTwoGemvsThenSiluMul) {
+  SKIP_WITHOUT_GPU();
+  const int64_t inter = 1000, k = 2304;
+  const auto gf = RandomFloats(inter * k, 21), uf = RandomFloats(inter * k, 22), x = RandomFloats(k, 23);
+  const auto xb = RoundBf16(x);
+  for (DType t : {DType::kQ4_K, DType::kQ6_K}) {
+    const std::string name(DTypeName(t));
+    const std::vector<uint8_t> qg = QuantizeRows(t, gf, inter, k), qu = QuantizeRows(t, uf, inter, k);
+    std::vector<float> gd(inter * k), ud(inter * k), g(inter), u(inter), want(inter);
+    ASSERT_TRUE(cpu::DequantizeRow(t, qg.data(), gd.data(), inter * k).ok());
+    ASSERT_TRUE(cpu::DequantizeRow(t, qu.data(), ud.data(), inter * k).ok());
+    ASSERT_TRUE(cpu::MatMul(xb.data(), 1, k, gd.data(), DType::kF32, inter, g.data()).ok());
+    ASSERT_TRUE(cpu::MatMul(xb.data(), 1, k, ud.data(), DType::kF32, inter, u.data()).ok());
+    const auto gb = RoundBf16(g), ub = RoundBf16(u);
+    for (int64_t i = 0; i < inter; ++i) want[i] = gb[i] / (1.f + std::exp(-gb[i])) * ub[i];
+    DeviceBuffer<uint8_t> dg(qg), du(qu);
+    DeviceBuffer<uint16_t> bx(ToBf16(x)), y(inter), yg(inter), yu(inter), y2(inter);
+    for (const KGemvMath m : {KGemvMath::kFp32, KGemvMath::kInt8Activations}) {
+      for (const int rows : {0, 1, 2, 4}) {
+        const std::string what = "silu-mul " + name + (m == KGemvMath::kFp32 ? " fp32" : " int8") +
+                                 " rows_per_warp " + std::to_string(rows);
+        STATUS_ASSERT(
+            QuantGemvSiluMul(t, dg.get(), du.get(), inter, k, bx.bf16(), y.bf16(), nullptr, rows, m));
+        STATUS_ASSERT(QuantGemv(t, dg.get(), inter, k, bx.bf16(), yg.bf16(), nullptr, rows, m));
+        STATUS_ASSERT(QuantGemv(t, du.get(), inter, k, bx.bf16(), yu.bf16(), nullptr, rows, m));
+        STATUS_ASSERT(SiluMul(yg.bf16(), yu.bf16(), inter, y2.bf16(), nullptr));
+        EXPECT_EQ(y.Download(), y2.Download()) << what << ": not bit-identical to the unfused path";
+        if (m == KGemvMath::kFp32) EXPECT_CLOSE(FromBf16(y.Download()), want, kTolBf16, what.c_str());
+      }
+    }
+  }
+  DeviceBuffer<uint8_t> dummy(std::vector<uint8_t>(144));
+  DeviceBuffer<uint16_t> bx(std::vector<uint16_t>(256)), y(1);
+  EXPECT_FALSE(
+      QuantGemvSiluMul(DType::kQ8_0, dummy.get(), dummy.get(), 1, 256, bx.bf16(), y.bf16(), nullptr).ok())
+      << "only the K formats";
+}
+
 // GGUF Q8_0 repacked for the 8-bit GEMV: the values and scales are bit copies of the file's blocks (padding
 // rows zero), and the GEMV (1..8 rows, every split, f32 and bf16 out, the SwiGLU form) matches the product of
 // the dequantised weights. Rows scaled x100 .. x0.01 so each block's own d matters.

@@ -79,19 +79,22 @@ __device__ __forceinline__ void LoadXRun(const __nv_bfloat16* x, float* v) {
 // loads are issued before any of their arithmetic. Rows past n repeat row n - 1 and are not stored; every lane
 // runs every iteration (a lane past the last super-block re-reads it and adds nothing), so the shuffles of
 // kInt8X see all 32 lanes. kInt8X: the activations quantised per 32-block as the CPU engine does (KGemvMath).
-template <bool kQ4K, bool kInt8X, int kRows, typename T, typename Ty>
+// kSilu (SwiGLU): each output row o reads row o of w (gate) and of w_up (up), y[o] = silu(bf16(g)) · bf16(u)
+// as the unfused GEMV + SiluMulFused computes it; a warp then reads 2 kRows rows.
+template <bool kQ4K, bool kInt8X, int kRows, bool kSilu, typename T, typename Ty>
 __global__ void __launch_bounds__(kGemvWarps * 32)
-    GemvKKernel(const uint8_t* __restrict__ w, int64_t n, int64_t nb, const T* __restrict__ x,
-                Ty* __restrict__ y) {
+    GemvKKernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ w_up, int64_t n, int64_t nb,
+                const T* __restrict__ x, Ty* __restrict__ y) {
+  constexpr int kLoad = kSilu ? 2 * kRows : kRows;  // matrix rows a warp reads
   const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5)) * kRows;
   const int lane = threadIdx.x & 31, part = lane & 7;
   if (row0 >= n) return;
   constexpr int kBytes = kQ4K ? kquant::kQ4KBytes : kquant::kQ6KBytes;
-  const uint8_t* wr[kRows];
-  float sum[kRows];
+  const uint8_t* wr[kLoad];
+  float sum[kLoad];
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    wr[r] = w + min(row0 + r, n - 1) * nb * kBytes;
+  for (int r = 0; r < kLoad; ++r) {
+    wr[r] = (r < kRows ? w : w_up) + min(row0 + r % kRows, n - 1) * nb * kBytes;
     sum[r] = 0.f;
   }
   for (int64_t b0 = 0; b0 < nb; b0 += 4) {
@@ -99,9 +102,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     const float live = b0 + (lane >> 3) < nb ? 1.f : 0.f;
     const T* xb = x + b * kquant::kValues;
     if constexpr (kQ4K) {
-      uint32_t head[kRows][4], qs[kRows][4];
+      uint32_t head[kLoad][4], qs[kLoad][4];
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) kquant::Q4KLoadPart(wr[r] + b * kBytes, part, head[r], qs[r]);
+      for (int r = 0; r < kLoad; ++r) kquant::Q4KLoadPart(wr[r] + b * kBytes, part, head[r], qs[r]);
       float xa[16], xc[16];
       const int a = kquant::Q4KPartA(part);
       LoadXRun<16>(xb + a, xa);
@@ -115,14 +118,14 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
         const int sa = kquant::QuantizeActs<16>(xa, ma, qa), sc = kquant::QuantizeActs<16>(xc, mc, qc);
         const float da = kquant::ActScale(ma), dc = kquant::ActScale(mc);
 #pragma unroll
-        for (int r = 0; r < kRows; ++r) {
+        for (int r = 0; r < kLoad; ++r) {
           sum[r] += live * kquant::Q4KPartDotQ8(head[r], qs[r], part, qa, qc, da, dc, sa, sc);
         }
       } else {
         float sa, sc;
         kquant::Q4KPartXSums(xa, xc, &sa, &sc);
 #pragma unroll
-        for (int r = 0; r < kRows; ++r) sum[r] += live * kquant::Q4KPartDot(head[r], qs[r], part, xa, xc, sa, sc);
+        for (int r = 0; r < kLoad; ++r) sum[r] += live * kquant::Q4KPartDot(head[r], qs[r], part, xa, xc, sa, sc);
       }
     } else {
       float xg[4][8];
@@ -142,17 +145,25 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
           dx[g] = kquant::ActScale(m);
         }
 #pragma unroll
-        for (int r = 0; r < kRows; ++r) sum[r] += live * kquant::Q6KPartDotQ8(wr[r] + b * kBytes, part, qx, dx, sx);
+        for (int r = 0; r < kLoad; ++r) sum[r] += live * kquant::Q6KPartDotQ8(wr[r] + b * kBytes, part, qx, dx, sx);
       } else {
 #pragma unroll
-        for (int r = 0; r < kRows; ++r) sum[r] += live * kquant::Q6KPartDot(wr[r] + b * kBytes, part, xg);
+        for (int r = 0; r < kLoad; ++r) sum[r] += live * kquant::Q6KPartDot(wr[r] + b * kBytes, part, xg);
       }
     }
   }
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
-    const float s = WarpSum(sum[r]);
-    if (lane == 0 && row0 + r < n) y[row0 + r] = FromFloat<Ty>(s);
+    const float g = WarpSum(sum[r]);
+    if constexpr (kSilu) {
+      const float u = WarpSum(sum[kRows + r]);
+      if (lane == 0 && row0 + r < n) {
+        y[row0 + r] = FromFloat<Ty>(Silu(__bfloat162float(__float2bfloat16_rn(g))) *
+                                    __bfloat162float(__float2bfloat16_rn(u)));
+      }
+    } else if (lane == 0 && row0 + r < n) {
+      y[row0 + r] = FromFloat<Ty>(g);
+    }
   }
 }
 
@@ -237,32 +248,33 @@ Status CheckType(const char* what, DType t, int64_t k) {
   return OkStatus();
 }
 
-template <bool kQ4K, bool kInt8X, int kRows, typename T, typename Ty>
-void LaunchGemvK(const uint8_t* w, int64_t n, int64_t k, const T* x, Ty* y, cudaStream_t stream) {
-  GemvKKernel<kQ4K, kInt8X, kRows, T, Ty>
-      <<<CeilDiv(n, kGemvWarps * kRows), kGemvWarps * 32, 0, stream>>>(w, n, k / kquant::kValues, x, y);
+template <bool kQ4K, bool kInt8X, int kRows, bool kSilu, typename T, typename Ty>
+void LaunchGemvK(const uint8_t* w, const uint8_t* w_up, int64_t n, int64_t k, const T* x, Ty* y,
+                 cudaStream_t stream) {
+  GemvKKernel<kQ4K, kInt8X, kRows, kSilu, T, Ty>
+      <<<CeilDiv(n, kGemvWarps * kRows), kGemvWarps * 32, 0, stream>>>(w, w_up, n, k / kquant::kValues, x, y);
 }
 
-template <bool kQ4K, bool kInt8X, typename T, typename Ty>
-void LaunchGemvK(int rows_per_warp, const uint8_t* w, int64_t n, int64_t k, const T* x, Ty* y,
-                 cudaStream_t stream) {
+template <bool kQ4K, bool kInt8X, bool kSilu, typename T, typename Ty>
+void LaunchGemvK(int rows_per_warp, const uint8_t* w, const uint8_t* w_up, int64_t n, int64_t k, const T* x,
+                 Ty* y, cudaStream_t stream) {
   switch (rows_per_warp) {
     case 1:
-      return LaunchGemvK<kQ4K, kInt8X, 1>(w, n, k, x, y, stream);
+      return LaunchGemvK<kQ4K, kInt8X, 1, kSilu>(w, w_up, n, k, x, y, stream);
     case 4:
-      return LaunchGemvK<kQ4K, kInt8X, 4>(w, n, k, x, y, stream);
+      return LaunchGemvK<kQ4K, kInt8X, 4, kSilu>(w, w_up, n, k, x, y, stream);
     default:
-      return LaunchGemvK<kQ4K, kInt8X, 2>(w, n, k, x, y, stream);
+      return LaunchGemvK<kQ4K, kInt8X, 2, kSilu>(w, w_up, n, k, x, y, stream);
   }
 }
 
-template <bool kQ4K, typename T, typename Ty>
-void LaunchGemvK(KGemvMath math, int rows_per_warp, const uint8_t* w, int64_t n, int64_t k, const T* x, Ty* y,
-                 cudaStream_t stream) {
+template <bool kQ4K, bool kSilu = false, typename T, typename Ty>
+void LaunchGemvK(KGemvMath math, int rows_per_warp, const uint8_t* w, const uint8_t* w_up, int64_t n,
+                 int64_t k, const T* x, Ty* y, cudaStream_t stream) {
   if (math == KGemvMath::kInt8Activations) {
-    LaunchGemvK<kQ4K, true>(rows_per_warp, w, n, k, x, y, stream);
+    LaunchGemvK<kQ4K, true, kSilu>(rows_per_warp, w, w_up, n, k, x, y, stream);
   } else {
-    LaunchGemvK<kQ4K, false>(rows_per_warp, w, n, k, x, y, stream);
+    LaunchGemvK<kQ4K, false, kSilu>(rows_per_warp, w, w_up, n, k, x, y, stream);
   }
 }
 
@@ -278,9 +290,9 @@ Status LaunchGemv(DType t, const void* w, int64_t n, int64_t k, const T* x, Ty* 
   const unsigned grid = CeilDiv(n, kGemvWarps);
   const auto* wb = static_cast<const uint8_t*>(w);
   if (t == DType::kQ4_K) {
-    LaunchGemvK<true>(math, rows_per_warp, wb, n, k, x, y, stream);
+    LaunchGemvK<true>(math, rows_per_warp, wb, nullptr, n, k, x, y, stream);
   } else if (t == DType::kQ6_K) {
-    LaunchGemvK<false>(math, rows_per_warp, wb, n, k, x, y, stream);
+    LaunchGemvK<false>(math, rows_per_warp, wb, nullptr, n, k, x, y, stream);
   } else if (t == DType::kQ4_1) {
     GemvKernel<true, T, Ty><<<grid, kGemvWarps * 32, 0, stream>>>(wb, n, k / kQK, x, y);
   } else {
@@ -344,6 +356,29 @@ Status QuantGemv(DType t, const void* w, int64_t n, int64_t k, const __nv_bfloat
                  cudaStream_t stream, int rows_per_warp,
                  KGemvMath math) {
   return LaunchGemv(t, w, n, k, x, y, stream, rows_per_warp, math);
+}
+
+Status QuantGemvSiluMul(DType t, const void* w_gate, const void* w_up, int64_t inter, int64_t k,
+                        const __nv_bfloat16* x, __nv_bfloat16* y, cudaStream_t stream, int rows_per_warp,
+                        KGemvMath math) {
+  RETURN_IF_ERROR(CheckType("QuantGemvSiluMul", t, k));
+  if (t != DType::kQ4_K && t != DType::kQ6_K) {
+    return Status(StatusCode::kInvalidArgument, "QuantGemvSiluMul: only Q4_K and Q6_K are supported");
+  }
+  if (rows_per_warp != 0 && rows_per_warp != 1 && rows_per_warp != 2 && rows_per_warp != 4) {
+    return Status(StatusCode::kInvalidArgument, "QuantGemvSiluMul: rows_per_warp " + std::to_string(rows_per_warp) +
+                                                    ", expected 0 (auto), 1, 2 or 4");
+  }
+  if (inter <= 0 || k <= 0) return OkStatus();
+  const auto* g = static_cast<const uint8_t*>(w_gate);
+  const auto* u = static_cast<const uint8_t*>(w_up);
+  if (t == DType::kQ4_K) {
+    LaunchGemvK<true, true>(math, rows_per_warp, g, u, inter, k, x, y, stream);
+  } else {
+    LaunchGemvK<false, true>(math, rows_per_warp, g, u, inter, k, x, y, stream);
+  }
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return OkStatus();
 }
 
 }  // namespace stoke::cuda

@@ -41,6 +41,13 @@ Status QuantGemv(DType t, const void* w, int64_t n, int64_t k, const __nv_bfloat
 Status QuantGemv(DType t, const void* w, int64_t n, int64_t k, const __nv_bfloat16* x, float* y,
                  cudaStream_t stream, int rows_per_warp = 0, KGemvMath math = KGemvMath::kFp32);
 
+// SwiGLU straight from K-quant blocks (Q4_K or Q6_K, both matrices of type t): y[o] = silu(bf16(g_o)) ·
+// bf16(u_o) with g_o = Σ_c gate[o, c] · x[c] and u_o = Σ_c up[o, c] · x[c], as QuantGemv of the two followed
+// by SiluMulFused computes it but in one launch. gate and up are [inter, k], x = [k], y = [inter].
+Status QuantGemvSiluMul(DType t, const void* w_gate, const void* w_up, int64_t inter, int64_t k,
+                        const __nv_bfloat16* x, __nv_bfloat16* y, cudaStream_t stream, int rows_per_warp = 0,
+                        KGemvMath math = KGemvMath::kFp32);
+
 // Q8_0 blocks (34 bytes: fp16 d, 32 int8) of a [rows, cols] matrix split into the Q8Gemv layout (gemv.h):
 // q = [alloc_rows, cols] int8 values and d = [alloc_rows, cols / 32] fp16 scales, bit copies of the file's;
 // rows past `rows` (padding up to alloc_rows) are zero. cols % 32 == 0.
