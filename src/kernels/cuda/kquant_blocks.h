@@ -157,6 +157,27 @@ STOKE_KQ_FN void Q4KLoadPart(const uint8_t* blk, int p, uint32_t (&head)[4], uin
 #endif
 }
 
+// What part p of a Q4_K super-block needs from its head words (Q4KLoadPart): d, dmin and the 6-bit scale and
+// min of its two sub-blocks 2j and 2j + 1 (j = p / 2). Scale byte k (0..11) is byte 4 + k of the head, word
+// 1 + k / 4, selected by value rather than by a dynamic register index (which would put the words in local
+// memory on the device).
+struct Q4KPartScales {
+  float d, dmin;
+  int sc_a, mn_a, sc_b, mn_b;
+};
+STOKE_KQ_FN Q4KPartScales Q4KHeadScales(const uint32_t (&head)[4], int p) {
+  const auto byte = [&head](int k) -> int {
+    const uint32_t word = k < 4 ? head[1] : (k < 8 ? head[2] : head[3]);
+    return static_cast<int>((word >> (8 * (k & 3))) & 0xFFu);
+  };
+  Q4KPartScales h;
+  Q4KScaleMin(2 * (p / 2), byte, &h.sc_a, &h.mn_a);
+  Q4KScaleMin(2 * (p / 2) + 1, byte, &h.sc_b, &h.mn_b);
+  h.d = HalfBitsToFloat(static_cast<uint16_t>(head[0] & 0xFFFFu));
+  h.dmin = HalfBitsToFloat(static_cast<uint16_t>(head[0] >> 16));
+  return h;
+}
+
 // Σ xa and Σ xb of a part's activations, which multiply the sub-blocks' mins. They do not depend on the
 // weights, so a GEMV computing several rows sums them once.
 STOKE_KQ_FN void Q4KPartXSums(const float (&xa)[16], const float (&xb)[16], float* sa, float* sb) {
@@ -185,21 +206,10 @@ STOKE_KQ_FN float Q4KPartDot(const uint32_t (&head)[4], const uint32_t (&qs)[4],
       qb[e & 1] += CodeToFloat(byte & 0xF0u) * xb[k];
     }
   }
-  // Scale byte k (0..11) is byte 4 + k of the head: word 1 + k / 4. Selected by value, not by a dynamic
-  // register index (which would put the words in local memory on the device).
-  const auto byte = [&head](int k) -> int {
-    const uint32_t word = k < 4 ? head[1] : (k < 8 ? head[2] : head[3]);
-    return static_cast<int>((word >> (8 * (k & 3))) & 0xFFu);
-  };
-  const int j = p / 2;
-  int sc_a, mn_a, sc_b, mn_b;
-  Q4KScaleMin(2 * j, byte, &sc_a, &mn_a);
-  Q4KScaleMin(2 * j + 1, byte, &sc_b, &mn_b);
-  const float d = HalfBitsToFloat(static_cast<uint16_t>(head[0] & 0xFFFFu));
-  const float dmin = HalfBitsToFloat(static_cast<uint16_t>(head[0] >> 16));
-  return d * (static_cast<float>(sc_a) * (qa[0] + qa[1]) +
-              static_cast<float>(sc_b) * (qb[0] + qb[1]) * 0.0625f) -
-         dmin * (static_cast<float>(mn_a) * sa + static_cast<float>(mn_b) * sb);
+  const Q4KPartScales h = Q4KHeadScales(head, p);
+  return h.d * (static_cast<float>(h.sc_a) * (qa[0] + qa[1]) +
+                static_cast<float>(h.sc_b) * (qb[0] + qb[1]) * 0.0625f) -
+         h.dmin * (static_cast<float>(h.mn_a) * sa + static_cast<float>(h.mn_b) * sb);
 }
 
 // The same from the block itself (loads and sums included): what one row's dot needs.
@@ -321,19 +331,10 @@ STOKE_KQ_FN float Q4KPartDotQ8(const uint32_t (&head)[4], const uint32_t (&qs)[4
     ia = Dp4a(qs[w] & 0x0F0F0F0Fu, qa[w], ia);
     ic = Dp4a((qs[w] >> 4) & 0x0F0F0F0Fu, qc[w], ic);
   }
-  const auto byte = [&head](int k) -> int {
-    const uint32_t word = k < 4 ? head[1] : (k < 8 ? head[2] : head[3]);
-    return static_cast<int>((word >> (8 * (k & 3))) & 0xFFu);
-  };
-  const int j = p / 2;
-  int sc_a, mn_a, sc_b, mn_b;
-  Q4KScaleMin(2 * j, byte, &sc_a, &mn_a);
-  Q4KScaleMin(2 * j + 1, byte, &sc_b, &mn_b);
-  const float d = HalfBitsToFloat(static_cast<uint16_t>(head[0] & 0xFFFFu));
-  const float dmin = HalfBitsToFloat(static_cast<uint16_t>(head[0] >> 16));
+  const Q4KPartScales h = Q4KHeadScales(head, p);
   // The weight blocks' scales and offsets exactly as the CPU forms them (11-bit x 6-bit products).
-  const float wa = MulRn(d, static_cast<float>(sc_a)), wb = MulRn(d, static_cast<float>(sc_b));
-  const float oa = MulRn(dmin, static_cast<float>(mn_a)), ob = MulRn(dmin, static_cast<float>(mn_b));
+  const float wa = MulRn(h.d, static_cast<float>(h.sc_a)), wb = MulRn(h.d, static_cast<float>(h.sc_b));
+  const float oa = MulRn(h.dmin, static_cast<float>(h.mn_a)), ob = MulRn(h.dmin, static_cast<float>(h.mn_b));
   return da * (wa * static_cast<float>(ia) - oa * static_cast<float>(sa)) +
          dc * (wb * static_cast<float>(ic) - ob * static_cast<float>(sc));
 }
