@@ -82,9 +82,10 @@ void AddEngineTuningFlags(CLI::App* cmd, EngineTuningFlags* flags) {
   cmd->add_option(
          "--kquant-gemv", flags->kquant_gemv,
          "cuda, GGUF Q4_K / Q6_K weights, 1-token steps: fp32 (each weight an exact fp32 times the bf16 "
-         "activations) or int8 (activations quantised per 32 values as the CPU engine and llama.cpp do, "
-         "integer block dots)")
-      ->check(CLI::IsMember({"fp32", "int8"}))
+         "activations), int8 (activations quantised per 32 values as the CPU engine and llama.cpp do, "
+         "integer block dots) or auto (int8 for Q4_K and for Q6_K matrices of >= 8192 rows, fp32 for the "
+         "other Q6_K ones: the faster per shape on an H200)")
+      ->check(CLI::IsMember({"auto", "fp32", "int8"}))
       ->capture_default_str();
   cmd->add_option(
          "--kv-cache-dtype", flags->kv_cache_dtype,

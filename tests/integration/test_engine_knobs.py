@@ -67,7 +67,7 @@ def test_bench_step_records_the_knobs(stoke_bin, tmp_path, decode_attention):
         (0, False, "warp", decode_attention)
     # the others at their defaults
     assert (e["gemv_split"], e["pdl"], e["decode_min_partition"], e["ggml_numerics"], e["kquant_gemv"]) == \
-        (0, False, 16, True, "fp32")
+        (0, False, 16, True, "auto")
 
 
 def test_bench_step_records_fp8_weights(stoke_bin, tmp_path):

@@ -80,7 +80,7 @@ class CudaLlama final : public DecoderModel {
     // k >= 4096, else 1), or 1, 2, 4, 8 (flag --gemv-split).
     int gemv_split = 0;
     // GGUF Q4_K / Q6_K weights in 1-token steps: how QuantGemv multiplies (flag --kquant-gemv; quant.h).
-    cuda::KGemvMath kquant_gemv = cuda::KGemvMath::kFp32;
+    cuda::KGemvMath kquant_gemv = cuda::KGemvMath::kAuto;
     // Attention kernel launch choices, passed to every PagedDecodeAttention / PrefillAttention call and to
     // DecodeWorkspaceBytes (flags --decode-min-partition, --decode-pipeline, --prefill-attention).
     cuda::AttentionLaunchOptions attention;

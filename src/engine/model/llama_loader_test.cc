@@ -292,8 +292,10 @@ TEST(LoadDecoderTest, RejectsOutOfRangeCudaTuning) {
   edge.decode_min_partition = 512;
   edge.prefill_attention = "warp";
   edge.decode_attention = "warp";
-  edge.kquant_gemv = "int8";
-  EXPECT_TRUE(ValidateCudaDecoderTuning(edge).ok());
+  for (const char* math : {"auto", "fp32", "int8"}) {
+    edge.kquant_gemv = math;
+    EXPECT_TRUE(ValidateCudaDecoderTuning(edge).ok()) << math;
+  }
 }
 
 }  // namespace

@@ -515,7 +515,8 @@ void Gemv8Bench(cudaStream_t s) {
 }
 
 // The GGUF K-quant GEMVs (QuantGemv over Q4_K / Q6_K super-blocks) at m = 1 on the 8B shapes, bf16 in
-// (fp32 out for the lm_head), each KGemvMath and rows-per-warp choice (0 = the default), over >= 512 MiB of
+// (fp32 out for the lm_head), each KGemvMath and rows-per-warp choice (0 = the default; kAuto with the
+// default rows only: the choice the decoder makes), over >= 512 MiB of
 // weight copies as GemvBench: GB/s of block bytes read.
 void GemvKBench(cudaStream_t s) {
   struct Shape {
@@ -543,9 +544,12 @@ void GemvKBench(cudaStream_t s) {
       BENCH_CHECK(cudaMalloc(&y, sh.n * 4));
       cudaMemset(x, 0x3c, sh.k * 2);
       const auto* xb = static_cast<const __nv_bfloat16*>(x);
-      for (const KGemvMath math : {KGemvMath::kFp32, KGemvMath::kInt8Activations}) {
-        const char* math_name = math == KGemvMath::kFp32 ? "fp32" : "int8_activations";
+      for (const KGemvMath math : {KGemvMath::kAuto, KGemvMath::kFp32, KGemvMath::kInt8Activations}) {
+        const char* math_name = math == KGemvMath::kAuto   ? "auto"
+                                : math == KGemvMath::kFp32 ? "fp32"
+                                                           : "int8_activations";
         for (const int rows : {0, 1, 2, 4}) {
+          if (math == KGemvMath::kAuto && rows != 0) continue;
           int next = 0;
           Status st;
           const float ms = TimeMs(s, [&] {

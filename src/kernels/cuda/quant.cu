@@ -271,12 +271,31 @@ void LaunchGemvK(int rows_per_warp, const uint8_t* w, const uint8_t* w_up, int64
 template <bool kQ4K, bool kSilu = false, typename T, typename Ty>
 void LaunchGemvK(KGemvMath math, int rows_per_warp, const uint8_t* w, const uint8_t* w_up, int64_t n,
                  int64_t k, const T* x, Ty* y, cudaStream_t stream) {
+  const DType t = kQ4K ? DType::kQ4_K : DType::kQ6_K;
+  const int64_t rows = kSilu ? 2 * n : n;  // a SwiGLU launch reads gate and up rows
+  if (math == KGemvMath::kAuto) math = KGemvAuto(t, rows);
+  if (rows_per_warp == 0) rows_per_warp = KGemvRowsPerWarp(t, rows, math);
   if (math == KGemvMath::kInt8Activations) {
     LaunchGemvK<kQ4K, true, kSilu>(rows_per_warp, w, w_up, n, k, x, y, stream);
   } else {
     LaunchGemvK<kQ4K, false, kSilu>(rows_per_warp, w, w_up, n, k, x, y, stream);
   }
 }
+
+constexpr int64_t kManyRows = 8192;  // KGemvAuto's threshold (quant.h)
+
+}  // namespace
+
+KGemvMath KGemvAuto(DType t, int64_t rows) {
+  return t == DType::kQ4_K || rows >= kManyRows ? KGemvMath::kInt8Activations : KGemvMath::kFp32;
+}
+
+int KGemvRowsPerWarp(DType t, int64_t rows, KGemvMath math) {
+  if (math == KGemvMath::kAuto) math = KGemvAuto(t, rows);
+  return math == KGemvMath::kInt8Activations && (t == DType::kQ4_K || rows >= kManyRows) ? 4 : 2;
+}
+
+namespace {
 
 template <typename T, typename Ty>
 Status LaunchGemv(DType t, const void* w, int64_t n, int64_t k, const T* x, Ty* y, cudaStream_t stream,
