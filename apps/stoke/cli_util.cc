@@ -80,6 +80,14 @@ void AddEngineTuningFlags(CLI::App* cmd, EngineTuningFlags* flags) {
       ->check(CLI::IsMember({"auto", "warp"}))
       ->capture_default_str();
   cmd->add_option(
+         "--kquant-gemv", flags->kquant_gemv,
+         "cuda, GGUF Q4_K / Q6_K weights, 1-token steps: fp32 (each weight an exact fp32 times the bf16 "
+         "activations), int8 (activations quantised per 32 values as the CPU engine and llama.cpp do, "
+         "integer block dots) or auto (int8 for Q4_K and for Q6_K matrices of >= 8192 rows, fp32 for the "
+         "other Q6_K ones: the faster per shape on an H200)")
+      ->check(CLI::IsMember({"auto", "fp32", "int8"}))
+      ->capture_default_str();
+  cmd->add_option(
          "--kv-cache-dtype", flags->kv_cache_dtype,
          "KV cache storage: auto (fp32 on cpu, bf16 on cuda), bf16, int8 or fp8 (8 bits with a scale per "
          "token and KV head; docs/precision.md)")
@@ -112,6 +120,7 @@ Status ApplyEngineTuningFlags(const EngineTuningFlags& flags, DecoderOptions* o)
   t.decode_pipeline = flags.decode_pipeline == "on";
   t.decode_attention = flags.decode_attention;
   t.prefill_attention = flags.prefill_attention;
+  t.kquant_gemv = flags.kquant_gemv;
   return ValidateCudaDecoderTuning(t);
 }
 

@@ -8,7 +8,8 @@
 #   4. stoke bench step (batch 1, context 512, 2048-token prefill) on the safetensors folder, the bf16 GGUF and
 #      the Q8_0 GGUF, and batch 8 on the Q8_0 GGUF with --gemv-max-rows 8; llama-bench (tg128, pp512) on both
 #      GGUFs; then stoke on the Q8_0 and bf16 GGUFs again (a second process each: drift between processes);
-#      stoke bench step and llama-bench on the Q4_K_M GGUF
+#      stoke bench step and llama-bench on the Q4_K_M GGUF (stoke with --kquant-gemv auto, the default, fp32 and
+#      int8)
 #   5. $OUT/decode_peer_summary.json: tok/s of each, stoke / llama.cpp ratios
 #   6. the per-step split at batch 1 (Q8_0 GGUF, bf16): each decode kernel timed by Nsight Compute (ncu_split)
 # Knobs (env): OUT [/tmp/stoke_gpu_out], DP_ITERS [40] (timed decode steps per stoke run), DP_SKIP_TESTS=1, DP_SKIP_NCU=1,
@@ -127,6 +128,9 @@ main() {
   fi
   if [[ -f "$Q4K_GGUF" ]]; then
     step q4k_b1 "$Q4K_GGUF" --decode-batch 1 --context 512 --prefill 512
+    # the K-quant GEMV with int8 activations (--kquant-gemv int8: the CPU engine's and llama.cpp's numerics)
+    step q4k_int8_b1 "$Q4K_GGUF" --decode-batch 1 --context 512 --prefill 0 --kquant-gemv int8
+    step q4k_fp32_b1 "$Q4K_GGUF" --decode-batch 1 --context 512 --prefill 0 --kquant-gemv fp32
     stamp "llama-bench Q4_K_M"
     LLAMA_BENCH_P=512 LLAMA_BENCH_N=128 timeout 150 bash bench/gpu/llama_cpp.sh bench "$Q4K_GGUF" q4_k_m > "$OUT/llama_bench_q4_k_m.log" 2>&1
     tail -n 4 "$OUT/llama_bench_q4_k_m.log"
@@ -163,7 +167,7 @@ def lcpp(tag):
     except Exception as e:
         return {"error": str(e)}
 s = {"stoke": {t: step(t) for t in ("st_bf16", "q8_b1", "bf16gguf_b1", "q8_b1_r2", "q8_b8", "q8_b1_ctx4096", "bf16gguf_b1_r2",
-                                     "q4k_b1", "q4k_b1_r2")},
+                                     "q4k_b1", "q4k_int8_b1", "q4k_fp32_b1", "q4k_b1_r2")},
      "llama_cpp": {"q8_0": lcpp("q8_0"), "bf16": lcpp("bf16"), "q4_k_m": lcpp("q4_k_m")}}
 json.dump(s, open(f"{out}/decode_peer_summary.json", "w"), indent=1)
 print(json.dumps(s, indent=1)[:6000])

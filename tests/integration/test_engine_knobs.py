@@ -14,6 +14,7 @@ import requests
     ("--prefill-attention", "tiled", b"--prefill-attention"),
     ("--decode-pipeline", "maybe", b"--decode-pipeline"),
     ("--decode-attention", "fast", b"--decode-attention"),
+    ("--kquant-gemv", "int4", b"--kquant-gemv"),
     ("--encoder-attention", "fast", b"--encoder-attention"),
     ("--quantization", "int4", b"--quantization"),
     ("--target-step-ms", "-1", b"--target-step-ms must be >= 0"),  # int8 parses (encoders); a decoder refuses it at load
@@ -65,7 +66,8 @@ def test_bench_step_records_the_knobs(stoke_bin, tmp_path, decode_attention):
     assert (e["gemv_max_rows"], e["decode_pipeline"], e["prefill_attention"], e["decode_attention"]) == \
         (0, False, "warp", decode_attention)
     # the others at their defaults
-    assert (e["gemv_split"], e["pdl"], e["decode_min_partition"], e["ggml_numerics"]) == (0, False, 16, True)
+    assert (e["gemv_split"], e["pdl"], e["decode_min_partition"], e["ggml_numerics"], e["kquant_gemv"]) == \
+        (0, False, 16, True, "auto")
 
 
 def test_bench_step_records_fp8_weights(stoke_bin, tmp_path):

@@ -27,6 +27,9 @@ StatusOr<std::unique_ptr<DecoderModel>> CreateCudaDecoder(LlamaWeights weights, 
   co.attention.decode_tiled = o.cuda.decode_attention != "warp";
   co.attention.decode_tiled_fragments = o.cuda.decode_attention != "tiled-smem";
   co.attention.prefill_force_warp = o.cuda.prefill_attention == "warp";
+  co.kquant_gemv = o.cuda.kquant_gemv == "int8"   ? cuda::KGemvMath::kInt8Activations
+                   : o.cuda.kquant_gemv == "fp32" ? cuda::KGemvMath::kFp32
+                                                  : cuda::KGemvMath::kAuto;
   co.kv_cache_dtype = o.kv_cache.dtype;
   co.quantization = o.quantization;
   ASSIGN_OR_RETURN(std::unique_ptr<CudaLlama> model, CudaLlama::Create(std::move(weights), co));

@@ -47,6 +47,7 @@
 #include "engine/model/llama_weights.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/quant.h"
 #include "kernels/cuda/sampling.h"
 
 namespace stoke {
@@ -78,6 +79,8 @@ class CudaLlama final : public DecoderModel {
     // Warps per output row in the one-token GEMVs (kernels/cuda/gemv.h): 0 = auto (GemvSplitFor: 2 when
     // k >= 4096, else 1), or 1, 2, 4, 8 (flag --gemv-split).
     int gemv_split = 0;
+    // GGUF Q4_K / Q6_K weights in 1-token steps: how QuantGemv multiplies (flag --kquant-gemv; quant.h).
+    cuda::KGemvMath kquant_gemv = cuda::KGemvMath::kAuto;
     // Attention kernel launch choices, passed to every PagedDecodeAttention / PrefillAttention call and to
     // DecodeWorkspaceBytes (flags --decode-min-partition, --decode-pipeline, --prefill-attention).
     cuda::AttentionLaunchOptions attention;
@@ -161,6 +164,14 @@ class CudaLlama final : public DecoderModel {
     };
     std::vector<QuantPart> quant;  // empty: no GEMV path
   };
+  // A fused gate|up whose 1-token step runs QuantGemvSiluMul: two raw parts (gate, up) of the same K-quant
+  // type and the same number of rows.
+  static bool KQuantSwiGlu(const Linear& gate_up) {
+    const std::vector<Linear::QuantPart>& q = gate_up.quant;
+    return q.size() == 2 && q[0].type == q[1].type &&
+           (q[0].type == DType::kQ4_K || q[0].type == DType::kQ6_K) && q[0].rows == q[1].rows &&
+           q[1].row_offset == q[0].rows;
+  }
   struct Layer {
     float* attn_norm = nullptr;
     float* ffn_norm = nullptr;

@@ -76,11 +76,13 @@ TEST(CudaLlamaTest, Bf16UnfusedTiedWithBiasMatchesCpu) {
 // decode from the file's int8 values; kQuant — every projection and the lm_head run the fused-dequant
 // QuantGemv in 1-token steps (4 per layer + 1). The CPU quantises activations to 8 bits in its quantised
 // matmuls; the GPU keeps them in bf16. Measured on the CPU alone, that activation quantisation moves these
-// logits by up to ~0.1 std (bf16 weights: ~0.03).
+// logits by up to ~0.1 std (bf16 weights: ~0.03). `kquant`: how the GPU's K-quant GEMV multiplies; with
+// kInt8Activations it quantises activations as the CPU does, so the agreement bound is tighter.
 enum class Gemv { kQ8, kQuant };
 template <typename Encode>
 void CheckGgufAgainstCpu(uint32_t seed, bool tied, int ggml_type, Encode encode, const char* what, Gemv gemv,
-                         const std::vector<TinyLlama::MatrixOverride>& overrides = {}) {
+                         const std::vector<TinyLlama::MatrixOverride>& overrides = {},
+                         cuda::KGemvMath kquant = cuda::KGemvMath::kFp32) {
   const TinyLlama m = MakeModel(seed, tied, /*bias=*/false, /*layers=*/2);
   std::string name = what;
   std::replace(name.begin(), name.end(), ' ', '_');
@@ -93,8 +95,11 @@ void CheckGgufAgainstCpu(uint32_t seed, bool tied, int ggml_type, Encode encode,
     ASSERT_EQ(a->lm_head.data, a->embedding.data) << "the file should be tied (no output.weight)";
   }
   const int64_t linears = 4 * m.c.num_layers + 1;
-  CheckAgainstCpu(std::move(*a), std::move(*b), 0.25, 0.95, what, gemv == Gemv::kQ8 ? linears : 0,
-                  gemv == Gemv::kQuant ? linears : 0);
+  CudaLlama::Options o = TestOptions();
+  o.kquant_gemv = kquant;
+  const double max_rel = kquant == cuda::KGemvMath::kInt8Activations ? 0.15 : 0.25;
+  CheckAgainstCpu(std::move(*a), std::move(*b), max_rel, 0.95, what, gemv == Gemv::kQ8 ? linears : 0,
+                  gemv == Gemv::kQuant ? linears : 0, &o);
   fs::remove_all(dir);
 }
 
@@ -136,6 +141,18 @@ TEST(CudaLlamaTest, GgufMixedKQuantsMatchCpu) {
                        {"ffn_down.weight", 14, &EncodeQ6_K},
                        {"output.weight", 14, &EncodeQ6_K},
                        {"attn_k.weight", 8, &EncodeQ8_0}});
+}
+
+// The same mix with --kquant-gemv int8: the K-quant GEMVs quantise activations per 32 values as the CPU does.
+TEST(CudaLlamaTest, GgufMixedKQuantsInt8ActivationsMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  CheckGgufAgainstCpu(19, /*tied=*/false, /*Q4_K=*/12, &EncodeQ4_K, "gguf q4_k_m mix int8 activations",
+                      Gemv::kQuant,
+                      {{"attn_v.weight", 14, &EncodeQ6_K},
+                       {"ffn_down.weight", 14, &EncodeQ6_K},
+                       {"output.weight", 14, &EncodeQ6_K},
+                       {"attn_k.weight", 8, &EncodeQ8_0}},
+                      cuda::KGemvMath::kInt8Activations);
 }
 
 TEST(CudaLlamaTest, GraphsOnAndOffGiveIdenticalLogits) {

@@ -69,7 +69,8 @@ Status CudaLlama::EnqueueLinear(const Linear& lin, const __nv_bfloat16* x, int64
   }
   if (m == 1 && !lin.quant.empty()) {
     for (const Linear::QuantPart& p : lin.quant) {
-      RETURN_IF_ERROR(cuda::QuantGemv(p.type, p.raw, p.rows, lin.cols, x, y + p.row_offset, stream_.get()));
+      RETURN_IF_ERROR(cuda::QuantGemv(p.type, p.raw, p.rows, lin.cols, x, y + p.row_offset, stream_.get(),
+                                      /*rows_per_warp=*/0, options_.kquant_gemv));
     }
     return OkStatus();
   }
@@ -145,6 +146,10 @@ Status CudaLlama::EnqueueLayers(const StepArgs& a, cuda::BlasLtGemm& gemm) {
     } else if (T <= gemv_max_rows_ && l.gate_up.q8 != nullptr) {
       RETURN_IF_ERROR(cuda::Q8GemvSiluMul(l.gate_up.q8, l.gate_up.q8_d, F, H, h_, T, act_, options_.pdl, s,
                                           options_.gemv_split));
+    } else if (T == 1 && KQuantSwiGlu(l.gate_up)) {  // GGUF Q4_K / Q6_K: both projections and SwiGLU in one
+      const Linear::QuantPart& g = l.gate_up.quant[0];
+      RETURN_IF_ERROR(cuda::QuantGemvSiluMul(g.type, g.raw, l.gate_up.quant[1].raw, F, H, h_, act_, s,
+                                             /*rows_per_warp=*/0, options_.kquant_gemv));
     } else if (T <= gemv_max_rows_ && (T > 1 || l.gate_up.quant.empty())) {
       RETURN_IF_ERROR(
           cuda::Bf16GemvSiluMul(l.gate_up.w, F, H, h_, T, act_, options_.pdl, s, options_.gemv_split));
@@ -173,7 +178,8 @@ Status CudaLlama::EnqueueLogits(const int32_t* rows, int64_t n, cuda::BlasLtGemm
   }
   if (n == 1 && !lm_head_.quant.empty()) {  // GGUF Q4_1 / Q4_K / Q6_K: the fused-dequant GEMV, fp32 logits
     for (const Linear::QuantPart& p : lm_head_.quant) {
-      RETURN_IF_ERROR(cuda::QuantGemv(p.type, p.raw, p.rows, c.hidden_size, sel_, logits_ + p.row_offset, s));
+      RETURN_IF_ERROR(cuda::QuantGemv(p.type, p.raw, p.rows, c.hidden_size, sel_, logits_ + p.row_offset, s,
+                                      /*rows_per_warp=*/0, options_.kquant_gemv));
     }
     return OkStatus();
   }

@@ -285,14 +285,14 @@ inline void ExpectClose(const Agreement& a, double max_rel, double top1_min, con
 
 // CPU vs CUDA over the script: CPU from `cpu_weights`, CUDA from `gpu_weights` (the same model). q8_linears
 // >= 0: that many projections (lm_head included) decode from their GGUF Q8_0 values; quant_linears >= 0: that
-// many run the fused-dequant QuantGemv in 1-token steps.
+// many run the fused-dequant QuantGemv in 1-token steps. `options`: the CUDA side's (TestOptions() if null).
 inline void CheckAgainstCpu(LlamaWeights cpu_weights, LlamaWeights gpu_weights, double max_rel,
                             double top1_min, const char* what, int64_t q8_linears = -1,
-                            int64_t quant_linears = -1) {
+                            int64_t quant_linears = -1, const CudaLlama::Options* options = nullptr) {
   const int vocab = cpu_weights.config.vocab_size;
   auto cpu = CpuLlama::Create(std::move(cpu_weights));
   ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
-  auto gpu = CudaLlama::Create(std::move(gpu_weights), TestOptions());
+  auto gpu = CudaLlama::Create(std::move(gpu_weights), options != nullptr ? *options : TestOptions());
   ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
   const Script script = MakeScript(vocab, 5);
   auto want = RunScript(**cpu, script);

@@ -46,6 +46,11 @@ struct CudaDecoderTuning {
   // [--prefill-attention auto|warp] "auto": the tiled tensor-core kernel where it applies; "warp": always the
   // simple warp kernel (exact, much slower; a way around a tiled-kernel problem).
   std::string prefill_attention = "auto";
+  // [--kquant-gemv auto|fp32|int8] GGUF Q4_K / Q6_K weights in 1-token steps: "fp32" (each weight value an
+  // exact fp32 times bf16 activations: the dequantised matrix's product), "int8" (activations quantised per
+  // 32 values as the CPU engine and llama.cpp do, each block's product an exact integer dot: the CPU engine's
+  // numerics) or "auto" (the faster of the two per type and shape, as measured: cuda::KGemvAuto).
+  std::string kquant_gemv = "auto";
 };
 // InvalidArgument naming the flag when a tuning value is out of range.
 Status ValidateCudaDecoderTuning(const CudaDecoderTuning& t);

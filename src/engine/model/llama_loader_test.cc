@@ -275,6 +275,7 @@ TEST(LoadDecoderTest, RejectsOutOfRangeCudaTuning) {
       {[](CudaDecoderTuning* t) { t->decode_min_partition = 513; }, "--decode-min-partition 513"},
       {[](CudaDecoderTuning* t) { t->prefill_attention = "tiled"; }, "--prefill-attention 'tiled'"},
       {[](CudaDecoderTuning* t) { t->decode_attention = "auto"; }, "--decode-attention 'auto'"},
+      {[](CudaDecoderTuning* t) { t->kquant_gemv = "int4"; }, "--kquant-gemv 'int4'"},
   };
   for (const Case& c : cases) {
     DecoderOptions o;
@@ -291,7 +292,10 @@ TEST(LoadDecoderTest, RejectsOutOfRangeCudaTuning) {
   edge.decode_min_partition = 512;
   edge.prefill_attention = "warp";
   edge.decode_attention = "warp";
-  EXPECT_TRUE(ValidateCudaDecoderTuning(edge).ok());
+  for (const char* math : {"auto", "fp32", "int8"}) {
+    edge.kquant_gemv = math;
+    EXPECT_TRUE(ValidateCudaDecoderTuning(edge).ok()) << math;
+  }
 }
 
 }  // namespace

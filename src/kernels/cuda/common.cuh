@@ -118,6 +118,11 @@ __device__ __forceinline__ void PdlLaunchDependents() {
 #endif
 }
 
+// SiLU (x · sigmoid(x)) as every SwiGLU path computes it: the fused GEMVs' epilogues and SiluMul(Fused).
+__device__ __forceinline__ float Silu(float g) {
+  return g / (1.f + expf(-g));
+}
+
 inline unsigned CeilDiv(int64_t a, int64_t b) {
   return static_cast<unsigned>((a + b - 1) / b);
 }

@@ -5,7 +5,9 @@
 //   gemv          decode projections at batch 1 / 8: bf16 GEMV vs cuBLASLt, GB/s of weights read
 //   gemv8         the 1-byte GEMVs (fp8 E4M3, GGUF Q8_0) at batch 1, every warps-per-row choice, GB/s of
 //                 weight + scale bytes read
-//   gemvk         the GGUF K-quant GEMVs (Q4_K, Q6_K) at batch 1, GB/s of super-block bytes read
+//   gemvk         the GGUF K-quant GEMVs (Q4_K, Q6_K) at batch 1, fp32 vs int8 activations, each rows per
+//   warp, GB/s of
+//                 super-block bytes read
 //   decode_attn   paged decode attention, warp vs tensor-core kernel, GB/s of KV read
 //   prefill_attn  causal prefill attention on the paged cache, tensor-core vs warp kernel, TFLOP/s (median)
 //   encoder_attn  the encoder's bidirectional attention (BERT-base / -large shapes), tensor-core kernel with
@@ -513,7 +515,9 @@ void Gemv8Bench(cudaStream_t s) {
 }
 
 // The GGUF K-quant GEMVs (QuantGemv over Q4_K / Q6_K super-blocks) at m = 1 on the 8B shapes, bf16 in
-// (fp32 out for the lm_head), over >= 512 MiB of weight copies as GemvBench: GB/s of block bytes read.
+// (fp32 out for the lm_head), each KGemvMath and rows-per-warp choice (0 = the default; kAuto with the
+// default rows only: the choice the decoder makes), over >= 512 MiB of
+// weight copies as GemvBench: GB/s of block bytes read.
 void GemvKBench(cudaStream_t s) {
   struct Shape {
     const char* name;
@@ -540,19 +544,27 @@ void GemvKBench(cudaStream_t s) {
       BENCH_CHECK(cudaMalloc(&y, sh.n * 4));
       cudaMemset(x, 0x3c, sh.k * 2);
       const auto* xb = static_cast<const __nv_bfloat16*>(x);
-      int next = 0;
-      Status st;
-      const float ms = TimeMs(s, [&] {
-        const void* w = ws[next++ % copies];
-        st = sh.f32 ? QuantGemv(t, w, sh.n, sh.k, xb, static_cast<float*>(y), s)
-                    : QuantGemv(t, w, sh.n, sh.k, xb, static_cast<__nv_bfloat16*>(y), s);
-      });
-      if (!st.ok()) std::fprintf(stderr, "gemvk %s: %s\n", sh.name, st.ToString().c_str());
-      std::printf(
-          "{\"bench\":\"gemvk\",\"format\":\"%s\",\"shape\":\"%s\",\"n\":%lld,\"k\":%lld,\"ms\":%.4f,"
-          "\"gbps\":%.1f}\n",
-          std::string(DTypeName(t)).c_str(), sh.name, (long long)sh.n, (long long)sh.k, ms,
-          bytes / (ms * 1e-3) / 1e9);
+      for (const KGemvMath math : {KGemvMath::kAuto, KGemvMath::kFp32, KGemvMath::kInt8Activations}) {
+        const char* math_name = math == KGemvMath::kAuto   ? "auto"
+                                : math == KGemvMath::kFp32 ? "fp32"
+                                                           : "int8_activations";
+        for (const int rows : {0, 1, 2, 4}) {
+          if (math == KGemvMath::kAuto && rows != 0) continue;
+          int next = 0;
+          Status st;
+          const float ms = TimeMs(s, [&] {
+            const void* w = ws[next++ % copies];
+            st = sh.f32 ? QuantGemv(t, w, sh.n, sh.k, xb, static_cast<float*>(y), s, rows, math)
+                        : QuantGemv(t, w, sh.n, sh.k, xb, static_cast<__nv_bfloat16*>(y), s, rows, math);
+          });
+          if (!st.ok()) std::fprintf(stderr, "gemvk %s: %s\n", sh.name, st.ToString().c_str());
+          std::printf(
+              "{\"bench\":\"gemvk\",\"format\":\"%s\",\"shape\":\"%s\",\"n\":%lld,\"k\":%lld,"
+              "\"math\":\"%s\",\"rows_per_warp\":%d,\"ms\":%.4f,\"gbps\":%.1f}\n",
+              std::string(DTypeName(t)).c_str(), sh.name, (long long)sh.n, (long long)sh.k, math_name, rows,
+              ms, bytes / (ms * 1e-3) / 1e9);
+        }
+      }
       for (void* w : ws) cudaFree(w);
       cudaFree(x);
       cudaFree(y);

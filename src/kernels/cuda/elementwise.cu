@@ -24,10 +24,6 @@ __global__ void EmbeddingKernel(const TIn* __restrict__ table, int64_t vocab, in
   for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) o[c] = FromFloat<TOut>(ToFloat(t[c]));
 }
 
-__device__ __forceinline__ float Silu(float g) {
-  return g / (1.f + expf(-g));
-}
-
 template <typename T>
 __global__ void SiluMulFusedKernel(const T* __restrict__ gu, int64_t rows, int64_t inter,
                                    T* __restrict__ out) {

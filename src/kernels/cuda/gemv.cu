@@ -90,10 +90,6 @@ __device__ __forceinline__ float DotChunk(const uint4& wv, const uint4* xr, int6
   }
 }
 
-__device__ __forceinline__ float Silu(float g) {
-  return g / (1.f + expf(-g));
-}
-
 // kSplit warps share an output row, each taking a contiguous 1/kSplit of its k range; block b computes rows
 // [b * kWarps / kSplit, (b + 1) * kWarps / kSplit) for every x row (and, with kSilu, the matching up rows
 // `up_rows` further, combined with SwiGLU). The slices' sums meet in shared memory and are added in slice

@@ -203,7 +203,8 @@ TEST(CudaQuant, DequantizeToBf16IsBitExact) {
 }
 
 // n = 1000 rows (not a multiple of the 8 warps of a CTA), k = 2304: nine K super-blocks per row, so the last
-// iteration of a warp's four-super-block stride is partial.
+// iteration of a warp's four-super-block stride is partial. The K formats: each rows-per-warp choice, and with
+// int8 activations against the CPU engine's integer dot.
 TEST(CudaQuant, GemvMatchesDequantisedMatMul) {
   SKIP_WITHOUT_GPU();
   const int64_t n = 1000, k = 2304;
@@ -216,21 +217,86 @@ TEST(CudaQuant, GemvMatchesDequantisedMatMul) {
     ASSERT_TRUE(cpu::MatMul(x.data(), 1, k, wd.data(), DType::kF32, n, want.data()).ok());
     DeviceBuffer<uint8_t> dq(q);
     DeviceBuffer<float> dx(x), y(n);
-    STATUS_ASSERT(QuantGemv(t, dq.get(), n, k, dx.get(), y.get(), nullptr));
-    EXPECT_CLOSE(y.Download(), want, kTolF32, ("gemv " + name + " f32").c_str());
     const auto xb = RoundBf16(x);
-    ASSERT_TRUE(cpu::MatMul(xb.data(), 1, k, wd.data(), DType::kF32, n, want.data()).ok());
+    std::vector<float> want_b(n);
+    ASSERT_TRUE(cpu::MatMul(xb.data(), 1, k, wd.data(), DType::kF32, n, want_b.data()).ok());
     DeviceBuffer<uint16_t> bx(ToBf16(x)), by(n);
-    STATUS_ASSERT(QuantGemv(t, dq.get(), n, k, bx.bf16(), by.bf16(), nullptr));
-    EXPECT_CLOSE(FromBf16(by.Download()), want, kTolBf16, ("gemv " + name + " bf16").c_str());
-    // bf16 in, fp32 out (the lm_head's logits): the bf16-input reference at fp32 tolerance.
-    STATUS_ASSERT(QuantGemv(t, dq.get(), n, k, bx.bf16(), y.get(), nullptr));
-    EXPECT_CLOSE(y.Download(), want, kTolF32, ("gemv " + name + " bf16 -> f32").c_str());
+    // The K formats' rows per warp: each choice, with 1000 rows a partial last warp for 2 and 4.
+    const std::vector<int> rows_choices =
+        (t == DType::kQ4_K || t == DType::kQ6_K) ? std::vector<int>{0, 1, 2, 4} : std::vector<int>{0};
+    for (const int rows : rows_choices) {
+      const std::string what = "gemv " + name + " rows_per_warp " + std::to_string(rows);
+      STATUS_ASSERT(QuantGemv(t, dq.get(), n, k, dx.get(), y.get(), nullptr, rows));
+      EXPECT_CLOSE(y.Download(), want, kTolF32, (what + " f32").c_str());
+      STATUS_ASSERT(QuantGemv(t, dq.get(), n, k, bx.bf16(), by.bf16(), nullptr, rows));
+      EXPECT_CLOSE(FromBf16(by.Download()), want_b, kTolBf16, (what + " bf16").c_str());
+      // bf16 in, fp32 out (the lm_head's logits): the bf16-input reference at fp32 tolerance.
+      STATUS_ASSERT(QuantGemv(t, dq.get(), n, k, bx.bf16(), y.get(), nullptr, rows));
+      EXPECT_CLOSE(y.Download(), want_b, kTolF32, (what + " bf16 -> f32").c_str());
+    }
+    if (rows_choices.size() == 1) continue;
+    // Int8 activations: the CPU engine's integer dot over the same blocks (cpu::MatMul quantises x the same
+    // way) is the reference, at fp32 tolerance; the dequantised product above is ~1e-3 away.
+    std::vector<float> want_q(n), want_qb(n);
+    ASSERT_TRUE(cpu::MatMul(x.data(), 1, k, q.data(), t, n, want_q.data()).ok());
+    ASSERT_TRUE(cpu::MatMul(xb.data(), 1, k, q.data(), t, n, want_qb.data()).ok());
+    for (const int rows : rows_choices) {
+      const std::string what = "gemv " + name + " int8 activations, rows_per_warp " + std::to_string(rows);
+      const KGemvMath m = KGemvMath::kInt8Activations;
+      STATUS_ASSERT(QuantGemv(t, dq.get(), n, k, dx.get(), y.get(), nullptr, rows, m));
+      EXPECT_CLOSE(y.Download(), want_q, kTolF32, (what + " f32").c_str());
+      STATUS_ASSERT(QuantGemv(t, dq.get(), n, k, bx.bf16(), by.bf16(), nullptr, rows, m));
+      EXPECT_CLOSE(FromBf16(by.Download()), want_qb, kTolBf16, (what + " bf16").c_str());
+      STATUS_ASSERT(QuantGemv(t, dq.get(), n, k, bx.bf16(), y.get(), nullptr, rows, m));
+      EXPECT_CLOSE(y.Download(), want_qb, kTolF32, (what + " bf16 -> f32").c_str());
+    }
   }
   DeviceBuffer<uint8_t> dummy(std::vector<uint8_t>(144));
   DeviceBuffer<float> dx(x), y(n);
   EXPECT_FALSE(QuantGemv(DType::kQ4_K, dummy.get(), 1, 128, dx.get(), y.get(), nullptr).ok())
       << "k % 256 != 0 must be refused for the K formats";
+  EXPECT_FALSE(QuantGemv(DType::kQ4_K, dummy.get(), 1, 256, dx.get(), y.get(), nullptr, 3).ok())
+      << "rows_per_warp 3 must be refused";
+}
+
+// SwiGLU straight from K-quant blocks: bit for bit QuantGemv of gate and up (bf16 out) followed by SiluMul,
+// for each rows-per-warp choice and both maths, and near silu(g)·u of the CPU's dequantised products.
+TEST(CudaQuant, GemvSiluMulIsTheTwoGemvsThenSiluMul) {
+  SKIP_WITHOUT_GPU();
+  const int64_t inter = 1000, k = 2304;
+  const auto gf = RandomFloats(inter * k, 21), uf = RandomFloats(inter * k, 22), x = RandomFloats(k, 23);
+  const auto xb = RoundBf16(x);
+  for (DType t : {DType::kQ4_K, DType::kQ6_K}) {
+    const std::string name(DTypeName(t));
+    const std::vector<uint8_t> qg = QuantizeRows(t, gf, inter, k), qu = QuantizeRows(t, uf, inter, k);
+    std::vector<float> gd(inter * k), ud(inter * k), g(inter), u(inter), want(inter);
+    ASSERT_TRUE(cpu::DequantizeRow(t, qg.data(), gd.data(), inter * k).ok());
+    ASSERT_TRUE(cpu::DequantizeRow(t, qu.data(), ud.data(), inter * k).ok());
+    ASSERT_TRUE(cpu::MatMul(xb.data(), 1, k, gd.data(), DType::kF32, inter, g.data()).ok());
+    ASSERT_TRUE(cpu::MatMul(xb.data(), 1, k, ud.data(), DType::kF32, inter, u.data()).ok());
+    const auto gb = RoundBf16(g), ub = RoundBf16(u);
+    for (int64_t i = 0; i < inter; ++i) want[i] = gb[i] / (1.f + std::exp(-gb[i])) * ub[i];
+    DeviceBuffer<uint8_t> dg(qg), du(qu);
+    DeviceBuffer<uint16_t> bx(ToBf16(x)), y(inter), yg(inter), yu(inter), y2(inter);
+    for (const KGemvMath m : {KGemvMath::kFp32, KGemvMath::kInt8Activations}) {
+      for (const int rows : {0, 1, 2, 4}) {
+        const std::string what = "silu-mul " + name + (m == KGemvMath::kFp32 ? " fp32" : " int8") +
+                                 " rows_per_warp " + std::to_string(rows);
+        STATUS_ASSERT(
+            QuantGemvSiluMul(t, dg.get(), du.get(), inter, k, bx.bf16(), y.bf16(), nullptr, rows, m));
+        STATUS_ASSERT(QuantGemv(t, dg.get(), inter, k, bx.bf16(), yg.bf16(), nullptr, rows, m));
+        STATUS_ASSERT(QuantGemv(t, du.get(), inter, k, bx.bf16(), yu.bf16(), nullptr, rows, m));
+        STATUS_ASSERT(SiluMul(yg.bf16(), yu.bf16(), inter, y2.bf16(), nullptr));
+        EXPECT_EQ(y.Download(), y2.Download()) << what << ": not bit-identical to the unfused path";
+        if (m == KGemvMath::kFp32) EXPECT_CLOSE(FromBf16(y.Download()), want, kTolBf16, what.c_str());
+      }
+    }
+  }
+  DeviceBuffer<uint8_t> dummy(std::vector<uint8_t>(144));
+  DeviceBuffer<uint16_t> bx(std::vector<uint16_t>(256)), y(1);
+  EXPECT_FALSE(
+      QuantGemvSiluMul(DType::kQ8_0, dummy.get(), dummy.get(), 1, 256, bx.bf16(), y.bf16(), nullptr).ok())
+      << "only the K formats";
 }
 
 // GGUF Q8_0 repacked for the 8-bit GEMV: the values and scales are bit copies of the file's blocks (padding

@@ -23,14 +23,39 @@ Status DequantizeToBf16(DType t, const void* src, int64_t n, __nv_bfloat16* dst,
 // The m = 1 matrix-vector product straight from the quantised blocks (decode's GEMV; no dequantised copy):
 //   y[r] = Σ_c W[r, c] · x[c],  W = [n, k] row-major in t (kQ4_1 or kQ8_0 with k % 32 == 0; kQ4_K or kQ6_K
 //   with k % 256 == 0), x = [k], y = [n].
-// x and w must be 16-byte aligned; y must not alias x. Accumulation in
-// fp32, one warp per output row (K-quants: eight lanes per super-block, a warp reading four at a time).
-Status QuantGemv(DType t, const void* w, int64_t n, int64_t k, const float* x, float* y, cudaStream_t stream);
+// x and w must be 16-byte aligned; y must not alias x. Accumulation in fp32. Q4_1 / Q8_0: one warp per output
+// row. K-quants: eight lanes per super-block, a warp reading four at a time, and rows_per_warp (1, 2 or 4; 0
+// = KGemvRowsPerWarp's choice) rows per warp sharing the activations it loads, multiplied as `math` says
+// (cuda_bench --only gemvk measures each choice):
+//   kFp32            each weight value as an exact fp32 times x in fp32 (the dequantised matrix's product);
+//   kInt8Activations x quantised per 32-block as cpu::QuantizeActsRow (kernels/cpu/qdot.h) and each block's
+//                    product an exact integer sum (dp4a), scaled once: the CPU engine's numerics (and
+//                    llama.cpp's), equal to cpu::MatMul over the same blocks but for fp32 summation order;
+//   kAuto            the faster of the two for the type and shape, as KGemvAuto picks it.
+// Other types ignore both.
+enum class KGemvMath { kAuto, kFp32, kInt8Activations };
+// The choices kAuto and rows_per_warp = 0 stand for, for a K-quant type t and `rows` output rows a launch
+// computes (a QuantGemvSiluMul launch: 2 * inter). Measured on the H200 (8B shapes, cuda_bench --only gemvk,
+// bench/results/gpu_gemvk_rows_2026-12-05.json): int8 activations win on every Q4_K shape (1.16-1.42x
+// the previous kernel) and on Q6_K with >= 8192 rows (gate|up, lm_head: 1.26x, 1.30x); fp32 wins on the
+// smaller Q6_K shapes (qkv, o, down: int8 0.82-0.94x of fp32 there). Four rows per warp pay off with int8 on
+// Q4_K or >= 8192 rows; two rows otherwise (four are 0.79-0.90x of two on the small Q6_K shapes).
+KGemvMath KGemvAuto(DType t, int64_t rows);
+int KGemvRowsPerWarp(DType t, int64_t rows, KGemvMath math);
+Status QuantGemv(DType t, const void* w, int64_t n, int64_t k, const float* x, float* y, cudaStream_t stream,
+                 int rows_per_warp = 0, KGemvMath math = KGemvMath::kAuto);
 Status QuantGemv(DType t, const void* w, int64_t n, int64_t k, const __nv_bfloat16* x, __nv_bfloat16* y,
-                 cudaStream_t stream);
+                 cudaStream_t stream, int rows_per_warp = 0, KGemvMath math = KGemvMath::kAuto);
 // bf16 activations, fp32 results (the lm_head's logits).
 Status QuantGemv(DType t, const void* w, int64_t n, int64_t k, const __nv_bfloat16* x, float* y,
-                 cudaStream_t stream);
+                 cudaStream_t stream, int rows_per_warp = 0, KGemvMath math = KGemvMath::kAuto);
+
+// SwiGLU straight from K-quant blocks (Q4_K or Q6_K, both matrices of type t): y[o] = silu(bf16(g_o)) ·
+// bf16(u_o) with g_o = Σ_c gate[o, c] · x[c] and u_o = Σ_c up[o, c] · x[c], as QuantGemv of the two followed
+// by SiluMulFused computes it but in one launch. gate and up are [inter, k], x = [k], y = [inter].
+Status QuantGemvSiluMul(DType t, const void* w_gate, const void* w_up, int64_t inter, int64_t k,
+                        const __nv_bfloat16* x, __nv_bfloat16* y, cudaStream_t stream, int rows_per_warp = 0,
+                        KGemvMath math = KGemvMath::kAuto);
 
 // Q8_0 blocks (34 bytes: fp16 d, 32 int8) of a [rows, cols] matrix split into the Q8Gemv layout (gemv.h):
 // q = [alloc_rows, cols] int8 values and d = [alloc_rows, cols / 32] fp16 scales, bit copies of the file's;

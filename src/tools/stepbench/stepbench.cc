@@ -172,6 +172,7 @@ StatusOr<Json> RunStepBench(const StepBenchOptions& o, const Backends& backends,
               {"decode_pipeline", t.decode_pipeline},
               {"decode_attention", t.decode_attention},
               {"prefill_attention", t.prefill_attention},
+              {"kquant_gemv", t.kquant_gemv},
               {"kv_cache_dtype", model->kv_cache_dtype_name()},
               {"quantization", model->quantization_name()}};
   report["engine"] = engine;
