@@ -97,7 +97,7 @@ void CheckGgufAgainstCpu(uint32_t seed, bool tied, int ggml_type, Encode encode,
   const int64_t linears = 4 * m.c.num_layers + 1;
   CudaLlama::Options o = TestOptions();
   o.kquant_gemv = kquant;
-  const double max_rel = kquant == cuda::KGemvMath::kInt8Activations ? 0.15 : 0.25;
+  const double max_rel = kquant == cuda::KGemvMath::kFp32 ? 0.25 : 0.15;
   CheckAgainstCpu(std::move(*a), std::move(*b), max_rel, 0.95, what, gemv == Gemv::kQ8 ? linears : 0,
                   gemv == Gemv::kQuant ? linears : 0, &o);
   fs::remove_all(dir);
@@ -153,6 +153,18 @@ TEST(CudaLlamaTest, GgufMixedKQuantsInt8ActivationsMatchCpu) {
                        {"output.weight", 14, &EncodeQ6_K},
                        {"attn_k.weight", 8, &EncodeQ8_0}},
                       cuda::KGemvMath::kInt8Activations);
+}
+
+// The same mix with --kquant-gemv auto (the default): int8 activations for the Q4_K matrices, fp32 for the
+// small Q6_K ones (cuda::KGemvAuto), within the int8 form's bound.
+TEST(CudaLlamaTest, GgufMixedKQuantsAutoMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  CheckGgufAgainstCpu(19, /*tied=*/false, /*Q4_K=*/12, &EncodeQ4_K, "gguf q4_k_m mix auto", Gemv::kQuant,
+                      {{"attn_v.weight", 14, &EncodeQ6_K},
+                       {"ffn_down.weight", 14, &EncodeQ6_K},
+                       {"output.weight", 14, &EncodeQ6_K},
+                       {"attn_k.weight", 8, &EncodeQ8_0}},
+                      cuda::KGemvMath::kAuto);
 }
 
 TEST(CudaLlamaTest, GraphsOnAndOffGiveIdenticalLogits) {
