@@ -133,38 +133,32 @@ TEST(CudaLlamaTest, GgufQ6_KTiedMatchesCpu) {
 }
 
 // Q4_K_M's mix: attn_v, ffn_down and the lm_head in Q6_K, attn_k in Q8_0, the rest Q4_K. The fused QKV and
-// its 1-token GEMV then run three parts of three block types.
+// its 1-token GEMV then run three parts of three block types; `math` is --kquant-gemv's choice.
+void CheckMixedKQuantsAgainstCpu(const char* what, cuda::KGemvMath math) {
+  CheckGgufAgainstCpu(19, /*tied=*/false, /*Q4_K=*/12, &EncodeQ4_K, what, Gemv::kQuant,
+                      {{"attn_v.weight", 14, &EncodeQ6_K},
+                       {"ffn_down.weight", 14, &EncodeQ6_K},
+                       {"output.weight", 14, &EncodeQ6_K},
+                       {"attn_k.weight", 8, &EncodeQ8_0}},
+                      math);
+}
+
 TEST(CudaLlamaTest, GgufMixedKQuantsMatchCpu) {
   SKIP_WITHOUT_GPU();
-  CheckGgufAgainstCpu(19, /*tied=*/false, /*Q4_K=*/12, &EncodeQ4_K, "gguf q4_k_m mix", Gemv::kQuant,
-                      {{"attn_v.weight", 14, &EncodeQ6_K},
-                       {"ffn_down.weight", 14, &EncodeQ6_K},
-                       {"output.weight", 14, &EncodeQ6_K},
-                       {"attn_k.weight", 8, &EncodeQ8_0}});
+  CheckMixedKQuantsAgainstCpu("gguf q4_k_m mix", cuda::KGemvMath::kFp32);
 }
 
-// The same mix with --kquant-gemv int8: the K-quant GEMVs quantise activations per 32 values as the CPU does.
+// --kquant-gemv int8: the K-quant GEMVs quantise activations per 32 values as the CPU does.
 TEST(CudaLlamaTest, GgufMixedKQuantsInt8ActivationsMatchCpu) {
   SKIP_WITHOUT_GPU();
-  CheckGgufAgainstCpu(19, /*tied=*/false, /*Q4_K=*/12, &EncodeQ4_K, "gguf q4_k_m mix int8 activations",
-                      Gemv::kQuant,
-                      {{"attn_v.weight", 14, &EncodeQ6_K},
-                       {"ffn_down.weight", 14, &EncodeQ6_K},
-                       {"output.weight", 14, &EncodeQ6_K},
-                       {"attn_k.weight", 8, &EncodeQ8_0}},
-                      cuda::KGemvMath::kInt8Activations);
+  CheckMixedKQuantsAgainstCpu("gguf q4_k_m mix int8 activations", cuda::KGemvMath::kInt8Activations);
 }
 
-// The same mix with --kquant-gemv auto (the default): int8 activations for the Q4_K matrices, fp32 for the
-// small Q6_K ones (cuda::KGemvAuto), within the int8 form's bound.
+// --kquant-gemv auto (the default): int8 activations for the Q4_K matrices, fp32 for the small Q6_K ones
+// (cuda::KGemvAuto), within the int8 form's bound.
 TEST(CudaLlamaTest, GgufMixedKQuantsAutoMatchCpu) {
   SKIP_WITHOUT_GPU();
-  CheckGgufAgainstCpu(19, /*tied=*/false, /*Q4_K=*/12, &EncodeQ4_K, "gguf q4_k_m mix auto", Gemv::kQuant,
-                      {{"attn_v.weight", 14, &EncodeQ6_K},
-                       {"ffn_down.weight", 14, &EncodeQ6_K},
-                       {"output.weight", 14, &EncodeQ6_K},
-                       {"attn_k.weight", 8, &EncodeQ8_0}},
-                      cuda::KGemvMath::kAuto);
+  CheckMixedKQuantsAgainstCpu("gguf q4_k_m mix auto", cuda::KGemvMath::kAuto);
 }
 
 TEST(CudaLlamaTest, GraphsOnAndOffGiveIdenticalLogits) {
