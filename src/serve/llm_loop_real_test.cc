@@ -291,8 +291,8 @@ TEST(LlmLoopRealModelTest, DecodeStepHostWorkIsLinearInTheBatch) {
 }
 
 // Benchmark, not a test (never in CI): the loop's host time per decode step at serving shapes, for
-// bench/results/cpu_llm_loop_host_time_*.json. Run:
-//   STOKE_LOOP_HOST_N=256 STOKE_LOOP_HOST_TOKENS=1000 build/release/src/serve/stoke_serve_test \
+// bench/results/cpu_llm_loop_host_time_*.json. Run (one command line):
+//   STOKE_LOOP_HOST_N=256 STOKE_LOOP_HOST_TOKENS=1000 build/release/src/serve/stoke_serve_test
 //     --gtest_also_run_disabled_tests --gtest_filter='*DISABLED_HostTimePerDecodeStepBenchmark'
 TEST(LlmLoopRealModelTest, DISABLED_HostTimePerDecodeStepBenchmark) {
   SKIP_WITHOUT_MODEL(SmolLmPath());

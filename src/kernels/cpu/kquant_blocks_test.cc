@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "base/half.h"
@@ -155,24 +156,22 @@ TEST(KQuantInt8Acts, PiecesQuantiseAsQuantizeActsRow) {
   for (int b = 0; b < k / 32; ++b) {
     const float amax = kquant::AbsMax(x.data() + 32 * b, 32);
     EXPECT_EQ(kquant::ActScale(amax), d[b]) << "block " << b;
-    int sum16 = 0, sum8 = 0;
-    for (int piece = 0; piece < 2; ++piece) {
-      uint32_t q[4];
-      sum16 += kquant::QuantizeActs<16>(x.data() + 32 * b + 16 * piece, amax, q);
-      for (int i = 0; i < 16; ++i) {
-        ASSERT_EQ(static_cast<int8_t>(q[i / 4] >> (8 * (i % 4))), qs[32 * b + 16 * piece + i])
-            << b << "," << i;
+    // The block in pieces of N values (the Q4_K lanes' 16, the Q6_K lanes' 8): each piece's codes are
+    // QuantizeActsRow's, and the pieces' code sums add up to the same total.
+    const auto pieces = [&]<int N>(std::integral_constant<int, N>) {
+      int sum = 0;
+      for (int piece = 0; piece < 32 / N; ++piece) {
+        uint32_t q[N / 4];
+        sum += kquant::QuantizeActs<N>(x.data() + 32 * b + N * piece, amax, q);
+        for (int i = 0; i < N; ++i) {
+          EXPECT_EQ(static_cast<int8_t>(q[i / 4] >> (8 * (i % 4))), qs[32 * b + N * piece + i])
+              << "block " << b << ", piece of " << N << " " << piece << ", value " << i;
+        }
       }
-    }
-    for (int piece = 0; piece < 4; ++piece) {
-      uint32_t q[2];
-      sum8 += kquant::QuantizeActs<8>(x.data() + 32 * b + 8 * piece, amax, q);
-      for (int i = 0; i < 8; ++i) {
-        ASSERT_EQ(static_cast<int8_t>(q[i / 4] >> (8 * (i % 4))), qs[32 * b + 8 * piece + i])
-            << b << "," << i;
-      }
-    }
-    EXPECT_EQ(sum16, sum8);
+      return sum;
+    };
+    const int sum16 = pieces(std::integral_constant<int, 16>{});
+    EXPECT_EQ(sum16, pieces(std::integral_constant<int, 8>{})) << "block " << b;
     EXPECT_EQ(d[b] * static_cast<float>(sum16), s[b]) << "block " << b;
   }
 }
