@@ -5,9 +5,8 @@
 //   gemv          decode projections at batch 1 / 8: bf16 GEMV vs cuBLASLt, GB/s of weights read
 //   gemv8         the 1-byte GEMVs (fp8 E4M3, GGUF Q8_0) at batch 1, every warps-per-row choice, GB/s of
 //                 weight + scale bytes read
-//   gemvk         the GGUF K-quant GEMVs (Q4_K, Q6_K) at batch 1, fp32 vs int8 activations, each rows per
-//   warp, GB/s of
-//                 super-block bytes read
+//   gemvk         the GGUF K-quant GEMVs (Q4_K, Q6_K) at batch 1: auto, and fp32 and int8 activations with
+//                 each rows-per-warp choice, GB/s of super-block bytes read
 //   decode_attn   paged decode attention, warp vs tensor-core kernel, GB/s of KV read
 //   prefill_attn  causal prefill attention on the paged cache, tensor-core vs warp kernel, TFLOP/s (median)
 //   encoder_attn  the encoder's bidirectional attention (BERT-base / -large shapes), tensor-core kernel with
@@ -516,8 +515,8 @@ void Gemv8Bench(cudaStream_t s) {
 
 // The GGUF K-quant GEMVs (QuantGemv over Q4_K / Q6_K super-blocks) at m = 1 on the 8B shapes, bf16 in
 // (fp32 out for the lm_head), each KGemvMath and rows-per-warp choice (0 = the default; kAuto with the
-// default rows only: the choice the decoder makes), over >= 512 MiB of
-// weight copies as GemvBench: GB/s of block bytes read.
+// default rows only: the choice the decoder makes), over >= 512 MiB of weight copies as GemvBench: GB/s of
+// block bytes read.
 void GemvKBench(cudaStream_t s) {
   struct Shape {
     const char* name;
@@ -545,9 +544,9 @@ void GemvKBench(cudaStream_t s) {
       cudaMemset(x, 0x3c, sh.k * 2);
       const auto* xb = static_cast<const __nv_bfloat16*>(x);
       for (const KGemvMath math : {KGemvMath::kAuto, KGemvMath::kFp32, KGemvMath::kInt8Activations}) {
-        const char* math_name = math == KGemvMath::kAuto   ? "auto"
-                                : math == KGemvMath::kFp32 ? "fp32"
-                                                           : "int8_activations";
+        // "int8_activations" as in the results before 2026-12-05 (bench/gpu/gemvk_ab.sh's keys).
+        const char* math_name =
+            math == KGemvMath::kInt8Activations ? "int8_activations" : KGemvMathName(math);
         for (const int rows : {0, 1, 2, 4}) {
           if (math == KGemvMath::kAuto && rows != 0) continue;
           int next = 0;

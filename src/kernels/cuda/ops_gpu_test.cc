@@ -226,15 +226,25 @@ TEST(CudaQuant, GemvMatchesDequantisedMatMul) {
         (t == DType::kQ4_K || t == DType::kQ6_K) ? std::vector<int>{0, 1, 2, 4} : std::vector<int>{0};
     for (const int rows : rows_choices) {
       const std::string what = "gemv " + name + " rows_per_warp " + std::to_string(rows);
-      STATUS_ASSERT(QuantGemv(t, dq.get(), n, k, dx.get(), y.get(), nullptr, rows));
+      const KGemvMath m = KGemvMath::kFp32;  // the dequantised matrix's product (Q4_1 / Q8_0 ignore it)
+      STATUS_ASSERT(QuantGemv(t, dq.get(), n, k, dx.get(), y.get(), nullptr, rows, m));
       EXPECT_CLOSE(y.Download(), want, kTolF32, (what + " f32").c_str());
-      STATUS_ASSERT(QuantGemv(t, dq.get(), n, k, bx.bf16(), by.bf16(), nullptr, rows));
+      STATUS_ASSERT(QuantGemv(t, dq.get(), n, k, bx.bf16(), by.bf16(), nullptr, rows, m));
       EXPECT_CLOSE(FromBf16(by.Download()), want_b, kTolBf16, (what + " bf16").c_str());
       // bf16 in, fp32 out (the lm_head's logits): the bf16-input reference at fp32 tolerance.
-      STATUS_ASSERT(QuantGemv(t, dq.get(), n, k, bx.bf16(), y.get(), nullptr, rows));
+      STATUS_ASSERT(QuantGemv(t, dq.get(), n, k, bx.bf16(), y.get(), nullptr, rows, m));
       EXPECT_CLOSE(y.Download(), want_b, kTolF32, (what + " bf16 -> f32").c_str());
     }
     if (rows_choices.size() == 1) continue;
+    // The defaults (kAuto, rows 0) are exactly the explicit choice KGemvAuto / KGemvRowsPerWarp name.
+    {
+      const KGemvMath m = KGemvAuto(t, n);
+      DeviceBuffer<uint16_t> by2(n);
+      STATUS_ASSERT(QuantGemv(t, dq.get(), n, k, bx.bf16(), by.bf16(), nullptr));
+      STATUS_ASSERT(
+          QuantGemv(t, dq.get(), n, k, bx.bf16(), by2.bf16(), nullptr, KGemvRowsPerWarp(t, n, m), m));
+      EXPECT_EQ(by.Download(), by2.Download()) << name << ": auto is not its named choice";
+    }
     // Int8 activations: the CPU engine's integer dot over the same blocks (cpu::MatMul quantises x the same
     // way) is the reference, at fp32 tolerance; the dequantised product above is ~1e-3 away.
     std::vector<float> want_q(n), want_qb(n);

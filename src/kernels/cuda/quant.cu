@@ -125,7 +125,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
         float sa, sc;
         kquant::Q4KPartXSums(xa, xc, &sa, &sc);
 #pragma unroll
-        for (int r = 0; r < kLoad; ++r) sum[r] += live * kquant::Q4KPartDot(head[r], qs[r], part, xa, xc, sa, sc);
+        for (int r = 0; r < kLoad; ++r) {
+          sum[r] += live * kquant::Q4KPartDot(head[r], qs[r], part, xa, xc, sa, sc);
+        }
       }
     } else {
       float xg[4][8];
@@ -145,7 +147,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
           dx[g] = kquant::ActScale(m);
         }
 #pragma unroll
-        for (int r = 0; r < kLoad; ++r) sum[r] += live * kquant::Q6KPartDotQ8(wr[r] + b * kBytes, part, qx, dx, sx);
+        for (int r = 0; r < kLoad; ++r) {
+          sum[r] += live * kquant::Q6KPartDotQ8(wr[r] + b * kBytes, part, qx, dx, sx);
+        }
       } else {
 #pragma unroll
         for (int r = 0; r < kLoad; ++r) sum[r] += live * kquant::Q6KPartDot(wr[r] + b * kBytes, part, xg);
@@ -282,17 +286,26 @@ void LaunchGemvK(KGemvMath math, int rows_per_warp, const uint8_t* w, const uint
   }
 }
 
-constexpr int64_t kManyRows = 8192;  // KGemvAuto's threshold (quant.h)
+Status CheckRowsPerWarp(const char* what, int rows_per_warp) {
+  if (rows_per_warp == 0 || rows_per_warp == 1 || rows_per_warp == 2 || rows_per_warp == 4) return OkStatus();
+  return Status(StatusCode::kInvalidArgument, std::string(what) + ": rows_per_warp " +
+                                                  std::to_string(rows_per_warp) + ", expected 0 (auto), 1, 2 or 4");
+}
 
 }  // namespace
 
 KGemvMath KGemvAuto(DType t, int64_t rows) {
-  return t == DType::kQ4_K || rows >= kManyRows ? KGemvMath::kInt8Activations : KGemvMath::kFp32;
+  return t == DType::kQ4_K || rows >= 8192 ? KGemvMath::kInt8Activations : KGemvMath::kFp32;
 }
 
 int KGemvRowsPerWarp(DType t, int64_t rows, KGemvMath math) {
+  // Four rows where int8 activations are both asked for and auto's choice.
   if (math == KGemvMath::kAuto) math = KGemvAuto(t, rows);
-  return math == KGemvMath::kInt8Activations && (t == DType::kQ4_K || rows >= kManyRows) ? 4 : 2;
+  return math == KGemvMath::kInt8Activations && KGemvAuto(t, rows) == math ? 4 : 2;
+}
+
+const char* KGemvMathName(KGemvMath math) {
+  return math == KGemvMath::kAuto ? "auto" : math == KGemvMath::kFp32 ? "fp32" : "int8";
 }
 
 namespace {
@@ -301,10 +314,7 @@ template <typename T, typename Ty>
 Status LaunchGemv(DType t, const void* w, int64_t n, int64_t k, const T* x, Ty* y, cudaStream_t stream,
                   int rows_per_warp, KGemvMath math) {
   RETURN_IF_ERROR(CheckType("QuantGemv", t, k));
-  if (rows_per_warp != 0 && rows_per_warp != 1 && rows_per_warp != 2 && rows_per_warp != 4) {
-    return Status(StatusCode::kInvalidArgument, "QuantGemv: rows_per_warp " + std::to_string(rows_per_warp) +
-                                                    ", expected 0 (auto), 1, 2 or 4");
-  }
+  RETURN_IF_ERROR(CheckRowsPerWarp("QuantGemv", rows_per_warp));
   if (n <= 0 || k <= 0) return OkStatus();
   const unsigned grid = CeilDiv(n, kGemvWarps);
   const auto* wb = static_cast<const uint8_t*>(w);
@@ -362,18 +372,15 @@ Status RepackQ8_0(const void* src, int64_t rows, int64_t cols, int64_t alloc_row
 }
 
 Status QuantGemv(DType t, const void* w, int64_t n, int64_t k, const float* x, float* y, cudaStream_t stream,
-                 int rows_per_warp,
-                 KGemvMath math) {
+                 int rows_per_warp, KGemvMath math) {
   return LaunchGemv(t, w, n, k, x, y, stream, rows_per_warp, math);
 }
 Status QuantGemv(DType t, const void* w, int64_t n, int64_t k, const __nv_bfloat16* x, __nv_bfloat16* y,
-                 cudaStream_t stream, int rows_per_warp,
-                 KGemvMath math) {
+                 cudaStream_t stream, int rows_per_warp, KGemvMath math) {
   return LaunchGemv(t, w, n, k, x, y, stream, rows_per_warp, math);
 }
 Status QuantGemv(DType t, const void* w, int64_t n, int64_t k, const __nv_bfloat16* x, float* y,
-                 cudaStream_t stream, int rows_per_warp,
-                 KGemvMath math) {
+                 cudaStream_t stream, int rows_per_warp, KGemvMath math) {
   return LaunchGemv(t, w, n, k, x, y, stream, rows_per_warp, math);
 }
 
@@ -384,10 +391,7 @@ Status QuantGemvSiluMul(DType t, const void* w_gate, const void* w_up, int64_t i
   if (t != DType::kQ4_K && t != DType::kQ6_K) {
     return Status(StatusCode::kInvalidArgument, "QuantGemvSiluMul: only Q4_K and Q6_K are supported");
   }
-  if (rows_per_warp != 0 && rows_per_warp != 1 && rows_per_warp != 2 && rows_per_warp != 4) {
-    return Status(StatusCode::kInvalidArgument, "QuantGemvSiluMul: rows_per_warp " + std::to_string(rows_per_warp) +
-                                                    ", expected 0 (auto), 1, 2 or 4");
-  }
+  RETURN_IF_ERROR(CheckRowsPerWarp("QuantGemvSiluMul", rows_per_warp));
   if (inter <= 0 || k <= 0) return OkStatus();
   const auto* g = static_cast<const uint8_t*>(w_gate);
   const auto* u = static_cast<const uint8_t*>(w_up);

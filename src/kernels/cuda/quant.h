@@ -42,6 +42,8 @@ enum class KGemvMath { kAuto, kFp32, kInt8Activations };
 // Q4_K or >= 8192 rows; two rows otherwise (four are 0.79-0.90x of two on the small Q6_K shapes).
 KGemvMath KGemvAuto(DType t, int64_t rows);
 int KGemvRowsPerWarp(DType t, int64_t rows, KGemvMath math);
+// "auto", "fp32" or "int8" (the --kquant-gemv values).
+const char* KGemvMathName(KGemvMath math);
 Status QuantGemv(DType t, const void* w, int64_t n, int64_t k, const float* x, float* y, cudaStream_t stream,
                  int rows_per_warp = 0, KGemvMath math = KGemvMath::kAuto);
 Status QuantGemv(DType t, const void* w, int64_t n, int64_t k, const __nv_bfloat16* x, __nv_bfloat16* y,
