@@ -79,6 +79,12 @@ void AddEngineTuningFlags(CLI::App* cmd, EngineTuningFlags* flags) {
          "slow)")
       ->check(CLI::IsMember({"auto", "warp"}))
       ->capture_default_str();
+  cmd->add_option("--mixed-attention", flags->mixed_attention,
+                  "cuda: a step of decodes and prefill chunks: split (the decodes' attention in the decode "
+                  "kernel, the chunks in the prefill kernel) or prefill (every sequence in the prefill "
+                  "kernel, for A/B)")
+      ->check(CLI::IsMember({"split", "prefill"}))
+      ->capture_default_str();
   cmd->add_option(
          "--kquant-gemv", flags->kquant_gemv,
          "cuda, GGUF Q4_K / Q6_K weights, 1-token steps: fp32 (each weight an exact fp32 times the bf16 "
@@ -120,6 +126,7 @@ Status ApplyEngineTuningFlags(const EngineTuningFlags& flags, DecoderOptions* o)
   t.decode_pipeline = flags.decode_pipeline == "on";
   t.decode_attention = flags.decode_attention;
   t.prefill_attention = flags.prefill_attention;
+  t.mixed_attention = flags.mixed_attention;
   t.kquant_gemv = flags.kquant_gemv;
   return ValidateCudaDecoderTuning(t);
 }

@@ -31,6 +31,7 @@ struct EngineTuningFlags {
   std::string decode_pipeline = CudaDecoderTuning{}.decode_pipeline ? "on" : "off";
   std::string decode_attention = CudaDecoderTuning{}.decode_attention;
   std::string prefill_attention = CudaDecoderTuning{}.prefill_attention;
+  std::string mixed_attention = CudaDecoderTuning{}.mixed_attention;
   std::string kquant_gemv = CudaDecoderTuning{}.kquant_gemv;
   // Not a kernel choice but a precision (DecoderOptions::kv_cache): carried here so that every command with
   // the engine knobs has it. docs/precision.md.

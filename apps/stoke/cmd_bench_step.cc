@@ -94,6 +94,11 @@ CLI::App* AddBenchStepCommand(CLI::App* bench, CommandRun* run) {
   step->add_option("--prefill", b.prefill, "Prefill tokens of one sequence (0: skip prefill)")
       ->capture_default_str();
   step->add_option("--chunk", b.chunk, "Max tokens per prefill step")->capture_default_str();
+  step->add_option(
+          "--mixed", b.mixed,
+          "Decode: then as many steps again, each with a fresh prompt of this many tokens behind the "
+          "decodes (a mixed step; 0: skip)")
+      ->capture_default_str();
   step->add_option("--iters", b.iters, "Timed decode steps (prefill: max(3, iters/4) runs)")
       ->capture_default_str();
   step->add_option("--warmup", b.warmup, "Untimed decode steps first")->capture_default_str();

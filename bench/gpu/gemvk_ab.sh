@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A/B of the GGUF K-quant GEMVs between two builds, on the GPU machine: `cuda_bench --only gemvk` from a
 # baseline binary and a candidate one, alternated GEMVK_ROUNDS times (drift between processes shows as spread),
-# then $OUT/gemvk_ab.json: per (format, shape) the baseline's median GB/s and each of the candidate's choices
-# (math, rows per warp) as median GB/s and its ratio to the baseline.
+# then $OUT/gemvk_ab.json: per (format, shape) each binary's choices (math, rows per warp) as median GB/s, each
+# candidate choice's ratio to the same baseline choice, and best candidate / best baseline.
 # Usage: GEMVK_BASE=path/to/old/cuda_bench GEMVK_NEW=path/to/new/cuda_bench bench/gpu/gemvk_ab.sh
 # Env: OUT [/tmp/stoke_gpu_out], GEMVK_ROUNDS [2].
 set -uo pipefail
@@ -42,19 +42,31 @@ def load(tag):
     return rows, device
 base, device = load("base")
 new, _ = load("new")
+# One entry per (format, shape): the baseline's and the candidate's choices side by side, each choice (math, rows
+# per warp) matched to the same choice of the other binary where both report it (a baseline built before the
+# choices existed reports one "as built" row: every candidate choice is compared with it).
 summary = {"device": device, "rounds": rounds, "shapes": []}
-for (fmt, shape, _, _), gbps in sorted(base.items()):
-    b = statistics.median(gbps)
-    entry = {"format": fmt, "shape": shape, "baseline_gbps": round(b, 1), "candidate": []}
+for fmt, shape in sorted({(k[0], k[1]) for k in base}):
+    bk = {k[2:]: statistics.median(g) for k, g in base.items() if k[:2] == (fmt, shape)}
+    entry = {"format": fmt, "shape": shape, "baseline": [], "candidate": []}
+    for choice, b in sorted(bk.items(), key=lambda kv: str(kv[0])):
+        entry["baseline"].append({"math": choice[0], "rows_per_warp": choice[1], "gbps": round(b, 1)})
     for (f2, s2, math, rows), g in sorted(new.items(), key=lambda kv: str(kv[0])):
-        if (f2, s2) == (fmt, shape):
-            m = statistics.median(g)
-            entry["candidate"].append({"math": math, "rows_per_warp": rows, "gbps": round(m, 1),
-                                       "vs_baseline": round(m / b, 3), "runs": g})
+        if (f2, s2) != (fmt, shape):
+            continue
+        m = statistics.median(g)
+        b = bk.get((math, rows), bk.get(("as built", "as built")))
+        entry["candidate"].append({"math": math, "rows_per_warp": rows, "gbps": round(m, 1), "runs": g,
+                                   "vs_baseline_same_choice": round(m / b, 3) if b else None})
+    best_b = max(entry["baseline"], key=lambda c: c["gbps"])
+    best_n = max(entry["candidate"], key=lambda c: c["gbps"], default=None)
+    entry["best_vs_best"] = round(best_n["gbps"] / best_b["gbps"], 3) if best_n else None
     summary["shapes"].append(entry)
 json.dump(summary, open(f"{out}/gemvk_ab.json", "w"), indent=1)
 for e in summary["shapes"]:
+    best_b = max(e["baseline"], key=lambda c: c["gbps"])
     best = max(e["candidate"], key=lambda c: c["gbps"], default=None)
-    print(e["format"], e["shape"], "baseline", e["baseline_gbps"], "GB/s; best candidate",
-          best and (best["math"], best["rows_per_warp"], best["gbps"], best["vs_baseline"]))
+    print(e["format"], e["shape"], "best baseline", (best_b["math"], best_b["rows_per_warp"], best_b["gbps"]),
+          "GB/s; best candidate", best and (best["math"], best["rows_per_warp"], best["gbps"]), "ratio",
+          e["best_vs_best"])
 PY

@@ -8,7 +8,7 @@
 #   4. bench/gpu/hf_generate_bench.py: transformers generate at the same batch sizes and lengths (bf16)
 #      with `stoke doctor --load none` watching each window: verdict, KV use, preemptions, per-step split
 #      ($OUT/doctor_<shape>_c<c>.{json,txt}; timed at the device's rates from bench step's roofline probe)
-#   5. $OUT/llm_bench_summary.json: output tokens/s, TTFT and TPOT p50/p99 of both, and stoke / HF ratios
+#   5. $OUT/llm_bench_summary$LLM_TAG.json: output tokens/s, TTFT and TPOT p50/p99 of both, and stoke / HF ratios
 # Everything lands in $OUT (default /tmp/stoke_gpu_out); progress on stderr, all of it in $OUT/llm_bench.log.
 # Budget: about 7 minutes on an H200. Knobs (env): LLM_SHAPE, LLM_CONCURRENCY ("64 256"), LLM_INPUT (1000),
 # LLM_OUTPUT (1000), LLM_SERVE_ARGS (more `stoke serve` flags, e.g. "--quantization fp8 --kv-cache-dtype fp8"),
@@ -16,7 +16,7 @@
 # clients start over that much of the warm-up, stoke bench --ramp-up), LLM_DURATION_S (45), LLM_DRAIN_S (5), HF_BUDGET_S (60), SKIP_HF=1, SKIP_SERVE=1,
 # STEP_AB=1 (decode step with one switch flipped at a time: cuBLASLt instead of the GEMV, PDL on, GEMV
 # warps per row, decode-attention split size and load pipelining, the 2026-12-03 changes all off ("before"),
-# no CUDA graphs, host sampling; batch 1, 8 and 64; or a list of variant names; STEP_AB_ROUNDS, STEP_AB_ITERS), SERVE_SAMPLING (device | host, passed to serve --sampling); for a
+# no CUDA graphs, host sampling; batch 1, 8 and 64; mixed steps split or not at batch 64 / 256; or a list of variant names; STEP_AB_ROUNDS, STEP_AB_ITERS), SERVE_SAMPLING (device | host, passed to serve --sampling); for a
 # CPU dry run of the script itself: LLM_DEVICE=cpu LLM_LAYERS=2 SKIP_STEP_B64=1 and small lengths.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -69,6 +69,17 @@ main() {
       "b8_cublaslt|--gemv-max-rows 0|--decode-batch 8 --context 512"
       "b64_no_graphs||--decode-batch 64 --context 1024 --cuda-graphs off"
       "b64_host_sampling||--decode-batch 64 --context 1024 --sampling host"
+      # Mixed steps (decodes + a prompt behind them): the decodes' attention in the decode kernel (split, the
+      # default) or every sequence in the prefill kernel (the form before 2026-12-05).
+      "b256_mixed1000|--mixed-attention split|--decode-batch 256 --context 1000 --mixed 1000"
+      "b256_mixed1000_prefill|--mixed-attention prefill|--decode-batch 256 --context 1000 --mixed 1000"
+      "b64_mixed512|--mixed-attention split|--decode-batch 64 --context 1000 --mixed 512"
+      "b64_mixed512_prefill|--mixed-attention prefill|--decode-batch 64 --context 1000 --mixed 512"
+      # The same over an fp8 cache: now (split, tiled prefill), split with the warp prefill kernel, and the form
+      # before 2026-12-05 (every sequence in the warp prefill kernel).
+      "b256_mixed1000_fp8kv|--kv-cache-dtype fp8|--decode-batch 256 --context 1000 --mixed 1000"
+      "b256_mixed1000_fp8kv_warp|--kv-cache-dtype fp8 --prefill-attention warp|--decode-batch 256 --context 1000 --mixed 1000"
+      "b256_mixed1000_fp8kv_before|--kv-cache-dtype fp8 --mixed-attention prefill --prefill-attention warp|--decode-batch 256 --context 1000 --mixed 1000"
     )
     # STEP_AB_ROUNDS=N runs the list N times in turn (round r > 1 writes step_<shape>_<name>_r<r>.json), so
     # that a difference between variants can be told from the drift between processes.
@@ -123,7 +134,7 @@ except Exception:
           --output-dir "$OUT/serve_${SHAPE}${LLM_TAG:-}_c$c" >/dev/null || echo "stoke bench c=$c failed: exit $?"
         python3 -c "import json,sys; p=json.load(open(sys.argv[1]))['points'][0]; print('c=%s: %.0f output tok/s, TTFT p50 %.0f ms, TPOT p50 %.1f ms' % (sys.argv[2], p['throughput']['output_tokens_per_s'], p['ttft_ms']['p50'], p['tpot_ms']['p50']))" "$OUT/serve_${SHAPE}${LLM_TAG:-}_c$c/bench.json" "$c" || true
         wait "$dpid"
-        grep -E "^(VERDICT|steps:|  at |engine:)" "$dtag.txt" || true
+        grep -E "^(VERDICT|steps:|  at |engine:)" "$OUT/doctor_${SHAPE}${LLM_TAG:-}_c$c.txt" || true
       done
       grep -E "device|loaded|kv" "$log" | head -5
     fi
@@ -141,9 +152,10 @@ except Exception:
   fi
 
   stamp "summary"
-  python3 - "$OUT" "$SHAPE" "$CONC" <<'PY'
+  python3 - "$OUT" "$SHAPE" "$CONC" "${LLM_TAG:-}" <<'PY'
 import json, pathlib, sys
 out, shape, conc = pathlib.Path(sys.argv[1]), sys.argv[2], [int(c) for c in sys.argv[3].split()]
+tag = sys.argv[4] if len(sys.argv) > 4 else ""  # LLM_TAG: the serve_* folders' suffix
 def load(p):
     try:
         return json.loads(p.read_text())
@@ -154,17 +166,19 @@ steps = ["b1", "b64"] + sorted(p.name[len(f"step_{shape}_"):-5] for p in out.glo
                                if p.name not in (f"step_{shape}_b1.json", f"step_{shape}_b64.json"))
 for b in steps:
     j = load(out / f"step_{shape}_{b}.json")
-    d, p, r = j.get("decode", {}), j.get("prefill", {}), j.get("device_roofline", {})
+    d, p, r, x = j.get("decode", {}), j.get("prefill", {}), j.get("device_roofline", {}), j.get("mixed", {})
     summary["step"][b] = {k: v for k, v in {
         "decode_step_ms_median": d.get("step_ms", {}).get("median"), "decode_tokens_per_s": d.get("tokens_per_s"),
         "decode_achieved_gbps": d.get("achieved_gbps"), "hbm_roofline_fraction": d.get("hbm_roofline_fraction"),
         "prefill_tokens_per_s": p.get("tokens_per_s"), "prefill_tflops": p.get("achieved_tflops"),
         "prefill_gemm_fraction": p.get("gemm_fraction"), "d2d_gbps": r.get("d2d_gbps_read_plus_write"),
+        "mixed_step_ms_median": x.get("step_ms", {}).get("median"), "mixed_prompt_tokens": x.get("prompt_tokens"),
+        "mixed_extra_ms_over_decode": x.get("extra_ms_over_decode"),
         "engine": j.get("engine"), "error": j.get("error")}.items() if v is not None}
 hf = load(out / f"hf_generate_{shape}.json")
 hf_points = {p["batch"]: p for p in hf.get("points", [])}
 for c in conc:
-    s = load(out / f"serve_{shape}_c{c}" / "bench.json")
+    s = load(out / f"serve_{shape}{tag}_c{c}" / "bench.json")
     pt = (s.get("points") or [{}])[0]
     st = {"output_tokens_per_s": pt.get("throughput", {}).get("output_tokens_per_s"),
           "ttft_ms_p50": pt.get("ttft_ms", {}).get("p50"), "ttft_ms_p99": pt.get("ttft_ms", {}).get("p99"),
@@ -191,7 +205,7 @@ for c in conc:
     if st["tpot_ms_p50"] and hs["tpot_ms_p50"]:
         row["tpot_p50_ratio_hf_over_stoke"] = hs["tpot_ms_p50"] / st["tpot_ms_p50"]
     summary["serving"].append(row)
-(out / "llm_bench_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+(out / f"llm_bench_summary{tag}.json").write_text(json.dumps(summary, indent=2) + "\n")
 print(json.dumps(summary, indent=2))
 PY
   stamp "done"

@@ -50,6 +50,24 @@ def test_cpu_report(stoke_bin, tiny, tmp_path):
     assert "device_roofline" not in j and "hbm_roofline_fraction" not in d and "gemm_fraction" not in p
 
 
+def test_mixed_steps_report(stoke_bin, tiny):
+    """--mixed N: the decode steps again, each with an N-token prompt behind the decodes; the excess over the decode
+    step is the two medians' difference, and the mixed step's tokens are the decodes plus the prompt."""
+    r = subprocess.run([str(stoke_bin), "bench", "step", "--model", str(tiny), "--device", "cpu",
+                        "--decode-batch", "2", "--context", "40", "--prefill", "0", "--mixed", "24",
+                        "--iters", "3", "--warmup", "1", "--threads", "2", "--mixed-attention", "prefill"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    x, d = j["mixed"], j["decode"]
+    assert (x["batch"], x["prompt_tokens"], x["context"], x["step_ms"]["n"]) == (2, 24, 44, 3)
+    assert x["mixed_attention"] == "prefill" == j["engine"]["mixed_attention"]
+    assert x["decode_step_ms"] == d["step_ms"]["median"]
+    assert x["extra_ms_over_decode"] == pytest.approx(x["step_ms"]["median"] - d["step_ms"]["median"])
+    assert x["tokens_per_s"] == pytest.approx(26 / (x["step_ms"]["median"] / 1e3))
+    assert "mixed" in r.stderr
+
+
 def test_cuda_unavailable_is_a_clear_error(stoke_bin, tiny):
     r = subprocess.run([str(stoke_bin), "bench", "step", "--model", str(tiny), "--device", "cuda", "--iters", "1"],
                        capture_output=True, text=True, timeout=120)

@@ -15,6 +15,7 @@ import requests
     ("--decode-pipeline", "maybe", b"--decode-pipeline"),
     ("--decode-attention", "fast", b"--decode-attention"),
     ("--kquant-gemv", "int4", b"--kquant-gemv"),
+    ("--mixed-attention", "decode", b"--mixed-attention"),
     ("--encoder-attention", "fast", b"--encoder-attention"),
     ("--quantization", "int4", b"--quantization"),
     ("--target-step-ms", "-1", b"--target-step-ms must be >= 0"),  # int8 parses (encoders); a decoder refuses it at load
@@ -66,8 +67,8 @@ def test_bench_step_records_the_knobs(stoke_bin, tmp_path, decode_attention):
     assert (e["gemv_max_rows"], e["decode_pipeline"], e["prefill_attention"], e["decode_attention"]) == \
         (0, False, "warp", decode_attention)
     # the others at their defaults
-    assert (e["gemv_split"], e["pdl"], e["decode_min_partition"], e["ggml_numerics"], e["kquant_gemv"]) == \
-        (0, False, 16, True, "auto")
+    assert (e["gemv_split"], e["pdl"], e["decode_min_partition"], e["ggml_numerics"], e["kquant_gemv"],
+            e["mixed_attention"]) == (0, False, 16, True, "auto", "split")
 
 
 def test_bench_step_records_fp8_weights(stoke_bin, tmp_path):

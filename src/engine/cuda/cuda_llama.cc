@@ -211,7 +211,7 @@ Status CudaLlama::Init(LlamaWeights weights) {
       "cuda llama: {}: weights {} {:.1f} MiB, scratch {:.1f} MiB for steps of up to {} tokens, "
       "KV budget {:.1f} MiB (gpu memory fraction {} of {:.1f} GiB), cuda graphs {}, "
       "one-token GEMV {} (warps per row {}), PDL {}, decode min partition {}, decode pipeline {}, decode "
-      "attention {}, prefill attention {}, K-quant GEMV {}",
+      "attention {}, prefill attention {}, mixed-step attention {}, K-quant GEMV {}",
       device_name_, fp8_weights() ? "fp8" : "bf16", weight_bytes_ / double(kMiB),
       arena_->capacity() / double(kMiB), max_tokens_, kv_budget_bytes_ / double(kMiB),
       options_.gpu_memory_fraction, total_bytes / double(kMiB << 10), options_.cuda_graphs ? "on" : "off",
@@ -222,7 +222,8 @@ Status CudaLlama::Init(LlamaWeights weights) {
       !options_.attention.decode_tiled            ? "warp"
       : options_.attention.decode_tiled_fragments ? "tiled"
                                                   : "tiled-smem",
-      options_.attention.prefill_force_warp ? "warp" : "auto", cuda::KGemvMathName(options_.kquant_gemv));
+      options_.attention.prefill_force_warp ? "warp" : "auto", options_.mixed_split ? "split" : "prefill",
+      cuda::KGemvMathName(options_.kquant_gemv));
   return OkStatus();
 }
 

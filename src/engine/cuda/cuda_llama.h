@@ -84,6 +84,11 @@ class CudaLlama final : public DecoderModel {
     // Attention kernel launch choices, passed to every PagedDecodeAttention / PrefillAttention call and to
     // DecodeWorkspaceBytes (flags --decode-min-partition, --decode-pipeline, --prefill-attention).
     cuda::AttentionLaunchOptions attention;
+    // A step of decodes and prefill chunks (decodes first, as the scheduler orders them): true = the decodes'
+    // attention runs in PagedDecodeAttention (a GQA group's heads share each K/V tile) and only the chunks in
+    // PrefillAttention; false = every sequence in PrefillAttention, a decode being a one-row query tile per
+    // head (flag --mixed-attention split|prefill).
+    bool mixed_split = true;
     // KV cache storage (--kv-cache-dtype): kAuto / kBf16 = bf16; kInt8 / kFp8 = 8 bits with an fp32 scale per
     // (slot, kv head), quantised by QkvRopeWriteKvQuant, read by the attention kernels' 8-bit forms.
     KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;
@@ -132,6 +137,9 @@ class CudaLlama final : public DecoderModel {
   int64_t quant_gemv_linears() const { return quant_gemv_linears_; }
   int64_t graphs_captured() const { return static_cast<int64_t>(graphs_.size()); }
   int64_t bucket_steps() const { return bucket_steps_; }  // decode steps run through a bucket (either way)
+  // Mixed steps whose decodes ran in the decode kernel and chunks in the prefill kernel
+  // (Options::mixed_split).
+  int64_t split_steps() const { return split_steps_; }
   int max_step_tokens() const { return max_tokens_; }
   int64_t weight_bytes() const { return weight_bytes_; }
 
@@ -180,17 +188,21 @@ class CudaLlama final : public DecoderModel {
   };
   // Offsets (in int32 elements) of the step inputs in the staging buffers; sections 256-byte aligned.
   struct Layout {
-    int64_t tokens = 0, positions = 0, slots = 0, rows = 0, cu = 0, start = 0, ctx = 0, bt = 0, total = 0;
+    int64_t tokens = 0, positions = 0, slots = 0, rows = 0, cu = 0, start = 0, ctx = 0, prefill_cu = 0,
+            bt = 0, total = 0;
   };
   // Pointers of one step's inputs on the device plus its shape.
   struct StepArgs {
     int64_t T = 0;  // tokens (incl. padding)
     int S = 0;      // sequences (incl. padding)
     int W = 0;      // block-table width
-    bool decode = false;
-    int max_ctx = 0;  // decode: the max_context_len given to PagedDecodeAttention
+    // The leading sequences whose attention runs in PagedDecodeAttention (one token each: S for a decode
+    // step, the decodes ahead of the prefill chunks in a mixed step, 0 = all through PrefillAttention); the
+    // rest run PrefillAttention over prefill_cu (their cu_seqlens less the decode tokens).
+    int decode_seqs = 0;
+    int max_ctx = 0;  // the max_context_len given to PagedDecodeAttention (over the decode sequences)
     const int32_t *tokens = nullptr, *positions = nullptr, *slots = nullptr, *cu = nullptr, *start = nullptr,
-                  *ctx = nullptr, *bt = nullptr;
+                  *ctx = nullptr, *prefill_cu = nullptr, *bt = nullptr;
   };
 
   explicit CudaLlama(const Options& options);
@@ -219,6 +231,10 @@ class CudaLlama final : public DecoderModel {
   Status EnqueueLayers(const StepArgs& a, cuda::BlasLtGemm& gemm);
   Status EnqueueAttention(int layer, const StepArgs& a);       // bf16 cache
   Status EnqueueQuantAttention(int layer, const StepArgs& a);  // 8-bit cache
+  // Their attention kernels over layer kv (a bf16 or 8-bit cache): the decode kernel for the leading
+  // a.decode_seqs sequences, the prefill kernel for the rest.
+  template <typename Kv>
+  Status EnqueueAttentionKernels(const StepArgs& a, const Kv& kv);
   Status EnqueueLinear(const Linear& lin, const __nv_bfloat16* x, int64_t m, __nv_bfloat16* y,
                        cuda::BlasLtGemm& gemm);
   // Final norm + lm_head of the n token rows listed at `rows` (device) into logits_ (fp32 [n, vocab_pad_]).
@@ -299,6 +315,7 @@ class CudaLlama final : public DecoderModel {
   int gemv_max_rows_ = 0;                            // options_.gemv_max_rows (Create checks it is in [0, 8])
   int64_t graph_replays_ = 0;
   int64_t bucket_steps_ = 0;
+  int64_t split_steps_ = 0;
 };
 
 }  // namespace stoke

@@ -52,7 +52,7 @@ TEST(CudaLlamaTest, ScriptIsValidOnCpu) {
   const Script script = MakeScript(m.c.vocab_size, 5);
   auto outs = RunScript(**cpu, script);
   ASSERT_TRUE(outs.ok()) << outs.status().ToString();
-  const std::vector<int64_t> rows = {1, 32, 2, 2, 2, 2, 2, 2, 1, 1, 20, 1, 3, 4, 4, 9};
+  const std::vector<int64_t> rows = {1, 32, 2, 2, 2, 2, 2, 2, 1, 1, 20, 1, 3, 4, 4, 9, 38};
   ASSERT_EQ(outs->size(), rows.size());
   for (size_t i = 0; i < rows.size(); ++i) EXPECT_EQ((*outs)[i].num_rows, rows[i]) << script.names[i];
 }
@@ -331,6 +331,31 @@ TEST(CudaLlamaTest, BothDecodeAttentionKernelsMatchCpu) {
     const std::string what = std::string(tiled ? "tiled" : "warp") + " decode attention" + (pdl ? ", pdl" : "");
     ExpectClose(CompareLogits(*want, *got, m.c.vocab_size), 0.1, 0.98, what.c_str());
     EXPECT_GT((*gpu)->graph_replays(), 0);
+  }
+}
+
+// A step of decodes and a prefill chunk: the decodes' attention in the decode kernel and the chunk's in the
+// prefill kernel (split, the default) or all of it in the prefill kernel; both against the CPU. The script
+// has two such steps (one decode + a chunk; three decodes + a prompt); QuantizedKvMatchesCpuQuantizedKv runs
+// them split over the 8-bit caches.
+TEST(CudaLlamaTest, MixedStepAttentionSplitAndPrefillFormsMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  const TinyLlama m = MakeModel(23, /*tied=*/true, /*bias=*/false, /*layers=*/3);
+  const Script script = MakeScript(m.c.vocab_size, 13);
+  auto cpu = CpuLlama::Create(ToBf16Weights(m, true));
+  ASSERT_TRUE(cpu.ok());
+  auto want = RunScript(**cpu, script);
+  ASSERT_TRUE(want.ok());
+  for (const bool split : {true, false}) {
+    CudaLlama::Options o = TestOptions();
+    o.mixed_split = split;
+    auto gpu = CudaLlama::Create(ToBf16Weights(m, true), o);
+    ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+    auto got = RunScript(**gpu, script);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    ExpectClose(CompareLogits(*want, *got, m.c.vocab_size), 0.1, 0.98,
+                split ? "mixed split" : "mixed prefill");
+    EXPECT_EQ((*gpu)->split_steps(), split ? 2 : 0);
   }
 }
 

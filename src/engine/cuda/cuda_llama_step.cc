@@ -32,7 +32,8 @@ CudaLlama::Layout CudaLlama::MakeLayout(int64_t T, int64_t S, int64_t R, int64_t
   l.cu = l.rows + al(R);
   l.start = l.cu + al(S + 1);
   l.ctx = l.start + al(S);
-  l.bt = l.ctx + al(S);
+  l.prefill_cu = l.ctx + al(S);
+  l.bt = l.prefill_cu + al(S + 1);
   l.total = l.bt + al(BT);
   return l;
 }
@@ -48,6 +49,7 @@ CudaLlama::StepArgs CudaLlama::ArgsFor(const Layout& l, int64_t T, int S, int W)
   a.cu = d_ints_ + l.cu;
   a.start = d_ints_ + l.start;
   a.ctx = d_ints_ + l.ctx;
+  a.prefill_cu = d_ints_ + l.prefill_cu;
   a.bt = d_ints_ + l.bt;
   return a;
 }
@@ -84,42 +86,38 @@ Status CudaLlama::EnqueueLinear(const Linear& lin, const __nv_bfloat16* x, int64
 // Layer i's QKV split + RoPE + cache write and its attention, over the bf16 cache.
 Status CudaLlama::EnqueueAttention(int i, const StepArgs& a) {
   const LlamaConfig& c = config_;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  cudaStream_t s = stream_.get();
   const Layer& l = layers_[i];
   const cuda::DevicePagedKv<__nv_bfloat16>& kv = kv_layers_[i];
-  RETURN_IF_ERROR(
-      cuda::QkvRopeWriteKv(qkv_, l.qkv_bias, a.positions, a.slots, a.T, c.num_heads, inv_freq_, kv, q_, s));
-  const cuda::PagedKvBatch<__nv_bfloat16> batch{.kv = kv,
-                                                .block_tables = a.bt,
-                                                .max_blocks_per_seq = a.W,
-                                                .num_seqs = a.S,
-                                                .context_lens = a.ctx,
-                                                .max_context_len = a.max_ctx,
-                                                .cu_seqlens = a.cu,
-                                                .start_pos = a.start,
-                                                .total_tokens = a.T};
-  if (a.decode) {
-    return cuda::PagedDecodeAttention(q_, batch, c.num_heads, scale, decode_ws_, attn_, s,
-                                      options_.attention);
-  }
-  return cuda::PrefillAttention(q_, batch, c.num_heads, scale, attn_, s, options_.attention);
+  RETURN_IF_ERROR(cuda::QkvRopeWriteKv(qkv_, l.qkv_bias, a.positions, a.slots, a.T, c.num_heads, inv_freq_,
+                                       kv, q_, stream_.get()));
+  return EnqueueAttentionKernels(a, kv);
 }
 
 // The same over the 8-bit cache (quantised on write, dequantised inside the attention kernels).
 Status CudaLlama::EnqueueQuantAttention(int i, const StepArgs& a) {
   const LlamaConfig& c = config_;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  cudaStream_t s = stream_.get();
   const Layer& l = layers_[i];
   const cuda::DevicePagedKvQuant& kv = kv_quant_layers_[i];
   RETURN_IF_ERROR(cuda::QkvRopeWriteKvQuant(qkv_, l.qkv_bias, a.positions, a.slots, a.T, c.num_heads,
-                                            inv_freq_, kv, q_, s));
-  if (a.decode) {
-    return cuda::PagedDecodeAttention(q_, a.bt, a.W, a.ctx, a.S, c.num_heads, a.max_ctx, scale, kv,
-                                      decode_ws_, attn_, s, options_.attention);
+                                            inv_freq_, kv, q_, stream_.get()));
+  return EnqueueAttentionKernels(a, kv);
+}
+
+template <typename Kv>
+Status CudaLlama::EnqueueAttentionKernels(const StepArgs& a, const Kv& kv) {
+  const LlamaConfig& c = config_;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  cudaStream_t s = stream_.get();
+  const int D = a.decode_seqs;
+  if (D > 0) {  // sequences [0, D): one token each, tokens [0, D)
+    RETURN_IF_ERROR(cuda::PagedDecodeAttention(q_, a.bt, a.W, a.ctx, D, c.num_heads, a.max_ctx, scale, kv,
+                                               decode_ws_, attn_, s, options_.attention));
   }
-  return cuda::PrefillAttention(q_, a.cu, a.start, a.S, a.T, a.bt, a.W, c.num_heads, scale, kv, attn_, s,
+  if (D == a.S) return OkStatus();
+  // Sequences [D, S) with their tokens [D, T): q, out and the batch arrays from there on.
+  const int64_t off = int64_t{D} * c.num_heads * c.head_dim;
+  return cuda::PrefillAttention(q_ + off, D > 0 ? a.prefill_cu : a.cu, a.start + D, a.S - D, a.T - D,
+                                a.bt + int64_t{D} * a.W, a.W, c.num_heads, scale, kv, attn_ + off, s,
                                 options_.attention);
 }
 
@@ -273,13 +271,16 @@ Status CudaLlama::StepGeneral(const StepInput& in, StepOutput* out) {
   const int bs = block_size_;
   std::vector<int32_t> rows;
   std::vector<const TokenSampling*> draw;  // per row: its device draw, or nullptr for a logits row
-  int W = 1, max_ctx = 0;
-  bool decode = true;
+  int W = 1;
+  // The leading one-token sequences (the scheduler puts a step's decodes first): the decode kernel's part.
+  int D = 0, decode_ctx = 0;
   for (const StepSequence& seq : in.sequences) {
     const int end = seq.start_pos + seq.num_tokens;
     W = std::max(W, (end + bs - 1) / bs);
-    max_ctx = std::max(max_ctx, end);
-    decode = decode && seq.num_tokens == 1;
+    if (seq.num_tokens == 1 && seq.token_begin == D && D == static_cast<int>(&seq - in.sequences.data())) {
+      ++D;
+      decode_ctx = std::max(decode_ctx, end);
+    }
     if (seq.logits == StepSequence::Logits::kAll) {
       for (int32_t i = 0; i < seq.num_tokens; ++i) rows.push_back(seq.token_begin + i);
       draw.resize(rows.size(), nullptr);
@@ -310,20 +311,28 @@ Status CudaLlama::StepGeneral(const StepInput& in, StepOutput* out) {
     h[l.cu + s] = seq.token_begin;
     h[l.start + s] = seq.start_pos;
     h[l.ctx + s] = seq.start_pos + seq.num_tokens;
+    if (s >= D) h[l.prefill_cu + s - D] = seq.token_begin - D;
     const int need = (seq.start_pos + seq.num_tokens + bs - 1) / bs;
     int32_t* bt = h + l.bt + int64_t{s} * W;
     std::copy(seq.block_table.begin(), seq.block_table.begin() + need, bt);
     std::fill(bt + need, bt + W, 0);
   }
   h[l.cu + S] = static_cast<int32_t>(T);
+  h[l.prefill_cu + S - D] = static_cast<int32_t>(T - D);
   std::copy(rows.begin(), rows.end(), h + l.rows);
   CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(d_ints_, h, l.total * sizeof(int32_t), cudaMemcpyHostToDevice, stream_.get()));
 
   StepArgs a = ArgsFor(l, T, S, W);
-  a.decode = decode && cuda::DecodeWorkspaceBytes(S, c.num_heads, c.head_dim, max_ctx, options_.attention) <=
-                           decode_ws_bytes_;
-  a.max_ctx = max_ctx;
+  // A decode step runs the decode kernel throughout, a mixed one for its decodes (options_.mixed_split), when
+  // the split workspace fits; otherwise the prefill kernel takes every sequence.
+  if ((D < S && !options_.mixed_split) || cuda::DecodeWorkspaceBytes(D, c.num_heads, c.head_dim, decode_ctx,
+                                                                     options_.attention) > decode_ws_bytes_) {
+    D = 0;
+  }
+  a.decode_seqs = D;
+  a.max_ctx = decode_ctx;
+  if (D > 0 && D < S) ++split_steps_;
   RETURN_IF_ERROR(EnqueueLayers(a, *gemm_heur_));
   if (R == 0) return stream_.Synchronize();
 
@@ -422,7 +431,7 @@ Status CudaLlama::StepBucket(const StepInput& in, StepOutput* out, bool* handled
       cudaMemcpyAsync(d_ints_, h, l.total * sizeof(int32_t), cudaMemcpyHostToDevice, stream_.get()));
 
   StepArgs a = ArgsFor(l, B, B, W);
-  a.decode = true;
+  a.decode_seqs = B;
   a.max_ctx = C;
   const std::pair<int, int> key{B, C};
   auto it = graphs_.find(key);

@@ -210,6 +210,10 @@ inline Script MakeScript(int vocab, uint32_t seed) {
     for (int i = 0; i < 9; ++i) seqs.push_back(Seq(i, 1, 0, {30 + i}));
     add("9 one-token sequences (bucket 16)", ids(9), seqs);
   }
+  // mixed: three decodes ahead of a fresh 35-token prompt (E in blocks 40..42, every row wanted)
+  add("mixed: A, B, D decode + E prefill 35 (all)", ids(38),
+      {Seq(0, 1, 51, {0, 1, 2, 8}), Seq(1, 1, b_pos++, B), Seq(2, 1, 46, D),
+       Seq(3, 35, 0, {40, 41, 42}, L::kAll)});
   return s;
 }
 

@@ -59,6 +59,9 @@ Status ValidateCudaDecoderTuning(const CudaDecoderTuning& t) {
   if (t.prefill_attention != "auto" && t.prefill_attention != "warp") {
     return InvalidArgumentError("--prefill-attention '{}': expected auto or warp", t.prefill_attention);
   }
+  if (t.mixed_attention != "split" && t.mixed_attention != "prefill") {
+    return InvalidArgumentError("--mixed-attention '{}': expected split or prefill", t.mixed_attention);
+  }
   if (t.kquant_gemv != "auto" && t.kquant_gemv != "fp32" && t.kquant_gemv != "int8") {
     return InvalidArgumentError("--kquant-gemv '{}': expected auto, fp32 or int8", t.kquant_gemv);
   }

@@ -43,9 +43,14 @@ struct CudaDecoderTuning {
   // widened to bf16 in shared memory by the whole block: slower, kept for A/B; a bf16 cache runs "tiled") or
   // "warp" (one warp per position and GQA group, CUDA cores).
   std::string decode_attention = "tiled";
-  // [--prefill-attention auto|warp] "auto": the tiled tensor-core kernel where it applies; "warp": always the
-  // simple warp kernel (exact, much slower; a way around a tiled-kernel problem).
+  // [--prefill-attention auto|warp] "auto": the tiled tensor-core kernel where it applies (a bf16 or 8-bit
+  // cache); "warp": always the simple warp kernel (exact, much slower; a way around a tiled-kernel problem).
   std::string prefill_attention = "auto";
+  // [--mixed-attention split|prefill] a step of decodes and prefill chunks: "split" runs the decodes'
+  // attention in the decode kernel (a GQA group's query heads share each K/V tile) and only the chunks in the
+  // prefill kernel; "prefill" runs every sequence in the prefill kernel (each decode a one-row query tile
+  // per head: the form before 2026-12-05, for A/B).
+  std::string mixed_attention = "split";
   // [--kquant-gemv auto|fp32|int8] GGUF Q4_K / Q6_K weights in 1-token steps: "fp32" (each weight value an
   // exact fp32 times bf16 activations: the dequantised matrix's product), "int8" (activations quantised per
   // 32 values as the CPU engine and llama.cpp do, each block's product an exact integer dot: the CPU engine's

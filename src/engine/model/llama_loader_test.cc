@@ -276,6 +276,7 @@ TEST(LoadDecoderTest, RejectsOutOfRangeCudaTuning) {
       {[](CudaDecoderTuning* t) { t->prefill_attention = "tiled"; }, "--prefill-attention 'tiled'"},
       {[](CudaDecoderTuning* t) { t->decode_attention = "auto"; }, "--decode-attention 'auto'"},
       {[](CudaDecoderTuning* t) { t->kquant_gemv = "int4"; }, "--kquant-gemv 'int4'"},
+      {[](CudaDecoderTuning* t) { t->mixed_attention = "decode"; }, "--mixed-attention 'decode'"},
   };
   for (const Case& c : cases) {
     DecoderOptions o;
@@ -292,6 +293,7 @@ TEST(LoadDecoderTest, RejectsOutOfRangeCudaTuning) {
   edge.decode_min_partition = 512;
   edge.prefill_attention = "warp";
   edge.decode_attention = "warp";
+  edge.mixed_attention = "prefill";
   for (const char* math : {"auto", "fp32", "int8"}) {
     edge.kquant_gemv = math;
     EXPECT_TRUE(ValidateCudaDecoderTuning(edge).ok()) << math;

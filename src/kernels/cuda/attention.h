@@ -56,8 +56,9 @@ struct AttentionLaunchOptions {
   // / 1.19x at batch 64 / 256, context 1000 (gpu_decode_attention_regs_h100_2026-12-05.json). A bf16 cache
   // ignores it.
   bool decode_tiled_fragments = true;
-  // Prefill (bf16): false = the tiled tensor-core kernel where it applies (head_dim 64/128, aligned); true =
-  // always the warp kernel (slow, exact; a way around a tiled-kernel problem).
+  // Prefill (bf16 or 8-bit cache): false = the tiled tensor-core kernel where it applies (head_dim 64/128,
+  // aligned); true = always the warp kernel (slow, exact; a way around a tiled-kernel problem, and the 8-bit
+  // cache's only prefill kernel before 2026-12-05, for A/B).
   bool prefill_force_warp = false;
 };
 
@@ -175,8 +176,9 @@ Status QkvRopeWriteKvQuant(const __nv_bfloat16* qkv, const float* bias, const in
                            const DevicePagedKvQuant& kv, __nv_bfloat16* q, cudaStream_t stream);
 
 // PagedDecodeAttention / PrefillAttention over an 8-bit cache: the same contracts, splits and workspace
-// (DecodeWorkspaceBytes) as the bf16 forms; K/V are dequantised in registers as they are read. Prefill runs
-// one warp per (token, head) (the tiled tensor-core kernel reads bf16 only).
+// (DecodeWorkspaceBytes) as the bf16 forms. Prefill runs the tiled tensor-core kernel (head_dim 64/128,
+// aligned; the codes widened to bf16 in shared memory, K scales on the scores, V scales on the softmax
+// weights) unless launch.prefill_force_warp, else one warp per (token, head) dequantising in registers.
 Status PagedDecodeAttention(const __nv_bfloat16* q, const int32_t* block_tables, int max_blocks_per_seq,
                             const int32_t* context_lens, int num_seqs, int heads, int max_context_len,
                             float scale, const DevicePagedKvQuant& kv, void* workspace, __nv_bfloat16* out,
@@ -199,6 +201,11 @@ Status PrefillAttentionTiled(const __nv_bfloat16* q, const int32_t* cu_seqlens, 
                              int max_blocks_per_seq, int heads, float scale,
                              const DevicePagedKv<__nv_bfloat16>& kv, __nv_bfloat16* out, cudaStream_t stream,
                              int tile_rows = 64);
+// The same over an 8-bit cache (int8 / fp8 codes with their scales; prefill_flash.cu).
+Status PrefillAttentionTiled(const __nv_bfloat16* q, const int32_t* cu_seqlens, const int32_t* start_pos,
+                             int num_seqs, int64_t total_tokens, const int32_t* block_tables,
+                             int max_blocks_per_seq, int heads, float scale, const DevicePagedKvQuant& kv,
+                             __nv_bfloat16* out, cudaStream_t stream, int tile_rows = 64);
 Status PrefillAttentionWarp(const __nv_bfloat16* q, const int32_t* cu_seqlens, const int32_t* start_pos,
                             int num_seqs, int64_t total_tokens, const int32_t* block_tables,
                             int max_blocks_per_seq, int heads, float scale,

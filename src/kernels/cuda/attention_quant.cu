@@ -406,11 +406,16 @@ Status PagedDecodeAttention(const __nv_bfloat16* q, const int32_t* block_tables,
 Status PrefillAttention(const __nv_bfloat16* q, const int32_t* cu_seqlens, const int32_t* start_pos,
                         int num_seqs, int64_t total_tokens, const int32_t* block_tables,
                         int max_blocks_per_seq, int heads, float scale, const DevicePagedKvQuant& kv,
-                        __nv_bfloat16* out, cudaStream_t stream,
-                        const AttentionLaunchOptions& /*launch: always the warp kernel*/) {
+                        __nv_bfloat16* out, cudaStream_t stream, const AttentionLaunchOptions& launch) {
   RETURN_IF_ERROR(CheckShape("PrefillAttention", heads, kv.num_kv_heads, kv.head_dim));
   RETURN_IF_ERROR(CheckQuantKv("PrefillAttention", kv));
   if (num_seqs <= 0 || total_tokens <= 0) return OkStatus();
+  const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
+  if (!launch.prefill_force_warp && PrefillAttentionTiledSupports(kv.head_dim) && aligned(q) && aligned(kv.k) &&
+      aligned(kv.v) && aligned(out) && total_tokens / 64 + num_seqs <= 65535 && heads <= 65535) {
+    return PrefillAttentionTiled(q, cu_seqlens, start_pos, num_seqs, total_tokens, block_tables,
+                                 max_blocks_per_seq, heads, scale, kv, out, stream);
+  }
   const int64_t blocks = (total_tokens * heads + kWarps - 1) / kWarps;
   if (blocks > 0x7fffffff) return Status(StatusCode::kInvalidArgument, "PrefillAttention: too many tokens");
   const unsigned g = static_cast<unsigned>(blocks);

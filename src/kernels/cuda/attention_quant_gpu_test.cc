@@ -166,29 +166,45 @@ INSTANTIATE_TEST_SUITE_P(
 
 class CudaQuantPrefill : public ::testing::TestWithParam<KvCacheDtype> {};
 
-// Two sequences: a 70-token chunk after a 40-token cached prefix, and a fresh 33-token prompt.
+// Two sequences: a 70-token chunk after a 40-token cached prefix, and a fresh 33-token prompt; head_dim 128
+// and 64, through the tiled tensor-core kernel (PrefillAttention's default, and PrefillAttentionTiled with
+// 128-row tiles) and the warp kernel (launch.prefill_force_warp).
 TEST_P(CudaQuantPrefill, MatchesCpuReference) {
   SKIP_WITHOUT_GPU();
-  const int hd = 128, heads = 8, kvh = 2;
-  const std::vector<int> starts = {40, 0}, chunk = {70, 33};
-  QuantFixture f({110, 33}, kvh, hd, GetParam(), 500);
-  const int64_t total = 103, row = int64_t{heads} * hd;
-  const float scale = 1.f / std::sqrt(static_cast<float>(hd));
-  const auto q = RoundBf16(RandomFloats(total * row, 91, -2.f, 2.f));
-  std::vector<float> want(q.size());
-  auto cq = f.CpuQuant();
-  int64_t off = 0;
-  for (int s = 0; s < 2; ++s) {
-    cpu::PagedAttention(q.data() + off * row, chunk[s], heads, starts[s], f.tables.data() + s * f.max_blocks,
-                        cq, scale, want.data() + off * row, ThreadPool::Default());
-    off += chunk[s];
+  for (const int hd : {128, 64}) {
+    const int heads = 8, kvh = 2;
+    const std::vector<int> starts = {40, 0}, chunk = {70, 33};
+    QuantFixture f({110, 33}, kvh, hd, GetParam(), 500 + hd);
+    const int64_t total = 103, row = int64_t{heads} * hd;
+    const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+    const auto q = RoundBf16(RandomFloats(total * row, 91, -2.f, 2.f));
+    std::vector<float> want(q.size());
+    auto cq = f.CpuQuant();
+    int64_t off = 0;
+    for (int s = 0; s < 2; ++s) {
+      cpu::PagedAttention(q.data() + off * row, chunk[s], heads, starts[s],
+                          f.tables.data() + s * f.max_blocks, cq, scale, want.data() + off * row,
+                          ThreadPool::Default());
+      off += chunk[s];
+    }
+    DeviceBuffer<int32_t> dt(f.tables), cu(std::vector<int32_t>{0, 70, 103}), sp(std::vector<int32_t>{40, 0});
+    DeviceBuffer<uint16_t> dq(ToBf16(q));
+    DeviceQuant dk(f);
+    for (const char* form : {"tiled", "tiled128", "warp"}) {
+      DeviceBuffer<uint16_t> out(q.size());
+      const std::string what = "prefill " + Name(GetParam()) + " hd" + std::to_string(hd) + " " + form;
+      if (std::string(form) == "tiled128") {
+        STATUS_ASSERT(PrefillAttentionTiled(dq.bf16(), cu.get(), sp.get(), 2, total, dt.get(), f.max_blocks,
+                                            heads, scale, dk.Kv(f), out.bf16(), nullptr, /*tile_rows=*/128));
+      } else {
+        AttentionLaunchOptions launch;
+        launch.prefill_force_warp = std::string(form) == "warp";
+        STATUS_ASSERT(PrefillAttention(dq.bf16(), cu.get(), sp.get(), 2, total, dt.get(), f.max_blocks, heads,
+                                       scale, dk.Kv(f), out.bf16(), nullptr, launch));
+      }
+      EXPECT_CLOSE(FromBf16(out.Download()), want, kTolBf16, what.c_str());
+    }
   }
-  DeviceBuffer<int32_t> dt(f.tables), cu(std::vector<int32_t>{0, 70, 103}), sp(std::vector<int32_t>{40, 0});
-  DeviceBuffer<uint16_t> dq(ToBf16(q)), out(q.size());
-  DeviceQuant dk(f);
-  STATUS_ASSERT(PrefillAttention(dq.bf16(), cu.get(), sp.get(), 2, total, dt.get(), f.max_blocks, heads,
-                                 scale, dk.Kv(f), out.bf16(), nullptr));
-  EXPECT_CLOSE(FromBf16(out.Download()), want, kTolBf16, ("prefill " + Name(GetParam())).c_str());
 }
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaQuantPrefill, ::testing::Values(KvCacheDtype::kInt8, KvCacheDtype::kFp8),
                          [](const auto& info) { return Name(info.param); });

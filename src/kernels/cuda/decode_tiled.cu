@@ -28,6 +28,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/kv_codes.cuh"
 
 namespace stoke::cuda {
 namespace {
@@ -36,9 +37,6 @@ constexpr int kTiledWarps = 4;
 constexpr int kKeys = kDecodeTiledKeys;
 static_assert(kKeys == 16 * kTiledWarps, "a warp takes 16 keys of each tile");
 
-// What the cache holds: bf16 values, or 8-bit codes (int8 / fp8 E4M3) with one fp32 scale per (slot, kv head).
-enum CacheKind { kCacheBf16 = 0, kCacheInt8 = 1, kCacheFp8 = 2 };
-
 // Shared memory. bf16: K and V tiles, two buffers each, filled by cp.async. 8-bit: the codes (two buffers each,
 // by cp.async), their scales (two buffers of 64 per K and V), and one bf16 tile each for K and V that the codes
 // are widened into (exactly: int8 and E4M3 values are bf16 values) before the mma reads them.
@@ -46,30 +44,6 @@ template <int HD, int kCache>
 constexpr int DecodeTiledSmemBytes() {
   constexpr int tile = kKeys * (HD + kSmemRowPad) * 2;
   return kCache == kCacheBf16 ? 4 * tile : 2 * tile + 4 * kKeys * HD + 4 * kKeys * 4;
-}
-
-// 8-bit codes -> bf16, 16 at a time (exact).
-template <int kCache>
-__device__ __forceinline__ void WidenCodes(const uint4& in, __nv_bfloat16* out) {
-  const uint8_t* b = reinterpret_cast<const uint8_t*>(&in);
-  alignas(16) __nv_bfloat162 r[8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    float lo, hi;
-    if constexpr (kCache == kCacheFp8) {
-      const __half2_raw h =
-          __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(b[2 * i] | (b[2 * i + 1] << 8)), __NV_E4M3);
-      const float2 f = __half22float2(__half2(h));
-      lo = f.x;
-      hi = f.y;
-    } else {
-      lo = static_cast<float>(static_cast<int8_t>(b[2 * i]));
-      hi = static_cast<float>(static_cast<int8_t>(b[2 * i + 1]));
-    }
-    r[i] = __floats2bfloat162_rn(lo, hi);
-  }
-  reinterpret_cast<uint4*>(out)[0] = reinterpret_cast<const uint4*>(r)[0];
-  reinterpret_cast<uint4*>(out)[1] = reinterpret_cast<const uint4*>(r)[1];
 }
 
 // What a block of either tiled kernel works on: grid = (splits, kv heads, sequences); split x of sequence z

@@ -16,11 +16,13 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/encoder.h"
+#include "kernels/cuda/kv_codes.cuh"
 #include "kernels/cuda/mma.cuh"
 
 namespace stoke::cuda {
@@ -32,10 +34,13 @@ constexpr int kKeys = 64;  // keys per K/V tile
 constexpr bool kKByLdMatrix = true;
 constexpr int kPad = kSmemRowPad;
 
-// Shared memory: Q [16 W MT][HD + kPad], then K[2] and V[2] of [kKeys][HD + kPad] (bf16).
-template <int HD, int W, int MT>
+// Shared memory: Q [16 W MT][HD + kPad], then K[2] and V[2] of [kKeys][HD + kPad] (bf16). An 8-bit cache:
+// one bf16 K and V tile each (the codes widened), then the codes K[2] and V[2] of [kKeys][HD] bytes and their
+// scales K[2] and V[2] of [kKeys] floats, by cp.async.
+template <int HD, int W, int MT, int kCache = kCacheBf16>
 constexpr int FlashSmemBytes() {
-  return (16 * W * MT + 4 * kKeys) * (HD + kPad) * 2;
+  if constexpr (kCache == kCacheBf16) return (16 * W * MT + 4 * kKeys) * (HD + kPad) * 2;
+  return (16 * W * MT + 2 * kKeys) * (HD + kPad) * 2 + 4 * kKeys * HD + 4 * kKeys * 4;
 }
 
 // kDense = false: the decoder's causal prefill over the paged cache (the contract of PrefillAttentionTiled).
@@ -44,15 +49,21 @@ constexpr int FlashSmemBytes() {
 // every key of its own sequence, grid = (heads, tiles of the longest sequence, sequences).
 // MT: 16-row m-tiles per warp. 2 reuses every K/V fragment read from shared memory for two mma tiles (half the
 // ldmatrix traffic per score), at twice the accumulator registers (head_dim 64 only).
-template <int HD, int W, bool kDense, int MT = 1>
+// kCache: the paged cache's kind (kv_codes.cuh). 8-bit (causal form only): each tile's codes and scales arrive
+// by cp.async (double-buffered), are widened to bf16 in shared memory once the tile lands, and the K scales
+// multiply the scores, the V scales the softmax weights before P·V (the denominator keeps the unscaled ones).
+template <int HD, int W, bool kDense, int MT = 1, int kCache = kCacheBf16>
 __global__ void __launch_bounds__(W * 32)
     FlashPrefillKernel(const __nv_bfloat16* __restrict__ q, int64_t q_stride,
                        const int32_t* __restrict__ cu_seqlens, const int32_t* __restrict__ start_pos,
                        int num_seqs, const int32_t* __restrict__ block_tables, int max_blocks, int heads,
-                       float scale_log2, DevicePagedKv<__nv_bfloat16> kv,
+                       float scale_log2,
+                       std::conditional_t<kCache == kCacheBf16, DevicePagedKv<__nv_bfloat16>, DevicePagedKvQuant> kv,
                        const __nv_bfloat16* __restrict__ dense_k, const __nv_bfloat16* __restrict__ dense_v,
                        int64_t kv_stride, __nv_bfloat16* __restrict__ out) {
   static_assert(MT == 1 || (MT == 2 && HD <= 64), "two m-tiles per warp only for head_dim <= 64");
+  constexpr bool kQuant = kCache != kCacheBf16;
+  static_assert(!(kQuant && kDense), "8-bit codes only in the paged (causal) form");
   constexpr int kRows = 16 * W * MT;  // query rows per CTA
   constexpr int kFlashThreads = W * 32;
   constexpr int kStride = HD + kPad;  // shared row stride, elements
@@ -62,8 +73,14 @@ __global__ void __launch_bounds__(W * 32)
   constexpr int kSTiles = kKeys / 8;  // n-tiles of S
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* sq = reinterpret_cast<__nv_bfloat16*>(smem_raw);
-  __nv_bfloat16* sk = sq + kRows * kStride;      // two buffers
-  __nv_bfloat16* sv = sk + 2 * kKeys * kStride;  // two buffers
+  constexpr int kTileBufs = kQuant ? 1 : 2;     // bf16 K/V tiles: cp.async targets, or the widened codes
+  constexpr int kCodeChunks = HD / 16;          // 8-bit: 16-byte chunks of codes per row
+  __nv_bfloat16* sk = sq + kRows * kStride;
+  __nv_bfloat16* sv = sk + kTileBufs * kKeys * kStride;
+  uint8_t* ck8 = reinterpret_cast<uint8_t*>(sv + kTileBufs * kKeys * kStride);  // 8-bit: [2][kKeys][HD]
+  uint8_t* cv8 = ck8 + 2 * kKeys * HD;                                          // 8-bit: [2][kKeys][HD]
+  float* ksc = reinterpret_cast<float*>(cv8 + 2 * kKeys * HD);                  // 8-bit: [2][kKeys]
+  float* vsc = ksc + 2 * kKeys;                                                 // 8-bit: [2][kKeys]
 
   const int head = blockIdx.x;
   // Slot -> (sequence, tile); the sequence's last tile first.
@@ -110,6 +127,26 @@ __global__ void __launch_bounds__(W * 32)
     CpAsync16(sq + r * kStride + ch * 8, src, ok ? 16 : 0);
   }
   auto load_kv = [&](int kt, int buf) {
+    if constexpr (kQuant) {
+      uint8_t* dk = ck8 + buf * kKeys * HD;
+      uint8_t* dv = cv8 + buf * kKeys * HD;
+      for (int c = tid; c < kKeys * kCodeChunks; c += kFlashThreads) {
+        const int r = c / kCodeChunks, ch = c - r * kCodeChunks;
+        const int p = kt * kKeys + r;
+        const bool ok = p < kv_end;
+        const int64_t off = ok ? ((static_cast<int64_t>(table[p / bs]) * bs + p % bs) * kvh + kv_head) * HD + ch * 16 : 0;
+        CpAsync16(dk + r * HD + ch * 16, kv.k + off, ok ? 16 : 0);
+        CpAsync16(dv + r * HD + ch * 16, kv.v + off, ok ? 16 : 0);
+      }
+      for (int c = tid; c < 2 * kKeys; c += kFlashThreads) {  // K scales, then V scales (zeros past the end)
+        const int r = c & (kKeys - 1);
+        const int p = kt * kKeys + r;
+        const bool ok = p < kv_end;
+        const int64_t si = ok ? (static_cast<int64_t>(table[p / bs]) * bs + p % bs) * kvh + kv_head : 0;
+        CpAsync4((c < kKeys ? ksc : vsc) + buf * kKeys + r, (c < kKeys ? kv.k_scale : kv.v_scale) + si, ok ? 4 : 0);
+      }
+      return;
+    }
     __nv_bfloat16* dk = sk + buf * kKeys * kStride;
     __nv_bfloat16* dv = sv + buf * kKeys * kStride;
     for (int c = tid; c < kKeys * kChunks; c += kFlashThreads) {
@@ -122,12 +159,14 @@ __global__ void __launch_bounds__(W * 32)
         CpAsync16(dk + r * kStride + ch * 8, dense_k + off, ok ? 16 : 0);
         CpAsync16(dv + r * kStride + ch * 8, dense_v + off, ok ? 16 : 0);
       } else {
-        if (ok) {
-          const int64_t slot = static_cast<int64_t>(table[p / bs]) * bs + p % bs;
-          off = (slot * kvh + kv_head) * HD + ch * 8;
+        if constexpr (!kQuant) {
+          if (ok) {
+            const int64_t slot = static_cast<int64_t>(table[p / bs]) * bs + p % bs;
+            off = (slot * kvh + kv_head) * HD + ch * 8;
+          }
+          CpAsync16(dk + r * kStride + ch * 8, kv.k + off, ok ? 16 : 0);
+          CpAsync16(dv + r * kStride + ch * 8, kv.v + off, ok ? 16 : 0);
         }
-        CpAsync16(dk + r * kStride + ch * 8, kv.k + off, ok ? 16 : 0);
-        CpAsync16(dv + r * kStride + ch * 8, kv.v + off, ok ? 16 : 0);
       }
     }
   };
@@ -167,8 +206,20 @@ __global__ void __launch_bounds__(W * 32)
     __syncthreads();  // tile kt visible to all; every warp is done with tile kt - 1's buffer
     if (kt + 1 < num_kv_tiles) load_kv(kt + 1, (kt + 1) & 1);
     CpAsyncCommit();
-    const __nv_bfloat16* ck = sk + (kt & 1) * kKeys * kStride;
-    const __nv_bfloat16* cv = sv + (kt & 1) * kKeys * kStride;
+    if constexpr (kQuant) {  // widen tile kt's codes into the bf16 tiles (the previous tile's readers are done)
+      const uint8_t* fk = ck8 + (kt & 1) * kKeys * HD;
+      const uint8_t* fv = cv8 + (kt & 1) * kKeys * HD;
+      for (int c = tid; c < kKeys * kCodeChunks; c += kFlashThreads) {
+        const int r = c / kCodeChunks, ch = c - r * kCodeChunks;
+        WidenCodes<kCache>(*reinterpret_cast<const uint4*>(fk + r * HD + ch * 16), sk + r * kStride + ch * 16);
+        WidenCodes<kCache>(*reinterpret_cast<const uint4*>(fv + r * HD + ch * 16), sv + r * kStride + ch * 16);
+      }
+      __syncthreads();
+    }
+    const __nv_bfloat16* ck = sk + (kQuant ? 0 : kt & 1) * kKeys * kStride;
+    const __nv_bfloat16* cv = sv + (kQuant ? 0 : kt & 1) * kKeys * kStride;
+    const float* kscale = ksc + (kt & 1) * kKeys;  // 8-bit only
+    const float* vscale = vsc + (kt & 1) * kKeys;
 
     // S = Q·K^T for this warp's 16 MT rows and the tile's 64 keys.
     float s[MT][kSTiles][4];
@@ -218,6 +269,7 @@ __global__ void __launch_bounds__(W * 32)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           float x = s[mt][n][e] * scale_log2;
+          if constexpr (kQuant) x *= kscale[n * 8 + 2 * t + (e & 1)];
           if (need_mask) {
             const int key = key0 + n * 8 + 2 * t + (e & 1);
             const int pos = e < 2 ? pos0 : pos1;
@@ -273,12 +325,21 @@ __global__ void __launch_bounds__(W * 32)
 #pragma unroll
     for (int j = 0; j < kKeys / 16; ++j) {
       uint32_t pa[MT][4];
+      // 8-bit: P times the keys' V scales (keys 16j + 2t, + 1, + 8, + 9 for this thread's columns).
+      float v0 = 1.f, v1 = 1.f, v2 = 1.f, v3 = 1.f;
+      if constexpr (kQuant) {
+        const float* vs = vscale + j * 16 + 2 * t;
+        v0 = vs[0];
+        v1 = vs[1];
+        v2 = vs[8];
+        v3 = vs[9];
+      }
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
-        pa[mt][0] = PackBf16(s[mt][2 * j][0], s[mt][2 * j][1]);
-        pa[mt][1] = PackBf16(s[mt][2 * j][2], s[mt][2 * j][3]);
-        pa[mt][2] = PackBf16(s[mt][2 * j + 1][0], s[mt][2 * j + 1][1]);
-        pa[mt][3] = PackBf16(s[mt][2 * j + 1][2], s[mt][2 * j + 1][3]);
+        pa[mt][0] = PackBf16(s[mt][2 * j][0] * v0, s[mt][2 * j][1] * v1);
+        pa[mt][1] = PackBf16(s[mt][2 * j][2] * v0, s[mt][2 * j][3] * v1);
+        pa[mt][2] = PackBf16(s[mt][2 * j + 1][0] * v2, s[mt][2 * j + 1][1] * v3);
+        pa[mt][3] = PackBf16(s[mt][2 * j + 1][2] * v2, s[mt][2 * j + 1][3] * v3);
       }
       // ldmatrix.x4.trans: matrices (keys +0..7, d +0..7), (keys +8..15, d +0..7), (keys +0..7, d +8..15),
       // (keys +8..15, d +8..15) = b0, b1 of d-tile 2dp and b0, b1 of d-tile 2dp + 1.
@@ -320,10 +381,10 @@ __global__ void __launch_bounds__(W * 32)
   }
 }
 
-template <int HD, int W>
+template <int HD, int W, int kCache = kCacheBf16, typename Kv>
 Status LaunchFlash(const __nv_bfloat16* q, const int32_t* cu, const int32_t* sp, int num_seqs, int64_t total,
-                   const int32_t* bt, int max_blocks, int heads, float scale,
-                   const DevicePagedKv<__nv_bfloat16>& kv, __nv_bfloat16* out, cudaStream_t stream) {
+                   const int32_t* bt, int max_blocks, int heads, float scale, const Kv& kv, __nv_bfloat16* out,
+                   cudaStream_t stream) {
   // Tiles <= sum over sequences of ceil(len / kRows) <= total / kRows + num_seqs.
   constexpr int kRows = 16 * W;
   const int64_t slots = total / kRows + num_seqs;
@@ -333,13 +394,13 @@ Status LaunchFlash(const __nv_bfloat16* q, const int32_t* cu, const int32_t* sp,
                                                     " sequences need " + std::to_string(slots) +
                                                     " query tiles (at most 65535)");
   }
-  constexpr int smem = FlashSmemBytes<HD, W, 1>();
+  constexpr int smem = FlashSmemBytes<HD, W, 1, kCache>();
   static_assert(smem <= 227 * 1024, "shared memory of FlashPrefillKernel");
   // Opt in above the 48 KB default (per function and device; cheap, so on every launch).
-  CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(FlashPrefillKernel<HD, W, false>,
+  CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(FlashPrefillKernel<HD, W, false, 1, kCache>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const float scale_log2 = scale * 1.4426950408889634f;  // exp(x) = exp2(x · log2 e)
-  FlashPrefillKernel<HD, W, false><<<dim3(heads, static_cast<unsigned>(slots)), W * 32, smem, stream>>>(
+  FlashPrefillKernel<HD, W, false, 1, kCache><<<dim3(heads, static_cast<unsigned>(slots)), W * 32, smem, stream>>>(
       q, int64_t{heads} * HD, cu, sp, num_seqs, bt, max_blocks, heads, scale_log2, kv, nullptr, nullptr, 0,
       out);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
@@ -409,11 +470,13 @@ bool PrefillAttentionTiledSupports(int head_dim) {
   return head_dim == 64 || head_dim == 128;
 }
 
-Status PrefillAttentionTiled(const __nv_bfloat16* q, const int32_t* cu_seqlens, const int32_t* start_pos,
-                             int num_seqs, int64_t total_tokens, const int32_t* block_tables,
-                             int max_blocks_per_seq, int heads, float scale,
-                             const DevicePagedKv<__nv_bfloat16>& kv, __nv_bfloat16* out, cudaStream_t stream,
-                             int tile_rows) {
+namespace {
+
+// PrefillAttentionTiled's checks and launch over either cache kind.
+template <int kCache, typename Kv>
+Status PrefillTiled(const __nv_bfloat16* q, const int32_t* cu_seqlens, const int32_t* start_pos, int num_seqs,
+                    int64_t total_tokens, const int32_t* block_tables, int max_blocks_per_seq, int heads,
+                    float scale, const Kv& kv, __nv_bfloat16* out, cudaStream_t stream, int tile_rows) {
   if (tile_rows != 64 && tile_rows != 128) {
     return Status(StatusCode::kInvalidArgument,
                   "PrefillAttentionTiled: tile_rows " + std::to_string(tile_rows) + " (64 or 128)");
@@ -438,10 +501,45 @@ Status PrefillAttentionTiled(const __nv_bfloat16* q, const int32_t* cu_seqlens, 
   }
   if (num_seqs <= 0 || total_tokens <= 0) return OkStatus();
   const bool hd64 = kv.head_dim == 64, big = tile_rows == 128;
-  const auto launch = hd64 ? (big ? LaunchFlash<64, 8> : LaunchFlash<64, 4>)
-                           : (big ? LaunchFlash<128, 8> : LaunchFlash<128, 4>);
-  return launch(q, cu_seqlens, start_pos, num_seqs, total_tokens, block_tables, max_blocks_per_seq, heads,
-                scale, kv, out, stream);
+  if (hd64) {
+    return big ? LaunchFlash<64, 8, kCache>(q, cu_seqlens, start_pos, num_seqs, total_tokens, block_tables,
+                                            max_blocks_per_seq, heads, scale, kv, out, stream)
+               : LaunchFlash<64, 4, kCache>(q, cu_seqlens, start_pos, num_seqs, total_tokens, block_tables,
+                                            max_blocks_per_seq, heads, scale, kv, out, stream);
+  }
+  return big ? LaunchFlash<128, 8, kCache>(q, cu_seqlens, start_pos, num_seqs, total_tokens, block_tables,
+                                           max_blocks_per_seq, heads, scale, kv, out, stream)
+             : LaunchFlash<128, 4, kCache>(q, cu_seqlens, start_pos, num_seqs, total_tokens, block_tables,
+                                           max_blocks_per_seq, heads, scale, kv, out, stream);
+}
+
+}  // namespace
+
+Status PrefillAttentionTiled(const __nv_bfloat16* q, const int32_t* cu_seqlens, const int32_t* start_pos,
+                             int num_seqs, int64_t total_tokens, const int32_t* block_tables,
+                             int max_blocks_per_seq, int heads, float scale,
+                             const DevicePagedKv<__nv_bfloat16>& kv, __nv_bfloat16* out, cudaStream_t stream,
+                             int tile_rows) {
+  return PrefillTiled<kCacheBf16>(q, cu_seqlens, start_pos, num_seqs, total_tokens, block_tables,
+                                  max_blocks_per_seq, heads, scale, kv, out, stream, tile_rows);
+}
+
+Status PrefillAttentionTiled(const __nv_bfloat16* q, const int32_t* cu_seqlens, const int32_t* start_pos,
+                             int num_seqs, int64_t total_tokens, const int32_t* block_tables,
+                             int max_blocks_per_seq, int heads, float scale, const DevicePagedKvQuant& kv,
+                             __nv_bfloat16* out, cudaStream_t stream, int tile_rows) {
+  if (kv.dtype != KvCacheDtype::kInt8 && kv.dtype != KvCacheDtype::kFp8) {
+    return Status(StatusCode::kInvalidArgument, "PrefillAttentionTiled: an 8-bit cache must be int8 or fp8");
+  }
+  if (kv.k_scale == nullptr || kv.v_scale == nullptr) {
+    return Status(StatusCode::kInvalidArgument, "PrefillAttentionTiled: the 8-bit cache has no scales");
+  }
+  if (kv.dtype == KvCacheDtype::kFp8) {
+    return PrefillTiled<kCacheFp8>(q, cu_seqlens, start_pos, num_seqs, total_tokens, block_tables,
+                                   max_blocks_per_seq, heads, scale, kv, out, stream, tile_rows);
+  }
+  return PrefillTiled<kCacheInt8>(q, cu_seqlens, start_pos, num_seqs, total_tokens, block_tables,
+                                  max_blocks_per_seq, heads, scale, kv, out, stream, tile_rows);
 }
 
 }  // namespace stoke::cuda

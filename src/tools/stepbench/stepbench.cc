@@ -110,10 +110,11 @@ std::string CpuModel() {
 }
 
 StatusOr<Json> RunStepBench(const StepBenchOptions& o, const Backends& backends, std::FILE* progress) {
-  if (o.decode_batch < 0 || o.context < 1 || o.prefill < 0 || o.iters < 1 || o.warmup < 0 || o.chunk < 1 ||
-      o.block_size < 1) {
+  if (o.decode_batch < 0 || o.context < 1 || o.prefill < 0 || o.mixed < 0 || o.iters < 1 || o.warmup < 0 ||
+      o.chunk < 1 || o.block_size < 1) {
     return InvalidArgumentError(
-        "bench step: --decode-batch and --prefill must be >= 0, --context, --iters and --chunk >= 1");
+        "bench step: --decode-batch, --prefill and --mixed must be >= 0, --context, --iters and --chunk >= "
+        "1");
   }
   ASSIGN_OR_RETURN(std::string path, ResolveModel(o.model));
   Log(progress, fmt::format("bench step: loading {} on {}", path, o.decoder.device));
@@ -136,10 +137,12 @@ StatusOr<Json> RunStepBench(const StepBenchOptions& o, const Backends& backends,
   // KV: decode sequences side by side, the prefill reuses blocks from 0 afterwards.
   const int bs = o.block_size;
   const int decode_steps = o.warmup + o.iters;
-  const int blocks_per_seq = (o.context + decode_steps + bs) / bs;
+  const bool mixed = o.mixed > 0 && o.decode_batch > 0;  // a second run of decode steps, each with a prompt
+  const int blocks_per_seq = (o.context + decode_steps * (mixed ? 2 : 1) + bs) / bs;
   const int decode_blocks = o.decode_batch * blocks_per_seq;
   const int prefill_blocks = (o.prefill + bs - 1) / bs;
-  const int num_blocks = std::max({decode_blocks, prefill_blocks, 1});
+  const int mixed_blocks = mixed ? (o.mixed + bs - 1) / bs : 0;  // after the decodes' blocks
+  const int num_blocks = std::max({decode_blocks + mixed_blocks, prefill_blocks, 1});
   const int64_t kv_bytes = int64_t{num_blocks} * bs * kv_per_token;
   if (model->KvBudgetBytes() > 0 && kv_bytes > model->KvBudgetBytes()) {
     return ResourceExhaustedError(
@@ -172,6 +175,7 @@ StatusOr<Json> RunStepBench(const StepBenchOptions& o, const Backends& backends,
               {"decode_pipeline", t.decode_pipeline},
               {"decode_attention", t.decode_attention},
               {"prefill_attention", t.prefill_attention},
+              {"mixed_attention", t.mixed_attention},
               {"kquant_gemv", t.kquant_gemv},
               {"kv_cache_dtype", model->kv_cache_dtype_name()},
               {"quantization", model->quantization_name()}};
@@ -268,6 +272,51 @@ StatusOr<Json> RunStepBench(const StepBenchOptions& o, const Backends& backends,
                               "{:.1f} GB/s",
                               med, Percentile(ms, 10), Percentile(ms, 90), o.decode_batch / (med / 1e3),
                               bytes / (med / 1e3) / 1e9));
+    if (mixed) {
+      // The same decodes, each step with a fresh o.mixed-token prompt behind them (as the scheduler orders a
+      // step): what a prefill chunk costs on top of a decode step (--mixed-attention says how it runs).
+      Log(progress,
+          fmt::format("bench step: mixed: {} warm-up + {} timed steps of {} decodes + a {}-token prompt",
+                      o.warmup, o.iters, o.decode_batch, o.mixed));
+      const std::vector<int32_t> prompt = Tokens(o.mixed, tok_lo, tok_hi, 11);
+      std::vector<double> mms;
+      for (int i = 0; i < decode_steps; ++i) {
+        in.token_ids.clear();
+        in.sequences.clear();
+        for (int s = 0; s < o.decode_batch; ++s) {
+          in.token_ids.push_back(next[i * o.decode_batch + s]);
+          StepSequence q;
+          q.token_begin = s;
+          q.num_tokens = 1;
+          q.start_pos = o.context + decode_steps + i;
+          q.block_table = Blocks(s * blocks_per_seq, blocks_per_seq);
+          q.logits = device_draw ? StepSequence::Logits::kToken : StepSequence::Logits::kLast;
+          in.sequences.push_back(std::move(q));
+        }
+        StepSequence p;
+        p.token_begin = o.decode_batch;
+        p.num_tokens = o.mixed;
+        p.start_pos = 0;
+        p.block_table = Blocks(decode_blocks, mixed_blocks);
+        p.logits = device_draw ? StepSequence::Logits::kToken : StepSequence::Logits::kLast;
+        in.sequences.push_back(std::move(p));
+        in.token_ids.insert(in.token_ids.end(), prompt.begin(), prompt.end());
+        const Nanos t0 = MonotonicNanos();
+        RETURN_IF_ERROR(model->Step(in, &out));
+        if (i >= o.warmup) mms.push_back((MonotonicNanos() - t0) / 1e6);
+      }
+      const double mmed = Percentile(mms, 50);
+      report["mixed"] = {{"batch", o.decode_batch},
+                         {"prompt_tokens", o.mixed},
+                         {"context", o.context + decode_steps},
+                         {"mixed_attention", t.mixed_attention},
+                         {"step_ms", Stats(mms)},
+                         {"decode_step_ms", med},
+                         {"extra_ms_over_decode", mmed - med},
+                         {"tokens_per_s", (o.decode_batch + o.mixed) / (mmed / 1e3)}};
+      Log(progress, fmt::format("bench step: mixed median {:.3f} ms ({:+.3f} ms over the decode step)", mmed,
+                                mmed - med));
+    }
   }
 
   // ---- prefill -------------------------------------------------------------------------------------------

@@ -4,6 +4,9 @@
 //   decode  : `decode_batch` sequences with `context` tokens already in KV (filled by a prefill), one token
 //             each per step; median/p10/p90 step time, tokens/s, bytes read per step (weights + lm_head +
 //             KV) and GB/s. CUDA: fraction of the measured D2D copy bandwidth (the HBM roofline).
+//   mixed   : with `mixed` > 0, the decode steps again with a `mixed`-token prompt behind the decodes in
+//   each:
+//             the step time and its excess over the decode step.
 //   prefill : `prefill` tokens of one sequence in one step (chunks of `chunk`); tokens/s and FLOP/s
 //             (2 * matmul params * tokens + causal attention 2 * T^2 * layers * heads * head_dim). CUDA:
 //             fraction of the measured bf16 GEMM rate on the prefill's largest GEMM shape (and 8192^3).
@@ -53,6 +56,9 @@ struct StepBenchOptions {
   int context = 512;
   int prefill = 2048;
   int chunk = 8192;  // max tokens per prefill step
+  // > 0 (with decode_batch): after the decode steps, as many again each with a fresh prompt of this many
+  // tokens behind the decodes (a mixed step, as the scheduler builds one); report["mixed"].
+  int mixed = 0;
   int iters = 20;    // timed decode steps (prefill: max(3, iters / 4) timed runs)
   int warmup = 3;
   int block_size = 16;
