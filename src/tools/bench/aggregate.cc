@@ -5,7 +5,10 @@
 namespace stoke::bench {
 
 double OutputTokensIn(const RequestRecord& r, Nanos start, Nanos end) {
-  if (!r.error.empty() || r.done == 0) return 0;
+  // A request cut at the drain ("incomplete") still delivered the tokens it streamed: they count when they
+  // arrived (long requests outlive a window, and leaving them out undercounts the server's rate). Other
+  // failures count nothing.
+  if ((!r.error.empty() && r.error != "incomplete") || r.done == 0) return 0;
   if (r.first_token == 0 || r.first_token == r.done || r.itl_ms.empty()) {
     // Not streamed chunk by chunk: the tokens arrive with the first chunk (or the whole response).
     Nanos t = r.first_token > 0 ? r.first_token : r.done;

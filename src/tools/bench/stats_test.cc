@@ -120,6 +120,24 @@ TEST(Aggregate, StreamedTokensCountWhenTheyArrive) {
   EXPECT_DOUBLE_EQ(OutputTokensIn(whole, 0, 401 * ms), 4);
   RequestRecord failed = Req(0, 100, 400, 4, "http_500");
   EXPECT_DOUBLE_EQ(OutputTokensIn(failed, 0, 1000 * ms), 0);
+  // Cut at the drain after 3 streamed chunks (100, 200, 300 ms): those count where they arrived.
+  RequestRecord cut = Req(0, 100, 350, 3, "incomplete");
+  cut.itl_ms = {100, 100};
+  EXPECT_DOUBLE_EQ(OutputTokensIn(cut, 150 * ms, 1000 * ms), 2);
+  EXPECT_DOUBLE_EQ(OutputTokensIn(cut, 0, 1000 * ms), 3);
+}
+
+TEST(Aggregate, ThroughputCountsTheStreamedTokensOfRequestsCutAtTheDrain) {
+  const Nanos ms = 1000000;
+  // A long request streaming one token every 10 ms from 100 ms on, cut at the drain at 2.5 s (240 chunks so
+  // far), beside one that completes: the period [1 s, 2 s) saw 100 of the cut request's tokens.
+  RequestRecord cut = Req(0, 100, 2500, 240, "incomplete");
+  cut.itl_ms.assign(239, 10.f);
+  std::vector<RequestRecord> recs = {Req(1000, 20, 110, 11), cut};
+  PointResult p;
+  AggregatePoint(recs, 1000 * ms, 2000 * ms, Slo{}, &p);
+  EXPECT_NEAR(p.output_tokens_per_s, 11 + 100, 1e-6);
+  EXPECT_EQ(p.succeeded, 1);  // latency statistics still leave it out
 }
 
 TEST(Stats, RelativeSpread) {
