@@ -27,8 +27,8 @@
 #include "kernels/cuda/attention_internal.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/kv_codes.cuh"
+#include "kernels/cuda/mma.cuh"
 
 namespace stoke::cuda {
 namespace {

@@ -47,20 +47,19 @@ constexpr int FlashSmemBytes() {
 // kDense = true: the encoder's bidirectional attention (EncoderAttentionTiled): q, k and v are rows of the
 // fused qkv buffer (row stride q_stride = kv_stride = 3 x hidden, k at dense_k, v at dense_v), a query sees
 // every key of its own sequence, grid = (heads, tiles of the longest sequence, sequences).
-// MT: 16-row m-tiles per warp. 2 reuses every K/V fragment read from shared memory for two mma tiles (half the
-// ldmatrix traffic per score), at twice the accumulator registers (head_dim 64 only).
-// kCache: the paged cache's kind (kv_codes.cuh). 8-bit (causal form only): each tile's codes and scales arrive
-// by cp.async (double-buffered), are widened to bf16 in shared memory once the tile lands, and the K scales
-// multiply the scores, the V scales the softmax weights before P·V (the denominator keeps the unscaled ones).
+// MT: 16-row m-tiles per warp. 2 reuses every K/V fragment read from shared memory for two mma tiles (half
+// the ldmatrix traffic per score), at twice the accumulator registers (head_dim 64 only). kCache: the paged
+// cache's kind (kv_codes.cuh). 8-bit (causal form only): each tile's codes and scales arrive by cp.async
+// (double-buffered), are widened to bf16 in shared memory once the tile lands, and the K scales multiply the
+// scores, the V scales the softmax weights before P·V (the denominator keeps the unscaled ones).
 template <int HD, int W, bool kDense, int MT = 1, int kCache = kCacheBf16>
-__global__ void __launch_bounds__(W * 32)
-    FlashPrefillKernel(const __nv_bfloat16* __restrict__ q, int64_t q_stride,
-                       const int32_t* __restrict__ cu_seqlens, const int32_t* __restrict__ start_pos,
-                       int num_seqs, const int32_t* __restrict__ block_tables, int max_blocks, int heads,
-                       float scale_log2,
-                       std::conditional_t<kCache == kCacheBf16, DevicePagedKv<__nv_bfloat16>, DevicePagedKvQuant> kv,
-                       const __nv_bfloat16* __restrict__ dense_k, const __nv_bfloat16* __restrict__ dense_v,
-                       int64_t kv_stride, __nv_bfloat16* __restrict__ out) {
+__global__ void __launch_bounds__(W * 32) FlashPrefillKernel(
+    const __nv_bfloat16* __restrict__ q, int64_t q_stride, const int32_t* __restrict__ cu_seqlens,
+    const int32_t* __restrict__ start_pos, int num_seqs, const int32_t* __restrict__ block_tables,
+    int max_blocks, int heads, float scale_log2,
+    std::conditional_t<kCache == kCacheBf16, DevicePagedKv<__nv_bfloat16>, DevicePagedKvQuant> kv,
+    const __nv_bfloat16* __restrict__ dense_k, const __nv_bfloat16* __restrict__ dense_v, int64_t kv_stride,
+    __nv_bfloat16* __restrict__ out) {
   static_assert(MT == 1 || (MT == 2 && HD <= 64), "two m-tiles per warp only for head_dim <= 64");
   constexpr bool kQuant = kCache != kCacheBf16;
   static_assert(!(kQuant && kDense), "8-bit codes only in the paged (causal) form");
@@ -73,8 +72,8 @@ __global__ void __launch_bounds__(W * 32)
   constexpr int kSTiles = kKeys / 8;  // n-tiles of S
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* sq = reinterpret_cast<__nv_bfloat16*>(smem_raw);
-  constexpr int kTileBufs = kQuant ? 1 : 2;     // bf16 K/V tiles: cp.async targets, or the widened codes
-  constexpr int kCodeChunks = HD / 16;          // 8-bit: 16-byte chunks of codes per row
+  constexpr int kTileBufs = kQuant ? 1 : 2;  // bf16 K/V tiles: cp.async targets, or the widened codes
+  constexpr int kCodeChunks = HD / 16;       // 8-bit: 16-byte chunks of codes per row
   __nv_bfloat16* sk = sq + kRows * kStride;
   __nv_bfloat16* sv = sk + kTileBufs * kKeys * kStride;
   uint8_t* ck8 = reinterpret_cast<uint8_t*>(sv + kTileBufs * kKeys * kStride);  // 8-bit: [2][kKeys][HD]
@@ -134,7 +133,8 @@ __global__ void __launch_bounds__(W * 32)
         const int r = c / kCodeChunks, ch = c - r * kCodeChunks;
         const int p = kt * kKeys + r;
         const bool ok = p < kv_end;
-        const int64_t off = ok ? ((static_cast<int64_t>(table[p / bs]) * bs + p % bs) * kvh + kv_head) * HD + ch * 16 : 0;
+        const int64_t off =
+            ok ? ((static_cast<int64_t>(table[p / bs]) * bs + p % bs) * kvh + kv_head) * HD + ch * 16 : 0;
         CpAsync16(dk + r * HD + ch * 16, kv.k + off, ok ? 16 : 0);
         CpAsync16(dv + r * HD + ch * 16, kv.v + off, ok ? 16 : 0);
       }
@@ -143,7 +143,8 @@ __global__ void __launch_bounds__(W * 32)
         const int p = kt * kKeys + r;
         const bool ok = p < kv_end;
         const int64_t si = ok ? (static_cast<int64_t>(table[p / bs]) * bs + p % bs) * kvh + kv_head : 0;
-        CpAsync4((c < kKeys ? ksc : vsc) + buf * kKeys + r, (c < kKeys ? kv.k_scale : kv.v_scale) + si, ok ? 4 : 0);
+        CpAsync4((c < kKeys ? ksc : vsc) + buf * kKeys + r, (c < kKeys ? kv.k_scale : kv.v_scale) + si,
+                 ok ? 4 : 0);
       }
       return;
     }
@@ -206,13 +207,16 @@ __global__ void __launch_bounds__(W * 32)
     __syncthreads();  // tile kt visible to all; every warp is done with tile kt - 1's buffer
     if (kt + 1 < num_kv_tiles) load_kv(kt + 1, (kt + 1) & 1);
     CpAsyncCommit();
-    if constexpr (kQuant) {  // widen tile kt's codes into the bf16 tiles (the previous tile's readers are done)
+    if constexpr (kQuant) {  // widen tile kt's codes into the bf16 tiles (the previous tile's readers are
+                             // done)
       const uint8_t* fk = ck8 + (kt & 1) * kKeys * HD;
       const uint8_t* fv = cv8 + (kt & 1) * kKeys * HD;
       for (int c = tid; c < kKeys * kCodeChunks; c += kFlashThreads) {
         const int r = c / kCodeChunks, ch = c - r * kCodeChunks;
-        WidenCodes<kCache>(*reinterpret_cast<const uint4*>(fk + r * HD + ch * 16), sk + r * kStride + ch * 16);
-        WidenCodes<kCache>(*reinterpret_cast<const uint4*>(fv + r * HD + ch * 16), sv + r * kStride + ch * 16);
+        WidenCodes<kCache>(*reinterpret_cast<const uint4*>(fk + r * HD + ch * 16),
+                           sk + r * kStride + ch * 16);
+        WidenCodes<kCache>(*reinterpret_cast<const uint4*>(fv + r * HD + ch * 16),
+                           sv + r * kStride + ch * 16);
       }
       __syncthreads();
     }
@@ -383,8 +387,8 @@ __global__ void __launch_bounds__(W * 32)
 
 template <int HD, int W, int kCache = kCacheBf16, typename Kv>
 Status LaunchFlash(const __nv_bfloat16* q, const int32_t* cu, const int32_t* sp, int num_seqs, int64_t total,
-                   const int32_t* bt, int max_blocks, int heads, float scale, const Kv& kv, __nv_bfloat16* out,
-                   cudaStream_t stream) {
+                   const int32_t* bt, int max_blocks, int heads, float scale, const Kv& kv,
+                   __nv_bfloat16* out, cudaStream_t stream) {
   // Tiles <= sum over sequences of ceil(len / kRows) <= total / kRows + num_seqs.
   constexpr int kRows = 16 * W;
   const int64_t slots = total / kRows + num_seqs;
@@ -400,9 +404,10 @@ Status LaunchFlash(const __nv_bfloat16* q, const int32_t* cu, const int32_t* sp,
   CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(FlashPrefillKernel<HD, W, false, 1, kCache>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const float scale_log2 = scale * 1.4426950408889634f;  // exp(x) = exp2(x · log2 e)
-  FlashPrefillKernel<HD, W, false, 1, kCache><<<dim3(heads, static_cast<unsigned>(slots)), W * 32, smem, stream>>>(
-      q, int64_t{heads} * HD, cu, sp, num_seqs, bt, max_blocks, heads, scale_log2, kv, nullptr, nullptr, 0,
-      out);
+  FlashPrefillKernel<HD, W, false, 1, kCache>
+      <<<dim3(heads, static_cast<unsigned>(slots)), W * 32, smem, stream>>>(
+          q, int64_t{heads} * HD, cu, sp, num_seqs, bt, max_blocks, heads, scale_log2, kv, nullptr, nullptr,
+          0, out);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return OkStatus();
 }

@@ -232,7 +232,8 @@ StatusOr<Json> RunStepBench(const StepBenchOptions& o, const Backends& backends,
     std::vector<double> ms;
     const std::vector<int32_t> next = Tokens(decode_steps * o.decode_batch, tok_lo, tok_hi, 7);
     const bool device_draw = o.device_sampling && model->SamplesOnDevice();
-    for (int i = 0; i < decode_steps; ++i) {
+    // `in` = the decode batch's step i, every sequence one token at position pos.
+    const auto decodes = [&](int i, int pos) {
       in.token_ids.clear();
       in.sequences.clear();
       for (int s = 0; s < o.decode_batch; ++s) {
@@ -240,11 +241,14 @@ StatusOr<Json> RunStepBench(const StepBenchOptions& o, const Backends& backends,
         StepSequence q;
         q.token_begin = s;
         q.num_tokens = 1;
-        q.start_pos = o.context + i;
+        q.start_pos = pos;
         q.block_table = Blocks(s * blocks_per_seq, blocks_per_seq);
         q.logits = device_draw ? StepSequence::Logits::kToken : StepSequence::Logits::kLast;
         in.sequences.push_back(std::move(q));
       }
+    };
+    for (int i = 0; i < decode_steps; ++i) {
+      decodes(i, o.context + i);
       const Nanos t0 = MonotonicNanos();
       RETURN_IF_ERROR(model->Step(in, &out));
       const double dt = (MonotonicNanos() - t0) / 1e6;
@@ -281,18 +285,7 @@ StatusOr<Json> RunStepBench(const StepBenchOptions& o, const Backends& backends,
       const std::vector<int32_t> prompt = Tokens(o.mixed, tok_lo, tok_hi, 11);
       std::vector<double> mms;
       for (int i = 0; i < decode_steps; ++i) {
-        in.token_ids.clear();
-        in.sequences.clear();
-        for (int s = 0; s < o.decode_batch; ++s) {
-          in.token_ids.push_back(next[i * o.decode_batch + s]);
-          StepSequence q;
-          q.token_begin = s;
-          q.num_tokens = 1;
-          q.start_pos = o.context + decode_steps + i;
-          q.block_table = Blocks(s * blocks_per_seq, blocks_per_seq);
-          q.logits = device_draw ? StepSequence::Logits::kToken : StepSequence::Logits::kLast;
-          in.sequences.push_back(std::move(q));
-        }
+        decodes(i, o.context + decode_steps + i);
         StepSequence p;
         p.token_begin = o.decode_batch;
         p.num_tokens = o.mixed;
