@@ -86,6 +86,7 @@ struct ServeOptions {
   std::string metric_names = "vllm";  // vllm (stoke:...) | prometheus (stoke_...): telemetry/metrics.h
   int debug_requests = 1000;          // finished requests GET /v1/debug/requests keeps (0: off)
   bool no_ledger = false;             // per-request ledgers not recorded (the ledger-overhead benchmark)
+  std::string event_batching = "off";  // on: generation events reach the connections in batches (EventOutbox)
   bool allow_inconsistent = false;    // serve a precision the consistency gate rejects (serve_gate.h)
   precision::Int8CalibrationOptions calibration;  // encoders at --quantization int8
 };
@@ -233,6 +234,7 @@ int RunServe(CLI::App* cmd, ServeOptions* bound, const Backends& backends) {
   so.metric_naming = *ParseMetricNaming(o.metric_names);
   so.debug_requests = o.debug_requests;
   so.record_ledger = !o.no_ledger;
+  so.batch_generation_events = o.event_batching == "on";
   so.decoder = *DecoderOptionsFromFlags(o.device);  // checked by Validate (incl. --kv-cache-dtype)
   so.allow_inconsistent = o.allow_inconsistent;
   so.calibration_data = o.calibration.data;
@@ -409,6 +411,12 @@ CommandRegistrar kServe(
           "--no-ledger", o->no_ledger,
           "Do not record finished requests' time ledgers (no request_stage_seconds, /v1/debug/requests "
           "entries or trace request spans; X-Stoke-Ledger: 1 is still answered): to measure their cost");
+      cmd->add_option("--event-batching", o->event_batching,
+                      "LLM: on = the engine thread queues each step's streamed tokens and hands them to the "
+                      "connections in one batch (an io thread fans them out); off = one hand-off per token "
+                      "from the engine thread (for A/B until measured on a GPU)")
+          ->check(CLI::IsMember({"on", "off"}))
+          ->capture_default_str();
       return [cmd, o](const Backends& backends) -> int { return RunServe(cmd, o.get(), backends); };
     });
 

@@ -152,7 +152,10 @@ int RunServer(const ServerOptions& o, const Backends& backends) {
   TraceEndpoint trace;  // POST /v1/debug/trace; declared before the server, which calls into it
   HttpServer server(ho);
   trace.Register(server);
-  OpenAiService openai({.request_log = &request_log, .record_ledger = o.record_ledger}, &repo);
+  OpenAiService openai({.request_log = &request_log,
+                        .record_ledger = o.record_ledger,
+                        .batch_generation_events = o.batch_generation_events},
+                       &repo);
   openai.RegisterRoutes(server);
   EmbeddingsService embeddings({.request_log = &request_log, .record_ledger = o.record_ledger}, &repo);
   bool any_encoder = false;

@@ -60,6 +60,8 @@ struct ServerOptions {
   MetricNaming metric_naming = MetricNaming::kVllm;
   int debug_requests = 1000;
   bool record_ledger = true;
+  // --event-batching on: OpenAiServiceOptions::batch_generation_events.
+  bool batch_generation_events = false;
 
   // Decoders.
   DecoderOptions decoder;  // device, GPU memory fraction, KV cache dtype, engine knobs

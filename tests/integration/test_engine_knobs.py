@@ -3,6 +3,7 @@ error (exit 2) naming the flag, and the CPU knob --ggml-numerics changes the num
 import json
 import subprocess
 
+import openai
 import pytest
 import requests
 
@@ -16,6 +17,7 @@ import requests
     ("--decode-attention", "fast", b"--decode-attention"),
     ("--kquant-gemv", "int4", b"--kquant-gemv"),
     ("--mixed-attention", "decode", b"--mixed-attention"),
+    ("--event-batching", "maybe", b"--event-batching"),
     ("--encoder-attention", "fast", b"--encoder-attention"),
     ("--quantization", "int4", b"--quantization"),
     ("--target-step-ms", "-1", b"--target-step-ms must be >= 0"),  # int8 parses (encoders); a decoder refuses it at load
@@ -34,6 +36,27 @@ def test_bad_engine_knob_in_config_is_a_usage_error(stoke_bin, smollm2_path, tmp
                        capture_output=True, timeout=60)
     assert p.returncode == 2, p.stderr
     assert b"--decode-min-partition 0" in p.stderr
+
+
+def test_event_batching_streams_what_the_whole_response_says(start_server):
+    """--event-batching on: streamed greedy texts (tokens handed over in batches, 8 streams at once, so one
+    drain carries several connections' tokens) equal the non-streamed texts."""
+    from concurrent.futures import ThreadPoolExecutor
+    srv = start_server("--event-batching", "on", "--device", "cpu")
+    client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="x")
+    prompts = [f"Count from {i} upward:" for i in range(8)]
+
+    def whole(p):
+        return client.completions.create(model=srv.model_name(), prompt=p, max_tokens=12, temperature=0).choices[0].text
+
+    def streamed(p):
+        chunks = client.completions.create(model=srv.model_name(), prompt=p, max_tokens=12, temperature=0, stream=True)
+        return "".join(c.choices[0].text for c in chunks if c.choices)
+
+    want = [whole(p) for p in prompts]
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(streamed, prompts))
+    assert all(want) and got == want
 
 
 def test_bench_step_rejects_a_bad_knob(stoke_bin, smollm2_path):

@@ -490,12 +490,20 @@ void OpenAiService::HandleGeneration(ApiKind kind, const HttpRequest& req, std::
   greq.priority = oreq.priority;
   greq.recv_time = req.recv_time;
   std::weak_ptr<HttpResponder> weak_r = r;
-  greq.on_event = [gen, weak_r](GenerationEvent ev) {
-    const Nanos arrived = MonotonicNanos();
-    if (auto resp = weak_r.lock()) {
-      resp->Post([gen, ev = std::move(ev), arrived]() mutable { gen->OnEvent(std::move(ev), arrived); });
-    }
-  };
+  if (options_.batch_generation_events) {
+    greq.on_event = [gen, weak_r, outbox = outbox_](GenerationEvent ev) {
+      const Nanos arrived = MonotonicNanos();
+      outbox->Push(weak_r,
+                   [gen, ev = std::move(ev), arrived]() mutable { gen->OnEvent(std::move(ev), arrived); });
+    };
+  } else {
+    greq.on_event = [gen, weak_r](GenerationEvent ev) {
+      const Nanos arrived = MonotonicNanos();
+      if (auto resp = weak_r.lock()) {
+        resp->Post([gen, ev = std::move(ev), arrived]() mutable { gen->OnEvent(std::move(ev), arrived); });
+      }
+    };
+  }
   Status submitted = l->engine->Submit(std::move(greq));
   if (!submitted.ok()) {
     ApiError e =

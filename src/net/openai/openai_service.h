@@ -32,6 +32,7 @@
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "net/http/http_server.h"
+#include "net/openai/event_outbox.h"
 #include "net/openai/openai_codec.h"
 #include "serve/llm_engine.h"
 #include "serve/repository/model_repository.h"
@@ -46,6 +47,10 @@ struct OpenAiServiceOptions {
   // false (`stoke serve --no-ledger`): finished requests' ledgers are not recorded (no
   // request_stage_seconds, no request log entry, no trace span); X-Stoke-Ledger: 1 is still answered.
   bool record_ledger = true;
+  // true (`stoke serve --event-batching on`): the engine thread queues generation events in an EventOutbox
+  // and an io thread hands them to the connections (one cross-thread hand-off per batch); false: each event
+  // is posted to its connection from the engine thread. Off until measured on a GPU host (event_outbox.h).
+  bool batch_generation_events = false;
 };
 
 class OpenAiService {
@@ -74,6 +79,8 @@ class OpenAiService {
   const uint64_t id_base_;
   std::atomic<uint64_t> id_counter_{0};
   std::atomic<int> in_flight_{0};
+  // The engines' events to the connections, handed over in batches (batch_generation_events; event_outbox.h).
+  std::shared_ptr<EventOutbox> outbox_ = std::make_shared<EventOutbox>();
 };
 
 // 404 for a "model" the repository does not hold: "The model `x` does not exist (this server serves `a`,

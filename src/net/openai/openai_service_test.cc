@@ -309,6 +309,36 @@ TEST_F(OpenAiServiceTest, CompletionStreamingWithUsage) {
   EXPECT_EQ(chunks[4]["usage"]["completion_tokens"], 3);
 }
 
+// --event-batching on: the same stream through the EventOutbox (the fake engine's events come from its own
+// thread, as the engine's do).
+TEST_F(OpenAiServiceTest, BatchedEventsGiveTheSameStream) {
+  const std::string body = R"({"prompt": "ab", "max_tokens": 3, "stream": true, "logprobs": 0})";
+  auto r1 = std::make_shared<FakeResponder>();
+  const HttpResponse direct = Call(ApiKind::kCompletion, body, r1);
+  service_ = std::make_unique<OpenAiService>(
+      OpenAiServiceOptions{.request_log = &log_, .batch_generation_events = true}, &repo_);
+  auto r2 = std::make_shared<FakeResponder>();
+  const HttpResponse batched = Call(ApiKind::kCompletion, body, r2);
+  EXPECT_TRUE(r2->streaming_);
+  // Equal but for the request ids and created times: compare the chunks' texts and finish reasons.
+  auto texts = [](const std::string& sse) {
+    std::vector<std::string> out;
+    size_t pos = 0;
+    while ((pos = sse.find("data: ", pos)) != std::string::npos) {
+      const size_t end = sse.find("\n\n", pos);
+      const std::string data = sse.substr(pos + 6, end - pos - 6);
+      pos = end;
+      if (data == "[DONE]") break;
+      const json j = json::parse(data);
+      out.push_back(j["choices"][0]["text"].get<std::string>() + "|" +
+                    j["choices"][0]["finish_reason"].dump());
+    }
+    return out;
+  };
+  EXPECT_EQ(texts(batched.body), texts(direct.body));
+  EXPECT_EQ(texts(batched.body).size(), 4u) << batched.body;
+}
+
 TEST_F(OpenAiServiceTest, ChatStreamingStartsWithRole) {
   HttpResponse res =
       Call(ApiKind::kChat, R"({"messages": [{"role": "user", "content": "x"}], "stream": true})");
