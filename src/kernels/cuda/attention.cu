@@ -425,10 +425,7 @@ Status PrefillAttention(const __nv_bfloat16* q, const int32_t* cu_seqlens, const
                         int max_blocks_per_seq, int heads, float scale,
                         const DevicePagedKv<__nv_bfloat16>& kv, __nv_bfloat16* out, cudaStream_t stream,
                         const AttentionLaunchOptions& launch) {
-  const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
-  if (!launch.prefill_force_warp && PrefillAttentionTiledSupports(kv.head_dim) && aligned(q) &&
-      aligned(kv.k) && aligned(kv.v) && aligned(out) && total_tokens / 64 + num_seqs <= 65535 &&
-      heads <= 65535) {
+  if (PrefillTakesTiled(q, kv, out, total_tokens, num_seqs, heads, launch)) {
     return PrefillAttentionTiled(q, cu_seqlens, start_pos, num_seqs, total_tokens, block_tables,
                                  max_blocks_per_seq, heads, scale, kv, out, stream);
   }

@@ -121,4 +121,16 @@ Status LaunchDecodeTiledFragments(const __nv_bfloat16* q, const int32_t* block_t
                                   float scale, const DevicePagedKvQuant& kv, float* part_out, float* part_ml,
                                   __nv_bfloat16* out, cudaStream_t stream);
 
+// Whether PrefillAttention runs the tiled tensor-core kernel (PrefillAttentionTiled) for this call, over
+// either cache kind: not forced to the warp kernel, a head_dim it takes, 16-byte aligned q / out / cache, and
+// a grid within bounds (64-row tiles); otherwise the warp kernel.
+template <typename Kv>
+inline bool PrefillTakesTiled(const void* q, const Kv& kv, const void* out, int64_t total_tokens,
+                              int num_seqs, int heads, const AttentionLaunchOptions& launch) {
+  const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
+  return !launch.prefill_force_warp && PrefillAttentionTiledSupports(kv.head_dim) && aligned(q) &&
+         aligned(kv.k) && aligned(kv.v) && aligned(out) && total_tokens / 64 + num_seqs <= 65535 &&
+         heads <= 65535;
+}
+
 }  // namespace stoke::cuda

@@ -410,10 +410,7 @@ Status PrefillAttention(const __nv_bfloat16* q, const int32_t* cu_seqlens, const
   RETURN_IF_ERROR(CheckShape("PrefillAttention", heads, kv.num_kv_heads, kv.head_dim));
   RETURN_IF_ERROR(CheckQuantKv("PrefillAttention", kv));
   if (num_seqs <= 0 || total_tokens <= 0) return OkStatus();
-  const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
-  if (!launch.prefill_force_warp && PrefillAttentionTiledSupports(kv.head_dim) && aligned(q) &&
-      aligned(kv.k) && aligned(kv.v) && aligned(out) && total_tokens / 64 + num_seqs <= 65535 &&
-      heads <= 65535) {
+  if (PrefillTakesTiled(q, kv, out, total_tokens, num_seqs, heads, launch)) {
     return PrefillAttentionTiled(q, cu_seqlens, start_pos, num_seqs, total_tokens, block_tables,
                                  max_blocks_per_seq, heads, scale, kv, out, stream);
   }

@@ -8,7 +8,7 @@ double OutputTokensIn(const RequestRecord& r, Nanos start, Nanos end) {
   // A request cut at the drain ("incomplete") still delivered the tokens it streamed: they count when they
   // arrived (long requests outlive a window, and leaving them out undercounts the server's rate). Other
   // failures count nothing.
-  if ((!r.error.empty() && r.error != "incomplete") || r.done == 0) return 0;
+  if ((!r.error.empty() && r.error != kIncompleteError) || r.done == 0) return 0;
   if (r.first_token == 0 || r.first_token == r.done || r.itl_ms.empty()) {
     // Not streamed chunk by chunk: the tokens arrive with the first chunk (or the whole response).
     Nanos t = r.first_token > 0 ? r.first_token : r.done;
@@ -59,7 +59,7 @@ void AggregatePoint(const std::vector<RequestRecord>& records, Nanos measure_sta
     if (r.warmup || r.scheduled < measure_start || r.scheduled >= measure_end) continue;
     ++p->sent;
     std::string kind = r.error;
-    if (kind.empty() && r.done == 0) kind = "incomplete";
+    if (kind.empty() && r.done == 0) kind = kIncompleteError;
     if (!kind.empty()) {
       p->errors[kind]++;
       if (!p->error_examples.count(kind)) p->error_examples[kind] = r.error_detail;

@@ -34,6 +34,9 @@ struct Slo {
 
 // What one request measured. Every latency is counted from `scheduled`: in open loop that is the time the
 // arrival process said to send, so a generator that falls behind cannot hide the server's queueing.
+// RequestRecord::error of a request still running when the point's drain timed out (cut by the generator).
+inline constexpr char kIncompleteError[] = "incomplete";
+
 struct RequestRecord {
   Nanos scheduled = 0;
   Nanos sent = 0;         // the request was handed to the socket (after connecting if needed)

@@ -213,7 +213,7 @@ void PointRun::OnComplete(size_t idx, const std::shared_ptr<Connection>& conn, c
   } else {
     it->second->Finish(&r);
     r.done = t;
-    r.error = drain_cut_ ? "incomplete" : error;
+    r.error = drain_cut_ ? kIncompleteError : error;
     r.error_detail = drain_cut_ ? "still running when the drain timed out" : detail;
   }
   readers_.erase(it);
