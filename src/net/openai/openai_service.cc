@@ -490,20 +490,17 @@ void OpenAiService::HandleGeneration(ApiKind kind, const HttpRequest& req, std::
   greq.priority = oreq.priority;
   greq.recv_time = req.recv_time;
   std::weak_ptr<HttpResponder> weak_r = r;
-  if (options_.batch_generation_events) {
-    greq.on_event = [gen, weak_r, outbox = outbox_](GenerationEvent ev) {
-      const Nanos arrived = MonotonicNanos();
-      outbox->Push(weak_r,
-                   [gen, ev = std::move(ev), arrived]() mutable { gen->OnEvent(std::move(ev), arrived); });
-    };
-  } else {
-    greq.on_event = [gen, weak_r](GenerationEvent ev) {
-      const Nanos arrived = MonotonicNanos();
-      if (auto resp = weak_r.lock()) {
-        resp->Post([gen, ev = std::move(ev), arrived]() mutable { gen->OnEvent(std::move(ev), arrived); });
-      }
-    };
-  }
+  // Each event to the connection's strand: through the outbox (--event-batching on) or posted at once.
+  std::shared_ptr<EventOutbox> outbox = options_.batch_generation_events ? outbox_ : nullptr;
+  greq.on_event = [gen, weak_r, outbox](GenerationEvent ev) {
+    const Nanos arrived = MonotonicNanos();
+    auto deliver = [gen, ev = std::move(ev), arrived]() mutable { gen->OnEvent(std::move(ev), arrived); };
+    if (outbox) {
+      outbox->Push(weak_r, std::move(deliver));
+    } else if (auto resp = weak_r.lock()) {
+      resp->Post(std::move(deliver));
+    }
+  };
   Status submitted = l->engine->Submit(std::move(greq));
   if (!submitted.ok()) {
     ApiError e =
