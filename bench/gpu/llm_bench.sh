@@ -12,7 +12,8 @@
 # Everything lands in $OUT (default /tmp/stoke_gpu_out); progress on stderr, all of it in $OUT/llm_bench.log.
 # Budget: about 7 minutes on an H200. Knobs (env): LLM_SHAPE, LLM_CONCURRENCY ("64 256"), LLM_INPUT (1000),
 # LLM_OUTPUT (1000), LLM_SERVE_ARGS (more `stoke serve` flags, e.g. "--quantization fp8 --kv-cache-dtype fp8"),
-# LLM_TAG (suffix of the serve_* output folders), SKIP_STEP=1 (no bench step), LLM_WARMUP_S (15), LLM_RAMP_S (0:
+# LLM_TAG (suffix of the serve_* output folders), LLM_TRACE_S (a timeline of that many seconds mid-window:
+# GPU time by kernel per step in $OUT/trace_*.txt), SKIP_STEP=1 (no bench step), LLM_WARMUP_S (15), LLM_RAMP_S (0:
 # clients start over that much of the warm-up, stoke bench --ramp-up), LLM_DURATION_S (45), LLM_DRAIN_S (5), HF_BUDGET_S (60), SKIP_HF=1, SKIP_SERVE=1,
 # STEP_AB=1 (decode step with one switch flipped at a time: cuBLASLt instead of the GEMV, PDL on, GEMV
 # warps per row, decode-attention split size and load pipelining, the 2026-12-03 changes all off ("before"),
@@ -127,6 +128,15 @@ except Exception:
         # with $rates the time each takes at the device's rates).
         doctor_watch "$url" "$WARMUP" "$DURATION" "$OUT/doctor_${SHAPE}${LLM_TAG:-}_c$c" "$rates"
         local dpid=$DOCTOR_PID
+        # LLM_TRACE_S: a timeline of that many seconds from the middle of the window, its summary (engine steps,
+        # GPU time by kernel per step) in trace_<shape><tag>_c<c>.txt.
+        local tpid=""
+        if [[ -n "${LLM_TRACE_S:-}" ]]; then
+          ( sleep $(( WARMUP + DURATION / 2 )); timeout $(( LLM_TRACE_S + 90 )) "$STOKE" trace --url "$url" \
+              --seconds "$LLM_TRACE_S" -o "$OUT/trace_${SHAPE}${LLM_TAG:-}_c$c.json" \
+              > "$OUT/trace_${SHAPE}${LLM_TAG:-}_c$c.txt" 2>&1 || echo "stoke trace c=$c failed: exit $?" ) &
+          tpid=$!
+        fi
         timeout 300 "$STOKE" bench --url "$url" --api openai-completions --concurrency "$c" --temperature 0 \
           --input-len "$IN" --output-len "$OUTLEN" --warmup "$WARMUP" --ramp-up "${LLM_RAMP_S:-0}" \
           --duration "$DURATION" --window 5 \
@@ -134,6 +144,7 @@ except Exception:
           --output-dir "$OUT/serve_${SHAPE}${LLM_TAG:-}_c$c" >/dev/null || echo "stoke bench c=$c failed: exit $?"
         python3 -c "import json,sys; p=json.load(open(sys.argv[1]))['points'][0]; print('c=%s: %.0f output tok/s, TTFT p50 %.0f ms, TPOT p50 %.1f ms' % (sys.argv[2], p['throughput']['output_tokens_per_s'], p['ttft_ms']['p50'], p['tpot_ms']['p50']))" "$OUT/serve_${SHAPE}${LLM_TAG:-}_c$c/bench.json" "$c" || true
         wait "$dpid"
+        [[ -n "$tpid" ]] && { wait "$tpid"; grep -E "engine steps|GPU time by kernel|%" "$OUT/trace_${SHAPE}${LLM_TAG:-}_c$c.txt" | head -20; }
         grep -E "^(VERDICT|steps:|  at |engine:)" "$OUT/doctor_${SHAPE}${LLM_TAG:-}_c$c.txt" || true
       done
       grep -E "device|loaded|kv" "$log" | head -5

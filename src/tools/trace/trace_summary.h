@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/status.h"
 
@@ -21,6 +22,21 @@ struct GpuIdle {
   double largest_gap_us = 0;
 };
 
+// GPU time of one kernel (or copy kind) across a trace's GPU records, by its short name
+// (KernelShortName).
+struct KernelTime {
+  std::string name;
+  int64_t count = 0;
+  double total_us = 0;
+};
+
+// The engine's steps in the trace ("step (...)" spans of an "engine <model>" process).
+struct StepTotals {
+  int64_t steps = 0;
+  double total_us = 0;
+  int64_t prefill_tokens = 0, decode_tokens = 0;
+};
+
 struct TraceSummary {
   int64_t events = 0;
   int64_t dropped = 0;
@@ -31,7 +47,14 @@ struct TraceSummary {
   std::map<std::string, GpuIdle> gpu;                // by process ("GPU 0")
   int64_t gpu_incomplete = 0;                        // GPU records with no timestamps (skipped)
   std::map<std::string, std::string> info;           // otherData strings (kernel_track, note, ...)
+  std::vector<KernelTime> kernels;                   // every GPU's records by name, most time first
+  StepTotals steps;
 };
+
+// "void stoke::cuda::(anonymous namespace)::DecodeFragKernel<128, true>(const __nv_bfloat16*, ...)" or its
+// mangled form (CUPTI's records carry the mangled name) -> "DecodeFragKernel<128, true>"; names that are not
+// C++ signatures (cuBLASLt's "nvjet_..." kernels, copy kinds) stay as they are.
+std::string KernelShortName(std::string_view name);
 
 // InvalidArgument when `json` is not a trace-event file.
 StatusOr<TraceSummary> SummarizeTrace(std::string_view json);

@@ -38,6 +38,41 @@ TEST(TraceSummaryTest, CountsAndGpuIdleGaps) {
   EXPECT_NE(FormatTraceSummary(*s).find("1 idle gaps"), std::string::npos);
 }
 
+TEST(TraceSummaryTest, KernelTimeByShortNameAndPerStep) {
+  constexpr const char* kSteps = R"J({"traceEvents":[
+ {"name":"process_name","ph":"M","ts":0,"pid":1,"tid":0,"args":{"name":"engine llama"}},
+ {"name":"thread_name","ph":"M","ts":0,"pid":1,"tid":1,"args":{"name":"llm loop"}},
+ {"name":"process_name","ph":"M","ts":0,"pid":2,"tid":0,"args":{"name":"GPU 0"}},
+ {"name":"thread_name","ph":"M","ts":0,"pid":2,"tid":2,"args":{"name":"stream 7"}},
+ {"name":"step (decode)","ph":"X","ts":0,"dur":1000,"pid":1,"tid":1,"args":{"prefill_tokens":0,"decode_tokens":8}},
+ {"name":"step (mixed)","ph":"X","ts":1000,"dur":3000,"pid":1,"tid":1,"args":{"prefill_tokens":100,"decode_tokens":8}},
+ {"name":"_ZN5stoke4cuda12_GLOBAL__N_116DecodeFragKernelILi128ELb1EEEvPK13__nv_bfloat16PKiiS7_","ph":"X","ts":10,"dur":300,"pid":2,"tid":2,"args":{}},
+ {"name":"void stoke::cuda::(anonymous namespace)::DecodeFragKernel<128, true>(const __nv_bfloat16*)","ph":"X","ts":1010,"dur":500,"pid":2,"tid":2,"args":{}},
+ {"name":"nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTN","ph":"X","ts":400,"dur":200,"pid":2,"tid":2,"args":{}},
+ {"name":"step (decode)","ph":"X","ts":9000,"dur":5,"pid":2,"tid":2,"args":{}}]})J";
+  auto s = SummarizeTrace(kSteps);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_EQ(s->steps.steps, 2);  // the GPU span named like a step is not an engine step
+  EXPECT_DOUBLE_EQ(s->steps.total_us, 4000);
+  EXPECT_EQ(s->steps.prefill_tokens, 100);
+  EXPECT_EQ(s->steps.decode_tokens, 16);
+  ASSERT_EQ(s->kernels.size(), 3u);
+  EXPECT_EQ(s->kernels[0].name, "DecodeFragKernel<128, true>");  // mangled and demangled forms merge
+  EXPECT_EQ(s->kernels[0].count, 2);
+  EXPECT_DOUBLE_EQ(s->kernels[0].total_us, 800);
+  EXPECT_EQ(s->kernels[1].name, "nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTN");
+  const std::string text = FormatTraceSummary(*s);
+  EXPECT_NE(text.find("engine steps: 2, 2.00 ms each"), std::string::npos) << text;
+  EXPECT_NE(text.find("0.400 ms/step"), std::string::npos) << text;  // 800 us over 2 steps
+}
+
+TEST(TraceSummaryTest, KernelShortNames) {
+  EXPECT_EQ(KernelShortName("void stoke::cuda::RmsNormKernel<256>(float const*, int)"), "RmsNormKernel<256>");
+  EXPECT_EQ(KernelShortName("void f<stoke::cuda::DevicePagedKvQuant>(int)"), "f<DevicePagedKvQuant>");
+  EXPECT_EQ(KernelShortName("memcpy HtoD"), "memcpy HtoD");
+  EXPECT_EQ(KernelShortName("_Znot_a_valid_mangling"), "_Znot_a_valid_mangling");
+}
+
 TEST(TraceSummaryTest, RefusesWhatIsNotATrace) {
   EXPECT_FALSE(SummarizeTrace("[1,2]").ok());
   EXPECT_FALSE(SummarizeTrace("{\"traceEvents\": 3}").ok());
