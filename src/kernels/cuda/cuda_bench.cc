@@ -2,6 +2,7 @@
 //   d2d_copy      cudaMemcpy device->device, GB/s counting bytes read + written
 //   h2d           pinned vs pageable host->device, GB/s
 //   gemm          bf16 GEMM through BlasLtGemm (tuned), TFLOP/s, at 8192^3 and Llama-3.1-8B shapes
+//   gemm_fp8      the served step's projections at m = 256..2048: bf16 GEMM vs activation quantise + FP8 GEMM
 //   gemv          decode projections at batch 1 / 8: bf16 GEMV vs cuBLASLt, GB/s of weights read
 //   gemv8         the 1-byte GEMVs (fp8 E4M3, GGUF Q8_0) at batch 1, every warps-per-row choice, GB/s of
 //                 weight + scale bytes read
@@ -12,8 +13,8 @@
 //   encoder_attn  the encoder's bidirectional attention (BERT-base / -large shapes), tensor-core kernel with
 //                 16 vs 32 query rows per warp, TFLOP/s (median)
 // Usage: cuda_bench [--quick] [--only SECTION] [--gemm-cache FILE]   (--quick: fewer iterations, for a smoke
-// run; SECTION: copies, gemm, gemv, gemv8, gemvk, decode_attn, prefill_attn or encoder_attn; --gemm-cache:
-// the cuBLASLt algorithm cache reused across runs, as stoke serve --gemm-cache)
+// run; SECTION: copies, gemm, gemm_fp8, gemv, gemv8, gemvk, decode_attn, prefill_attn or encoder_attn;
+// --gemm-cache: the cuBLASLt algorithm cache reused across runs, as stoke serve --gemm-cache)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -148,6 +149,67 @@ void GemmBench(cudaStream_t s, const std::string& gemm_cache) {
   if (Status st = (*gemm)->Save(); !st.ok()) std::fprintf(stderr, "gemm cache: %s\n", st.ToString().c_str());
 }
 
+// The served step's projections (Llama-3.1-8B shapes) at m = 256 .. 2048 tokens: the bf16 GEMM against the
+// fp8 path of --quantization fp8 (QuantizeRowsFp8 of the activations, then the FP8 GEMM with per-token x
+// per-channel scales), each part timed alone. TFLOP/s of the GEMM alone and of quantise + GEMM.
+void GemmFp8Bench(cudaStream_t s, const std::string& gemm_cache) {
+  GemmOptions opt;
+  opt.cache_path = gemm_cache;
+  auto gemm = BlasLtGemm::Create(opt);
+  if (!gemm.ok()) {
+    std::fprintf(stderr, "gemm_fp8: %s\n", gemm.status().ToString().c_str());
+    return;
+  }
+  struct Shape {
+    const char* name;
+    int64_t n, k;
+  };
+  const Shape shapes[] = {
+      {"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gateup", 28672, 4096}, {"down", 4096, 14336}};
+  for (const int64_t m : {256, 512, 1024, 2048}) {
+    for (const Shape& sh : shapes) {
+      void *x, *w, *y, *xq, *wq, *xs, *ws;
+      BENCH_CHECK(cudaMalloc(&x, m * sh.k * 2));
+      BENCH_CHECK(cudaMalloc(&w, sh.n * sh.k * 2));
+      BENCH_CHECK(cudaMalloc(&y, m * sh.n * 2));
+      BENCH_CHECK(cudaMalloc(&xq, m * sh.k));
+      BENCH_CHECK(cudaMalloc(&wq, sh.n * sh.k));
+      BENCH_CHECK(cudaMalloc(&xs, m * 4));
+      BENCH_CHECK(cudaMalloc(&ws, sh.n * 4));
+      cudaMemset(x, 0x3c, m * sh.k * 2);
+      cudaMemset(w, 0x3c, sh.n * sh.k * 2);
+      auto* xb = static_cast<__nv_bfloat16*>(x);
+      auto* wb = static_cast<__nv_bfloat16*>(w);
+      auto* xq8 = static_cast<uint8_t*>(xq);
+      auto* wq8 = static_cast<uint8_t*>(wq);
+      auto* xsf = static_cast<float*>(xs);
+      auto* wsf = static_cast<float*>(ws);
+      Status st = (*gemm)->Tune(xb, wb, y, DType::kBF16, m, sh.n, sh.k, s);
+      if (st.ok()) st = QuantizeRowsFp8(wb, sh.n, sh.k, sh.k, wq8, wsf, 1.f, s);
+      if (st.ok()) st = QuantizeRowsFp8(xb, m, sh.k, sh.k, xq8, xsf, 1.f, s);
+      if (st.ok()) st = (*gemm)->RunFp8(xq8, xsf, wq8, wsf, y, DType::kBF16, m, sh.n, sh.k, s);
+      if (!st.ok()) {
+        std::fprintf(stderr, "gemm_fp8 %s m=%lld: %s\n", sh.name, (long long)m, st.ToString().c_str());
+      } else {
+        const float bf16_ms =
+            TimeMs(s, [&] { (void)(*gemm)->Run(xb, wb, y, DType::kBF16, m, sh.n, sh.k, s); });
+        const float fp8_ms =
+            TimeMs(s, [&] { (void)(*gemm)->RunFp8(xq8, xsf, wq8, wsf, y, DType::kBF16, m, sh.n, sh.k, s); });
+        const float quant_ms = TimeMs(s, [&] { (void)QuantizeRowsFp8(xb, m, sh.k, sh.k, xq8, xsf, 1.f, s); });
+        const double tf = 2.0 * m * sh.n * sh.k / 1e12;
+        std::printf(
+            "{\"bench\":\"gemm_fp8\",\"shape\":\"%s\",\"m\":%lld,\"n\":%lld,\"k\":%lld,\"bf16_ms\":%.4f,"
+            "\"fp8_gemm_ms\":%.4f,\"fp8_quant_ms\":%.4f,\"bf16_tflops\":%.1f,\"fp8_gemm_tflops\":%.1f,"
+            "\"fp8_over_bf16\":%.3f,\"fp8_with_quant_over_bf16\":%.3f}\n",
+            sh.name, (long long)m, (long long)sh.n, (long long)sh.k, bf16_ms, fp8_ms, quant_ms,
+            tf / (bf16_ms * 1e-3), tf / (fp8_ms * 1e-3), bf16_ms / fp8_ms, bf16_ms / (fp8_ms + quant_ms));
+      }
+      for (void* p : {x, w, y, xq, wq, xs, ws}) cudaFree(p);
+    }
+  }
+  if (Status st = (*gemm)->Save(); !st.ok()) std::fprintf(stderr, "gemm cache: %s\n", st.ToString().c_str());
+}
+
 // Decode projections at batch 1, 2, 4 and 8 (Llama-3.1-8B shapes): the bf16 GEMV (gemv.h) vs cuBLASLt on the
 // same buffers. Each timed call reads the next of several weight copies (>= 512 MiB in all), so no run is
 // served from the 50 MB L2 the way a repeated 32 MB matrix would be. GB/s counts weight bytes only.
@@ -224,7 +286,7 @@ void DecodeAttentionBench(cudaStream_t s) {
     int seqs, ctx;
   };
   for (const Case c : {Case{1, 512}, Case{1, 4096}, Case{1, 32768}, Case{32, 2048}, Case{64, 1000},
-                       Case{64, 4096}, Case{256, 1000}, Case{256, 1500}}) {
+                       Case{64, 4096}, Case{256, 1000}, Case{256, 1500}, Case{512, 1500}}) {
     const int blocks_per_seq = (c.ctx + bs - 1) / bs;
     const int num_blocks = blocks_per_seq * c.seqs;
     const size_t cache_elems = static_cast<size_t>(num_blocks) * bs * kvh * hd;
@@ -247,12 +309,19 @@ void DecodeAttentionBench(cudaStream_t s) {
     // (AttentionLaunchOptions::decode_tiled_fragments).
     auto run = [&](const char* cache, const auto& cache_kv, double bytes_per_row) {
       constexpr bool kQuant = std::is_same_v<std::decay_t<decltype(cache_kv)>, DevicePagedKvQuant>;
-      for (const int variant : {0, 1, 2}) {  // warp, tiled (8-bit caches: tiled-smem), 8-bit caches: tiled
+      // warp, tiled (8-bit caches: tiled-smem), 8-bit caches: tiled; from batch 64 the default tiled form
+      // again with decode_partition 512 ("/p512", the default before 2026-12-05); 8-bit caches: the fragment
+      // form with the hardware fp8 conversion ("/hwcvt", decode_fp8_hw_convert; int8 ignores it).
+      for (const int variant : {0, 1, 2, 3, 4}) {
         if (variant == 2 && !kQuant) continue;
+        if (variant == 3 && c.seqs < 64) continue;
+        if (variant == 4 && !kQuant) continue;
         AttentionLaunchOptions launch;
         const bool tiled = variant > 0;
         launch.decode_tiled = tiled;
-        launch.decode_tiled_fragments = variant == 2;
+        launch.decode_tiled_fragments = variant == 2 || variant == 4 || (variant == 3 && kQuant);
+        launch.decode_fp8_hw_convert = variant == 4;
+        if (variant == 3) launch.decode_partition = 512;
         const size_t ws_bytes = DecodeWorkspaceBytes(c.seqs, heads, hd, c.ctx, launch);
         void* ws;
         BENCH_CHECK(cudaMalloc(&ws, ws_bytes > 0 ? ws_bytes : 1));
@@ -269,6 +338,8 @@ void DecodeAttentionBench(cudaStream_t s) {
             "\"heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,\"ms\":%.4f,\"kv_gbps\":%.1f}\n",
             cache,
             variant == 0             ? "warp"
+            : variant == 3           ? "tiled/p512"
+            : variant == 4           ? "tiled/hwcvt"
             : kQuant && variant == 1 ? "tiled-smem"
                                      : "tiled",
             c.seqs, c.ctx, heads, kvh, hd, ms, kv_bytes / (ms * 1e-3) / 1e9);
@@ -604,6 +675,11 @@ int main(int argc, char** argv) {
   if (want("gemm")) {
     std::fprintf(stderr, "cuda_bench: gemm\n");
     GemmBench(s, gemm_cache);
+    std::fflush(stdout);
+  }
+  if (want("gemm_fp8")) {
+    std::fprintf(stderr, "cuda_bench: gemm_fp8\n");
+    GemmFp8Bench(s, gemm_cache);
     std::fflush(stdout);
   }
   if (want("gemv")) {
