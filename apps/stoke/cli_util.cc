@@ -61,6 +61,10 @@ void AddEngineTuningFlags(CLI::App* cmd, EngineTuningFlags* flags) {
   cmd->add_option("--decode-min-partition", flags->decode_min_partition,
                   "cuda: fewest context positions per split of decode attention (1..512)")
       ->capture_default_str();
+  cmd->add_option("--decode-partition", flags->decode_partition,
+                  "cuda: most context positions per split of decode attention at large batch "
+                  "(--decode-min-partition..65536)")
+      ->capture_default_str();
   cmd->add_option("--decode-pipeline", flags->decode_pipeline,
                   "cuda: decode attention prefetches the next position's K/V (on|off)")
       ->check(CLI::IsMember({"on", "off"}))
@@ -123,6 +127,7 @@ Status ApplyEngineTuningFlags(const EngineTuningFlags& flags, DecoderOptions* o)
   t.gemv_split = flags.gemv_split;
   t.pdl = flags.pdl == "on";
   t.decode_min_partition = flags.decode_min_partition;
+  t.decode_partition = flags.decode_partition;
   t.decode_pipeline = flags.decode_pipeline == "on";
   t.decode_attention = flags.decode_attention;
   t.prefill_attention = flags.prefill_attention;

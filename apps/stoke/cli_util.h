@@ -28,6 +28,7 @@ struct EngineTuningFlags {
   int gemv_split = CudaDecoderTuning{}.gemv_split;
   std::string pdl = CudaDecoderTuning{}.pdl ? "on" : "off";
   int decode_min_partition = CudaDecoderTuning{}.decode_min_partition;
+  int decode_partition = CudaDecoderTuning{}.decode_partition;
   std::string decode_pipeline = CudaDecoderTuning{}.decode_pipeline ? "on" : "off";
   std::string decode_attention = CudaDecoderTuning{}.decode_attention;
   std::string prefill_attention = CudaDecoderTuning{}.prefill_attention;

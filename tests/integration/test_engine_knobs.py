@@ -12,6 +12,7 @@ import requests
     ("--gemv-split", "3", b"--gemv-split 3"),
     ("--gemv-max-rows", "9", b"--gemv-max-rows 9"),
     ("--decode-min-partition", "0", b"--decode-min-partition 0"),
+    ("--decode-partition", "8", b"--decode-partition 8"),  # below --decode-min-partition (16)
     ("--prefill-attention", "tiled", b"--prefill-attention"),
     ("--decode-pipeline", "maybe", b"--decode-pipeline"),
     ("--decode-attention", "fast", b"--decode-attention"),
@@ -90,8 +91,8 @@ def test_bench_step_records_the_knobs(stoke_bin, tmp_path, decode_attention):
     assert (e["gemv_max_rows"], e["decode_pipeline"], e["prefill_attention"], e["decode_attention"]) == \
         (0, False, "warp", decode_attention)
     # the others at their defaults
-    assert (e["gemv_split"], e["pdl"], e["decode_min_partition"], e["ggml_numerics"], e["kquant_gemv"],
-            e["mixed_attention"]) == (0, False, 16, True, "auto", "split")
+    assert (e["gemv_split"], e["pdl"], e["decode_min_partition"], e["decode_partition"], e["ggml_numerics"],
+            e["kquant_gemv"], e["mixed_attention"]) == (0, False, 16, 2048, True, "auto", "split")
 
 
 def test_bench_step_records_fp8_weights(stoke_bin, tmp_path):

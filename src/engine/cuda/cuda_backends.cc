@@ -23,6 +23,7 @@ StatusOr<std::unique_ptr<DecoderModel>> CreateCudaDecoder(LlamaWeights weights, 
   co.gemv_split = o.cuda.gemv_split;
   co.pdl = o.cuda.pdl;
   co.attention.decode_min_partition = o.cuda.decode_min_partition;
+  co.attention.decode_partition = o.cuda.decode_partition;
   co.attention.decode_pipeline = o.cuda.decode_pipeline;
   co.attention.decode_tiled = o.cuda.decode_attention != "warp";
   co.attention.decode_tiled_fragments = o.cuda.decode_attention != "tiled-smem";

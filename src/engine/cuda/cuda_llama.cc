@@ -153,10 +153,14 @@ StatusOr<std::unique_ptr<CudaLlama>> CudaLlama::Create(LlamaWeights weights, con
       options.gemv_split != 4 && options.gemv_split != 8) {
     return InvalidArgumentError("--gemv-split {} must be 0 (auto), 1, 2, 4 or 8", options.gemv_split);
   }
-  if (options.attention.decode_min_partition < 1 ||
-      options.attention.decode_min_partition > cuda::kDecodePartition) {
-    return InvalidArgumentError("--decode-min-partition {} must be in [1, {}]",
-                                options.attention.decode_min_partition, cuda::kDecodePartition);
+  if (options.attention.decode_min_partition < 1 || options.attention.decode_min_partition > 512) {
+    return InvalidArgumentError("--decode-min-partition {} must be in [1, 512]",
+                                options.attention.decode_min_partition);
+  }
+  if (options.attention.decode_partition < options.attention.decode_min_partition ||
+      options.attention.decode_partition > 65536) {
+    return InvalidArgumentError("--decode-partition {} must be in [--decode-min-partition {}, 65536]",
+                                options.attention.decode_partition, options.attention.decode_min_partition);
   }
   RETURN_IF_ERROR(CheckWeights(weights));
   if (options.quantization == WeightQuantization::kFp8) {
@@ -210,7 +214,7 @@ Status CudaLlama::Init(LlamaWeights weights) {
   LOG_INFO(
       "cuda llama: {}: weights {} {:.1f} MiB, scratch {:.1f} MiB for steps of up to {} tokens, "
       "KV budget {:.1f} MiB (gpu memory fraction {} of {:.1f} GiB), cuda graphs {}, "
-      "one-token GEMV {} (warps per row {}), PDL {}, decode min partition {}, decode pipeline {}, decode "
+      "one-token GEMV {} (warps per row {}), PDL {}, decode partition {}..{}, decode pipeline {}, decode "
       "attention {}, prefill attention {}, mixed-step attention {}, K-quant GEMV {}",
       device_name_, fp8_weights() ? "fp8" : "bf16", weight_bytes_ / double(kMiB),
       arena_->capacity() / double(kMiB), max_tokens_, kv_budget_bytes_ / double(kMiB),
@@ -218,7 +222,7 @@ Status CudaLlama::Init(LlamaWeights weights) {
       gemv_max_rows_ >= 1 ? "on" : "off",
       options_.gemv_split == 0 ? std::string("auto") : std::to_string(options_.gemv_split),
       options_.pdl ? "on" : "off", options_.attention.decode_min_partition,
-      options_.attention.decode_pipeline ? "on" : "off",
+      options_.attention.decode_partition, options_.attention.decode_pipeline ? "on" : "off",
       !options_.attention.decode_tiled            ? "warp"
       : options_.attention.decode_tiled_fragments ? "tiled"
                                                   : "tiled-smem",

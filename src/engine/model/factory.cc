@@ -52,6 +52,10 @@ Status ValidateCudaDecoderTuning(const CudaDecoderTuning& t) {
   if (t.decode_min_partition < 1 || t.decode_min_partition > 512) {
     return InvalidArgumentError("--decode-min-partition {} must be in [1, 512]", t.decode_min_partition);
   }
+  if (t.decode_partition < t.decode_min_partition || t.decode_partition > 65536) {
+    return InvalidArgumentError("--decode-partition {} must be in [--decode-min-partition {}, 65536]",
+                                t.decode_partition, t.decode_min_partition);
+  }
   if (t.decode_attention != "warp" && t.decode_attention != "tiled" && t.decode_attention != "tiled-smem") {
     return InvalidArgumentError("--decode-attention '{}': expected tiled, tiled-smem or warp",
                                 t.decode_attention);

@@ -35,6 +35,9 @@ struct CudaDecoderTuning {
   // [--decode-min-partition N] fewest context positions per split of decode attention, 1..512. Smaller: more
   // blocks for small batches (occupancy) against a larger merge kernel.
   int decode_min_partition = 16;
+  // [--decode-partition N] most context positions per split of decode attention (decode_min_partition ..
+  // 65536): longer contexts are split even when the batch fills the GPU. 2048 (was a fixed 512).
+  int decode_partition = 2048;
   // [--decode-pipeline on|off] decode attention prefetches the next position's K/V (off only for A/B).
   bool decode_pipeline = true;
   // [--decode-attention tiled|tiled-smem|warp] decode attention kernel: "tiled" (tensor cores: the group's

@@ -273,6 +273,8 @@ TEST(LoadDecoderTest, RejectsOutOfRangeCudaTuning) {
       {[](CudaDecoderTuning* t) { t->gemv_split = 3; }, "--gemv-split 3"},
       {[](CudaDecoderTuning* t) { t->decode_min_partition = 0; }, "--decode-min-partition 0"},
       {[](CudaDecoderTuning* t) { t->decode_min_partition = 513; }, "--decode-min-partition 513"},
+      {[](CudaDecoderTuning* t) { t->decode_partition = 15; }, "--decode-partition 15"},
+      {[](CudaDecoderTuning* t) { t->decode_partition = 65537; }, "--decode-partition 65537"},
       {[](CudaDecoderTuning* t) { t->prefill_attention = "tiled"; }, "--prefill-attention 'tiled'"},
       {[](CudaDecoderTuning* t) { t->decode_attention = "auto"; }, "--decode-attention 'auto'"},
       {[](CudaDecoderTuning* t) { t->kquant_gemv = "int4"; }, "--kquant-gemv 'int4'"},
@@ -291,6 +293,7 @@ TEST(LoadDecoderTest, RejectsOutOfRangeCudaTuning) {
   edge.gemv_max_rows = 8;
   edge.gemv_split = 8;
   edge.decode_min_partition = 512;
+  edge.decode_partition = 512;
   edge.prefill_attention = "warp";
   edge.decode_attention = "warp";
   edge.mixed_attention = "prefill";

@@ -33,12 +33,22 @@ struct DevicePagedKv {
 // Launch choices of the attention kernels (tuning, A/B runs), passed with each call; the defaults are the
 // measured best on the H200. Owned by the caller (CudaLlama::Options::attention, from the --decode-* and
 // --prefill-attention flags); the kernels never read the environment.
+// The default of AttentionLaunchOptions::decode_partition (--decode-partition). 2048 (was 512): on the H100
+// (8B shape) one split up to context 2048 is 1.09x the 512-position splits for the fp8 cache's kernel at
+// batch 256-512 (context 1500) and 1.22x at batch 64 (context 1000); bf16 1.05x / 1.06x at 256-512, level at
+// 64 (gpu_decode_attention_lazy_h100_2026-12-05.json).
+inline constexpr int kDecodePartition = 2048;
+
 struct AttentionLaunchOptions {
   // Decode: fewest context positions per split when the batch is split further to fill the GPU (>= 1).
   // Smaller = more blocks and a larger merge for small batches. 16 (was 32): on the H200 (8B, batch 1,
   // context 512) 4.62 ms per step against 4.64 at 32 and 4.65 at 8, within noise
   // (gpu_llm_8b_decode_h200_2026-12-03.json).
   int decode_min_partition = 16;
+  // Decode: most context positions per split (>= decode_min_partition, <= 65536): a context longer than this
+  // is split even when the batch alone fills the GPU. Larger = fewer splits, less merge work and workspace
+  // at large batch; smaller = more blocks per sequence.
+  int decode_partition = kDecodePartition;
   // Decode: prefetch the next position's K/V while the current one is reduced (WarpAttend). Off only for A/B.
   bool decode_pipeline = true;
   // Decode (bf16 or 8-bit cache, head_dim 64/128, at most 16 query heads per kv head): true = the tensor-core
@@ -56,6 +66,10 @@ struct AttentionLaunchOptions {
   // / 1.19x at batch 64 / 256, context 1000 (gpu_decode_attention_regs_h100_2026-12-05.json). A bf16 cache
   // ignores it.
   bool decode_tiled_fragments = true;
+  // Decode over an fp8 cache in the fragment form: true = the codes are converted by the hardware's
+  // cvt.rn.f16x2.e4m3x2 (a byte permute and one conversion per pair), false = by bit moves (shifts and
+  // masks).
+  bool decode_fp8_hw_convert = false;
   // Prefill (bf16 or 8-bit cache): false = the tiled tensor-core kernel where it applies (head_dim 64/128,
   // aligned); true = always the warp kernel (slow, exact; a way around a tiled-kernel problem, and the 8-bit
   // cache's only prefill kernel before 2026-12-05, for A/B).
@@ -83,14 +97,13 @@ Status QkvRopeWriteKv(const __nv_bfloat16* qkv, const float* bias, const int32_t
 
 // Decode: one query token per sequence, attending to its
 // context_lens[s] cached positions [0, ctx). q, out = [num_seqs, heads, head_dim]. Contexts are split into
-// pieces of at most kDecodePartition positions (smaller pieces, down to 16 positions or
+// pieces of at most launch.decode_partition positions (smaller pieces, down to 16 positions or
 // launch.decode_min_partition, when num_seqs x heads is too small to fill the GPU) processed by separate
 // blocks, then merged by a second kernel (log-sum-exp weights); that needs `workspace` of
 // DecodeWorkspaceBytes(...) bytes (may be nullptr when it returns 0). The split depends only on (num_seqs,
 // heads, max_context_len, launch), so a captured graph keeps it; DecodeWorkspaceBytes must get the same
 // launch options as the call. max_context_len bounds every context_lens[s]. A sequence with context 0 gets
 // zeros.
-inline constexpr int kDecodePartition = 512;
 size_t DecodeWorkspaceBytes(int num_seqs, int heads, int head_dim, int max_context_len,
                             const AttentionLaunchOptions& launch = {});
 Status PagedDecodeAttention(const float* q, const int32_t* block_tables, int max_blocks_per_seq,

@@ -80,7 +80,7 @@ inline Status CheckShape(const char* what, int heads, int kv_heads, int head_dim
   return OkStatus();
 }
 
-// Splits per (sequence, head): at least one per kDecodePartition positions (bounded workspace at large
+// Splits per (sequence, head): at least one per launch.decode_partition positions (bounded workspace at large
 // batch), and more when the batch is small, so that about kDecodeTargetBlocks blocks share the GPU (batch 1 x
 // 32 heads would otherwise leave 100+ SMs idle behind a few latency-bound blocks), but never fewer than
 // launch.decode_min_partition positions per split (AttentionLaunchOptions, attention.h).
@@ -91,7 +91,8 @@ inline int NumSplits(int num_seqs, int heads, int max_context_len, const Attenti
   // runs (the warp kernel where the tiled one does not apply) gets the same split, so the workspace
   // (DecodeWorkspaceBytes) always matches.
   const int min_partition = std::max(launch.decode_tiled ? kDecodeTiledKeys : 1, launch.decode_min_partition);
-  const int by_partition = (max_context_len + kDecodePartition - 1) / kDecodePartition;
+  const int partition = std::max(1, launch.decode_partition);
+  const int by_partition = (max_context_len + partition - 1) / partition;
   const int by_min = (max_context_len + min_partition - 1) / min_partition;
   const int64_t rows = std::max<int64_t>(1, int64_t{num_seqs} * heads);
   const int by_occupancy =
@@ -117,9 +118,10 @@ Status LaunchDecodeTiled(const __nv_bfloat16* q, const int32_t* block_tables, in
 // own 16 keys of a tile and converts the codes into fp16 mma fragments in registers
 // (AttentionLaunchOptions::decode_tiled_fragments).
 Status LaunchDecodeTiledFragments(const __nv_bfloat16* q, const int32_t* block_tables, int max_blocks,
-                                  const int32_t* context_lens, int num_seqs, int heads, int splits, int partition,
-                                  float scale, const DevicePagedKvQuant& kv, float* part_out, float* part_ml,
-                                  __nv_bfloat16* out, cudaStream_t stream);
+                                  const int32_t* context_lens, int num_seqs, int heads, int splits,
+                                  int partition, float scale, const DevicePagedKvQuant& kv, float* part_out,
+                                  float* part_ml, __nv_bfloat16* out, cudaStream_t stream,
+                                  bool fp8_hw_convert);
 
 // Whether PrefillAttention runs the tiled tensor-core kernel (PrefillAttentionTiled) for this call, over
 // either cache kind: not forced to the warp kernel, a head_dim it takes, 16-byte aligned q / out / cache, and

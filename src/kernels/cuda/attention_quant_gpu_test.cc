@@ -39,8 +39,9 @@ struct QuantFixture {
   std::vector<uint8_t> kq, vq;          // the same, quantised
   std::vector<float> k_scale, v_scale;  // [num_blocks, bs, kvh]
 
-  QuantFixture(std::vector<int> seq_lens, int kv_heads, int head_dim, KvCacheDtype d, uint32_t seed)
-      : kvh(kv_heads), hd(head_dim), dtype(d), lens(std::move(seq_lens)) {
+  QuantFixture(std::vector<int> seq_lens, int kv_heads, int head_dim, KvCacheDtype d, uint32_t seed,
+               int block_size = 16)
+      : bs(block_size), kvh(kv_heads), hd(head_dim), dtype(d), lens(std::move(seq_lens)) {
     for (int l : lens) max_blocks = std::max(max_blocks, (l + bs - 1) / bs);
     num_blocks = max_blocks * static_cast<int>(lens.size()) + 3;
     std::vector<int32_t> phys(num_blocks);
@@ -163,6 +164,49 @@ INSTANTIATE_TEST_SUITE_P(
       return Name(info.param.dtype) + "_hd" + std::to_string(info.param.head_dim) + "_h" +
              std::to_string(info.param.heads) + "_kv" + std::to_string(info.param.kv_heads);
     });
+
+// The fragment kernel (the default) on the 8B attention shape (32 heads, 8 kv heads, head_dim 128) with block
+// sizes 16 (slots by shift) and 5 (by division), decode_partition 2048 (the default: one split up to context
+// 2048) and 512, the fp8 codes converted by bit moves and by the hardware (decode_fp8_hw_convert), and peaked
+// scores (q in [-8, 8]) so that the lazily kept running max has to move in some
+// tiles and not in others.
+TEST(CudaQuantDecodeFragments, BlockSizesPartitionsAndMovingMax) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<int> lens = {1, 64, 65, 700, 2000};
+  const int num_seqs = static_cast<int>(lens.size()), max_ctx = 2000, heads = 32, kvh = 8, hd = 128;
+  const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+  for (const KvCacheDtype dtype : {KvCacheDtype::kFp8, KvCacheDtype::kInt8}) {
+    for (const int bs : {16, 5}) {
+      QuantFixture f(lens, kvh, hd, dtype, 900 + bs, bs);
+      const auto q = RoundBf16(RandomFloats(static_cast<size_t>(num_seqs) * heads * hd, 91, -8.f, 8.f));
+      const int64_t row = int64_t{heads} * hd;
+      std::vector<float> want(q.size());
+      auto cq = f.CpuQuant();
+      for (int s = 0; s < num_seqs; ++s) {
+        cpu::PagedAttention(q.data() + s * row, 1, heads, lens[s] - 1, f.tables.data() + s * f.max_blocks, cq,
+                            scale, want.data() + s * row, ThreadPool::Default());
+      }
+      DeviceBuffer<int32_t> dt(f.tables), dl(std::vector<int32_t>(lens.begin(), lens.end()));
+      DeviceBuffer<uint16_t> dq(ToBf16(q)), out(q.size());
+      DeviceQuant dk(f);
+      for (const int form :
+           {0, 1, 2}) {  // partitions 2048 (the default) and 512; 2048 with the hw conversion
+        const int partition = form == 1 ? 512 : 2048;
+        AttentionLaunchOptions launch;
+        launch.decode_partition = partition;
+        launch.decode_fp8_hw_convert = form == 2;
+        DeviceBuffer<uint8_t> ws(
+            std::max<size_t>(1, DecodeWorkspaceBytes(num_seqs, heads, hd, max_ctx, launch)));
+        STATUS_ASSERT(PagedDecodeAttention(dq.bf16(), dt.get(), f.max_blocks, dl.get(), num_seqs, heads,
+                                           max_ctx, scale, dk.Kv(f), ws.get(), out.bf16(), nullptr, launch));
+        EXPECT_CLOSE(FromBf16(out.Download()), want, kTolBf16,
+                     ("fragments " + Name(dtype) + " bs=" + std::to_string(bs) +
+                      " partition=" + std::to_string(partition) + (form == 2 ? " hw convert" : ""))
+                         .c_str());
+      }
+    }
+  }
+}
 
 class CudaQuantPrefill : public ::testing::TestWithParam<KvCacheDtype> {};
 

@@ -46,14 +46,23 @@ constexpr int DecodeTiledSmemBytes() {
   return kCache == kCacheBf16 ? 4 * tile : 2 * tile + 4 * kKeys * HD + 4 * kKeys * 4;
 }
 
+__device__ __forceinline__ int Log2IfPow2(int x) {
+#ifdef __CUDA_ARCH__
+  return x > 0 && (x & (x - 1)) == 0 ? __ffs(x) - 1 : -1;
+#else
+  return -1;  // the host pass parses device code too
+#endif
+}
+
 // What a block of either tiled kernel works on: grid = (splits, kv heads, sequences); split x of sequence z
 // covers positions [begin, end) in num_tiles tiles of kKeys keys, for the query heads head0 .. head0 + group
 // of kv head y; Slot(p) is position p's cache slot through the sequence's block table.
 struct TiledBlock {
   int split, kv_head, seq, num_splits, begin, end, num_tiles, head0, bs;
+  int bs_shift;  // log2(bs) when bs is a power of two (the usual 16), else -1: Slot divides
   const int32_t* table;
-  __device__ __forceinline__ TiledBlock(const int32_t* block_tables, int max_blocks, const int32_t* context_lens,
-                                        int group, int partition, int block_size)
+  __device__ __forceinline__ TiledBlock(const int32_t* block_tables, int max_blocks,
+                                        const int32_t* context_lens, int group, int partition, int block_size)
       : split(blockIdx.x),
         kv_head(blockIdx.y),
         seq(blockIdx.z),
@@ -63,8 +72,12 @@ struct TiledBlock {
         num_tiles(end > begin ? (end - begin + kKeys - 1) / kKeys : 0),
         head0(blockIdx.y * group),
         bs(block_size),
+        bs_shift(Log2IfPow2(block_size)),
         table(block_tables + static_cast<int64_t>(blockIdx.z) * max_blocks) {}
-  __device__ __forceinline__ int64_t Slot(int p) const { return static_cast<int64_t>(table[p / bs]) * bs + p % bs; }
+  __device__ __forceinline__ int64_t Slot(int p) const {
+    if (bs_shift >= 0) return (static_cast<int64_t>(table[p >> bs_shift]) << bs_shift) + (p & (bs - 1));
+    return static_cast<int64_t>(table[p / bs]) * bs + p % bs;
+  }
 };
 
 // The scores of a warp's 16 keys (element (n, e) is key key0 + 8n + 2t + (e & 1)) through scale(x, key),
@@ -85,9 +98,15 @@ __device__ __forceinline__ void ScaleAndMask(float (&s)[2][4], int t, int key0, 
 }
 
 // One 16-key step of the online softmax of a warp's rows g and g + 8: s holds the scores in log2 units
-// (element (n, e) is key 8n + 2t + (e & 1); masked keys -inf) and becomes exp2(s - new max); the running max m,
-// this thread's share of the denominator l and the output accumulators o are rescaled to the new max.
-template <int kDTiles>
+// (element (n, e) is key 8n + 2t + (e & 1); masked keys -inf) and becomes exp2(s - new max); the running max
+// m, this thread's share of the denominator l and the output accumulators o are rescaled to the new max.
+//
+// kLazy (both kernels use it): the running max moves only when some row's tile max passes it by more than
+// kLazyLog2 (or the row had none yet), decided for the whole warp; otherwise s is exponentiated against the
+// old max (values up to 2^kLazyLog2, exact in fp32 and fp16) and the 4 x kDTiles accumulators are not
+// rescaled. The result is the same softmax; after the first tiles the max rarely moves that far.
+constexpr float kLazyLog2 = 3.f;
+template <int kDTiles, bool kLazy = false>
 __device__ __forceinline__ void OnlineSoftmax(float (&s)[2][4], float& m0, float& m1, float& l0, float& l1,
                                               float (&o)[kDTiles][4]) {
   // Row maxima over the 4 threads of a row group.
@@ -97,6 +116,26 @@ __device__ __forceinline__ void OnlineSoftmax(float (&s)[2][4], float& m0, float
   for (int off = 1; off <= 2; off <<= 1) {
     mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+  }
+  if constexpr (kLazy) {
+    // -inf > -inf + k is false: a row with nothing unmasked so far and now keeps m = -inf (s all 0 below).
+    const bool move = mx0 > m0 + kLazyLog2 || mx1 > m1 + kLazyLog2;
+    if (!__any_sync(0xffffffffu, move)) {
+      const float base0 = m0 == -INFINITY ? 0.f : m0, base1 = m1 == -INFINITY ? 0.f : m1;
+      float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+        s[n][0] = exp2f(s[n][0] - base0);
+        s[n][1] = exp2f(s[n][1] - base0);
+        s[n][2] = exp2f(s[n][2] - base1);
+        s[n][3] = exp2f(s[n][3] - base1);
+        sum0 += s[n][0] + s[n][1];
+        sum1 += s[n][2] + s[n][3];
+      }
+      l0 += sum0;
+      l1 += sum1;
+      return;
+    }
   }
   const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
   // A row with nothing unmasked yet keeps m = -inf: subtract 0 instead (exp2(-inf) = 0, no NaN).
@@ -336,7 +375,7 @@ __global__ void __launch_bounds__(kTiledWarps * 32)
       return x;
     });
 
-    OnlineSoftmax(s, m0, m1, l0, l1, o);
+    OnlineSoftmax<kDTiles, /*kLazy=*/true>(s, m0, m1, l0, l1, o);
     if constexpr (kQuant) {  // P·(codes · scale) = (P · scale)·codes: the V scale goes on P's columns
       const float* vscale = vsc + (kt & 1) * kKeys + warp * 16;
 #pragma unroll
@@ -370,32 +409,41 @@ __global__ void __launch_bounds__(kTiledWarps * 32)
 // ---- 8-bit caches, codes straight into fp16 fragments (AttentionLaunchOptions::decode_tiled_fragments) ----
 //
 // The same grid, tiles, splits, softmax and merge as DecodeTiledKernel, but nothing is shared between warps
-// until the merge: warp w cp.asyncs only its own 16 keys of each tile (codes and scales, double-buffered in its
-// own shared memory) and converts them from shared memory straight into fp16 mma fragments in registers, so
-// the loop has no block barrier and no bf16 tile is written and read back.
-//   codes -> fp16, exact, times a power of two (kFold): fp8 E4M3 by bit moves (sign, then exponent and mantissa
-//   into the fp16 fields: value · 2^-8, subnormals included); int8 by the magic-number trick (0x48uu as fp16
-//   is 8 + uu / 128; minus 9 leaves code / 128).
-//   S = Q·K^T in fp16 (q · 2^-4 exact for |q| < 2^20) with the head dimension permuted inside each 16-column
-//   step so that a thread's B fragment is one 32-bit word of its key's row (logical k 2t, 2t+1, 2t+8, 2t+9 =
-//   bytes 0, 2, 1, 3 of the word at 4t); Q's A fragment is permuted the same way. The K scale and the folds go
-//   on S in fp32.
-//   O += P·V in fp16 with P' = P · v_scale · 2^kFold (in [0, ~amax]) and V' = code · 2^-kFold; the head
-//   dimension of O is permuted so that a thread's B fragments for four d-tiles are the four bytes of one
-//   32-bit word per key (d-tile 4G + j, column n = physical d 32G + 4n + j), transposed by byte permutes.
-template <int HD, bool kFp8>
+// until the merge: warp w cp.asyncs only its own 16 keys of each tile (codes and scales, double-buffered in
+// its own shared memory) and converts them from shared memory straight into fp16 mma fragments in registers,
+// so the loop has no block barrier and no bf16 tile is written and read back.
+//   codes -> fp16, exact, times a power of two (kFold): fp8 E4M3 by bit moves (sign, then exponent and
+//   mantissa into the fp16 fields: value · 2^-8, subnormals included); int8 by the magic-number trick (0x48uu
+//   as fp16 is 8 + uu / 128; minus 9 leaves code / 128). S = Q·K^T in fp16 (q · 2^-4 exact for |q| < 2^20)
+//   with the head dimension permuted inside each 16-column step so that a thread's B fragment is one 32-bit
+//   word of its key's row (logical k 2t, 2t+1, 2t+8, 2t+9 = bytes 0, 2, 1, 3 of the word at 4t); Q's A
+//   fragment is permuted the same way. The K scale and the folds go on S in fp32. O += P·V in fp16 with P' =
+//   P · v_scale · 2^kFold (in [0, ~amax]) and V' = code · 2^-kFold; the head dimension of O is permuted so
+//   that a thread's B fragments for four d-tiles are the four bytes of one 32-bit word per key (d-tile 4G +
+//   j, column n = physical d 32G + 4n + j), transposed by byte permutes. kHwCvt (fp8 only;
+//   AttentionLaunchOptions::decode_fp8_hw_convert): the two codes are gathered into one 16-bit word by a byte
+//   permute and converted by the hardware's cvt.rn.f16x2.e4m3x2 (sm_89+), exactly, with no fold (kFold 0).
+template <int HD, bool kFp8, bool kHwCvt = false>
 struct FragCodes {
-  static constexpr int kFold = kFp8 ? 8 : 7;  // log2 of what the fp16 values are divided by
+  static constexpr int kFold = kFp8 ? (kHwCvt ? 0 : 8) : 7;  // log2 of what the fp16 values are divided by
+  static __device__ __forceinline__ uint32_t Cvt(uint32_t pair) {  // bytes 0, 1 of pair: two E4M3 codes
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), __NV_E4M3);
+    return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+  }
   // The codes in bytes 0 and 2 (lo) or 1 and 3 (hi) of w as an fp16 pair (the first in the low half).
   static __device__ __forceinline__ uint32_t Lo(uint32_t w) {
-    if constexpr (kFp8) {
+    if constexpr (kFp8 && kHwCvt) {
+      return Cvt(__byte_perm(w, 0u, 0x4420));
+    } else if constexpr (kFp8) {
       return ((w << 8) & 0x80008000u) | ((w << 7) & 0x3F803F80u);
     } else {
       return Int8(__byte_perm(w ^ 0x80808080u, 0x48484848u, 0x4240));
     }
   }
   static __device__ __forceinline__ uint32_t Hi(uint32_t w) {
-    if constexpr (kFp8) {
+    if constexpr (kFp8 && kHwCvt) {
+      return Cvt(__byte_perm(w, 0u, 0x4431));
+    } else if constexpr (kFp8) {
       return (w & 0x80008000u) | ((w >> 1) & 0x3F803F80u);
     } else {
       return Int8(__byte_perm(w ^ 0x80808080u, 0x48484848u, 0x4341));
@@ -419,14 +467,14 @@ constexpr int DecodeFragSmemBytes() {
   return kTiledWarps * 2 * kFragWarpBuf<HD>;
 }
 
-template <int HD, bool kFp8>
+template <int HD, bool kFp8, bool kHwCvt>
 __global__ void __launch_bounds__(kTiledWarps * 32)
     DecodeFragKernel(const __nv_bfloat16* __restrict__ q, const int32_t* __restrict__ block_tables,
                      int max_blocks, const int32_t* __restrict__ context_lens, int heads, int group,
                      int partition, float scale_log2, DevicePagedKvQuant kv, float* __restrict__ part_out,
                      float* __restrict__ part_ml, __nv_bfloat16* __restrict__ out) {
   PdlLaunchDependents();
-  using Codes = FragCodes<HD, kFp8>;
+  using Codes = FragCodes<HD, kFp8, kHwCvt>;
   constexpr int kRow = kFragRow<HD>;
   constexpr int kBuf = kFragWarpBuf<HD>;
   constexpr int kKSteps = HD / 16;    // k-steps of S = Q·K^T
@@ -442,26 +490,27 @@ __global__ void __launch_bounds__(kTiledWarps * 32)
   auto slot_of = [&](int p) { return b.Slot(p); };
   unsigned char* wbase = smem_raw + warp * 2 * kBuf;  // this warp's two buffers
 
-  // This warp's 16 keys of tile kt into buffer buf: codes by 16-byte copies, then lanes 0..15 the keys' K
-  // scales and 16..31 their V scales (zeros past the end).
+  // This warp's 16 keys of tile kt into buffer buf: lane l finds key (l & 15)'s cache row once (its slot x kv
+  // heads + kv head; -1 past the end), the chunk copies take theirs by shuffle; codes by 16-byte copies, then
+  // lanes 0..15 the keys' K scales and 16..31 their V scales (zeros past the end).
   auto load = [&](int kt, int buf) {
     unsigned char* kb = wbase + buf * kBuf;
     unsigned char* vb = kb + 16 * kRow;
     const int key0 = begin + kt * kKeys + warp * 16;
-    for (int c = lane; c < 16 * kCodeChunks; c += 32) {
-      const int r = c / kCodeChunks, ch = c - r * kCodeChunks;
-      const int p = key0 + r;
-      const bool ok = p < end;
-      const int64_t off = ok ? (slot_of(p) * kvh + kv_head) * HD + ch * 16 : 0;
-      CpAsync16(kb + r * kRow + ch * 16, kv.k + off, ok ? 16 : 0);
-      CpAsync16(vb + r * kRow + ch * 16, kv.v + off, ok ? 16 : 0);
-    }
     const int r = lane & 15;
     const int p = key0 + r;
-    const bool ok = p < end;
-    const int64_t si = ok ? slot_of(p) * kvh + kv_head : 0;
+    const int64_t my_row = p < end ? slot_of(p) * kvh + kv_head : -1;
+#pragma unroll
+    for (int c = lane; c < 16 * kCodeChunks; c += 32) {
+      const int rr = c / kCodeChunks, ch = c - rr * kCodeChunks;
+      const int64_t row = __shfl_sync(0xffffffffu, my_row, rr);
+      const bool ok = row >= 0;
+      const int64_t off = ok ? row * HD + ch * 16 : 0;
+      CpAsync16(kb + rr * kRow + ch * 16, kv.k + off, ok ? 16 : 0);
+      CpAsync16(vb + rr * kRow + ch * 16, kv.v + off, ok ? 16 : 0);
+    }
     float* sc = reinterpret_cast<float*>(vb + 16 * kRow) + (lane < 16 ? 0 : 16) + r;
-    CpAsync4(sc, (lane < 16 ? kv.k_scale : kv.v_scale) + si, ok ? 4 : 0);
+    CpAsync4(sc, (lane < 16 ? kv.k_scale : kv.v_scale) + (my_row >= 0 ? my_row : 0), my_row >= 0 ? 4 : 0);
   };
   if (num_tiles > 0) load(0, 0);
   CpAsyncCommit();
@@ -522,7 +571,7 @@ __global__ void __launch_bounds__(kTiledWarps * 32)
       }
     }
     ScaleAndMask(s, t, begin + kt * kKeys + warp * 16, end, [&](float x, int k) { return x * s_mult * ksc[k]; });
-    OnlineSoftmax(s, m0, m1, l0, l1, o);
+    OnlineSoftmax<kDTiles, /*kLazy=*/true>(s, m0, m1, l0, l1, o);
 
     // P' = P · v_scale · 2^kFold as the A fragment (16 rows x the warp's 16 keys, keys in order).
     const float v0 = vsc[2 * t] * p_mult, v1 = vsc[2 * t + 1] * p_mult;
@@ -553,19 +602,20 @@ __global__ void __launch_bounds__(kTiledWarps * 32)
                   group, seq, heads, head0, split, num_splits, out, part_out, part_ml);
 }
 
-template <int HD, bool kFp8>
+template <int HD, bool kFp8, bool kHwCvt = false>
 Status LaunchFrag(const __nv_bfloat16* q, const int32_t* bt, int max_blocks, const int32_t* ctx, int num_seqs,
                   int heads, int splits, int partition, float scale, const DevicePagedKvQuant& kv,
                   float* part_out, float* part_ml, __nv_bfloat16* out, cudaStream_t stream) {
   constexpr int smem = DecodeFragSmemBytes<HD>();
   static_assert((kTiledWarps * 16 * HD + 2 * kTiledWarps * 16) * 4 <= smem, "merge area of DecodeFragKernel");
-  CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(DecodeFragKernel<HD, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(DecodeFragKernel<HD, kFp8, kHwCvt>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const float scale_log2 = scale * 1.4426950408889634f;
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(kv.num_kv_heads),
                   static_cast<unsigned>(num_seqs));
-  DecodeFragKernel<HD, kFp8><<<grid, kTiledWarps * 32, smem, stream>>>(
-      q, bt, max_blocks, ctx, heads, heads / kv.num_kv_heads, partition, scale_log2, kv, part_out, part_ml, out);
+  DecodeFragKernel<HD, kFp8, kHwCvt>
+      <<<grid, kTiledWarps * 32, smem, stream>>>(q, bt, max_blocks, ctx, heads, heads / kv.num_kv_heads,
+                                                 partition, scale_log2, kv, part_out, part_ml, out);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return OkStatus();
 }
@@ -643,16 +693,21 @@ Status LaunchDecodeTiled(const __nv_bfloat16* q, const int32_t* block_tables, in
 }
 
 Status LaunchDecodeTiledFragments(const __nv_bfloat16* q, const int32_t* block_tables, int max_blocks,
-                                  const int32_t* context_lens, int num_seqs, int heads, int splits, int partition,
-                                  float scale, const DevicePagedKvQuant& kv, float* part_out, float* part_ml,
-                                  __nv_bfloat16* out, cudaStream_t stream) {
+                                  const int32_t* context_lens, int num_seqs, int heads, int splits,
+                                  int partition, float scale, const DevicePagedKvQuant& kv, float* part_out,
+                                  float* part_ml, __nv_bfloat16* out, cudaStream_t stream,
+                                  bool fp8_hw_convert) {
   RETURN_IF_ERROR(CheckTiled(q, num_seqs, heads, kv));
   if ((reinterpret_cast<uintptr_t>(kv.k_scale) | reinterpret_cast<uintptr_t>(kv.v_scale)) & 3) {
     return Status(StatusCode::kInvalidArgument, "PagedDecodeAttention (tiled): scales need 4-byte alignment");
   }
   const bool fp8 = kv.dtype == KvCacheDtype::kFp8;
-  const auto launch = kv.head_dim == 64 ? (fp8 ? LaunchFrag<64, true> : LaunchFrag<64, false>)
-                                        : (fp8 ? LaunchFrag<128, true> : LaunchFrag<128, false>);
+  const auto fp8_launch = [&](bool hd64) {
+    return fp8_hw_convert ? (hd64 ? LaunchFrag<64, true, true> : LaunchFrag<128, true, true>)
+                          : (hd64 ? LaunchFrag<64, true> : LaunchFrag<128, true>);
+  };
+  const auto launch = kv.head_dim == 64 ? (fp8 ? fp8_launch(true) : LaunchFrag<64, false>)
+                                        : (fp8 ? fp8_launch(false) : LaunchFrag<128, false>);
   return launch(q, block_tables, max_blocks, context_lens, num_seqs, heads, splits, partition, scale, kv,
                 part_out, part_ml, out, stream);
 }
