@@ -66,10 +66,6 @@ struct AttentionLaunchOptions {
   // / 1.19x at batch 64 / 256, context 1000 (gpu_decode_attention_regs_h100_2026-12-05.json). A bf16 cache
   // ignores it.
   bool decode_tiled_fragments = true;
-  // Decode over an fp8 cache in the fragment form: true = the codes are converted by the hardware's
-  // cvt.rn.f16x2.e4m3x2 (a byte permute and one conversion per pair), false = by bit moves (shifts and
-  // masks).
-  bool decode_fp8_hw_convert = false;
   // Prefill (bf16 or 8-bit cache): false = the tiled tensor-core kernel where it applies (head_dim 64/128,
   // aligned); true = always the warp kernel (slow, exact; a way around a tiled-kernel problem, and the 8-bit
   // cache's only prefill kernel before 2026-12-05, for A/B).

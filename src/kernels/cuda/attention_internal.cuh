@@ -120,8 +120,7 @@ Status LaunchDecodeTiled(const __nv_bfloat16* q, const int32_t* block_tables, in
 Status LaunchDecodeTiledFragments(const __nv_bfloat16* q, const int32_t* block_tables, int max_blocks,
                                   const int32_t* context_lens, int num_seqs, int heads, int splits,
                                   int partition, float scale, const DevicePagedKvQuant& kv, float* part_out,
-                                  float* part_ml, __nv_bfloat16* out, cudaStream_t stream,
-                                  bool fp8_hw_convert);
+                                  float* part_ml, __nv_bfloat16* out, cudaStream_t stream);
 
 // Whether PrefillAttention runs the tiled tensor-core kernel (PrefillAttentionTiled) for this call, over
 // either cache kind: not forced to the warp kernel, a head_dim it takes, 16-byte aligned q / out / cache, and

@@ -167,8 +167,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 // The fragment kernel (the default) on the 8B attention shape (32 heads, 8 kv heads, head_dim 128) with block
 // sizes 16 (slots by shift) and 5 (by division), decode_partition 2048 (the default: one split up to context
-// 2048) and 512, the fp8 codes converted by bit moves and by the hardware (decode_fp8_hw_convert), and peaked
-// scores (q in [-8, 8]) so that the lazily kept running max has to move in some
+// 2048) and 512, and peaked scores (q in [-8, 8]) so that the lazily kept running max has to move in some
 // tiles and not in others.
 TEST(CudaQuantDecodeFragments, BlockSizesPartitionsAndMovingMax) {
   SKIP_WITHOUT_GPU();
@@ -189,19 +188,16 @@ TEST(CudaQuantDecodeFragments, BlockSizesPartitionsAndMovingMax) {
       DeviceBuffer<int32_t> dt(f.tables), dl(std::vector<int32_t>(lens.begin(), lens.end()));
       DeviceBuffer<uint16_t> dq(ToBf16(q)), out(q.size());
       DeviceQuant dk(f);
-      for (const int form :
-           {0, 1, 2}) {  // partitions 2048 (the default) and 512; 2048 with the hw conversion
-        const int partition = form == 1 ? 512 : 2048;
+      for (const int partition : {kDecodePartition, 512}) {
         AttentionLaunchOptions launch;
         launch.decode_partition = partition;
-        launch.decode_fp8_hw_convert = form == 2;
         DeviceBuffer<uint8_t> ws(
             std::max<size_t>(1, DecodeWorkspaceBytes(num_seqs, heads, hd, max_ctx, launch)));
         STATUS_ASSERT(PagedDecodeAttention(dq.bf16(), dt.get(), f.max_blocks, dl.get(), num_seqs, heads,
                                            max_ctx, scale, dk.Kv(f), ws.get(), out.bf16(), nullptr, launch));
         EXPECT_CLOSE(FromBf16(out.Download()), want, kTolBf16,
                      ("fragments " + Name(dtype) + " bs=" + std::to_string(bs) +
-                      " partition=" + std::to_string(partition) + (form == 2 ? " hw convert" : ""))
+                      " partition=" + std::to_string(partition))
                          .c_str());
       }
     }

@@ -310,17 +310,14 @@ void DecodeAttentionBench(cudaStream_t s) {
     auto run = [&](const char* cache, const auto& cache_kv, double bytes_per_row) {
       constexpr bool kQuant = std::is_same_v<std::decay_t<decltype(cache_kv)>, DevicePagedKvQuant>;
       // warp, tiled (8-bit caches: tiled-smem), 8-bit caches: tiled; from batch 64 the default tiled form
-      // again with decode_partition 512 ("/p512", the default before 2026-12-05); 8-bit caches: the fragment
-      // form with the hardware fp8 conversion ("/hwcvt", decode_fp8_hw_convert; int8 ignores it).
-      for (const int variant : {0, 1, 2, 3, 4}) {
+      // again with decode_partition 512 ("/p512", the default before 2026-12-05).
+      for (const int variant : {0, 1, 2, 3}) {
         if (variant == 2 && !kQuant) continue;
         if (variant == 3 && c.seqs < 64) continue;
-        if (variant == 4 && !kQuant) continue;
         AttentionLaunchOptions launch;
         const bool tiled = variant > 0;
         launch.decode_tiled = tiled;
-        launch.decode_tiled_fragments = variant == 2 || variant == 4 || (variant == 3 && kQuant);
-        launch.decode_fp8_hw_convert = variant == 4;
+        launch.decode_tiled_fragments = variant == 2 || (variant == 3 && kQuant);
         if (variant == 3) launch.decode_partition = 512;
         const size_t ws_bytes = DecodeWorkspaceBytes(c.seqs, heads, hd, c.ctx, launch);
         void* ws;
@@ -339,7 +336,6 @@ void DecodeAttentionBench(cudaStream_t s) {
             cache,
             variant == 0             ? "warp"
             : variant == 3           ? "tiled/p512"
-            : variant == 4           ? "tiled/hwcvt"
             : kQuant && variant == 1 ? "tiled-smem"
                                      : "tiled",
             c.seqs, c.ctx, heads, kvh, hd, ms, kv_bytes / (ms * 1e-3) / 1e9);

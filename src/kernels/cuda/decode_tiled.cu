@@ -420,30 +420,22 @@ __global__ void __launch_bounds__(kTiledWarps * 32)
 //   fragment is permuted the same way. The K scale and the folds go on S in fp32. O += P·V in fp16 with P' =
 //   P · v_scale · 2^kFold (in [0, ~amax]) and V' = code · 2^-kFold; the head dimension of O is permuted so
 //   that a thread's B fragments for four d-tiles are the four bytes of one 32-bit word per key (d-tile 4G +
-//   j, column n = physical d 32G + 4n + j), transposed by byte permutes. kHwCvt (fp8 only;
-//   AttentionLaunchOptions::decode_fp8_hw_convert): the two codes are gathered into one 16-bit word by a byte
-//   permute and converted by the hardware's cvt.rn.f16x2.e4m3x2 (sm_89+), exactly, with no fold (kFold 0).
-template <int HD, bool kFp8, bool kHwCvt = false>
+//   j, column n = physical d 32G + 4n + j), transposed by byte permutes. (The fp8 codes
+//   converted by the hardware's cvt.rn.f16x2.e4m3x2 after a byte permute instead: 1.006-1.024x on the H100 at
+//   batch 32-512, not kept: gpu_served_fp8_c512_h100_2026-12-05.json.)
+template <int HD, bool kFp8>
 struct FragCodes {
-  static constexpr int kFold = kFp8 ? (kHwCvt ? 0 : 8) : 7;  // log2 of what the fp16 values are divided by
-  static __device__ __forceinline__ uint32_t Cvt(uint32_t pair) {  // bytes 0, 1 of pair: two E4M3 codes
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), __NV_E4M3);
-    return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
-  }
+  static constexpr int kFold = kFp8 ? 8 : 7;  // log2 of what the fp16 values are divided by
   // The codes in bytes 0 and 2 (lo) or 1 and 3 (hi) of w as an fp16 pair (the first in the low half).
   static __device__ __forceinline__ uint32_t Lo(uint32_t w) {
-    if constexpr (kFp8 && kHwCvt) {
-      return Cvt(__byte_perm(w, 0u, 0x4420));
-    } else if constexpr (kFp8) {
+    if constexpr (kFp8) {
       return ((w << 8) & 0x80008000u) | ((w << 7) & 0x3F803F80u);
     } else {
       return Int8(__byte_perm(w ^ 0x80808080u, 0x48484848u, 0x4240));
     }
   }
   static __device__ __forceinline__ uint32_t Hi(uint32_t w) {
-    if constexpr (kFp8 && kHwCvt) {
-      return Cvt(__byte_perm(w, 0u, 0x4431));
-    } else if constexpr (kFp8) {
+    if constexpr (kFp8) {
       return (w & 0x80008000u) | ((w >> 1) & 0x3F803F80u);
     } else {
       return Int8(__byte_perm(w ^ 0x80808080u, 0x48484848u, 0x4341));
@@ -467,14 +459,14 @@ constexpr int DecodeFragSmemBytes() {
   return kTiledWarps * 2 * kFragWarpBuf<HD>;
 }
 
-template <int HD, bool kFp8, bool kHwCvt>
+template <int HD, bool kFp8>
 __global__ void __launch_bounds__(kTiledWarps * 32)
     DecodeFragKernel(const __nv_bfloat16* __restrict__ q, const int32_t* __restrict__ block_tables,
                      int max_blocks, const int32_t* __restrict__ context_lens, int heads, int group,
                      int partition, float scale_log2, DevicePagedKvQuant kv, float* __restrict__ part_out,
                      float* __restrict__ part_ml, __nv_bfloat16* __restrict__ out) {
   PdlLaunchDependents();
-  using Codes = FragCodes<HD, kFp8, kHwCvt>;
+  using Codes = FragCodes<HD, kFp8>;
   constexpr int kRow = kFragRow<HD>;
   constexpr int kBuf = kFragWarpBuf<HD>;
   constexpr int kKSteps = HD / 16;    // k-steps of S = Q·K^T
@@ -602,18 +594,18 @@ __global__ void __launch_bounds__(kTiledWarps * 32)
                   group, seq, heads, head0, split, num_splits, out, part_out, part_ml);
 }
 
-template <int HD, bool kFp8, bool kHwCvt = false>
+template <int HD, bool kFp8>
 Status LaunchFrag(const __nv_bfloat16* q, const int32_t* bt, int max_blocks, const int32_t* ctx, int num_seqs,
                   int heads, int splits, int partition, float scale, const DevicePagedKvQuant& kv,
                   float* part_out, float* part_ml, __nv_bfloat16* out, cudaStream_t stream) {
   constexpr int smem = DecodeFragSmemBytes<HD>();
   static_assert((kTiledWarps * 16 * HD + 2 * kTiledWarps * 16) * 4 <= smem, "merge area of DecodeFragKernel");
-  CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(DecodeFragKernel<HD, kFp8, kHwCvt>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(DecodeFragKernel<HD, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const float scale_log2 = scale * 1.4426950408889634f;
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(kv.num_kv_heads),
                   static_cast<unsigned>(num_seqs));
-  DecodeFragKernel<HD, kFp8, kHwCvt>
+  DecodeFragKernel<HD, kFp8>
       <<<grid, kTiledWarps * 32, smem, stream>>>(q, bt, max_blocks, ctx, heads, heads / kv.num_kv_heads,
                                                  partition, scale_log2, kv, part_out, part_ml, out);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
@@ -695,19 +687,14 @@ Status LaunchDecodeTiled(const __nv_bfloat16* q, const int32_t* block_tables, in
 Status LaunchDecodeTiledFragments(const __nv_bfloat16* q, const int32_t* block_tables, int max_blocks,
                                   const int32_t* context_lens, int num_seqs, int heads, int splits,
                                   int partition, float scale, const DevicePagedKvQuant& kv, float* part_out,
-                                  float* part_ml, __nv_bfloat16* out, cudaStream_t stream,
-                                  bool fp8_hw_convert) {
+                                  float* part_ml, __nv_bfloat16* out, cudaStream_t stream) {
   RETURN_IF_ERROR(CheckTiled(q, num_seqs, heads, kv));
   if ((reinterpret_cast<uintptr_t>(kv.k_scale) | reinterpret_cast<uintptr_t>(kv.v_scale)) & 3) {
     return Status(StatusCode::kInvalidArgument, "PagedDecodeAttention (tiled): scales need 4-byte alignment");
   }
   const bool fp8 = kv.dtype == KvCacheDtype::kFp8;
-  const auto fp8_launch = [&](bool hd64) {
-    return fp8_hw_convert ? (hd64 ? LaunchFrag<64, true, true> : LaunchFrag<128, true, true>)
-                          : (hd64 ? LaunchFrag<64, true> : LaunchFrag<128, true>);
-  };
-  const auto launch = kv.head_dim == 64 ? (fp8 ? fp8_launch(true) : LaunchFrag<64, false>)
-                                        : (fp8 ? fp8_launch(false) : LaunchFrag<128, false>);
+  const auto launch = kv.head_dim == 64 ? (fp8 ? LaunchFrag<64, true> : LaunchFrag<64, false>)
+                                        : (fp8 ? LaunchFrag<128, true> : LaunchFrag<128, false>);
   return launch(q, block_tables, max_blocks, context_lens, num_seqs, heads, splits, partition, scale, kv,
                 part_out, part_ml, out, stream);
 }
