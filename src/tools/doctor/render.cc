@@ -162,6 +162,20 @@ std::string TraceLine(const TraceSignals& t) {
   return line;
 }
 
+// Where the GPU's kernel time went (by kind, then the largest kernels), or "" without kernel records.
+std::string KernelsLine(const TraceSignals& t) {
+  if (!t.gpu_timeline || t.top_kernels.empty()) return "";
+  std::string line =
+      fmt::format("attention {:.0f}%, matmul {:.0f}%, other {:.0f}% of GPU kernel time; largest:",
+                  100 * t.attention_share, 100 * t.matmul_share, 100 * t.other_share);
+  for (size_t i = 0; i < t.top_kernels.size() && i < 3; ++i) {
+    const TraceSignals::TopKernel& k = t.top_kernels[i];
+    line += fmt::format("{} {} {:.1f}% ({})", i ? "," : "", k.name, 100 * k.share, k.kind);
+    if (k.us_per_batch > 0) line += fmt::format(" {:.2f} ms per batch/step", k.us_per_batch / 1000);
+  }
+  return line;
+}
+
 json TraceJson(const TraceSignals& t) {
   if (!t.taken) return nullptr;
   return {{"gpu_timeline", t.gpu_timeline},
@@ -178,7 +192,21 @@ json TraceJson(const TraceSignals& t) {
           {"busy_share", Num(t.busy_share)},
           {"gaps", t.gaps},
           {"gap_mean_us", Num(t.gap_mean_us)},
-          {"largest_gap_us", Num(t.largest_gap_us)}};
+          {"largest_gap_us", Num(t.largest_gap_us)},
+          {"attention_share", Num(t.attention_share)},
+          {"matmul_share", Num(t.matmul_share)},
+          {"other_share", Num(t.other_share)},
+          {"top_kernels", [&] {
+             json a = json::array();
+             for (const TraceSignals::TopKernel& k : t.top_kernels) {
+               a.push_back({{"name", k.name},
+                            {"kind", k.kind},
+                            {"share", k.share},
+                            {"us_per_batch", k.us_per_batch},
+                            {"count", k.count}});
+             }
+             return a;
+           }()}};
 }
 
 // GET /v1/debug/requests ({"requests": [{"id", "e2e_ms", "stages_ms": {...}}, ...]}): one line per request,
@@ -338,6 +366,7 @@ std::string ReportText(const DoctorReport& r) {
   if (std::string st = StepLine(s); !st.empty()) out += st + "\n";
   if (std::string g = GpuLine(s); !g.empty()) out += g + "\n";
   if (s.trace.gpu_timeline) out += "timeline: " + TraceLine(s.trace) + "\n";
+  if (std::string k = KernelsLine(s.trace); !k.empty()) out += "kernels: " + k + "\n";
   const std::vector<std::string> slow = SlowestLines(r.slowest, 3);
   if (!slow.empty()) out += "slowest requests (id, e2e, largest stages in ms):\n";
   for (const std::string& l : slow) out += "  " + l + "\n";
@@ -419,6 +448,7 @@ std::string ReportHtml(const DoctorReport& r) {
   if (std::string g = GpuLine(s); !g.empty()) h += "<h2>GPU</h2><p>" + Escape(g) + "</p>\n";
   if (std::string tl = TraceLine(s.trace); !tl.empty())
     h += "<h2>GPU timeline</h2><p>" + Escape(tl) + "</p>\n";
+  if (std::string k = KernelsLine(s.trace); !k.empty()) h += "<p>" + Escape(k) + "</p>\n";
   const std::vector<std::string> slow = SlowestLines(r.slowest, 5);
   if (!slow.empty()) {
     h += "<h2>Slowest requests</h2><p class=\"muted\">id, end-to-end, largest stages (ms)</p><ul>";

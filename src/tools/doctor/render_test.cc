@@ -149,6 +149,23 @@ TEST(DoctorRender, TheTraceShowsAsTheGpuTimelineOrSaysThereIsNone) {
   nlohmann::json j = ReportJson(r);
   EXPECT_EQ(j["signals"]["trace"]["kernels"], 4000);
   EXPECT_EQ(j["signals"]["trace"]["gpu_timeline"], true);
+  EXPECT_EQ(text.find("kernels: "), std::string::npos) << text;  // no kernel split in the signals: no line
+
+  t.attention_share = 0.5;
+  t.matmul_share = 0.35;
+  t.other_share = 0.15;
+  t.top_kernels = {{"DecodeFragKernel<128, true>", "attention", 0.45, 29213, 1523},
+                   {"nvjet_sm90_tst_256x152", "matmul", 0.12, 6864, 704}};
+  const std::string with_kernels = ReportText(r);
+  EXPECT_NE(with_kernels.find("kernels: attention 50%, matmul 35%, other 15% of GPU kernel time; largest: "
+                              "DecodeFragKernel<128, true> 45.0% (attention) 29.21 ms per batch/step, "
+                              "nvjet_sm90_tst_256x152 12.0% (matmul) 6.86 ms per batch/step"),
+            std::string::npos)
+      << with_kernels;
+  j = ReportJson(r);
+  EXPECT_EQ(j["signals"]["trace"]["top_kernels"][0]["name"], "DecodeFragKernel<128, true>");
+  EXPECT_DOUBLE_EQ(j["signals"]["trace"]["attention_share"].get<double>(), 0.5);
+  EXPECT_NE(ReportHtml(r).find("attention 50%, matmul 35%"), std::string::npos);
 
   t = TraceSignals{.taken = true, .note = "no GPU timeline (CPU model or no CUPTI): off: no CUDA"};
   j = ReportJson(r);

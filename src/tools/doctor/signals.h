@@ -44,6 +44,17 @@ struct TraceSignals {
                                  // end (busiest GPU)
   int64_t gaps = 0;              // idle intervals between records on that GPU
   double gap_mean_us = kNaN, largest_gap_us = kNaN;
+  // Where that GPU's kernel time went (tools/trace KernelKind, KernelShortName): shares of all its kernel
+  // time by kind, and the kernels with the most time, largest first (at most 5).
+  double attention_share = kNaN, matmul_share = kNaN, other_share = kNaN;
+  struct TopKernel {
+    std::string name;
+    std::string kind;
+    double share = 0;         // of the GPU's kernel time
+    double us_per_batch = 0;  // per batch / step in the trace (0 when it has none)
+    int64_t count = 0;
+  };
+  std::vector<TopKernel> top_kernels;
 };
 
 struct Signals {

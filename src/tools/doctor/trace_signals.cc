@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "tools/trace/trace_summary.h"
+
 namespace stoke::doctor {
 namespace {
 
@@ -17,6 +19,7 @@ using nlohmann::json;
 struct GpuWork {
   int64_t kernels = 0, copies = 0;
   double kernel_us = 0;
+  std::map<std::string, std::pair<int64_t, double>> by_name;  // short name -> (launches, µs)
   std::vector<std::pair<double, double>> spans;  // kernels and copies, [start, end) in µs
 };
 
@@ -83,6 +86,9 @@ StatusOr<TraceSignals> ExtractTraceSignals(std::string_view text) {
       if (has_args && e["args"].contains("grid")) {
         ++g.kernels;
         g.kernel_us += dur;
+        auto& k = g.by_name[KernelShortName(name)];
+        ++k.first;
+        k.second += dur;
       } else if (name.starts_with("memcpy") || name == "memset") {
         ++g.copies;
       } else {
@@ -130,6 +136,23 @@ StatusOr<TraceSignals> ExtractTraceSignals(std::string_view text) {
     t.kernels_per_request = static_cast<double>(t.kernels) / static_cast<double>(t.requests);
   if (t.batches > 0) t.kernels_per_batch = static_cast<double>(t.kernels) / static_cast<double>(t.batches);
   Idle(busiest->spans, &t);
+  if (busiest->kernel_us > 0) {
+    double attention = 0, matmul = 0;
+    std::vector<TraceSignals::TopKernel> all;
+    for (const auto& [name, k] : busiest->by_name) {
+      const std::string kind(KernelKind(name));
+      if (kind == "attention") attention += k.second;
+      if (kind == "matmul") matmul += k.second;
+      all.push_back({name, kind, k.second / busiest->kernel_us,
+                     t.batches > 0 ? k.second / static_cast<double>(t.batches) : 0.0, k.first});
+    }
+    t.attention_share = attention / busiest->kernel_us;
+    t.matmul_share = matmul / busiest->kernel_us;
+    t.other_share = 1.0 - t.attention_share - t.matmul_share;
+    std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.share > b.share; });
+    if (all.size() > 5) all.resize(5);
+    t.top_kernels = std::move(all);
+  }
   return t;
 }
 

@@ -39,6 +39,31 @@ TEST(DoctorTraceSignals, RecordedCuptiTraceCountsKernelsCopiesAndGaps) {
   EXPECT_EQ(t->dropped, 0);
 }
 
+// Two engine steps of `stoke serve` (8B shape, fp8 KV, c=512) on an H100 and the CUPTI records inside them
+// (mangled names, as CUPTI gives them): the kernel time by kind and the largest kernels.
+TEST(DoctorTraceSignals, RecordedServedStepsSplitKernelTimeByKind) {
+  StatusOr<TraceSignals> t = ExtractTraceSignals(Fixture("trace_served_8b_h100_c512.json"));
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  ASSERT_TRUE(t->gpu_timeline);
+  EXPECT_EQ(t->batches, 2);
+  EXPECT_EQ(t->kernels, 686);
+  // nvjet (cuBLASLt) kernels are 44.2 % of the kernel time (counted from the file by name).
+  EXPECT_NEAR(t->matmul_share, 0.442, 0.001);
+  EXPECT_NEAR(t->attention_share + t->matmul_share + t->other_share, 1.0, 1e-9);
+  ASSERT_FALSE(t->top_kernels.empty());
+  EXPECT_EQ(t->top_kernels[0].name, "DecodeFragKernel<128, true>");
+  EXPECT_EQ(t->top_kernels[0].kind, "attention");
+  EXPECT_EQ(t->top_kernels[1].name, "nvjet_sm90_tst_256x160_64x4_1x2_h_bz_coopA_TNT");
+  EXPECT_EQ(t->top_kernels[1].kind, "matmul");
+  EXPECT_NEAR(t->top_kernels[1].share, 0.3517, 0.001);
+  EXPECT_GT(t->top_kernels[0].share, t->top_kernels[1].share);
+  EXPECT_GT(t->attention_share, t->top_kernels[0].share);  // the split merge and the prefill kernel too
+  EXPECT_NEAR(t->top_kernels[0].us_per_batch * 2, t->top_kernels[0].share * t->mean_kernel_us * t->kernels,
+              1.0);
+  for (size_t i = 1; i < t->top_kernels.size(); ++i)
+    EXPECT_LE(t->top_kernels[i].share, t->top_kernels[i - 1].share);
+}
+
 // A trace of `stoke serve` with a synthetic model on the CPU (recorded with stoke trace while stoke bench
 // drove it): requests and batches, no kernel records; the server said why in otherData.kernel_track.
 TEST(DoctorTraceSignals, RecordedCpuTraceSaysThereIsNoGpuTimeline) {

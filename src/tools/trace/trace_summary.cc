@@ -82,6 +82,20 @@ std::string KernelShortName(std::string_view name) {
   return out;
 }
 
+std::string_view KernelKind(std::string_view n) {
+  const auto has = [&](std::string_view s) { return n.find(s) != std::string_view::npos; };
+  if (n.starts_with("memcpy") || n == "memset") return "copy";
+  if (has("Attention") || has("Attn") || n.starts_with("Decode") || n.starts_with("FlashPrefill") ||
+      n.starts_with("Prefill")) {
+    return "attention";
+  }
+  if (n.starts_with("nvjet") || n.starts_with("sm90_") || n.starts_with("sm80_") || has("gemm") ||
+      has("Gemm") || has("Gemv") || has("cutlass") || has("xmma")) {
+    return "matmul";
+  }
+  return "other";
+}
+
 StatusOr<TraceSummary> SummarizeTrace(std::string_view text) {
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object() || !j.contains("traceEvents") || !j["traceEvents"].is_array())
@@ -178,6 +192,13 @@ std::string FormatTraceSummary(const TraceSummary& s) {
     const char* unit = s.steps.steps > 0 ? "ms/step" : "ms";
     out += fmt::format("  GPU time by kernel ({:.1f} ms in all{}):\n", total / 1000,
                        s.steps.steps > 0 ? fmt::format(", {:.2f} ms per step", total / per / 1000) : "");
+    std::map<std::string_view, double> kinds;
+    for (const KernelTime& k : s.kernels) kinds[KernelKind(k.name)] += k.total_us;
+    out += "    by kind:";
+    for (const char* kind : {"attention", "matmul", "other", "copy"}) {
+      out += fmt::format(" {} {:.1f}%{}", kind, 100 * kinds[kind] / total, kind[0] == 'c' ? "" : ",");
+    }
+    out += "\n";
     constexpr size_t kShown = 15;
     for (size_t i = 0; i < s.kernels.size() && i < kShown; ++i) {
       const KernelTime& k = s.kernels[i];

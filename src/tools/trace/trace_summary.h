@@ -56,6 +56,11 @@ struct TraceSummary {
 // C++ signatures (cuBLASLt's "nvjet_..." kernels, copy kinds) stay as they are.
 std::string KernelShortName(std::string_view name);
 
+// What a kernel's short name says it does: "attention" (stoke's decode / prefill / encoder attention kernels
+// and their split merge), "matmul" (cuBLASLt's nvjet / sm90 GEMMs, cutlass, stoke's GEMVs), "copy" (memcpy /
+// memset records) or "other" (norms, RoPE, activations, quantisers, sampling, embeddings).
+std::string_view KernelKind(std::string_view short_name);
+
 // InvalidArgument when `json` is not a trace-event file.
 StatusOr<TraceSummary> SummarizeTrace(std::string_view json);
 // A few lines for a terminal.

@@ -64,6 +64,8 @@ TEST(TraceSummaryTest, KernelTimeByShortNameAndPerStep) {
   const std::string text = FormatTraceSummary(*s);
   EXPECT_NE(text.find("engine steps: 2, 2.00 ms each"), std::string::npos) << text;
   EXPECT_NE(text.find("0.400 ms/step"), std::string::npos) << text;  // 800 us over 2 steps
+  EXPECT_NE(text.find("by kind: attention 79.6%, matmul 19.9%, other 0.5%, copy 0.0%"), std::string::npos)
+      << text;
 }
 
 TEST(TraceSummaryTest, KernelShortNames) {
@@ -71,6 +73,19 @@ TEST(TraceSummaryTest, KernelShortNames) {
   EXPECT_EQ(KernelShortName("void f<stoke::cuda::DevicePagedKvQuant>(int)"), "f<DevicePagedKvQuant>");
   EXPECT_EQ(KernelShortName("memcpy HtoD"), "memcpy HtoD");
   EXPECT_EQ(KernelShortName("_Znot_a_valid_mangling"), "_Znot_a_valid_mangling");
+}
+
+TEST(TraceSummaryTest, KernelKinds) {
+  // The kernels of a served 8B step (bench/results/gpu_served_kernel_split_h100_2026-12-05.json).
+  EXPECT_EQ(KernelKind("DecodeFragKernel<128, true>"), "attention");
+  EXPECT_EQ(KernelKind("DecodeReduceKernel<__nv_bfloat16>"), "attention");
+  EXPECT_EQ(KernelKind("FlashPrefillKernel<128, 4, false, 1, 2>"), "attention");
+  EXPECT_EQ(KernelKind("EncoderAttentionTiledKernel<64>"), "attention");
+  EXPECT_EQ(KernelKind("nvjet_sm90_tst_256x152_64x4_1x2_h_bz_coopA_TNT"), "matmul");
+  EXPECT_EQ(KernelKind("Bf16GemvKernel<4>"), "matmul");
+  EXPECT_EQ(KernelKind("SiluMulFusedKernel<__nv_bfloat16>"), "other");
+  EXPECT_EQ(KernelKind("QuantizeRowsKernel"), "other");
+  EXPECT_EQ(KernelKind("memcpy HtoD"), "copy");
 }
 
 TEST(TraceSummaryTest, RefusesWhatIsNotATrace) {
