@@ -68,6 +68,9 @@ Status Discover(const bench::HttpEndpoint& ep, const DoctorOptions& o, DoctorRep
   }
   StatusOr<json> config = GetJson(ep, "/v2/models/" + rep->model + "/config", &http);
   if (config.ok()) *cfg = ParseModelConfig(*config);
+  if (StatusOr<json> models = GetJson(ep, "/v1/models", &http); models.ok()) {
+    ParseServedPrecision(*models, rep->model, cfg);  // the KV and weight precision the rules suggest changing
+  }
   rep->api = o.api.empty() ? (config.ok() ? "kserve-http" : "openai-completions") : o.api;
   return OkStatus();
 }

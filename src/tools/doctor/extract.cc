@@ -294,10 +294,28 @@ ModelConfigInfo ParseModelConfig(const nlohmann::json& c) {
   return info;
 }
 
+void ParseServedPrecision(const nlohmann::json& models, const std::string& model, ModelConfigInfo* info) {
+  if (!models.is_object() || !models.contains("data") || !models["data"].is_array()) return;
+  for (const nlohmann::json& m : models["data"]) {
+    if (!m.is_object() || m.value("id", std::string()) != model) continue;
+    const auto p = m.find("precision");
+    if (p == m.end() || !p->is_object()) return;
+    const auto str = [&](const char* key) {
+      const auto it = p->find(key);
+      return it != p->end() && it->is_string() ? it->get<std::string>() : std::string();
+    };
+    info->kv_cache_dtype = str("kv_cache_dtype");
+    info->weight_quantization = str("quantization");
+    return;
+  }
+}
+
 Signals ExtractSignals(const std::vector<Scrape>& scrapes, const ModelConfigInfo& config,
                        const std::string& model) {
   Signals s;
   s.model = model;
+  s.kv_cache_dtype = config.kv_cache_dtype;
+  s.weight_quantization = config.weight_quantization;
   if (scrapes.empty()) return s;
   s.window_s = scrapes.back().t_s - scrapes.front().t_s;
   s.max_batch_size = config.max_batch_size;

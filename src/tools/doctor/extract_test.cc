@@ -182,5 +182,27 @@ TEST(DoctorExtract, PrometheusNamesAndGpuJson) {
   EXPECT_DOUBLE_EQ(s.clock_reason_share.at("sw_power_cap"), 0.5);
 }
 
+// GET /v1/models as the OpenAI server answers it: the named model's precision, nothing for other models or
+// entries without one.
+TEST(DoctorExtract, ServedPrecisionFromTheModelsList) {
+  const nlohmann::json models = nlohmann::json::parse(R"({"object": "list", "data": [
+    {"id": "other", "precision": {"kv_cache_dtype": "int8", "quantization": "none"}},
+    {"id": "llama", "object": "model", "precision": {"kv_cache_dtype": "fp8", "quantization": "fp8",
+                                                     "consistency_gate": null}}]})");
+  ModelConfigInfo info;
+  ParseServedPrecision(models, "llama", &info);
+  EXPECT_EQ(info.kv_cache_dtype, "fp8");
+  EXPECT_EQ(info.weight_quantization, "fp8");
+  const Signals s = ExtractSignals({}, info, "llama");
+  EXPECT_EQ(s.kv_cache_dtype, "fp8");  // from the models list, whatever the scrapes say
+  EXPECT_EQ(s.weight_quantization, "fp8");
+  ModelConfigInfo none;
+  ParseServedPrecision(models, "absent", &none);
+  ParseServedPrecision(nlohmann::json::parse(R"({"data": [{"id": "llama"}]})"), "llama", &none);
+  ParseServedPrecision(nlohmann::json::array(), "llama", &none);
+  EXPECT_EQ(none.kv_cache_dtype, "");
+  EXPECT_EQ(none.weight_quantization, "");
+}
+
 }  // namespace
 }  // namespace stoke::doctor

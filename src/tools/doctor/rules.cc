@@ -265,6 +265,55 @@ std::optional<Verdict> LaunchBound(const Signals& s, const Thresholds& t) {
   return v;
 }
 
+// An LLM's next step from the trace's kernel split, with its evidence added to v: attention over the KV cache
+// heavy -> an 8-bit KV cache (or, when it is 8-bit already, fewer sequences per step); matmuls heavy with
+// unquantised weights -> fp8 weights. Empty (v unchanged) without a kernel split or when neither applies.
+std::optional<std::string> KernelSplitNextStep(const Signals& s, const Thresholds& t, Verdict* v) {
+  const TraceSignals& tr = s.trace;
+  if (!IsLlm(s) || !tr.gpu_timeline || !Has(tr.attention_share)) return std::nullopt;
+  const bool kv8 = s.kv_cache_dtype == "fp8" || s.kv_cache_dtype == "int8";
+  if (Ge(tr.attention_share, t.attention_heavy)) {
+    std::string largest;
+    for (const TraceSignals::TopKernel& k : tr.top_kernels) {
+      if (k.kind == "attention") {
+        largest = "largest " + k.name;
+        break;
+      }
+    }
+    v->evidence.push_back(
+        Ev("trace.attention_share", tr.attention_share, ">=", t.attention_heavy, "ratio",
+           "of GPU kernel time in attention kernels" + (largest.empty() ? "" : "; " + largest)));
+    if (kv8) {
+      const int cap = Has(s.running_max) ? static_cast<int>(s.running_max) : 0;
+      return fmt::format(
+          "the KV cache ({}) is read every step by attention ({:.0f}% of kernel time): its bytes grow with "
+          "sequences x context; {} lowers TPOT at the cost of tokens/s, a GPU with more bandwidth raises "
+          "both",
+          s.kv_cache_dtype, 100 * tr.attention_share,
+          cap > 1 ? fmt::format("--max-num-seqs {} (now {})", cap / 2, cap)
+                  : std::string("--max-num-seqs 0.5x"));
+    }
+    return fmt::format(
+        "--kv-cache-dtype fp8{}: attention over the KV cache is {:.0f}% of GPU kernel time and fp8 halves "
+        "the "
+        "bytes it reads (the load's consistency gate checks it; int8 also works)",
+        s.kv_cache_dtype.empty() ? " (unless the cache is 8-bit already)" : " (now " + s.kv_cache_dtype + ")",
+        100 * tr.attention_share);
+  }
+  const bool unquantised = s.weight_quantization.empty() || s.weight_quantization == "none";
+  if (Ge(tr.matmul_share, t.matmul_heavy) && unquantised) {
+    v->evidence.push_back(Ev("trace.matmul_share", tr.matmul_share, ">=", t.matmul_heavy, "ratio",
+                             "of GPU kernel time in GEMMs / GEMVs"));
+    return fmt::format(
+        "--quantization fp8{}: the matmuls are {:.0f}% of GPU kernel time; fp8 weights halve their bytes and "
+        "the FP8 GEMMs run ~1.35-1.6x bf16's from 512 tokens per step (the load's consistency gate checks "
+        "it)",
+        s.weight_quantization.empty() ? " (unless the weights are quantised already)" : "",
+        100 * tr.matmul_share);
+  }
+  return std::nullopt;
+}
+
 std::optional<Verdict> BandwidthBound(const Signals& s, const Thresholds& t) {
   if (!DeviceDominates(s, t)) return std::nullopt;
   const bool saturated = Ge(s.dram_active, t.dram_high);
@@ -299,6 +348,7 @@ std::optional<Verdict> BandwidthBound(const Signals& s, const Thresholds& t) {
     v.next_step =
         "more sequences per step to amortise weight reads (--max-num-seqs 2x), or lower-precision "
         "weights/KV (fp8)";
+    if (std::optional<std::string> k = KernelSplitNextStep(s, t, &v)) v.next_step = *k;
   } else if (Instances(s) > 1) {
     v.next_step =
         "--instances 1 (instances share the HBM bandwidth: more add latency, not throughput); then "
@@ -334,6 +384,7 @@ std::optional<Verdict> ComputeBound(const Signals& s, const Thresholds& t) {
                             "ratio", "compute / service time"));
   }
   v.next_step = "fewer FLOPs per request: fp8/int8 weights, a smaller model; or more GPUs";
+  if (std::optional<std::string> k = KernelSplitNextStep(s, t, &v)) v.next_step = *k;
   v.why = "serving knobs only reorder work a saturated GPU must do anyway";
   return v;
 }

@@ -282,6 +282,57 @@ TEST(DoctorRules, TheIssuesH200ReadingIsComputeBoundAndThrottled) {
   EXPECT_EQ(v[1].bottleneck, "throttled");
 }
 
+TEST(DoctorRules, TheKernelSplitNamesWhatToShrink) {
+  // The 8B shape at c=512 on an H100 (bench/results/gpu_served_kernel_split_h100_2026-12-05.json): SM active
+  // 0.89, tensor 0.36, DRAM 0.46; the trace put 52 % of the kernel time in attention, 36 % in GEMMs.
+  Signals s;
+  s.kind = "llm";
+  s.requests = 219;
+  s.stage_s = {{"queue", 0.02}, {"compute", 49.2}, {"postprocess", 0.004}};
+  s.queue_s = 0.02;
+  s.device_s = 49.2;
+  s.host_s = 0.004;
+  s.io_s = s.copy_s = 0;
+  s.service_s = 49.2;
+  s.latency_s = 49.3;
+  s.kv_usage_max = 0.5;
+  s.running_max = 512;
+  s.gpu_samples = 10;
+  s.gpu_util = 0.95;
+  s.sm_active = 0.89;
+  s.tensor_active = 0.36;
+  s.dram_active = 0.46;
+  EXPECT_EQ(Top(s), "compute_bound");
+  const std::string plain = Diagnose(s).front().next_step;  // no trace: the generic advice
+  EXPECT_EQ(plain.find("--kv-cache-dtype"), std::string::npos) << plain;
+
+  s.trace.taken = s.trace.gpu_timeline = true;
+  s.trace.attention_share = 0.52;
+  s.trace.matmul_share = 0.36;
+  s.trace.other_share = 0.12;
+  s.trace.top_kernels = {{"DecodeFragKernel<128, true>", "attention", 0.5, 29213, 1523}};
+  s.kv_cache_dtype = "bf16";
+  Verdict v = Diagnose(s).front();
+  EXPECT_EQ(v.bottleneck, "compute_bound");
+  EXPECT_TRUE(v.next_step.starts_with("--kv-cache-dtype fp8 (now bf16): attention over the KV cache is 52%"))
+      << v.next_step;
+  bool cited = false;
+  for (const Evidence& e : v.evidence) cited |= e.signal == "trace.attention_share";
+  EXPECT_TRUE(cited);
+
+  s.kv_cache_dtype = "fp8";  // 8-bit already: fewer sequences per step is what is left
+  v = Diagnose(s).front();
+  EXPECT_NE(v.next_step.find("--max-num-seqs 256 (now 512)"), std::string::npos) << v.next_step;
+
+  s.trace.attention_share = 0.2;  // GEMM-heavy with bf16 weights: fp8 weights
+  s.trace.matmul_share = 0.65;
+  s.weight_quantization = "none";
+  v = Diagnose(s).front();
+  EXPECT_TRUE(v.next_step.starts_with("--quantization fp8: the matmuls are 65%")) << v.next_step;
+  s.weight_quantization = "fp8";  // quantised already: back to the generic advice
+  EXPECT_EQ(Diagnose(s).front().next_step, plain);
+}
+
 TEST(DoctorRules, SmallKernelsCaseIsLaunchBound) {
   // examples/synthetic/small_kernels.json on the H200: GPU-Util ~100 % while one block runs on 1 of 132 SMs.
   Signals s = Classic(1, 0.01, 0.01, 13.5, 0.95);

@@ -61,6 +61,9 @@ struct Signals {
   double window_s = 0;
   std::string model;
   std::string kind;  // "classic" (dynamic batcher) | "llm" (engine loop) | "" (unknown)
+  // The served precision (GET /v1/models "precision"; "" when the server does not say): the KV cache's dtype
+  // ("bf16", "fp8", "int8", ...) and the weights' quantisation ("none", "fp8", ...).
+  std::string kv_cache_dtype, weight_quantization;
 
   // The ledger, over the requests that finished in the window: mean seconds per request in each stage
   // (stoke:request_stage_seconds{stage}), and the groups the rules read (see extract.cc StageGroup).
@@ -152,6 +155,12 @@ struct Thresholds {
   double no_blocks_share = 0.1;  // steps whose admission stopped on no_blocks
   double throttle_share = 0.1;   // power/thermal violation time / window
   double reason_share = 0.5;     // without the counters: power/thermal reason active in this share of samples
+  // The trace's kernel split (an LLM's bandwidth- or compute-bound verdict): attention kernels at or above
+  // this share of the GPU's kernel time name the KV cache as what to shrink; matmuls at or above
+  // matmul_heavy name the weights. On an H100 serving the 8B shape at c=512 with fp8 KV, attention was 44-55
+  // % (bench/results/gpu_served_kernel_split_h100_2026-12-05.json).
+  double attention_heavy = 0.35;
+  double matmul_heavy = 0.5;
 };
 
 inline constexpr const char* kBottlenecks[] = {
