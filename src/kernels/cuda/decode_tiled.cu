@@ -97,6 +97,22 @@ __device__ __forceinline__ void ScaleAndMask(float (&s)[2][4], int t, int key0, 
   }
 }
 
+// s (rows g: elements 0, 1; g + 8: 2, 3) becomes exp2(s - base of its row); sum0 / sum1: this thread's row
+// sums.
+__device__ __forceinline__ void Exp2AndSum(float (&s)[2][4], float base0, float base1, float& sum0,
+                                           float& sum1) {
+  sum0 = sum1 = 0.f;
+#pragma unroll
+  for (int n = 0; n < 2; ++n) {
+    s[n][0] = exp2f(s[n][0] - base0);
+    s[n][1] = exp2f(s[n][1] - base0);
+    s[n][2] = exp2f(s[n][2] - base1);
+    s[n][3] = exp2f(s[n][3] - base1);
+    sum0 += s[n][0] + s[n][1];
+    sum1 += s[n][2] + s[n][3];
+  }
+}
+
 // One 16-key step of the online softmax of a warp's rows g and g + 8: s holds the scores in log2 units
 // (element (n, e) is key 8n + 2t + (e & 1); masked keys -inf) and becomes exp2(s - new max); the running max
 // m, this thread's share of the denominator l and the output accumulators o are rescaled to the new max.
@@ -122,16 +138,8 @@ __device__ __forceinline__ void OnlineSoftmax(float (&s)[2][4], float& m0, float
     const bool move = mx0 > m0 + kLazyLog2 || mx1 > m1 + kLazyLog2;
     if (!__any_sync(0xffffffffu, move)) {
       const float base0 = m0 == -INFINITY ? 0.f : m0, base1 = m1 == -INFINITY ? 0.f : m1;
-      float sum0 = 0.f, sum1 = 0.f;
-#pragma unroll
-      for (int n = 0; n < 2; ++n) {
-        s[n][0] = exp2f(s[n][0] - base0);
-        s[n][1] = exp2f(s[n][1] - base0);
-        s[n][2] = exp2f(s[n][2] - base1);
-        s[n][3] = exp2f(s[n][3] - base1);
-        sum0 += s[n][0] + s[n][1];
-        sum1 += s[n][2] + s[n][3];
-      }
+      float sum0, sum1;
+      Exp2AndSum(s, base0, base1, sum0, sum1);
       l0 += sum0;
       l1 += sum1;
       return;
@@ -143,16 +151,8 @@ __device__ __forceinline__ void OnlineSoftmax(float (&s)[2][4], float& m0, float
   const float corr0 = exp2f(m0 - base0), corr1 = exp2f(m1 - base1);
   m0 = mn0;
   m1 = mn1;
-  float sum0 = 0.f, sum1 = 0.f;
-#pragma unroll
-  for (int n = 0; n < 2; ++n) {
-    s[n][0] = exp2f(s[n][0] - base0);
-    s[n][1] = exp2f(s[n][1] - base0);
-    s[n][2] = exp2f(s[n][2] - base1);
-    s[n][3] = exp2f(s[n][3] - base1);
-    sum0 += s[n][0] + s[n][1];
-    sum1 += s[n][2] + s[n][3];
-  }
+  float sum0, sum1;
+  Exp2AndSum(s, base0, base1, sum0, sum1);
   l0 = l0 * corr0 + sum0;
   l1 = l1 * corr1 + sum1;
 #pragma unroll
