@@ -287,15 +287,14 @@ std::optional<std::string> KernelSplitNextStep(const Signals& s, const Threshold
       const int cap = Has(s.running_max) ? static_cast<int>(s.running_max) : 0;
       return fmt::format(
           "the KV cache ({}) is read every step by attention ({:.0f}% of kernel time): its bytes grow with "
-          "sequences x context; {} lowers TPOT at the cost of tokens/s, a GPU with more bandwidth raises "
+          "sequences x context; {} lowers TPOT at the cost of tokens/s; a GPU with more bandwidth raises "
           "both",
           s.kv_cache_dtype, 100 * tr.attention_share,
           cap > 1 ? fmt::format("--max-num-seqs {} (now {})", cap / 2, cap)
                   : std::string("--max-num-seqs 0.5x"));
     }
     return fmt::format(
-        "--kv-cache-dtype fp8{}: attention over the KV cache is {:.0f}% of GPU kernel time and fp8 halves "
-        "the "
+        "--kv-cache-dtype fp8{}: attention over the KV cache is {:.0f}% of GPU kernel time; fp8 halves the "
         "bytes it reads (the load's consistency gate checks it; int8 also works)",
         s.kv_cache_dtype.empty() ? " (unless the cache is 8-bit already)" : " (now " + s.kv_cache_dtype + ")",
         100 * tr.attention_share);
@@ -306,8 +305,7 @@ std::optional<std::string> KernelSplitNextStep(const Signals& s, const Threshold
                              "of GPU kernel time in GEMMs / GEMVs"));
     return fmt::format(
         "--quantization fp8{}: the matmuls are {:.0f}% of GPU kernel time; fp8 weights halve their bytes and "
-        "the FP8 GEMMs run ~1.35-1.6x bf16's from 512 tokens per step (the load's consistency gate checks "
-        "it)",
+        "the FP8 GEMMs run ~1.35-1.6x bf16's from 512 tokens per step (the consistency gate checks it)",
         s.weight_quantization.empty() ? " (unless the weights are quantised already)" : "",
         100 * tr.matmul_share);
   }
