@@ -277,7 +277,12 @@ def test_decoder_walk_records_every_step_with_the_doctors_verdict(decoder):
     assert walk["kind"] == "decoder" and walk["mode"] == "walk"
     assert [s["knob"] for s in walk["steps"]] == DECODER_STEPS
     by_index = {m["index"]: m for m in walk["measurements"]}
-    for m in walk["measurements"]:  # the doctor watched every point
+    for m in walk["measurements"]:  # the doctor watched every point that served
+        if not m["ok"] and "consistency gate" in m["why"]:
+            # Refused at load by the precision gate (which KV dtype the walk kept, and so which weight point it
+            # tries, depends on measured timings): no server ran, nothing to watch.
+            assert m["doctor"] is None, m
+            continue
         assert m["doctor"] and m["doctor"][0]["bottleneck"], m
         if m["ok"] and m["succeeded"] > 0:  # streamed: TTFT and TPOT measured
             assert m["tpot_p99_ms"] > 0 and m["ttft_p99_ms"] > 0, m
