@@ -103,7 +103,7 @@ __device__ __forceinline__ void WarpAttend(const float (&q)[G][E], const DeviceP
   const int lane = threadIdx.x & 31;
   const int hd = E * 32, bs = kv.block_size;
   auto offset = [&](int p) {
-    const int64_t slot = static_cast<int64_t>(table[p / bs]) * bs + p % bs;
+    const int64_t slot = PagedSlot(table, p, bs);
     return (slot * kv.num_kv_heads + kv_head) * hd + lane * E;
   };
   // Software pipeline: the next position's K/V rows are loaded before this one's scores are computed, so

@@ -143,7 +143,7 @@ __device__ __forceinline__ void WarpAttendQuant(const float (&q)[G][E], const De
   uint8_t kn[E], vn[E];
   float ksn = 0.f, vsn = 0.f;
   auto fetch = [&](int p) {
-    const int64_t r = (static_cast<int64_t>(table[p / bs]) * bs + p % bs) * kv.num_kv_heads + kv_head;
+    const int64_t r = PagedSlot(table, p, bs) * kv.num_kv_heads + kv_head;
     LoadBytes<E>(kv.k + r * hd + lane * E, kn);
     LoadBytes<E>(kv.v + r * hd + lane * E, vn);
     ksn = kv.k_scale[r];

@@ -123,6 +123,12 @@ __device__ __forceinline__ float Silu(float g) {
   return g / (1.f + expf(-g));
 }
 
+// The cache slot of position p of a sequence whose block table is `table` (block size bs): the paged KV
+// cache's row index before the kv-head and head_dim strides.
+__device__ __forceinline__ int64_t PagedSlot(const int32_t* table, int p, int bs) {
+  return static_cast<int64_t>(table[p / bs]) * bs + p % bs;
+}
+
 inline unsigned CeilDiv(int64_t a, int64_t b) {
   return static_cast<unsigned>((a + b - 1) / b);
 }

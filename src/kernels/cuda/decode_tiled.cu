@@ -76,7 +76,7 @@ struct TiledBlock {
         table(block_tables + static_cast<int64_t>(blockIdx.z) * max_blocks) {}
   __device__ __forceinline__ int64_t Slot(int p) const {
     if (bs_shift >= 0) return (static_cast<int64_t>(table[p >> bs_shift]) << bs_shift) + (p & (bs - 1));
-    return static_cast<int64_t>(table[p / bs]) * bs + p % bs;
+    return PagedSlot(table, p, bs);
   }
 };
 

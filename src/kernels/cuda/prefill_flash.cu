@@ -134,7 +134,7 @@ __global__ void __launch_bounds__(W * 32) FlashPrefillKernel(
         const int p = kt * kKeys + r;
         const bool ok = p < kv_end;
         const int64_t off =
-            ok ? ((static_cast<int64_t>(table[p / bs]) * bs + p % bs) * kvh + kv_head) * HD + ch * 16 : 0;
+            ok ? (PagedSlot(table, p, bs) * kvh + kv_head) * HD + ch * 16 : 0;
         CpAsync16(dk + r * HD + ch * 16, kv.k + off, ok ? 16 : 0);
         CpAsync16(dv + r * HD + ch * 16, kv.v + off, ok ? 16 : 0);
       }
@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(W * 32) FlashPrefillKernel(
         const int r = c & (kKeys - 1);
         const int p = kt * kKeys + r;
         const bool ok = p < kv_end;
-        const int64_t si = ok ? (static_cast<int64_t>(table[p / bs]) * bs + p % bs) * kvh + kv_head : 0;
+        const int64_t si = ok ? PagedSlot(table, p, bs) * kvh + kv_head : 0;
         CpAsync4((c < kKeys ? ksc : vsc) + buf * kKeys + r, (c < kKeys ? kv.k_scale : kv.v_scale) + si,
                  ok ? 4 : 0);
       }
@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(W * 32) FlashPrefillKernel(
       } else {
         if constexpr (!kQuant) {
           if (ok) {
-            const int64_t slot = static_cast<int64_t>(table[p / bs]) * bs + p % bs;
+            const int64_t slot = PagedSlot(table, p, bs);
             off = (slot * kvh + kv_head) * HD + ch * 8;
           }
           CpAsync16(dk + r * kStride + ch * 8, kv.k + off, ok ? 16 : 0);

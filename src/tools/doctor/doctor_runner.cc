@@ -37,11 +37,9 @@ void Say(const DoctorOptions& o, const std::string& line) {
   std::fflush(o.progress);
 }
 
-// The first model of GET /v1/models (OpenAI, and stoke's classic server), else of POST /v2/repository/index
-// (KServe / Triton).
-StatusOr<std::string> FirstModel(const bench::HttpEndpoint& ep) {
-  int http = 0;
-  StatusOr<json> models = GetJson(ep, "/v1/models", &http);
+// The first model of GET /v1/models (`models`: OpenAI, and stoke's classic server), else of POST
+// /v2/repository/index (KServe / Triton).
+StatusOr<std::string> FirstModel(const bench::HttpEndpoint& ep, const StatusOr<json>& models) {
   if (models.ok()) {
     const json data = (*models).value("data", json::array());
     if (data.is_array() && !data.empty() && data[0].is_object() && data[0].value("id", json()).is_string())
@@ -62,15 +60,15 @@ StatusOr<std::string> FirstModel(const bench::HttpEndpoint& ep) {
 Status Discover(const bench::HttpEndpoint& ep, const DoctorOptions& o, DoctorReport* rep,
                 ModelConfigInfo* cfg) {
   int http = 0;
+  const StatusOr<json> models = GetJson(ep, "/v1/models", &http);
   rep->model = o.model;
   if (rep->model.empty()) {
-    ASSIGN_OR_RETURN(rep->model, FirstModel(ep));
+    ASSIGN_OR_RETURN(rep->model, FirstModel(ep, models));
   }
   StatusOr<json> config = GetJson(ep, "/v2/models/" + rep->model + "/config", &http);
   if (config.ok()) *cfg = ParseModelConfig(*config);
-  if (StatusOr<json> models = GetJson(ep, "/v1/models", &http); models.ok()) {
-    ParseServedPrecision(*models, rep->model, cfg);  // the KV and weight precision the rules suggest changing
-  }
+  if (models.ok())
+    ParseServedPrecision(*models, rep->model, cfg);  // the precision the rules suggest changing
   rep->api = o.api.empty() ? (config.ok() ? "kserve-http" : "openai-completions") : o.api;
   return OkStatus();
 }

@@ -19,7 +19,7 @@ using nlohmann::json;
 struct GpuWork {
   int64_t kernels = 0, copies = 0;
   double kernel_us = 0;
-  std::map<std::string, std::pair<int64_t, double>> by_name;  // short name -> (launches, µs)
+  std::map<std::string, std::pair<int64_t, double>> by_name;  // record name -> (launches, µs)
   std::vector<std::pair<double, double>> spans;  // kernels and copies, [start, end) in µs
 };
 
@@ -86,7 +86,7 @@ StatusOr<TraceSignals> ExtractTraceSignals(std::string_view text) {
       if (has_args && e["args"].contains("grid")) {
         ++g.kernels;
         g.kernel_us += dur;
-        auto& k = g.by_name[KernelShortName(name)];
+        auto& k = g.by_name[name];
         ++k.first;
         k.second += dur;
       } else if (name.starts_with("memcpy") || name == "memset") {
@@ -137,9 +137,15 @@ StatusOr<TraceSignals> ExtractTraceSignals(std::string_view text) {
   if (t.batches > 0) t.kernels_per_batch = static_cast<double>(t.kernels) / static_cast<double>(t.batches);
   Idle(busiest->spans, &t);
   if (busiest->kernel_us > 0) {
+    std::map<std::string, std::pair<int64_t, double>> by_short;  // mangled and demangled records merge
+    for (const auto& [name, k] : busiest->by_name) {
+      auto& s = by_short[KernelShortName(name)];
+      s.first += k.first;
+      s.second += k.second;
+    }
     double attention = 0, matmul = 0;
     std::vector<TraceSignals::TopKernel> all;
-    for (const auto& [name, k] : busiest->by_name) {
+    for (const auto& [name, k] : by_short) {
       const std::string kind(KernelKind(name));
       if (kind == "attention") attention += k.second;
       if (kind == "matmul") matmul += k.second;

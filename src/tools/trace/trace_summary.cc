@@ -111,7 +111,7 @@ StatusOr<TraceSummary> SummarizeTrace(std::string_view text) {
   }
   s.tracks = static_cast<int64_t>(thread.size());
   std::map<std::string, std::vector<std::pair<double, double>>> gpu_spans;
-  std::map<std::string, KernelTime> kernels;
+  std::map<std::string, KernelTime> by_record_name;  // shortened once per distinct name below
   for (const json& e : j["traceEvents"]) {
     if (!e.is_object()) return InvalidArgumentError("an event is not an object");
     ++s.events;
@@ -138,16 +138,21 @@ StatusOr<TraceSummary> SummarizeTrace(std::string_view text) {
         continue;
       }
       gpu_spans[p].emplace_back(ts, ts + e.value("dur", 0.0));
-      KernelTime& k = kernels[KernelShortName(e.value("name", "kernel"))];
+      KernelTime& k = by_record_name[e.value("name", "kernel")];
       ++k.count;
       k.total_us += e.value("dur", 0.0);
     }
   }
   for (auto& [p, spans] : gpu_spans) s.gpu[p] = Idle(std::move(spans));
-  for (auto& [name, k] : kernels) {
+  std::map<std::string, KernelTime> kernels;  // a kernel's mangled and demangled records merge here
+  for (const auto& [record_name, r] : by_record_name) {
+    const std::string name = KernelShortName(record_name);
+    KernelTime& k = kernels[name];
     k.name = name;
-    s.kernels.push_back(std::move(k));
+    k.count += r.count;
+    k.total_us += r.total_us;
   }
+  for (auto& [name, k] : kernels) s.kernels.push_back(std::move(k));
   std::stable_sort(s.kernels.begin(), s.kernels.end(),
                    [](const KernelTime& a, const KernelTime& b) { return a.total_us > b.total_us; });
   if (j.contains("otherData") && j["otherData"].is_object()) {
