@@ -1,6 +1,7 @@
 // The boundary between the network layer and an LLM's engine loop. The net layer parses, tokenizes and
 // submits; the engine thread (which alone owns scheduler, KV and runner state) schedules steps and calls back
-// with events. Callbacks run on the engine thread: they must only hand data to the net side and return.
+// with events. Callbacks run on the engine thread (or, with async output, its output thread; one request's
+// events never run concurrently and keep their order): they must only hand data to the net side and return.
 #pragma once
 
 #include <cstdint>
@@ -85,7 +86,7 @@ struct GenerationRequest {
   SamplingParams sampling;
   int priority = 0;                               // higher runs first; FCFS within a priority
   Nanos recv_time = 0;                            // when the first byte arrived (ledger)
-  std::function<void(GenerationEvent)> on_event;  // called on the engine thread; the last one has finish set
+  std::function<void(GenerationEvent)> on_event;  // on the engine (or output) thread; the last has finish set
 };
 
 class LlmEngine {

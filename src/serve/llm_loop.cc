@@ -47,6 +47,53 @@ struct LlmLoop::Active {
   int cached_prompt_tokens = 0;
 };
 
+// Runs one job at a time on its own thread: Start hands it over, Wait blocks until it has run.
+class LlmLoop::OutputThread {
+ public:
+  OutputThread() : thread_([this] { Loop(); }) {}
+  ~OutputThread() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void Start(std::function<void()> job) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      job_ = std::move(job);
+      pending_ = true;
+    }
+    cv_.notify_all();
+  }
+  void Wait() {
+    std::unique_lock<std::mutex> lk(mu_);
+    done_.wait(lk, [&] { return !pending_; });
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock<std::mutex> lk(mu_);
+    while (true) {
+      cv_.wait(lk, [&] { return stop_ || pending_; });
+      if (!pending_) return;  // stopping, nothing handed over
+      std::function<void()> job = std::move(job_);
+      lk.unlock();
+      job();
+      lk.lock();
+      pending_ = false;
+      done_.notify_all();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_, done_;
+  std::function<void()> job_;
+  bool pending_ = false, stop_ = false;
+  std::thread thread_;
+};
+
 namespace {
 
 // The counted and modelled work of one step (StepRecord's kv_positions ... attention_flops).
@@ -137,6 +184,7 @@ LlmLoop::LlmLoop(const LlmLoopOptions& options, std::unique_ptr<DecoderModel> mo
   }
   scratch_logits_.resize(vocab_);
   device_sampling_ = options.device_sampling && model_->SamplesOnDevice();
+  if (options.async_output) output_ = std::make_unique<OutputThread>();
   PublishStats(nullptr);
 }
 
@@ -302,6 +350,7 @@ void LlmLoop::RunStep() {
   for (SeqId id : plan.cancelled) FinishRequest(id, FinishReason::kCancelled);
   for (SeqId id : plan.preempted) ++active_.at(id)->t.num_preemptions;
   if (plan.empty()) {
+    FlushOutput();  // no step to overlap the deferred tokens' text with
     step_.in_step = false;
     PublishStats(nullptr);
     if (scheduler_->HasWork()) {
@@ -360,6 +409,7 @@ void LlmLoop::RunStep() {
   }
 
   const Nanos t1 = Now();
+  StartOutput();  // the last step's tokens' text, while the model runs this one
   StepOutput out;
   if (st.ok()) st = model_->Step(input, &out);
   const Nanos t2 = Now();
@@ -370,18 +420,24 @@ void LlmLoop::RunStep() {
     st = InternalError("model step returned {} logit rows and {} tokens, expected {} and {}", out.num_rows,
                        out.tokens.size(), rows, device_rows);
   }
+  if (st.ok()) scheduler_->CompleteStep(plan);
+  // After the model and CompleteStep: a sequence a stop string ended is freed once its step is done.
+  FinishOutput();
   if (!st.ok()) {
     LOG_ERROR("llm loop: step over {} sequences failed: {}", plan.seqs.size(), st.ToString());
     for (const ScheduledSeq& s : plan.seqs) FinishRequest(s.id, FinishReason::kError, st);
   } else {
-    scheduler_->CompleteStep(plan);
     int64_t row = 0, token = 0;
     for (size_t i = 0; i < plan.seqs.size(); ++i) {
       const ScheduledSeq& s = plan.seqs[i];
-      Active& a = *active_.at(s.id);
       if (!s.sample) continue;
-      if (input.sequences[i].logits == StepSequence::Logits::kToken) {
-        const int32_t tok = out.tokens[token++];
+      const bool on_device = input.sequences[i].logits == StepSequence::Logits::kToken;
+      const int64_t at = on_device ? token++ : row++;
+      auto it = active_.find(s.id);
+      if (it == active_.end()) continue;  // a stop string ended it during this step: its token is dropped
+      Active& a = *it->second;
+      if (on_device) {
+        const int32_t tok = out.tokens[at];
         a.sampler.set_step(a.sampler.step() + 1);  // the device drew at (seed, step), as Sample would
         if (tok < 0 || tok >= vocab_) {
           FinishRequest(a.seq, FinishReason::kError,
@@ -390,7 +446,7 @@ void LlmLoop::RunStep() {
         }
         AcceptToken(a, tok, TokenLogprob{}, Now());
       } else {
-        ProcessSample(a, out.logits.data() + row++ * vocab_);
+        ProcessSample(a, out.logits.data() + at * vocab_);
       }
     }
   }
@@ -412,6 +468,7 @@ void LlmLoop::RunStep() {
     rec.device_end = t2;
   }
   rec.model_ns = t2 - t1;
+  rec.output_ns = output_ns_;
   rec.prefill_cap = plan.prefill_cap;
   CountStepWork(input, options_.step_costs, &rec);
   if (options_.target_step_ms > 0 && st.ok()) {
@@ -477,12 +534,39 @@ void LlmLoop::AcceptToken(Active& a, int32_t tok, TokenLogprob lp, Nanos p0) {
   a.last_token = p0;
   ++generated_total_;
 
-  GenerationEvent ev;
+  // What ends the sequence by token is decided here, before the next step is planned; its text can wait.
+  const bool stop_token = Contains(a.stop_ids, tok);  // not part of the output
   FinishReason finish = FinishReason::kNone;
-  bool stopped_by_string = false;
-  if (Contains(a.stop_ids, tok)) {
-    finish = FinishReason::kStop;  // the stop token itself is not part of the output
+  const int total = static_cast<int>(a.req.prompt_ids.size()) + a.generated;
+  if (stop_token) {
+    finish = FinishReason::kStop;
+  } else if (a.generated >= sp.max_tokens || total >= context_length_) {
+    finish = FinishReason::kLength;
+  }
+  if (output_ && finish == FinishReason::kNone) {
+    deferred_.push_back({nullptr, a.seq, tok, std::move(lp)});
   } else {
+    GenerationEvent ev;
+    finish = EmitToken(a, tok, std::move(lp), finish, stop_token, ev);
+    if (finish != FinishReason::kNone) {
+      const Nanos post = Now() - p0;
+      a.t.postprocess += post;
+      a.step_post += post;
+      FinishRequest(a.seq, finish, OkStatus(), std::move(ev));
+      return;
+    }
+    if (!ev.token_ids.empty() || !ev.text.empty()) a.req.on_event(std::move(ev));
+  }
+  const Nanos post = Now() - p0;
+  a.t.postprocess += post;
+  a.step_post += post;
+}
+
+FinishReason LlmLoop::EmitToken(Active& a, int32_t tok, TokenLogprob lp, FinishReason finish, bool stop_token,
+                                GenerationEvent& ev) {
+  const SamplingParams& sp = a.req.sampling;
+  bool stopped_by_string = false;
+  if (!stop_token) {
     const std::string piece = a.decoder.Push(tok);
     a.text_total += piece.size();
     a.pending.push_back({tok, std::move(lp), a.text_total});
@@ -493,10 +577,6 @@ void LlmLoop::AcceptToken(Active& a, int32_t tok, TokenLogprob lp, Nanos p0) {
       finish = FinishReason::kStop;
       stopped_by_string = true;
     }
-  }
-  const int total = static_cast<int>(a.req.prompt_ids.size()) + a.generated;
-  if (finish == FinishReason::kNone && (a.generated >= sp.max_tokens || total >= context_length_)) {
-    finish = FinishReason::kLength;
   }
   if (finish != FinishReason::kNone && !stopped_by_string) {
     // The end: an incomplete UTF-8 tail and text held for a possible stop string are released, unless the
@@ -521,17 +601,50 @@ void LlmLoop::AcceptToken(Active& a, int32_t tok, TokenLogprob lp, Nanos p0) {
     if (sp.logprobs >= 0) ev.logprobs.push_back(std::move(a.pending.front().logprob));
     a.pending.pop_front();
   }
-  if (finish != FinishReason::kNone) {
-    const Nanos post = Now() - p0;
-    a.t.postprocess += post;
-    a.step_post += post;
-    FinishRequest(a.seq, finish, OkStatus(), std::move(ev));
-    return;
+  return finish;
+}
+
+void LlmLoop::StartOutput() {
+  output_ns_ = 0;
+  if (!output_ || deferred_.empty()) return;
+  handed_.clear();
+  for (Deferred& d : deferred_) {
+    auto it = active_.find(d.seq);
+    if (it == active_.end()) continue;  // cancelled or failed since: its text is not wanted
+    d.a = it->second.get();
+    handed_.push_back(std::move(d));
   }
-  if (!ev.token_ids.empty() || !ev.text.empty()) a.req.on_event(std::move(ev));
-  const Nanos post = Now() - p0;
-  a.t.postprocess += post;
-  a.step_post += post;
+  deferred_.clear();
+  late_stops_.clear();
+  if (handed_.empty()) return;
+  // Until Wait, the engine thread only runs the model: these requests' text state is the output thread's.
+  output_->Start([this] {
+    const Nanos start = MonotonicNanos();  // the real clock: a test's clock is the engine thread's alone
+    for (Deferred& d : handed_) {
+      GenerationEvent ev;
+      if (EmitToken(*d.a, d.tok, std::move(d.lp), FinishReason::kNone, /*stop_token=*/false, ev) !=
+          FinishReason::kNone) {
+        late_stops_.push_back({d.seq, std::move(ev)});
+      } else if (!ev.token_ids.empty() || !ev.text.empty()) {
+        d.a->req.on_event(std::move(ev));
+      }
+    }
+    output_ns_ = MonotonicNanos() - start;
+  });
+}
+
+void LlmLoop::FinishOutput() {
+  if (!output_ || handed_.empty()) return;
+  output_->Wait();
+  handed_.clear();
+  // A stop string ended these one step late: the step just run computed one more token for each (dropped).
+  for (LateStop& l : late_stops_) FinishRequest(l.seq, FinishReason::kStop, OkStatus(), std::move(l.ev));
+  late_stops_.clear();
+}
+
+void LlmLoop::FlushOutput() {
+  StartOutput();
+  FinishOutput();
 }
 
 void LlmLoop::FinishRequest(SeqId seq, FinishReason reason, Status error, GenerationEvent ev) {

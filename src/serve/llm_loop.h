@@ -6,6 +6,9 @@
 //               -> DecoderModel::Step -> per sampling sequence: Sampler -> StreamDecoder -> stop checks
 //               -> on_event(GenerationEvent) -> record step (StepRecord) and finished requests
 //               (RequestTimings)
+// With async output (LlmLoopOptions::async_output) the step's tokens only get their stop-token and length
+// checks there; detokenising, stop strings and on_event wait for the output thread, which runs them while the
+// engine thread is inside the next DecoderModel::Step.
 //
 // A request's outputs do not depend on what it is batched with: positions and block tables are per
 // sequence, and each request's Sampler draws from (seed, its own step), so preemption and recompute replay
@@ -54,6 +57,13 @@ struct LlmLoopOptions {
   // only token ids cross to the host instead of a vocabulary-wide row of logits per sequence. Requests asking
   // for logprobs, or whose stop tokens are masked before min_tokens, are sampled on the host either way.
   bool device_sampling = true;
+  // Async output (--async-output on): the text side of each sampled token (detokenising, stop strings, the
+  // event hand-off) runs on an output thread while the model runs the next step, instead of between steps
+  // where the device waits for it (vLLM's async output processing). What ends a sequence by token (EOS, stop
+  // token ids, max_tokens, the context) is still decided before the next step is planned; a stop *string* is
+  // seen one step late, so that step computes one more token for the sequence and drops it. Outputs, events
+  // and their order are the same either way.
+  bool async_output = false;
   // The step-time target (--target-step-ms; 0 = off): each step's prefill tokens are capped so that the
   // step's predicted time stays within it, predicted by a running fit of measured step times to tokens and KV
   // positions (serve/scheduler/step_cost_fit.h); the decodes always run, and a step takes at least
@@ -123,7 +133,18 @@ class LlmLoop final : public LlmEngine {
   const LlmLoopOptions& options() const { return options_; }
 
  private:
-  struct Active;  // per-request engine state (llm_loop.cc)
+  struct Active;       // per-request engine state (llm_loop.cc)
+  class OutputThread;  // async output (llm_loop.cc)
+  struct Deferred {    // a token whose text side waits for the output thread
+    Active* a;         // resolved when handed over (no request is dropped while the thread runs)
+    SeqId seq;
+    int32_t tok;
+    TokenLogprob lp;
+  };
+  struct LateStop {  // a sequence a stop string ended on the output thread, finished by the engine thread
+    SeqId seq;
+    GenerationEvent ev;
+  };
 
   LlmLoop(const LlmLoopOptions& options, std::unique_ptr<DecoderModel> model,
           std::shared_ptr<const Tokenizer> tokenizer, int num_blocks);
@@ -132,8 +153,20 @@ class LlmLoop final : public LlmEngine {
   void RunStep();
   // Draws the next token from a row of logits on the host, then AcceptToken.
   void ProcessSample(Active& a, const float* logits);
-  // Appends a token drawn on the host or the device: stop checks, detokenisation, events, finishing.
+  // Appends a token drawn on the host or the device: stop checks, detokenisation, events, finishing (with
+  // async output, the text side is deferred unless the token ends the sequence).
   void AcceptToken(Active& a, int32_t tok, TokenLogprob lp, Nanos p0);
+  // The text side of a token (AcceptToken's or the output thread's): detokenise, run the stop strings,
+  // release what is safe into `ev`. `finish` is what the token ended already (a stop token, the length) or
+  // kNone; returns it, or kStop when a stop string completes.
+  FinishReason EmitToken(Active& a, int32_t tok, TokenLogprob lp, FinishReason finish, bool stop_token,
+                         GenerationEvent& ev);
+  // Async output: hands the tokens deferred by the last step to the output thread (before the model runs),
+  // waits for it (after), and finishes the sequences a stop string ended. Without a step to overlap, Flush
+  // runs them here.
+  void StartOutput();
+  void FinishOutput();
+  void FlushOutput();
   // True when this sequence's next token may be drawn on the device (see LlmLoopOptions::device_sampling).
   bool SampleOnDevice(const Active& a) const;
   // Ends a request: `ev` (its last tokens/text, if any) gets the finish reason, usage and timings and is
@@ -164,6 +197,13 @@ class LlmLoop final : public LlmEngine {
   SeqId next_seq_ = 1;
   std::vector<float> scratch_logits_;  // [vocab], a masked copy of one row (min_tokens)
   bool stuck_warned_ = false;
+  // Async output (options_.async_output): tokens deferred by the last step, the batch the output thread is
+  // working on, what it found, and its busy time (StepRecord::output_ns).
+  std::unique_ptr<OutputThread> output_;
+  std::vector<Deferred> deferred_;
+  std::vector<Deferred> handed_;
+  std::vector<LateStop> late_stops_;
+  Nanos output_ns_ = 0;
   int64_t generated_total_ = 0;  // sampled tokens, published by PublishStats
   // The step in progress, for the requests' ledgers: planning from t0, the model from t1 to t2, sampling
   // until t3 (0 while it runs), then bookkeeping. in_step_: between t0 and the end of the step.

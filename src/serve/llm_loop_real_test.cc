@@ -5,10 +5,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <filesystem>
 #include <future>
+#include <mutex>
 #include <new>
 #include <thread>
 
@@ -105,46 +108,51 @@ TEST(LlmLoopRealModelTest, BatchedGreedyMatchesSingleSequenceRunner) {
     }
   }
 
-  auto model = LoadDecoder(path);
-  ASSERT_TRUE(model.ok()) << model.status().ToString();
-  LlmLoopOptions lo;
-  lo.kv_budget_bytes = int64_t{64} << 20;
-  lo.scheduler.max_num_batched_tokens = 24;  // the long prompts are chunked, decodes interleave
-  auto loop = LlmLoop::Create(lo, std::move(*model), tokenizer);
-  ASSERT_TRUE(loop.ok()) << loop.status().ToString();
+  // Both output paths: the text side between steps, and on the output thread (--async-output on).
+  for (bool async : {false, true}) {
+    SCOPED_TRACE(async ? "async output" : "sync output");
+    auto model = LoadDecoder(path);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    LlmLoopOptions lo;
+    lo.kv_budget_bytes = int64_t{64} << 20;
+    lo.scheduler.max_num_batched_tokens = 24;  // the long prompts are chunked, decodes interleave
+    lo.async_output = async;
+    auto loop = LlmLoop::Create(lo, std::move(*model), tokenizer);
+    ASSERT_TRUE(loop.ok()) << loop.status().ToString();
 
-  // The first prompt runs alone first so the second finds the shared prefix in the cache.
-  std::vector<Result> results(texts.size());
-  std::vector<std::promise<void>> done(texts.size());
-  auto submit = [&](size_t i) {
-    GenerationRequest r;
-    r.id = "r" + std::to_string(i);
-    r.prompt_ids = prompts[i];
-    r.sampling = greedy;
-    r.on_event = [&, i](GenerationEvent ev) {
-      results[i].tokens.insert(results[i].tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
-      results[i].text += ev.text;
-      if (ev.finish != FinishReason::kNone) {
-        results[i].last = std::move(ev);
-        done[i].set_value();
-      }
+    // The first prompt runs alone first so the second finds the shared prefix in the cache.
+    std::vector<Result> results(texts.size());
+    std::vector<std::promise<void>> done(texts.size());
+    auto submit = [&](size_t i) {
+      GenerationRequest r;
+      r.id = "r" + std::to_string(i);
+      r.prompt_ids = prompts[i];
+      r.sampling = greedy;
+      r.on_event = [&, i](GenerationEvent ev) {
+        results[i].tokens.insert(results[i].tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
+        results[i].text += ev.text;
+        if (ev.finish != FinishReason::kNone) {
+          results[i].last = std::move(ev);
+          done[i].set_value();
+        }
+      };
+      ASSERT_TRUE((*loop)->Submit(std::move(r)).ok());
     };
-    ASSERT_TRUE((*loop)->Submit(std::move(r)).ok());
-  };
-  submit(0);
-  ASSERT_EQ(done[0].get_future().wait_for(std::chrono::minutes(2)), std::future_status::ready);
-  for (size_t i = 1; i < texts.size(); ++i) submit(i);
-  for (size_t i = 1; i < texts.size(); ++i) {
-    ASSERT_EQ(done[i].get_future().wait_for(std::chrono::minutes(2)), std::future_status::ready);
+    submit(0);
+    ASSERT_EQ(done[0].get_future().wait_for(std::chrono::minutes(2)), std::future_status::ready);
+    for (size_t i = 1; i < texts.size(); ++i) submit(i);
+    for (size_t i = 1; i < texts.size(); ++i) {
+      ASSERT_EQ(done[i].get_future().wait_for(std::chrono::minutes(2)), std::future_status::ready);
+    }
+    for (size_t i = 0; i < texts.size(); ++i) {
+      EXPECT_EQ(results[i].tokens, expected[i]) << "prompt " << i << ": " << texts[i] << results[i].text;
+      EXPECT_EQ(results[i].last.finish, FinishReason::kLength);
+      EXPECT_EQ(results[i].text, tokenizer->Decode(expected[i])) << "prompt " << i;
+    }
+    // The shared text is ~38 tokens: at least two full blocks of 16 come from the cache.
+    EXPECT_GE(results[1].last.cached_prompt_tokens, 32) << "the shared prefix was not reused";
+    EXPECT_EQ(results[0].last.cached_prompt_tokens, 0);
   }
-  for (size_t i = 0; i < texts.size(); ++i) {
-    EXPECT_EQ(results[i].tokens, expected[i]) << "prompt " << i << ": " << texts[i] << results[i].text;
-    EXPECT_EQ(results[i].last.finish, FinishReason::kLength);
-    EXPECT_EQ(results[i].text, tokenizer->Decode(expected[i])) << "prompt " << i;
-  }
-  // The shared text is ~38 tokens: at least two full blocks of 16 come from the cache.
-  EXPECT_GE(results[1].last.cached_prompt_tokens, 32) << "the shared prefix was not reused";
-  EXPECT_EQ(results[0].last.cached_prompt_tokens, 0);
 }
 
 // A decoder that costs nothing: checks its input as every backend does and "samples" a pseudo-random
@@ -167,6 +175,8 @@ class FreeModel final : public DecoderModel {
   bool SamplesOnDevice() const override { return true; }
   Status Step(const StepInput& in, StepOutput* out) override {
     if (gate.valid()) gate.wait();  // held until every request is in: the batch is the one asked for
+    // A device's time: the step holds the engine thread without using a core (what async output overlaps).
+    if (device_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(device_us));
     const auto t0 = std::chrono::steady_clock::now();
     RETURN_IF_ERROR(
         ValidateStepInput(in, num_blocks_, block_size_, cfg_.vocab_size, /*device_sampling=*/true));
@@ -182,8 +192,9 @@ class FreeModel final : public DecoderModel {
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
     return OkStatus();
   }
-  std::atomic<int64_t> model_ns{0};
+  std::atomic<int64_t> model_ns{0};  // its own checks and draws (the device time excluded)
   std::shared_future<void> gate;
+  int device_us = 0;
 
  private:
   LlamaConfig cfg_;
@@ -193,30 +204,83 @@ class FreeModel final : public DecoderModel {
 
 struct HostTime {
   double step_us = 0;   // mean wall time of a decode-only step (StepRecord::duration); reported, not asserted
-  double model_us = 0;  // of which inside FreeModel::Step
+  double model_us = 0;  // of which inside FreeModel::Step (its own work; the simulated device time excluded)
+  double host_us = 0;   // duration - model_ns of those steps: the host time between the model's runs
+  double output_us = 0;        // StepRecord::output_ns: the output thread's time overlapped with the model
   double allocs_per_step = 0;  // heap allocations on the engine thread per decode-only step (deterministic)
   int64_t decode_steps = 0;
 };
 
+// Where a server's events go: each event is handed to another thread through a locked queue and a wake-up
+// (as a connection's strand is posted to), which takes it and drops it.
+class EventSink {
+ public:
+  EventSink() : thread_([this] { Loop(); }) {}
+  ~EventSink() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+  void Post(GenerationEvent ev) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      q_.push_back(std::move(ev));
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock<std::mutex> lk(mu_);
+    while (true) {
+      cv_.wait(lk, [&] { return stop_ || !q_.empty(); });
+      if (q_.empty()) return;
+      GenerationEvent ev = std::move(q_.front());
+      q_.pop_front();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<GenerationEvent> q_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+struct HostTimeSetup {
+  int device_us = 0;          // the simulated device time of each step
+  bool async_output = false;  // LlmLoopOptions::async_output
+  bool sink = false;          // events handed to another thread (EventSink) instead of counted in place
+};
+
 // n requests of `prompt` tokens and exactly `output` greedy tokens each, all submitted at once; the real
 // SmolLM2 tokenizer detokenises every token.
-HostTime MeasureHostTime(std::shared_ptr<const Tokenizer> tok, int n, int prompt, int output) {
+HostTime MeasureHostTime(std::shared_ptr<const Tokenizer> tok, int n, int prompt, int output,
+                         HostTimeSetup setup = {}) {
   auto owned = std::make_unique<FreeModel>(tok->vocab_size());
   FreeModel* model = owned.get();
+  model->device_us = setup.device_us;
+  EventSink sink;
   std::promise<void> open;
   model->gate = open.get_future().share();
   LlmLoopOptions lo;
   lo.num_kv_blocks = n * ((prompt + output) / 16 + 2);
   lo.scheduler.max_num_seqs = std::max(n, 1);
   lo.scheduler.max_num_batched_tokens = 8192;
+  lo.async_output = setup.async_output;
   // on_step runs on the engine thread after each step: the allocation counter's difference between two calls
   // is what one step (plan, model, sampling, detokenisation, events) allocated on that thread.
-  std::atomic<int64_t> decode_ns{0}, decode_steps{0}, decode_allocs{0};
+  std::atomic<int64_t> decode_ns{0}, decode_steps{0}, decode_allocs{0}, decode_host_ns{0},
+      decode_output_ns{0};
   int64_t allocs_at_last_step = 0;
   lo.on_step = [&](const StepRecord& r) {
     const int64_t now = testing_alloc::ThreadAllocations();
     if (r.prefill_tokens == 0 && r.decode_tokens == n) {
       decode_ns += r.duration;
+      decode_host_ns += r.duration - r.model_ns;
+      decode_output_ns += r.output_ns;
       decode_allocs += now - allocs_at_last_step;
       ++decode_steps;
     }
@@ -233,7 +297,10 @@ HostTime MeasureHostTime(std::shared_ptr<const Tokenizer> tok, int n, int prompt
     r.sampling.temperature = 0;
     r.sampling.max_tokens = output;
     r.sampling.ignore_eos = true;
-    r.on_event = [&](GenerationEvent ev) { done += ev.finish != FinishReason::kNone; };
+    r.on_event = [&](GenerationEvent ev) {
+      done += ev.finish != FinishReason::kNone;
+      if (setup.sink) sink.Post(std::move(ev));
+    };
     EXPECT_TRUE((*loop)->Submit(std::move(r)).ok());
   }
   open.set_value();
@@ -244,6 +311,8 @@ HostTime MeasureHostTime(std::shared_ptr<const Tokenizer> tok, int n, int prompt
   h.decode_steps = decode_steps.load();
   if (h.decode_steps > 0) {
     h.step_us = decode_ns.load() / 1e3 / h.decode_steps;
+    h.host_us = decode_host_ns.load() / 1e3 / h.decode_steps;
+    h.output_us = decode_output_ns.load() / 1e3 / h.decode_steps;
     h.allocs_per_step = static_cast<double>(decode_allocs.load()) / h.decode_steps;
   }
   if (steps > 0) h.model_us = model->model_ns.load() / 1e3 / steps;
@@ -303,6 +372,36 @@ TEST(LlmLoopRealModelTest, DISABLED_HostTimePerDecodeStepBenchmark) {
   const int n = big_n ? std::atoi(big_n) : 64;
   const int tokens = big_t ? std::atoi(big_t) : 256;
   Print(MeasureHostTime(tokenizer, n, tokens, tokens), n, tokens);
+}
+
+// Benchmark, not a test (never in CI): what async output takes off the step. Each step holds the engine
+// thread for a simulated device time (a sleep, STOKE_LOOP_HOST_DEVICE_US, default 20 ms) and every event is
+// handed to another thread (EventSink, as a server posts to a connection); the host time between the model's
+// runs (duration - model_ns) with the text side between steps (sync) and on the output thread (async),
+// alternated `reps` times. For bench/results/cpu_llm_async_output_*.json. Run (one command line):
+//   STOKE_LOOP_HOST_N=512 STOKE_LOOP_HOST_TOKENS=256 build/release/src/serve/stoke_serve_test
+//     --gtest_also_run_disabled_tests --gtest_filter='*DISABLED_AsyncOutputHostTimeBenchmark'
+TEST(LlmLoopRealModelTest, DISABLED_AsyncOutputHostTimeBenchmark) {
+  SKIP_WITHOUT_MODEL(SmolLmPath());
+  auto tokenizer = SmolLmTokenizer();
+  ASSERT_NE(tokenizer, nullptr);
+  const char* big_n = std::getenv("STOKE_LOOP_HOST_N");
+  const char* big_t = std::getenv("STOKE_LOOP_HOST_TOKENS");
+  const char* dev = std::getenv("STOKE_LOOP_HOST_DEVICE_US");
+  const int n = big_n ? std::atoi(big_n) : 512;
+  const int tokens = big_t ? std::atoi(big_t) : 256;
+  const int device_us = dev ? std::atoi(dev) : 20000;
+  for (int rep = 0; rep < 2; ++rep) {
+    for (bool async : {false, true}) {
+      const HostTime h = MeasureHostTime(tokenizer, n, tokens, tokens,
+                                         {.device_us = device_us, .async_output = async, .sink = true});
+      std::printf(
+          "{\"rep\": %d, \"async_output\": %s, \"batch\": %d, \"tokens\": %d, \"device_us\": %d, "
+          "\"step_us\": %.1f, \"host_us\": %.1f, \"output_thread_us\": %.1f, \"decode_steps\": %lld}\n",
+          rep, async ? "true" : "false", n, tokens, device_us, h.step_us, h.host_us, h.output_us,
+          static_cast<long long>(h.decode_steps));
+    }
+  }
 }
 
 }  // namespace

@@ -14,7 +14,7 @@ namespace {
 
 using namespace llm_loop_testing;  // NOLINT(build/namespaces): the shared fakes of these tests
 
-TEST(LlmLoopTest, TimingsAndStepRecords) {
+TEST_P(LlmLoopTest, TimingsAndStepRecords) {
   std::mutex mu;
   std::vector<StepRecord> steps;
   std::vector<RequestTimings> done;
@@ -58,7 +58,7 @@ TEST(LlmLoopTest, TimingsAndStepRecords) {
 
 // Each step record counts what the step read and computed (KV positions, query-key pairs, logits rows), turns
 // it into bytes and FLOPs with the model's costs, and splits its time into the model's part and the host's.
-TEST(LlmLoopTest, StepRecordsCountTheWorkAndSplitTheTime) {
+TEST_P(LlmLoopTest, StepRecordsCountTheWorkAndSplitTheTime) {
   std::mutex mu;
   std::vector<StepRecord> steps;
   LlmLoopOptions lo = SmallLoop(64, /*budget=*/8);
@@ -101,7 +101,7 @@ TEST(LlmLoopTest, StepRecordsCountTheWorkAndSplitTheTime) {
 }
 
 // Without a cost model the counts are still taken and the modelled bytes and FLOPs stay 0.
-TEST(LlmLoopTest, StepRecordsWithoutCostsCountOnly) {
+TEST_P(LlmLoopTest, StepRecordsWithoutCostsCountOnly) {
   std::mutex mu;
   std::vector<StepRecord> steps;
   LlmLoopOptions lo = SmallLoop(64, /*budget=*/32);
@@ -138,7 +138,7 @@ class ManualClock final : public Clock {
 // clock only it moves). Uncapped, the 512-token budget makes steps of ~30 ms; with a 10 ms target, once the
 // fit has its first 8 steps, every step stays within 10 ms while all 40 requests still finish (prefill
 // trickles in beside the decodes).
-TEST(LlmLoopTest, TargetStepTimeCapsPrefillByTheMeasuredCost) {
+TEST_P(LlmLoopTest, TargetStepTimeCapsPrefillByTheMeasuredCost) {
   auto run = [](double target_ms, std::vector<StepRecord>* steps) {
     ManualClock clock;
     std::mutex mu;
@@ -205,7 +205,7 @@ class TickClock final : public Clock {
 // The engine-side ledger adds up exactly, request by request: from the step that first computed it to its
 // finish, every nanosecond is prefill, decode, schedule, interleave or its own postprocess; compute is
 // prefill + decode; a request batched with others shows interleave (their sampling, steps without it).
-TEST(LlmLoopTest, LedgerStagesAddUpToTheEngineTime) {
+TEST_P(LlmLoopTest, LedgerStagesAddUpToTheEngineTime) {
   TickClock clock;
   LlmLoopOptions lo = SmallLoop(64, /*budget=*/12, /*max_seqs=*/4);
   lo.clock = &clock;
@@ -250,7 +250,7 @@ TEST(LlmLoopTest, LedgerStagesAddUpToTheEngineTime) {
 }
 
 // A request cancelled while it waits never ran: its whole engine time is queue.
-TEST(LlmLoopTest, LedgerOfARequestCancelledInTheQueue) {
+TEST_P(LlmLoopTest, LedgerOfARequestCancelledInTheQueue) {
   TickClock clock;
   LlmLoopOptions lo = SmallLoop(64, /*budget=*/8, /*max_seqs=*/1);
   lo.clock = &clock;

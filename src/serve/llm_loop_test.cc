@@ -15,7 +15,7 @@ using namespace llm_loop_testing;  // NOLINT(build/namespaces): the shared fakes
 // A model that samples on the device gets Logits::kToken with each request's seed and step; the outputs equal
 // host sampling token for token (greedy and seeded), while logprobs requests, and stop tokens masked before
 // min_tokens, still get logits rows. With LlmLoopOptions::device_sampling off every row is logits.
-TEST(LlmLoopTest, DeviceSamplingMatchesHostSamplingAndFallsBackWhereLogitsAreNeeded) {
+TEST_P(LlmLoopTest, DeviceSamplingMatchesHostSamplingAndFallsBackWhereLogitsAreNeeded) {
   std::vector<Spec> specs = MixedSpecs();
   Spec lp;
   lp.prompt = Prompt(9, 3);
@@ -57,7 +57,7 @@ TEST(LlmLoopTest, DeviceSamplingMatchesHostSamplingAndFallsBackWhereLogitsAreNee
   }
 }
 
-TEST(LlmLoopTest, BatchedRequestsGetWhatEachGetsAlone) {
+TEST_P(LlmLoopTest, BatchedRequestsGetWhatEachGetsAlone) {
   const std::vector<Spec> specs = MixedSpecs();
   const auto alone = RunAlone(specs);
   FakeModel* model = nullptr;
@@ -89,7 +89,7 @@ TEST(LlmLoopTest, BatchedRequestsGetWhatEachGetsAlone) {
   EXPECT_EQ(st.engine.num_running, 0);
 }
 
-TEST(LlmLoopTest, PreemptionKeepsOutputsIdentical) {
+TEST_P(LlmLoopTest, PreemptionKeepsOutputsIdentical) {
   const std::vector<Spec> specs = MixedSpecs();
   const auto alone = RunAlone(specs);
   // 24 blocks of 4 = 96 token slots for ten requests of up to ~70 tokens each: preemption is certain.
@@ -112,7 +112,7 @@ TEST(LlmLoopTest, PreemptionKeepsOutputsIdentical) {
   EXPECT_GT(st.recompute_tokens, 0);
 }
 
-TEST(LlmLoopTest, PrefixCacheSkipsSharedPromptAndKeepsOutput) {
+TEST_P(LlmLoopTest, PrefixCacheSkipsSharedPromptAndKeepsOutput) {
   Spec s{Prompt(40, 3), Greedy(6)};
   auto loop = MakeLoop(SmallLoop());
   Collector a, b;
@@ -128,7 +128,7 @@ TEST(LlmLoopTest, PrefixCacheSkipsSharedPromptAndKeepsOutput) {
   EXPECT_EQ(st.engine.prefix_cache_hits, 36);
 }
 
-TEST(LlmLoopTest, CancelFreesBlocksWithinAStep) {
+TEST_P(LlmLoopTest, CancelFreesBlocksWithinAStep) {
   auto loop = MakeLoop(SmallLoop());
   Collector running;
   Spec s{Prompt(10, 1), Greedy(200)};
@@ -157,7 +157,7 @@ TEST(LlmLoopTest, CancelFreesBlocksWithinAStep) {
   EXPECT_EQ(loop->stats().requests_cancelled, 1);
 }
 
-TEST(LlmLoopTest, CancelWhileWaiting) {
+TEST_P(LlmLoopTest, CancelWhileWaiting) {
   std::promise<void> open;
   FakeModelOptions mo;
   mo.gate = open.get_future().share();
@@ -174,7 +174,7 @@ TEST(LlmLoopTest, CancelWhileWaiting) {
   EXPECT_EQ(b.Last().completion_tokens, 0);
 }
 
-TEST(LlmLoopTest, StopStringEndsBeforeItAndIsNeverEmitted) {
+TEST_P(LlmLoopTest, StopStringEndsBeforeItAndIsNeverEmitted) {
   Spec s{Prompt(7, 5), Greedy(40)};
   const auto ref = RunAlone({s})[0];
   const std::string& full = ref.second;
@@ -195,7 +195,7 @@ TEST(LlmLoopTest, StopStringEndsBeforeItAndIsNeverEmitted) {
   for (const auto& e : c.events) EXPECT_EQ(e.text.find(stop), std::string::npos);
 }
 
-TEST(LlmLoopTest, EosStopsUnlessIgnoredOrBeforeMinTokens) {
+TEST_P(LlmLoopTest, EosStopsUnlessIgnoredOrBeforeMinTokens) {
   FakeModelOptions mo;
   // EOS whenever the history is at least 12 tokens long, else a letter.
   mo.next = [](const std::vector<int32_t>& h) {
@@ -227,7 +227,7 @@ TEST(LlmLoopTest, EosStopsUnlessIgnoredOrBeforeMinTokens) {
   EXPECT_EQ(ignore.Tokens().size(), 20u);
 }
 
-TEST(LlmLoopTest, StopTokenIdsEndGeneration) {
+TEST_P(LlmLoopTest, StopTokenIdsEndGeneration) {
   Spec s{Prompt(6, 9), Greedy(30)};
   const auto ref = RunAlone({s})[0];
   ASSERT_GE(ref.first.size(), 10u);
@@ -242,7 +242,7 @@ TEST(LlmLoopTest, StopTokenIdsEndGeneration) {
   EXPECT_EQ(c.Last().finish, FinishReason::kStop);
 }
 
-TEST(LlmLoopTest, Utf8IsNeverSplitAcrossEvents) {
+TEST_P(LlmLoopTest, Utf8IsNeverSplitAcrossEvents) {
   FakeModelOptions mo;
   // Alternate the two bytes of 'é' with letters: c3 a9 'x' c3 a9 'x' ...
   mo.next = [](const std::vector<int32_t>& h) {
@@ -259,7 +259,7 @@ TEST(LlmLoopTest, Utf8IsNeverSplitAcrossEvents) {
   }
 }
 
-TEST(LlmLoopTest, LogprobsOnePerToken) {
+TEST_P(LlmLoopTest, LogprobsOnePerToken) {
   Spec s{Prompt(5, 1), Greedy(4)};
   s.sampling.logprobs = 2;
   auto loop = MakeLoop(SmallLoop());
@@ -280,7 +280,7 @@ TEST(LlmLoopTest, LogprobsOnePerToken) {
   EXPECT_EQ(n, 4u);
 }
 
-TEST(LlmLoopTest, RejectsBadRequestsWithTheNumbers) {
+TEST_P(LlmLoopTest, RejectsBadRequestsWithTheNumbers) {
   FakeModelOptions mo;
   mo.context = 100;
   auto loop = MakeLoop(SmallLoop(/*num_blocks=*/64), mo);
@@ -304,7 +304,7 @@ TEST(LlmLoopTest, RejectsBadRequestsWithTheNumbers) {
   EXPECT_EQ(loop->stats().requests_rejected, 4);
 }
 
-TEST(LlmLoopTest, FullQueueIsResourceExhausted) {
+TEST_P(LlmLoopTest, FullQueueIsResourceExhausted) {
   std::promise<void> open;
   FakeModelOptions mo;
   mo.gate = open.get_future().share();
@@ -326,7 +326,7 @@ TEST(LlmLoopTest, FullQueueIsResourceExhausted) {
   ASSERT_TRUE(d.Wait());
 }
 
-TEST(LlmLoopTest, ModelErrorFailsTheStepsRequestsOnly) {
+TEST_P(LlmLoopTest, ModelErrorFailsTheStepsRequestsOnly) {
   FakeModelOptions mo;
   mo.fail_at_step = 0;
   auto loop = MakeLoop(SmallLoop(), mo);
@@ -343,7 +343,7 @@ TEST(LlmLoopTest, ModelErrorFailsTheStepsRequestsOnly) {
   EXPECT_EQ(loop->stats().requests_failed, 1);
 }
 
-TEST(LlmLoopTest, ShutdownFailsRequestsInFlight) {
+TEST_P(LlmLoopTest, ShutdownFailsRequestsInFlight) {
   Collector c;
   {
     FakeModelOptions mo;
@@ -357,7 +357,7 @@ TEST(LlmLoopTest, ShutdownFailsRequestsInFlight) {
   EXPECT_EQ(c.Last().error.code(), StatusCode::kUnavailable);
 }
 
-TEST(LlmLoopTest, SizesKvFromTheBudget) {
+TEST_P(LlmLoopTest, SizesKvFromTheBudget) {
   LlmLoopOptions lo;
   lo.block_size = 16;
   lo.kv_budget_bytes = 64 * 16 * 100;  // 64 bytes per token (fake), 16 per block: 100 blocks
@@ -369,6 +369,96 @@ TEST(LlmLoopTest, SizesKvFromTheBudget) {
       LlmLoop::Create(lo, std::make_unique<FakeModel>(FakeModelOptions{}), std::make_shared<FakeTokenizer>());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
 }
+
+// Async output: the text of step k's token reaches its client while the model runs step k + 1 (the fake
+// model's step waits for it: synchronously it could never arrive), from the output thread; the last event,
+// decided by the length before the next step is planned, comes from the engine thread itself.
+TEST(LlmLoopAsyncOutputTest, TextOfAStepsTokensIsOutWhileTheNextStepRuns) {
+  Collector c;
+  std::atomic<int> overlapped{0};
+  FakeModelOptions mo;
+  std::atomic<int> step{0};
+  mo.on_step = [&](const StepInput&) {
+    const int k = step++;
+    if (k == 0) return;  // the prompt's step: no token out yet
+    // Token k (sampled by step k - 1) is out before this step returns: a hang guard, not a time bound.
+    for (int i = 0; i < 20000; ++i) {
+      {
+        std::lock_guard<std::mutex> lk(c.mu);
+        if (static_cast<int>(c.events.size()) >= k) {
+          ++overlapped;
+          return;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+    }
+  };
+  LlmLoopOptions lo = SmallLoop();
+  lo.async_output = true;
+  std::map<std::thread::id, int> threads;
+  auto loop = MakeLoop(lo, mo);
+  GenerationRequest r = Req("a", Spec{Prompt(5, 1), Greedy(6)}, c);
+  r.on_event = [&, inner = c.Callback()](GenerationEvent ev) {
+    {
+      std::lock_guard<std::mutex> lk(c.mu);
+      ++threads[std::this_thread::get_id()];
+    }
+    inner(std::move(ev));
+  };
+  ASSERT_TRUE(loop->Submit(std::move(r)).ok());
+  ASSERT_TRUE(c.Wait());
+  EXPECT_EQ(c.Text(), RunAlone({Spec{Prompt(5, 1), Greedy(6)}})[0].second);
+  EXPECT_EQ(c.events.size(), 6u);  // one letter per token, the last with kLength
+  EXPECT_EQ(c.Last().finish, FinishReason::kLength);
+  EXPECT_EQ(overlapped.load(), 5) << "steps 1..5 each saw the previous token's event arrive while they ran";
+  EXPECT_EQ(threads.size(), 2u) << "five events from the output thread, the last from the engine thread";
+}
+
+// A stop string is seen one step late with async output: that step computed one more token for the sequence,
+// which is dropped; what the client gets is the same. Step records carry the output thread's time.
+TEST(LlmLoopAsyncOutputTest, StopStringCostsOneStepAndChangesNothing) {
+  Spec s{Prompt(7, 5), Greedy(40)};
+  const std::string full = RunAlone({s})[0].second;
+  s.sampling.stop = {full.substr(10, 3)};
+  std::vector<std::string> texts;
+  std::vector<int> steps;
+  for (bool async : {false, true}) {
+    LlmLoopOptions lo = SmallLoop();
+    lo.async_output = async;
+    std::mutex mu;
+    int with_output_time = 0;
+    lo.on_step = [&](const StepRecord& r) {
+      std::lock_guard<std::mutex> lk(mu);
+      with_output_time += r.output_ns > 0;
+    };
+    FakeModel* model = nullptr;
+    auto loop = MakeLoop(lo, {}, &model);
+    Collector c;
+    ASSERT_TRUE(loop->Submit(Req("s", s, c)).ok());
+    ASSERT_TRUE(c.Wait());
+    EXPECT_EQ(c.Last().finish, FinishReason::kStop);
+    EXPECT_EQ(c.Last().completion_tokens, static_cast<int>(full.find(s.sampling.stop[0])) + 3);
+    // The ledger still adds up for a request finished by the engine thread after the output thread's find.
+    const RequestTimings& t = c.Last().timings;
+    EXPECT_EQ(t.finish - t.first_scheduled, t.prefill + t.decode + t.schedule + t.interleave + t.postprocess);
+    texts.push_back(c.Text());
+    steps.push_back(model->steps.load());
+    ASSERT_TRUE(loop->WaitIdle());
+    std::lock_guard<std::mutex> lk(mu);
+    if (async) {
+      EXPECT_EQ(with_output_time, steps.back() - 1) << "every step after the prompt's overlapped some output";
+    } else {
+      EXPECT_EQ(with_output_time, 0);
+    }
+  }
+  EXPECT_EQ(texts[0], texts[1]);
+  EXPECT_EQ(texts[0], full.substr(0, full.find(s.sampling.stop[0])));
+  EXPECT_EQ(steps[1], steps[0] + 1);
+}
+
+// Both output paths, for the tests of this file and llm_loop_steps_test.cc (one binary).
+INSTANTIATE_TEST_SUITE_P(Output, LlmLoopTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "async" : "sync"; });
 
 }  // namespace
 }  // namespace stoke

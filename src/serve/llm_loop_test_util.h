@@ -230,8 +230,22 @@ inline SamplingParams Seeded(int max_tokens, uint64_t seed) {
   return p;
 }
 
+// Every LlmLoopTest runs twice: with the text side of each token between steps, and on the output thread
+// (LlmLoopOptions::async_output, --async-output on). MakeLoop applies the test's parameter.
+inline bool& AsyncOutput() {
+  static bool on = false;
+  return on;
+}
+
+class LlmLoopTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override { AsyncOutput() = GetParam(); }
+  void TearDown() override { AsyncOutput() = false; }
+};
+
 inline std::unique_ptr<LlmLoop> MakeLoop(LlmLoopOptions lo, FakeModelOptions mo = {},
                                   FakeModel** model_out = nullptr) {
+  lo.async_output = lo.async_output || AsyncOutput();
   auto model = std::make_unique<FakeModel>(std::move(mo));
   if (model_out) *model_out = model.get();
   auto loop = LlmLoop::Create(lo, std::move(model), std::make_shared<FakeTokenizer>());

@@ -84,6 +84,7 @@ struct ServerOptions {
   int max_waiting = 1024;
   bool prefix_cache = true;
   bool device_sampling = true;
+  bool async_output = false;  // --async-output on: LlmLoopOptions::async_output
   bool chunked_prefill = true;
 
   // Batched models (encoders, image classifiers, synthetic).

@@ -31,6 +31,9 @@ struct StepRecord {
   // Where `duration` went: inside DecoderModel::Step (on a GPU its host work, the launches and the wait for
   // the sampled ids or logits), the rest on the host (planning, inputs, host sampling, detokenising, stops).
   Nanos model_ns = 0;
+  // Async output (--async-output on): host time the output thread spent on the previous step's tokens
+  // (detokenising, stop strings, events) while this step's model ran: work taken off `duration` (0 = off).
+  Nanos output_ns = 0;
   // What the step read and computed. Counted: KV positions attention read (each sequence's context once, as
   // the paged kernels read it once per group of query heads), (query, key) pairs, rows through the lm_head.
   int64_t kv_positions = 0;

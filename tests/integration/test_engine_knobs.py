@@ -19,6 +19,7 @@ import requests
     ("--kquant-gemv", "int4", b"--kquant-gemv"),
     ("--mixed-attention", "decode", b"--mixed-attention"),
     ("--event-batching", "maybe", b"--event-batching"),
+    ("--async-output", "yes", b"--async-output"),
     ("--encoder-attention", "fast", b"--encoder-attention"),
     ("--quantization", "int4", b"--quantization"),
     ("--target-step-ms", "-1", b"--target-step-ms must be >= 0"),  # int8 parses (encoders); a decoder refuses it at load
@@ -106,3 +107,39 @@ def test_bench_step_records_fp8_weights(stoke_bin, tmp_path):
                         "--quantization", "fp8"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["engine"]["quantization"] == "fp8"
+
+
+def test_async_output_answers_what_the_server_without_it_answers(start_server):
+    """--async-output on: the tokens' text goes out on the output thread while the next step runs. Greedy texts
+    (whole and streamed, 6 requests at once), with a stop string taken from each reference text (seen one step
+    late there), and finish reasons equal those of a server with it off."""
+    from concurrent.futures import ThreadPoolExecutor
+    prompts = [f"List {i} colours of the rainbow:" for i in range(6)]
+
+    def run(srv, stops):
+        client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="x")
+
+        def whole(i):
+            c = client.completions.create(model=srv.model_name(), prompt=prompts[i], max_tokens=16, temperature=0,
+                                          stop=stops[i])
+            return c.choices[0].text, c.choices[0].finish_reason, c.usage.completion_tokens
+
+        def streamed(i):
+            chunks = client.completions.create(model=srv.model_name(), prompt=prompts[i], max_tokens=16,
+                                               temperature=0, stop=stops[i], stream=True)
+            return "".join(c.choices[0].text for c in chunks if c.choices)
+
+        with ThreadPoolExecutor(6) as pool:
+            return list(pool.map(whole, range(6))), list(pool.map(streamed, range(6)))
+
+    sync = start_server("--device", "cpu")
+    plain, _ = run(sync, [None] * 6)
+    assert all(len(t) >= 12 for t, _, _ in plain), plain
+    stops = [t[6:9] if i % 2 == 0 else None for i, (t, _, _) in enumerate(plain)]
+    want, want_streamed = run(sync, stops)
+    sync.stop()
+    srv = start_server("--device", "cpu", "--async-output", "on")
+    got, got_streamed = run(srv, stops)
+    assert got == want
+    assert got_streamed == want_streamed == [t for t, _, _ in want]
+    assert [f for _, f, _ in want] == ["stop", "length"] * 3
