@@ -152,6 +152,11 @@ Status ServerMetrics::Init(const std::string& model_name, int max_model_len) {
                "Engine step time by part: model (inside the model's step: on a GPU its launches "
                "and the wait for the results) and host (planning, inputs, sampling, detokenising).",
                "part", "model", &step_model_s_, "host", &step_host_s_));
+  RETURN_IF_ERROR(counter("stoke:step_output_seconds_total",
+                          "Host time the engine's output thread spent on tokens' text (detokenising, stop "
+                          "strings, events) while the model ran the next step (--async-output on; 0 off): "
+                          "work kept out of step_seconds_total.",
+                          &step_output_s_));
   RETURN_IF_ERROR(
       labelled("stoke:step_read_bytes_total",
                "Bytes the engine steps read, modelled from the model's shape and storage: weights "
@@ -200,6 +205,7 @@ void ServerMetrics::RecordStep(const StepRecord& step) {
   if (step.duration > 0) step_duration_.Observe(step.duration * 1e-9);
   step_model_s_.Inc(step.model_ns * 1e-9);
   step_host_s_.Inc(std::max<Nanos>(0, step.duration - step.model_ns) * 1e-9);
+  step_output_s_.Inc(step.output_ns * 1e-9);
   step_weight_bytes_.Inc(step.weight_bytes);
   step_kv_bytes_.Inc(step.kv_bytes);
   step_matmul_flops_.Inc(step.matmul_flops);

@@ -82,6 +82,7 @@ class ServerMetrics {
   // step_flops_total{kind=matmul|attention}.
   Counter step_model_s_, step_host_s_, step_weight_bytes_, step_kv_bytes_, step_matmul_flops_,
       step_attention_flops_;
+  Counter step_output_s_;  // step_output_seconds_total: the output thread's time (async output)
   CounterFamily success_;                        // {finished_reason}
   CounterFamily admission_stop_;                 // {reason}
   std::array<Counter, 4> admission_stop_known_;  // the four reasons, in kAdmissionReasons order

@@ -137,9 +137,11 @@ def test_async_output_answers_what_the_server_without_it_answers(start_server):
     assert all(len(t) >= 12 for t, _, _ in plain), plain
     stops = [t[6:9] if i % 2 == 0 else None for i, (t, _, _) in enumerate(plain)]
     want, want_streamed = run(sync, stops)
+    assert sync.metric("stoke:step_output_seconds_total") == 0
     sync.stop()
     srv = start_server("--device", "cpu", "--async-output", "on")
     got, got_streamed = run(srv, stops)
+    assert srv.metric("stoke:step_output_seconds_total") > 0  # the output thread's time, beside the steps
     assert got == want
     assert got_streamed == want_streamed == [t for t, _, _ in want]
     assert [f for _, f, _ in want] == ["stop", "length"] * 3

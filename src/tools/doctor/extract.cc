@@ -158,6 +158,7 @@ void ExtractSteps(const Samples& a, const Samples& b, const std::string& model, 
   };
   s->step_model_ms = 1e3 * per_step("step_seconds_total", "part", "model");
   s->step_host_ms = 1e3 * per_step("step_seconds_total", "part", "host");
+  s->step_output_ms = 1e3 * Increase(a, b, "step_output_seconds_total", model) / steps;
   // The token histograms count only steps with such tokens: their sums over all steps are what is wanted.
   s->step_prefill_tokens = Increase(a, b, "step_prefill_tokens_sum", model) / steps;
   s->step_decode_tokens = Increase(a, b, "step_decode_tokens_sum", model) / steps;

@@ -109,6 +109,7 @@ std::string Steps(double steps, double ms, double model_ms, bool cost = true) {
       fmt::format("stoke:step_seconds_total{{model_name=\"m\",part=\"model\"}} {}\n", steps * model_ms / 1e3);
   t += fmt::format("stoke:step_seconds_total{{model_name=\"m\",part=\"host\"}} {}\n",
                    steps * (ms - model_ms) / 1e3);
+  t += fmt::format("stoke:step_output_seconds_total{{model_name=\"m\"}} {}\n", steps * 0.5e-3);
   const double c = cost ? 1 : 0;
   t += fmt::format("stoke:step_read_bytes_total{{kind=\"weights\",model_name=\"m\"}} {}\n", c * 16e9 * steps);
   t += fmt::format("stoke:step_read_bytes_total{{kind=\"kv\",model_name=\"m\"}} {}\n", c * 2e9 * steps);
@@ -128,6 +129,7 @@ TEST(DoctorExtract, StepSplitIsPerStepOverTheWindowAndTimedAtTheDeviceRates) {
   EXPECT_NEAR(s.step_ms, 1500.0 / 80, 1e-9);
   EXPECT_NEAR(s.step_model_ms, 1420.0 / 80, 1e-9);
   EXPECT_NEAR(s.step_host_ms, 80.0 / 80, 1e-9);
+  EXPECT_NEAR(s.step_output_ms, 0.5, 1e-9);  // the output thread's 0.5 ms per step (async output)
   EXPECT_NEAR(s.engine_busy, 1.5 / 2, 1e-12);
   EXPECT_NEAR(s.step_decode_tokens, 256, 1e-9);
   EXPECT_NEAR(s.step_prefill_tokens, 100, 1e-9);

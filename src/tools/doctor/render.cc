@@ -129,6 +129,10 @@ std::string StepLine(const Signals& s) {
       "{:.1f} decode + {:.1f} prefill tokens",
       s.steps, Fmt(s.engine_busy), s.step_ms, s.step_model_ms, s.step_host_ms, s.step_decode_tokens,
       s.step_prefill_tokens);
+  if (Has(s.step_output_ms) && s.step_output_ms > 0) {
+    out += fmt::format("; output thread {:.2f} ms per step beside the model (--async-output on)",
+                       s.step_output_ms);
+  }
   if (Has(s.step_weight_bytes) && s.step_weight_bytes > 0) {
     out +=
         fmt::format("; reads weights {:.3f} GB + KV {:.3f} GB; matmul {:.3f} TFLOP + attention {:.3f} TFLOP",
@@ -288,6 +292,7 @@ json SignalsJson(const Signals& s) {
           {"step_ms", Num(s.step_ms)},
           {"step_model_ms", Num(s.step_model_ms)},
           {"step_host_ms", Num(s.step_host_ms)},
+          {"step_output_ms", Num(s.step_output_ms)},
           {"step_prefill_tokens", Num(s.step_prefill_tokens)},
           {"step_decode_tokens", Num(s.step_decode_tokens)},
           {"step_weight_bytes", Num(s.step_weight_bytes)},
@@ -437,6 +442,10 @@ std::string ReportHtml(const DoctorReport& r) {
     };
     row("model", s.step_model_ms, "measured: inside the model's step");
     row("host", s.step_host_ms, "measured: planning, inputs, sampling, detokenising");
+    if (Has(s.step_output_ms) && s.step_output_ms > 0)
+      row("output thread", s.step_output_ms,
+          "measured: tokens' text on the output thread while the model ran (--async-output on; not in the "
+          "step)");
     row("weights", s.step_weights_ms, "modelled: the weights read once at the bandwidth");
     row("KV", s.step_kv_ms, "modelled: each sequence's KV read once at the bandwidth");
     row("matmul", s.step_matmul_ms, "modelled: 2 x parameters per token at the GEMM rate");

@@ -312,6 +312,24 @@ std::optional<std::string> KernelSplitNextStep(const Signals& s, const Threshold
   return std::nullopt;
 }
 
+// An LLM whose GPU verdict leaves the host a share of every step (the GPU idle between the model's runs):
+// the share as evidence, and with async output off, --async-output on added to v's next step.
+void HostGapNote(const Signals& s, const Thresholds& t, Verdict* v) {
+  if (!IsLlm(s) || !Has(s.step_host_ms) || !Has(s.step_ms) || s.step_ms <= 0) return;
+  const double share = s.step_host_ms / s.step_ms;
+  if (!Ge(share, t.step_host_gap)) return;
+  const bool async_on = Has(s.step_output_ms) && s.step_output_ms > 0;
+  v->evidence.push_back(Ev("step.host_share", share, ">=", t.step_host_gap, "ratio",
+                           async_on ? "host time between the model's runs / step, with async output on "
+                                      "already: planning and step inputs"
+                                    : "host time between the model's runs / step: the GPU idles for it"));
+  if (async_on) return;
+  v->next_step += fmt::format(
+      "; then --async-output on: the host's {:.2f} ms of each {:.2f} ms step (detokenising, stop strings, "
+      "event hand-off) would run while the GPU computes the next step",
+      s.step_host_ms, s.step_ms);
+}
+
 std::optional<Verdict> BandwidthBound(const Signals& s, const Thresholds& t) {
   if (!DeviceDominates(s, t)) return std::nullopt;
   const bool saturated = Ge(s.dram_active, t.dram_high);
@@ -347,6 +365,7 @@ std::optional<Verdict> BandwidthBound(const Signals& s, const Thresholds& t) {
         "more sequences per step to amortise weight reads (--max-num-seqs 2x), or lower-precision "
         "weights/KV (fp8)";
     if (std::optional<std::string> k = KernelSplitNextStep(s, t, &v)) v.next_step = *k;
+    HostGapNote(s, t, &v);
   } else if (Instances(s) > 1) {
     v.next_step =
         "--instances 1 (instances share the HBM bandwidth: more add latency, not throughput); then "
@@ -383,6 +402,7 @@ std::optional<Verdict> ComputeBound(const Signals& s, const Thresholds& t) {
   }
   v.next_step = "fewer FLOPs per request: fp8/int8 weights, a smaller model; or more GPUs";
   if (std::optional<std::string> k = KernelSplitNextStep(s, t, &v)) v.next_step = *k;
+  HostGapNote(s, t, &v);
   v.why = "serving knobs only reorder work a saturated GPU must do anyway";
   return v;
 }

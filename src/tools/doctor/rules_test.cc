@@ -333,6 +333,55 @@ TEST(DoctorRules, TheKernelSplitNamesWhatToShrink) {
   EXPECT_EQ(Diagnose(s).front().next_step, plain);
 }
 
+TEST(DoctorRules, AnLlmsHostGapBetweenStepsNamesAsyncOutput) {
+  // The served 8B at c=512 on an H100 (gpu_served_fp8_c512_h100_2026-12-05.json): steps of 44.9 ms, of which
+  // 2.5 ms on the host with the GPU idle.
+  Signals s;
+  s.kind = "llm";
+  s.requests = 396;
+  s.stage_s = {{"queue", 0.02}, {"compute", 44.0}, {"postprocess", 0.004}};
+  s.queue_s = 0.02;
+  s.device_s = 44.0;
+  s.host_s = 0.004;
+  s.io_s = s.copy_s = 0;
+  s.service_s = 44.0;
+  s.latency_s = 44.1;
+  s.kv_usage_max = 0.5;
+  s.gpu_samples = 10;
+  s.gpu_util = 0.95;
+  s.sm_active = 0.89;
+  s.tensor_active = 0.36;
+  s.dram_active = 0.46;
+  s.steps = 1500;
+  s.step_ms = 44.9;
+  s.step_model_ms = 42.4;
+  s.step_host_ms = 2.5;
+  auto cites = [](const Verdict& v) {
+    for (const Evidence& e : v.evidence) {
+      if (e.signal == "step.host_share") return true;
+    }
+    return false;
+  };
+  Verdict v = Diagnose(s).front();
+  EXPECT_EQ(v.bottleneck, "compute_bound");
+  EXPECT_NE(v.next_step.find("; then --async-output on: the host's 2.50 ms of each 44.90 ms step"),
+            std::string::npos)
+      << v.next_step;
+  EXPECT_TRUE(cites(v));
+
+  s.step_output_ms = 1.9;  // async output on already: the share is cited, no knob to turn
+  s.step_host_ms = 1.5;
+  v = Diagnose(s).front();
+  EXPECT_EQ(v.next_step.find("--async-output"), std::string::npos) << v.next_step;
+  EXPECT_TRUE(cites(v));
+
+  s.step_output_ms = kNaN;  // a host share under 3 %: not worth a word
+  s.step_host_ms = 1.0;
+  v = Diagnose(s).front();
+  EXPECT_EQ(v.next_step.find("--async-output"), std::string::npos) << v.next_step;
+  EXPECT_FALSE(cites(v));
+}
+
 TEST(DoctorRules, SmallKernelsCaseIsLaunchBound) {
   // examples/synthetic/small_kernels.json on the H200: GPU-Util ~100 % while one block runs on 1 of 132 SMs.
   Signals s = Classic(1, 0.01, 0.01, 13.5, 0.95);
