@@ -246,7 +246,7 @@ DECODER = ["--device", "cpu", "--slo-tpot-ms", "1000", "--slo-p99-ms", "20000", 
            "--max-num-seqs-values", "1,2,4", "--max-num-batched-tokens-values", "32,64", "--confirm-rounds", "2",
            "--budget-min", "5"]
 DECODER_STEPS = ["max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "target_step_ms", "cuda_graphs",
-                 "kv_cache_dtype", "weight_precision"]
+                 "async_output", "kv_cache_dtype", "weight_precision"]
 
 
 def start_decoder(model, *extra, log):
@@ -295,6 +295,7 @@ def test_decoder_walk_records_every_step_with_the_doctors_verdict(decoder):
             assert by_index[i]["step"] == s["knob"]
     steps = {s["knob"]: s for s in walk["steps"]}
     assert steps["cuda_graphs"]["skipped"] and steps["cuda_graphs"]["stopped"] == "CPU"
+    assert steps["async_output"]["skipped"] and steps["async_output"]["stopped"].startswith("CPU")
     # The step-time target aims at 0.8 of the TPOT SLO (1000 ms): one point, served with --target-step-ms 800.
     st = steps["target_step_ms"]
     assert not st["skipped"] and len(st["points"]) == 1, st

@@ -41,9 +41,10 @@ const char* KindName(ModelKind k) {
 
 std::string Knobs::Describe(ModelKind kind) const {
   if (kind == ModelKind::kDecoder)
-    return fmt::format("seqs {}, tokens {}, chunked {}, graphs {}{}{}{}", Own(max_num_seqs, 0),
+    return fmt::format("seqs {}, tokens {}, chunked {}, graphs {}{}{}{}{}", Own(max_num_seqs, 0),
                        Own(max_num_batched_tokens, 0), OnOff(chunked_prefill), OnOff(cuda_graphs),
                        target_step_ms > 0 ? fmt::format(", step target {:g} ms", target_step_ms) : "",
+                       async_output < 0 ? "" : ", async output " + OnOff(async_output),
                        kv_cache_dtype.empty() ? "" : ", kv " + kv_cache_dtype,
                        quantization.empty() ? "" : ", weights " + quantization);
   return fmt::format("batch {}, delay {}, instances {}{}", Own(max_batch_size, 0),
@@ -60,6 +61,7 @@ std::vector<std::string> Knobs::Flags(ModelKind kind) const {
     if (chunked_prefill == 0) a.push_back("--no-chunked-prefill");
     if (cuda_graphs >= 0) a.insert(a.end(), {"--cuda-graphs", cuda_graphs ? "on" : "off"});
     if (target_step_ms > 0) a.insert(a.end(), {"--target-step-ms", fmt::format("{:g}", target_step_ms)});
+    if (async_output >= 0) a.insert(a.end(), {"--async-output", async_output ? "on" : "off"});
     if (!kv_cache_dtype.empty()) a.insert(a.end(), {"--kv-cache-dtype", kv_cache_dtype});
     if (!quantization.empty()) a.insert(a.end(), {"--quantization", quantization});
     return a;
@@ -82,6 +84,7 @@ double KnobValue(const std::string& knob, const Knobs& k) {
   if (knob == "chunked_prefill") return k.chunked_prefill;
   if (knob == "cuda_graphs") return k.cuda_graphs;
   if (knob == "target_step_ms") return k.target_step_ms;
+  if (knob == "async_output") return k.async_output;
   if (knob == "kv_cache_dtype") return k.kv_cache_dtype == "int8" ? 1 : k.kv_cache_dtype == "fp8" ? 2 : 0;
   if (knob == "weight_precision" || knob == "precision") {
     return k.quantization == "fp8" ? 1 : k.quantization == "int8" ? 2 : 0;
@@ -97,6 +100,7 @@ nlohmann::json KnobsJson(const Knobs& k, ModelKind kind) {
         {"chunked_prefill", OnOffJson(k.chunked_prefill)},
         {"cuda_graphs", OnOffJson(k.cuda_graphs)},
         {"target_step_ms", k.target_step_ms > 0 ? nlohmann::json(k.target_step_ms) : nlohmann::json("own")},
+        {"async_output", OnOffJson(k.async_output)},
         {"kv_cache_dtype", OwnText(k.kv_cache_dtype)},
         {"quantization", OwnText(k.quantization)}};
   return {{"max_batch_size", OwnJson(k.max_batch_size, 0)},

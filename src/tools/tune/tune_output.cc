@@ -68,6 +68,7 @@ double AxisValue(const std::string& knob, const TuneResult& r, int i) {
   const Knobs& k = r.measurements[static_cast<size_t>(i)].knobs;
   double v = KnobValue(knob, k);
   if (knob == "chunked_prefill" || knob == "cuda_graphs") return v < 0 ? 1 : v;
+  if (knob == "async_output") return v < 0 ? 0 : v;
   if (v <= 0 && knob != "max_queue_delay_us") v = KnobValue(knob, r.baseline_knobs);
   if (knob == "max_queue_delay_us" && v < 0) v = static_cast<double>(r.baseline_knobs.max_queue_delay_us);
   return v;
@@ -110,7 +111,7 @@ std::string StepCharts(const TuneOptions& o, const TuneResult& r, const StepRepo
     }
   }
   const bool log_x = s.knob != "max_queue_delay_us" && s.knob != "chunked_prefill" &&
-                     s.knob != "cuda_graphs" && s.knob != "target_step_ms";
+                     s.knob != "cuda_graphs" && s.knob != "target_step_ms" && s.knob != "async_output";
   std::string h =
       "<div class=\"chart\">" +
       bench::LineChartSvg({.title = "goodput vs " + s.knob + " (crossed: rejected; kept: carried on)",

@@ -231,6 +231,31 @@ void DecoderSteps(const std::string& step, const WalkContext& c, const Knobs& cu
     p->names.push_back(fmt::format("CUDA graphs {}", k.cuda_graphs ? "on" : "off"));
     if (Find(verdicts, "launch_bound") != nullptr)
       p->doctor_note = "the doctor names the current best launch_bound: CUDA graphs are the knob for it";
+  } else if (step == "async_output") {
+    // The tokens' text on the output thread while the model runs the next step: it pays where the host
+    // would otherwise be idle during a step (a GPU's); on the CPU the model's step takes the cores itself.
+    p->ordered = false;
+    if (c.device != "cuda") {
+      p->skip = c.device == "cpu" ? "CPU: the model's step uses the cores the output thread would need"
+                                  : "CPU or unknown device: --device cuda was not given (async output "
+                                    "overlaps the host's work with a GPU's step)";
+      return;
+    }
+    Knobs k = cur;
+    k.async_output = cur.async_output == 1 ? 0 : 1;
+    p->candidates.push_back(k);
+    p->names.push_back(fmt::format("async output {}", k.async_output ? "on" : "off"));
+    for (const nlohmann::json& v : verdicts.is_array() ? verdicts : nlohmann::json::array()) {
+      if (!v.is_object() || !v.contains("evidence") || !v["evidence"].is_array()) continue;
+      for (const nlohmann::json& e : v["evidence"]) {
+        if (e.is_object() && e.value("signal", "") == "step.host_share") {
+          p->doctor_note = fmt::format(
+              "the doctor measured the host at {:.0f}% of each step with the GPU idle: async output is its "
+              "knob",
+              100 * e.value("value", 0.0));
+        }
+      }
+    }
   } else if (step == "kv_cache_dtype") {
     if (!c.has_kv_cache_dtype) {
       p->skip = "this stoke serve has no --kv-cache-dtype";
@@ -291,7 +316,7 @@ void Judge(const Slos& s, Measurement* m) {
 std::vector<std::string> StepOrder(ModelKind kind) {
   if (kind == ModelKind::kDecoder)
     return {"max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "target_step_ms",
-            "cuda_graphs",  "kv_cache_dtype",         "weight_precision"};
+            "cuda_graphs",  "async_output",           "kv_cache_dtype",  "weight_precision"};
   return {"max_batch_size", "max_queue_delay_us", "instances", "precision"};
 }
 
@@ -379,6 +404,7 @@ Advice AdviseNext(const WalkContext& c, const Knobs& baseline, const nlohmann::j
     if (k.chunked_prefill != baseline.chunked_prefill) moved.chunked_prefill = k.chunked_prefill;
     if (k.cuda_graphs != baseline.cuda_graphs) moved.cuda_graphs = k.cuda_graphs;
     if (k.target_step_ms != baseline.target_step_ms) moved.target_step_ms = k.target_step_ms;
+    if (k.async_output != baseline.async_output) moved.async_output = k.async_output;
     a.flag = fmt::format("{}", fmt::join(moved.Flags(c.kind), " "));
     a.step = step;
     a.why = fmt::format("the walk's first step the doctor does not rule out ({}: {})", step, p.names[pick]);

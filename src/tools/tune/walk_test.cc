@@ -41,7 +41,7 @@ TEST(TunePlanTest, DecoderStepsComeInTheSeedsOrder) {
   EXPECT_EQ(
       StepOrder(ModelKind::kDecoder),
       (std::vector<std::string>{"max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "target_step_ms",
-                                "cuda_graphs", "kv_cache_dtype", "weight_precision"}));
+                                "cuda_graphs", "async_output", "kv_cache_dtype", "weight_precision"}));
   EXPECT_EQ(StepOrder(ModelKind::kBatched),
             (std::vector<std::string>{"max_batch_size", "max_queue_delay_us", "instances", "precision"}));
 }
@@ -120,6 +120,24 @@ TEST(TunePlanTest, CudaGraphsOnlyOnCuda) {
   ASSERT_EQ(p.candidates.size(), 1u);
   EXPECT_EQ(p.candidates[0].cuda_graphs, 0);  // own is on: try off
   EXPECT_NE(p.doctor_note.find("launch_bound"), std::string::npos);
+}
+
+TEST(TunePlanTest, AsyncOutputOnlyOnCudaAndCitesTheDoctorsHostGap) {
+  WalkContext c = Decoder();
+  c.device = "cpu";
+  EXPECT_NE(PlanStep("async_output", c, c.own, json()).skip.find("CPU"), std::string::npos);
+  c.device = "";
+  EXPECT_NE(PlanStep("async_output", c, c.own, json()).skip.find("--device cuda was not given"),
+            std::string::npos);
+  c.device = "cuda";
+  json v = Verdict("compute_bound", true);
+  v[0]["evidence"] = json::array({{{"signal", "step.host_share"}, {"value", 0.056}}});
+  StepPlan p = PlanStep("async_output", c, c.own, v);
+  ASSERT_EQ(p.candidates.size(), 1u);
+  EXPECT_EQ(p.candidates[0].async_output, 1);  // own is off: try on
+  EXPECT_NE(Joined(p.candidates[0].Flags(ModelKind::kDecoder)).find("--async-output|on|"), std::string::npos);
+  EXPECT_NE(p.doctor_note.find("host at 6% of each step"), std::string::npos) << p.doctor_note;
+  EXPECT_TRUE(PlanStep("async_output", c, c.own, Verdict("compute_bound", true)).doctor_note.empty());
 }
 
 TEST(TunePlanTest, KvCacheDtypeStepTriesTheGatedEightBitCaches) {
