@@ -97,6 +97,11 @@ void AddEngineTuningFlags(CLI::App* cmd, EngineTuningFlags* flags) {
          "other Q6_K ones: the faster per shape on an H200)")
       ->check(CLI::IsMember({"auto", "fp32", "int8"}))
       ->capture_default_str();
+  cmd->add_option("--vector-elementwise", flags->vector_elementwise,
+                  "cuda: the SwiGLU and the fp8 activation quantiser move 8 values per thread access "
+                  "(16-byte loads) instead of one: the same values (on|off; off until measured)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   cmd->add_option(
          "--kv-cache-dtype", flags->kv_cache_dtype,
          "KV cache storage: auto (fp32 on cpu, bf16 on cuda), bf16, int8 or fp8 (8 bits with a scale per "
@@ -114,7 +119,8 @@ void AddEngineTuningFlags(CLI::App* cmd, EngineTuningFlags* flags) {
 Status ApplyEngineTuningFlags(const EngineTuningFlags& flags, DecoderOptions* o) {
   for (const auto& [name, value] :
        {std::pair{"--ggml-numerics", &flags.ggml_numerics}, std::pair{"--pdl", &flags.pdl},
-        std::pair{"--decode-pipeline", &flags.decode_pipeline}}) {
+        std::pair{"--decode-pipeline", &flags.decode_pipeline},
+        std::pair{"--vector-elementwise", &flags.vector_elementwise}}) {
     if (*value != "on" && *value != "off")
       return InvalidArgumentError("{} {}: expected on or off", name, *value);
   }
@@ -133,6 +139,7 @@ Status ApplyEngineTuningFlags(const EngineTuningFlags& flags, DecoderOptions* o)
   t.prefill_attention = flags.prefill_attention;
   t.mixed_attention = flags.mixed_attention;
   t.kquant_gemv = flags.kquant_gemv;
+  t.vector_elementwise = flags.vector_elementwise == "on";
   return ValidateCudaDecoderTuning(t);
 }
 

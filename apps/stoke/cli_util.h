@@ -34,6 +34,7 @@ struct EngineTuningFlags {
   std::string prefill_attention = CudaDecoderTuning{}.prefill_attention;
   std::string mixed_attention = CudaDecoderTuning{}.mixed_attention;
   std::string kquant_gemv = CudaDecoderTuning{}.kquant_gemv;
+  std::string vector_elementwise = CudaDecoderTuning{}.vector_elementwise ? "on" : "off";
   // Not a kernel choice but a precision (DecoderOptions::kv_cache): carried here so that every command with
   // the engine knobs has it. docs/precision.md.
   std::string kv_cache_dtype = "auto";  // auto | bf16 | int8 | fp8

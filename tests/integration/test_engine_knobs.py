@@ -20,6 +20,7 @@ import requests
     ("--mixed-attention", "decode", b"--mixed-attention"),
     ("--event-batching", "maybe", b"--event-batching"),
     ("--async-output", "yes", b"--async-output"),
+    ("--vector-elementwise", "1", b"--vector-elementwise"),
     ("--encoder-attention", "fast", b"--encoder-attention"),
     ("--quantization", "int4", b"--quantization"),
     ("--target-step-ms", "-1", b"--target-step-ms must be >= 0"),  # int8 parses (encoders); a decoder refuses it at load
@@ -93,7 +94,8 @@ def test_bench_step_records_the_knobs(stoke_bin, tmp_path, decode_attention):
         (0, False, "warp", decode_attention)
     # the others at their defaults
     assert (e["gemv_split"], e["pdl"], e["decode_min_partition"], e["decode_partition"], e["ggml_numerics"],
-            e["kquant_gemv"], e["mixed_attention"]) == (0, False, 16, 2048, True, "auto", "split")
+            e["kquant_gemv"], e["mixed_attention"], e["vector_elementwise"]) == \
+        (0, False, 16, 2048, True, "auto", "split", False)
 
 
 def test_bench_step_records_fp8_weights(stoke_bin, tmp_path):

@@ -29,6 +29,7 @@ StatusOr<std::unique_ptr<DecoderModel>> CreateCudaDecoder(LlamaWeights weights, 
   co.attention.decode_tiled_fragments = o.cuda.decode_attention != "tiled-smem";
   co.attention.prefill_force_warp = o.cuda.prefill_attention == "warp";
   co.mixed_split = o.cuda.mixed_attention != "prefill";
+  co.vector_elementwise = o.cuda.vector_elementwise;
   co.kquant_gemv = o.cuda.kquant_gemv == "int8"   ? cuda::KGemvMath::kInt8Activations
                    : o.cuda.kquant_gemv == "fp32" ? cuda::KGemvMath::kFp32
                                                   : cuda::KGemvMath::kAuto;

@@ -518,6 +518,37 @@ TEST(CudaLlamaTest, Fp8WeightsTrackBf16) {
   }
 }
 
+// --vector-elementwise: the SwiGLU and the fp8 activation quantiser 8 values per access compute the same
+// values, so every logit is bit-identical with it on and off: bf16 and fp8 weights, every step through the
+// GEMMs (gemv rows 0), where those kernels run.
+TEST(CudaLlamaTest, VectorElementwiseGivesIdenticalLogits) {
+  SKIP_WITHOUT_GPU();
+  const TinyLlama m = MakeModel(15, /*tied=*/true, /*bias=*/true, /*layers=*/2);
+  const Script script = MakeScript(m.c.vocab_size, 6);
+  for (const bool fp8 : {false, true}) {
+    std::vector<std::vector<float>> logits[2];
+    for (const bool vec : {false, true}) {
+      CudaLlama::Options o = TestOptions();
+      o.gemv_max_rows = 0;
+      o.vector_elementwise = vec;
+      if (fp8) {
+        o.quantization = WeightQuantization::kFp8;
+        o.fp8_lm_head = true;
+      }
+      auto model = CudaLlama::Create(ToBf16Weights(m, true), o);
+      ASSERT_TRUE(model.ok()) << model.status().ToString();
+      auto out = RunScript(**model, script);
+      ASSERT_TRUE(out.ok()) << out.status().ToString();
+      for (const auto& step : *out) logits[vec].push_back(step.logits);
+    }
+    ASSERT_EQ(logits[0].size(), logits[1].size());
+    for (size_t i = 0; i < logits[0].size(); ++i) {
+      EXPECT_EQ(logits[0][i], logits[1][i])
+          << (fp8 ? "fp8" : "bf16") << " weights, step " << i << " (" << script.names[i] << ")";
+    }
+  }
+}
+
 // ---- the real SmolLM2 (skips when not on disk) ----
 
 std::string SmolLmPath() {

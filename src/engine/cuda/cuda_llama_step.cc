@@ -61,7 +61,8 @@ Status CudaLlama::EnqueueLinear(const Linear& lin, const __nv_bfloat16* x, int64
       return cuda::Fp8Gemv(lin.q, lin.scale, lin.rows, lin.cols, x, m, y, lin.rows, options_.pdl, stream_.get(),
                            options_.gemv_split);
     }
-    RETURN_IF_ERROR(cuda::QuantizeRowsFp8(x, m, lin.cols, lin.cols, act_q_, act_scale_, 1.f, stream_.get()));
+    RETURN_IF_ERROR(cuda::QuantizeRowsFp8(x, m, lin.cols, lin.cols, act_q_, act_scale_, 1.f, stream_.get(),
+                                          options_.vector_elementwise));
     return gemm.RunFp8(act_q_, act_scale_, lin.q, lin.scale, y, DType::kBF16, m, lin.rows, lin.cols,
                        stream_.get());
   }
@@ -153,7 +154,7 @@ Status CudaLlama::EnqueueLayers(const StepArgs& a, cuda::BlasLtGemm& gemm) {
           cuda::Bf16GemvSiluMul(l.gate_up.w, F, H, h_, T, act_, options_.pdl, s, options_.gemv_split));
     } else {
       RETURN_IF_ERROR(EnqueueLinear(l.gate_up, h_, T, gu_, gemm));
-      RETURN_IF_ERROR(cuda::SiluMulFused(gu_, T, F, act_, s));
+      RETURN_IF_ERROR(cuda::SiluMulFused(gu_, T, F, act_, s, options_.vector_elementwise));
     }
     RETURN_IF_ERROR(EnqueueLinear(l.down, act_, T, proj_, gemm));  // the next layer adds it to x
   }
@@ -170,7 +171,8 @@ Status CudaLlama::EnqueueLogits(const int32_t* rows, int64_t n, cuda::BlasLtGemm
       return cuda::Fp8Gemv(lm_head_.q, lm_head_.scale, vocab_pad_, c.hidden_size, sel_, n, logits_, vocab_pad_,
                            options_.pdl, s, options_.gemv_split);
     }
-    RETURN_IF_ERROR(cuda::QuantizeRowsFp8(sel_, n, c.hidden_size, c.hidden_size, act_q_, act_scale_, 1.f, s));
+    RETURN_IF_ERROR(cuda::QuantizeRowsFp8(sel_, n, c.hidden_size, c.hidden_size, act_q_, act_scale_, 1.f, s,
+                                          options_.vector_elementwise));
     return gemm.RunFp8(act_q_, act_scale_, lm_head_.q, lm_head_.scale, logits_, DType::kF32, n, vocab_pad_,
                        c.hidden_size, s);
   }

@@ -3,6 +3,8 @@
 //   h2d           pinned vs pageable host->device, GB/s
 //   gemm          bf16 GEMM through BlasLtGemm (tuned), TFLOP/s, at 8192^3 and Llama-3.1-8B shapes
 //   gemm_fp8      the served step's projections at m = 256..2048: bf16 GEMM vs activation quantise + FP8 GEMM
+//   elementwise   the served step's SwiGLU and fp8 activation quantiser at m = 256..1024 tokens, one value vs
+//                 8 values per thread access (--vector-elementwise), GB/s of bytes read + written
 //   gemv          decode projections at batch 1 / 8: bf16 GEMV vs cuBLASLt, GB/s of weights read
 //   gemv8         the 1-byte GEMVs (fp8 E4M3, GGUF Q8_0) at batch 1, every warps-per-row choice, GB/s of
 //                 weight + scale bytes read
@@ -13,7 +15,8 @@
 //   encoder_attn  the encoder's bidirectional attention (BERT-base / -large shapes), tensor-core kernel with
 //                 16 vs 32 query rows per warp, TFLOP/s (median)
 // Usage: cuda_bench [--quick] [--only SECTION] [--gemm-cache FILE]   (--quick: fewer iterations, for a smoke
-// run; SECTION: copies, gemm, gemm_fp8, gemv, gemv8, gemvk, decode_attn, prefill_attn or encoder_attn;
+// run; SECTION: copies, gemm, gemm_fp8, elementwise, gemv, gemv8, gemvk, decode_attn, prefill_attn or
+// encoder_attn;
 // --gemm-cache: the cuBLASLt algorithm cache reused across runs, as stoke serve --gemm-cache)
 #include <cuda_runtime.h>
 
@@ -29,6 +32,7 @@
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/encoder.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gemv.h"
@@ -208,6 +212,58 @@ void GemmFp8Bench(cudaStream_t s, const std::string& gemm_cache) {
     }
   }
   if (Status st = (*gemm)->Save(); !st.ok()) std::fprintf(stderr, "gemm cache: %s\n", st.ToString().c_str());
+}
+
+// The served step's memory-bound elementwise kernels (Llama-3.1-8B shapes) at m = 256 .. 1024 tokens: the
+// SwiGLU over the gate|up GEMM's output (SiluMulFused, inter 14336) and the fp8 activation quantiser before
+// each FP8 GEMM (QuantizeRowsFp8, k 4096 and 14336), one value per thread access against 8
+// (--vector-elementwise). Each timed call reads the next slice of a 512 MiB pool, so no read is served from
+// the 50 MB L2. GB/s counts the bytes each call reads and writes once.
+void ElementwiseBench(cudaStream_t s) {
+  const int64_t H = 4096, F = 14336;
+  const int64_t pool_bytes = int64_t{512} << 20;
+  void *in_pool, *out_pool, *q, *sc;
+  BENCH_CHECK(cudaMalloc(&in_pool, pool_bytes));
+  BENCH_CHECK(cudaMalloc(&out_pool, pool_bytes / 2));
+  BENCH_CHECK(cudaMalloc(&q, int64_t{1024} * F));
+  BENCH_CHECK(cudaMalloc(&sc, 1024 * 4));
+  cudaMemset(in_pool, 0x3c, pool_bytes);
+  auto* in = static_cast<__nv_bfloat16*>(in_pool);
+  auto* out = static_cast<__nv_bfloat16*>(out_pool);
+  auto* q8 = static_cast<uint8_t*>(q);
+  auto* scf = static_cast<float*>(sc);
+  for (const int64_t m : {256, 512, 1024}) {
+    // Slices of the pools, 16-byte aligned (every size here is a multiple of 8 values).
+    int64_t next = 0;
+    auto slice = [&](int64_t values, int64_t pool_values) {
+      return (next++ % (pool_values / values)) * values;
+    };
+    for (const bool vec : {false, true}) {
+      const float ms = TimeMs(s, [&] {
+        const int64_t i = slice(m * 2 * F, pool_bytes / 2);
+        (void)SiluMulFused(in + i, m, F, out + i / 2, s, vec);
+      });
+      const double bytes = m * 2.0 * F * 2 + m * 1.0 * F * 2;
+      std::printf(
+          "{\"bench\":\"elementwise\",\"kernel\":\"silu_mul\",\"m\":%lld,\"cols\":%lld,\"vec8\":%s,"
+          "\"ms\":%.4f,\"gbps\":%.1f}\n",
+          (long long)m, (long long)F, vec ? "true" : "false", ms, bytes / (ms * 1e-3) / 1e9);
+    }
+    for (const int64_t k : {H, F}) {
+      for (const bool vec : {false, true}) {
+        const float ms = TimeMs(s, [&] {
+          const int64_t i = slice(m * k, pool_bytes / 2);
+          (void)QuantizeRowsFp8(in + i, m, k, k, q8, scf, 1.f, s, vec);
+        });
+        const double bytes = m * 3.0 * k + m * 4.0;
+        std::printf(
+            "{\"bench\":\"elementwise\",\"kernel\":\"quantize_fp8\",\"m\":%lld,\"cols\":%lld,"
+            "\"vec8\":%s,\"ms\":%.4f,\"gbps\":%.1f}\n",
+            (long long)m, (long long)k, vec ? "true" : "false", ms, bytes / (ms * 1e-3) / 1e9);
+      }
+    }
+  }
+  for (void* p : {in_pool, out_pool, q, sc}) cudaFree(p);
 }
 
 // Decode projections at batch 1, 2, 4 and 8 (Llama-3.1-8B shapes): the bf16 GEMV (gemv.h) vs cuBLASLt on the
@@ -676,6 +732,11 @@ int main(int argc, char** argv) {
   if (want("gemm_fp8")) {
     std::fprintf(stderr, "cuda_bench: gemm_fp8\n");
     GemmFp8Bench(s, gemm_cache);
+    std::fflush(stdout);
+  }
+  if (want("elementwise")) {
+    std::fprintf(stderr, "cuda_bench: elementwise\n");
+    ElementwiseBench(s);
     std::fflush(stdout);
   }
   if (want("gemv")) {

@@ -1,3 +1,4 @@
+#include <cstdint>
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"
@@ -35,6 +36,27 @@ __global__ void SiluMulFusedKernel(const T* __restrict__ gu, int64_t rows, int64
     const float g = ToFloat(gu[r * 2 * inter + c]);
     const float u = ToFloat(gu[r * 2 * inter + inter + c]);
     out[i] = FromFloat<T>(Silu(g) * u);
+  }
+}
+
+// The bf16 form 8 columns at a time: one 16-byte load of gate and of up, one 16-byte store per thread
+// (inter % 8 == 0, 16-byte aligned rows), the same arithmetic per value as SiluMulFusedKernel.
+__global__ void SiluMulFusedVec8Kernel(const __nv_bfloat16* __restrict__ gu, int64_t rows, int64_t inter,
+                                       __nv_bfloat16* __restrict__ out) {
+  PdlLaunchDependents();
+  const int64_t per_row = inter / 8, total = rows * per_row;
+  for (int64_t v = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; v < total;
+       v += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = v / per_row, c = (v - r * per_row) * 8;
+    const uint4 g4 = *reinterpret_cast<const uint4*>(gu + r * 2 * inter + c);
+    const uint4 u4 = *reinterpret_cast<const uint4*>(gu + r * 2 * inter + inter + c);
+    const __nv_bfloat16* g = reinterpret_cast<const __nv_bfloat16*>(&g4);
+    const __nv_bfloat16* u = reinterpret_cast<const __nv_bfloat16*>(&u4);
+    uint4 o4;
+    __nv_bfloat16* o = reinterpret_cast<__nv_bfloat16*>(&o4);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) o[k] = FromFloat<__nv_bfloat16>(Silu(ToFloat(g[k])) * ToFloat(u[k]));
+    *reinterpret_cast<uint4*>(out + r * inter + c) = o4;
   }
 }
 
@@ -98,8 +120,14 @@ Status SiluMulFused(const float* gate_up, int64_t rows, int64_t inter, float* ou
   return LaunchSiluMulFused(gate_up, rows, inter, out, stream);
 }
 Status SiluMulFused(const __nv_bfloat16* gate_up, int64_t rows, int64_t inter, __nv_bfloat16* out,
-                    cudaStream_t stream) {
-  return LaunchSiluMulFused(gate_up, rows, inter, out, stream);
+                    cudaStream_t stream, bool vec8) {
+  const bool aligned = inter % 8 == 0 && reinterpret_cast<uintptr_t>(gate_up) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(out) % 16 == 0;
+  if (!vec8 || !aligned || rows <= 0 || inter <= 0)
+    return LaunchSiluMulFused(gate_up, rows, inter, out, stream);
+  SiluMulFusedVec8Kernel<<<GridFor(rows * (inter / 8)), kThreads, 0, stream>>>(gate_up, rows, inter, out);
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return OkStatus();
 }
 
 template <typename T>

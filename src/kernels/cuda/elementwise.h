@@ -24,8 +24,11 @@ Status EmbeddingGather(const __nv_bfloat16* table, int64_t vocab, int64_t dim, c
 // out[r, c] = silu(gate_up[r, c]) * gate_up[r, inter + c]: gate_up = [rows, 2 * inter] (the fused gate|up
 // projection), out = [rows, inter]. out must not alias gate_up.
 Status SiluMulFused(const float* gate_up, int64_t rows, int64_t inter, float* out, cudaStream_t stream);
+// bf16: `vec8` (--vector-elementwise) has each thread take 8 columns with 16-byte loads and stores where
+// inter % 8 == 0 and both pointers are 16-byte aligned (else the one-value-per-thread kernel): the same
+// values, bit for bit.
 Status SiluMulFused(const __nv_bfloat16* gate_up, int64_t rows, int64_t inter, __nv_bfloat16* out,
-                    cudaStream_t stream);
+                    cudaStream_t stream, bool vec8 = false);
 // out[i] = silu(gate[i]) * up[i] over n values (separate tensors). out may alias gate or up.
 Status SiluMul(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream);
 Status SiluMul(const __nv_bfloat16* gate, const __nv_bfloat16* up, int64_t n, __nv_bfloat16* out,

@@ -75,6 +75,18 @@ TEST(CudaFp8, QuantizeRowsIsBitExactWithTheCpuReference) {
   EXPECT_EQ(bad_q, 0);
   EXPECT_EQ(bad_s, 0);
   EXPECT_EQ(s[3], 0.f);  // the zero row
+  // 8 values per access (--vector-elementwise): cols and ldx are multiples of 8 here, the same bytes; a
+  // stride of 4125 (not a multiple of 8) takes the one-value kernel, the same bytes again.
+  for (const int64_t stride : {ldx, int64_t{4125}}) {
+    std::vector<float> p2(rows * stride, -3.f);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) p2[i * stride + j] = x[i * cols + j];
+    DeviceBuffer<uint16_t> dx2(ToBf16(p2));
+    STATUS_ASSERT(QuantizeRowsFp8(dx2.bf16(), rows, cols, stride, dq.get(), ds.get(), 1.f, nullptr,
+                                  /*vec8=*/true));
+    EXPECT_EQ(dq.Download(), want.q) << "vec8 quantise, ldx " << stride;
+    EXPECT_EQ(ds.Download(), want.scale) << "vec8 quantise, ldx " << stride;
+  }
 
   // The broken quantiser's multiplier scales every scale; the dequantiser undoes the quantiser.
   STATUS_ASSERT(QuantizeRowsFp8(dx.bf16(), rows, cols, ldx, dq.get(), ds.get(), 1.5f, nullptr));

@@ -1,5 +1,6 @@
 // GPU element-wise, normalisation, quantisation and GEMM kernels against the CPU references, on fresh random
 // inputs with outputs poisoned (NaN) beforehand. Skipped when no GPU is present.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -132,6 +133,24 @@ TEST(CudaActivation, SiluMulAndGeluBiasMatchCpu) {
   DeviceBuffer<uint16_t> bgu(ToBf16(gu)), bout(rows * inter);
   STATUS_ASSERT(SiluMulFused(bgu.bf16(), rows, inter, bout.bf16(), nullptr));
   EXPECT_CLOSE(FromBf16(bout.Download()), want, kTolBf16, "silu*up fused bf16");
+  // 8 columns per thread access (--vector-elementwise): the same bits; where inter % 8 != 0 or a row is not
+  // 16-byte aligned it falls back to the one-value kernel, the same bits again.
+  for (const int64_t w : {int64_t{1536}, int64_t{1531}, int64_t{14336}}) {
+    const int64_t r = w == 14336 ? 5 : rows;
+    DeviceBuffer<uint16_t> g2(ToBf16(RandomFloats(r * 2 * w + 8, 11, -6.f, 6.f))), one(r * w),
+        eight(r * w + 8);
+    STATUS_ASSERT(SiluMulFused(g2.bf16(), r, w, one.bf16(), nullptr));
+    STATUS_ASSERT(SiluMulFused(g2.bf16(), r, w, eight.bf16(), nullptr, /*vec8=*/true));
+    auto a = one.Download(), b = eight.Download();
+    b.resize(a.size());
+    EXPECT_EQ(a, b) << "vec8 silu*up, inter " << w;
+    // Misaligned by one value (2 bytes): the fallback.
+    STATUS_ASSERT(SiluMulFused(g2.bf16() + 1, r, w, eight.bf16() + 1, nullptr, /*vec8=*/true));
+    STATUS_ASSERT(SiluMulFused(g2.bf16() + 1, r, w, one.bf16(), nullptr));
+    a = one.Download();
+    b = eight.Download();
+    EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin() + 1)) << "misaligned vec8 silu*up, inter " << w;
+  }
 
   const int64_t dim = 1536;
   auto x = RandomFloats(rows * dim, 9, -4.f, 4.f);

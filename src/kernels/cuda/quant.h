@@ -70,8 +70,10 @@ Status RepackQ8_0(const void* src, int64_t rows, int64_t cols, int64_t alloc_row
 //   amax = max |x[r, :]|, q[r, j] = e4m3_rne_satfinite(x[r, j] · (448 / amax)), scale[r] = amax / 448
 // (an all-zero or non-finite row: q 0, scale 0), then scale[r] *= scale_multiplier (1 except in the tests'
 // deliberately broken quantiser). x = [rows, cols] bf16 with row stride ldx, q = [rows, cols] (stride cols).
-Status QuantizeRowsFp8(const __nv_bfloat16* x, int64_t rows, int64_t cols, int64_t ldx, uint8_t* q, float* scale,
-                       float scale_multiplier, cudaStream_t stream);
+// `vec8` (--vector-elementwise): 8 values per thread access (16-byte loads, 8-byte stores) where cols and ldx
+// are multiples of 8 and x (16 bytes) and q (8 bytes) are aligned, else one value per access: the same bytes.
+Status QuantizeRowsFp8(const __nv_bfloat16* x, int64_t rows, int64_t cols, int64_t ldx, uint8_t* q,
+                       float* scale, float scale_multiplier, cudaStream_t stream, bool vec8 = false);
 // The inverse into bf16: y[r, j] = bf16(e4m3(q[r, j]) · scale[r]).
 Status DequantizeRowsFp8(const uint8_t* q, const float* scale, int64_t rows, int64_t cols, __nv_bfloat16* y,
                          cudaStream_t stream);

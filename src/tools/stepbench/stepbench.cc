@@ -178,6 +178,7 @@ StatusOr<Json> RunStepBench(const StepBenchOptions& o, const Backends& backends,
               {"prefill_attention", t.prefill_attention},
               {"mixed_attention", t.mixed_attention},
               {"kquant_gemv", t.kquant_gemv},
+              {"vector_elementwise", t.vector_elementwise},
               {"kv_cache_dtype", model->kv_cache_dtype_name()},
               {"quantization", model->quantization_name()}};
   report["engine"] = engine;
