@@ -9,7 +9,7 @@
 #      with `stoke doctor --load none` watching each window: verdict, KV use, preemptions, per-step split
 #      ($OUT/doctor_<shape>_c<c>.{json,txt}; timed at the device's rates from bench step's roofline probe)
 #   5. $OUT/llm_bench_summary$LLM_TAG.json: output tokens/s, TTFT and TPOT p50/p99 of both, and stoke / HF ratios
-# Everything lands in $OUT (default /tmp/stoke_gpu_out); progress on stderr, all of it in $OUT/llm_bench.log.
+# Everything lands in $OUT (default /tmp/stoke_gpu_out); progress on stderr, all of it in $OUT/llm_bench$LLM_TAG.log.
 # Budget: about 7 minutes on an H200. Knobs (env): LLM_SHAPE, LLM_CONCURRENCY ("64 256"), LLM_INPUT (1000),
 # LLM_OUTPUT (1000), LLM_SERVE_ARGS (more `stoke serve` flags, e.g. "--quantization fp8 --kv-cache-dtype fp8"),
 # LLM_TAG (suffix of the serve_* output folders), LLM_TRACE_S (a timeline of that many seconds mid-window:
@@ -200,11 +200,11 @@ for c in conc:
           "ttft_ms_p99": h.get("ttft_ms", {}).get("p99"), "tpot_ms_p50": h.get("tpot_ms", {}).get("p50"),
           "tpot_ms_p99": h.get("tpot_ms", {}).get("p99"), "output_len_measured": h.get("output_len_measured"),
           "reduced_because": h.get("reduced_because"), "error": h.get("error") or hf.get("error")}
-    d = load(out / f"doctor_{shape}_c{c}.json")
+    d = load(out / f"doctor_{shape}{tag}_c{c}.json")
     sig = d.get("signals", {})
     st["doctor_verdict"] = (d.get("verdicts") or [{}])[0].get("bottleneck")
     st["step_split"] = {k: sig.get(k) for k in (
-        "steps", "engine_busy", "step_ms", "step_model_ms", "step_host_ms", "step_decode_tokens",
+        "steps", "engine_busy", "step_ms", "step_model_ms", "step_host_ms", "step_output_ms", "step_decode_tokens",
         "step_prefill_tokens", "step_weight_bytes", "step_kv_bytes", "step_matmul_flops", "step_attention_flops",
         "hbm_gbps", "tensor_tflops", "step_weights_ms", "step_kv_ms", "step_matmul_ms", "step_attention_ms",
         "step_floor_ms", "kv_usage_mean", "kv_usage_max", "preemptions", "running_mean", "waiting_mean")
@@ -221,4 +221,4 @@ print(json.dumps(summary, indent=2))
 PY
   stamp "done"
 }
-main 2>&1 | tee "$OUT/llm_bench.log"
+main 2>&1 | tee "$OUT/llm_bench${LLM_TAG:-}.log"
