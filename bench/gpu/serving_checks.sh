@@ -13,7 +13,7 @@
 #             with the grid (at most ~9: the budgets bound it).
 #   tune_llm  stoke tune on the Llama-3.1-8B shape (`stoke model synth --shape llama-3.1-8b`, bf16, random
 #             weights) on the GPU: streamed chat, 100 words (~520 tokens) in / 128 out, c=64, SLO TPOT p99
-#             50 ms; the decoder walk (max-num-seqs, max-num-batched-tokens, chunked prefill, CUDA graphs) with
+#             50 ms; the decoder walk (max-num-seqs ... async output, KV dtype, fp8 weights: docs/tune.md) with
 #             the doctor on every point, 4 s warm-up + 10 s window, budget 5 min (TUNE_LLM_* override). Each
 #             point restarts `stoke serve` (~11 s to load the 8B). ~6.5 min with the synth.
 # GPU_PARTS picks a subset (default: "serving ledger tune"). Outputs under $OUT: serving_path.json,
