@@ -134,8 +134,12 @@ std::optional<Verdict> HostBound(const Signals& s, const Thresholds& t) {
     if (Has(s.gr_active))
       v.evidence.push_back(Ev("gpu.gr_engine_active", s.gr_active, "", kNaN, "ratio", ""));
     if (IsLlm(s)) {
+      const bool async_on = Has(s.step_output_ms) && s.step_output_ms > 0;
       v.next_step = pre_dominates ? "--http-threads 2x (tokenisation runs per request on the HTTP threads)"
-                                  : "--sampling device (sample on the GPU; only token ids reach the host)";
+                    : async_on    ? "--sampling device (sample on the GPU; only token ids reach the host)"
+                                  : "--async-output on (detokenising, stop strings and events on an output "
+                                    "thread while the model runs the next step); --sampling device where "
+                                    "requests sample on the host";
     } else {
       v.next_step = fmt::format(
           "--instances {} (each instance has its own CPU thread; model file: \"instance_group\": "

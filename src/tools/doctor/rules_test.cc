@@ -333,6 +333,24 @@ TEST(DoctorRules, TheKernelSplitNamesWhatToShrink) {
   EXPECT_EQ(Diagnose(s).front().next_step, plain);
 }
 
+TEST(DoctorRules, AnLlmsPostprocessNamesAsyncOutputUnlessItIsOn) {
+  Signals s;
+  s.kind = "llm";
+  s.requests = 100;
+  s.stage_s = {{"queue", 0.0}, {"decode", 0.01}, {"postprocess", 0.03}};
+  s.host_s = 0.03;
+  s.device_s = 0.01;
+  s.service_s = 0.04;
+  s.latency_s = 0.041;
+  s.io_s = s.copy_s = s.queue_s = 0;
+  Verdict v = Diagnose(s).front();
+  EXPECT_EQ(v.bottleneck, "host_bound");
+  EXPECT_TRUE(v.next_step.starts_with("--async-output on")) << v.next_step;
+  s.step_output_ms = 0.4;  // on already: sampling is what is left to move
+  v = Diagnose(s).front();
+  EXPECT_TRUE(v.next_step.starts_with("--sampling device")) << v.next_step;
+}
+
 TEST(DoctorRules, AnLlmsHostGapBetweenStepsNamesAsyncOutput) {
   // The served 8B at c=512 on an H100 (gpu_served_fp8_c512_h100_2026-12-05.json): steps of 44.9 ms, of which
   // 2.5 ms on the host with the GPU idle.
