@@ -518,9 +518,9 @@ TEST(CudaLlamaTest, Fp8WeightsTrackBf16) {
   }
 }
 
-// --vector-elementwise: the SwiGLU and the fp8 activation quantiser 8 values per access compute the same
-// values, so every logit is bit-identical with it on and off: bf16 and fp8 weights, every step through the
-// GEMMs (gemv rows 0), where those kernels run.
+// --vector-elementwise: the SwiGLU and the fp8 activation quantiser 8 values per access, and the 8-bit
+// cache's RoPE + write one warp per head, compute the same values, so every logit is bit-identical with it on
+// and off: bf16 weights and cache, fp8 weights and cache, every step through the GEMMs (gemv rows 0).
 TEST(CudaLlamaTest, VectorElementwiseGivesIdenticalLogits) {
   SKIP_WITHOUT_GPU();
   const TinyLlama m = MakeModel(15, /*tied=*/true, /*bias=*/true, /*layers=*/2);
@@ -531,9 +531,10 @@ TEST(CudaLlamaTest, VectorElementwiseGivesIdenticalLogits) {
       CudaLlama::Options o = TestOptions();
       o.gemv_max_rows = 0;
       o.vector_elementwise = vec;
-      if (fp8) {
+      if (fp8) {  // fp8 weights and an fp8 KV cache (its RoPE + cache write one warp per head)
         o.quantization = WeightQuantization::kFp8;
         o.fp8_lm_head = true;
+        o.kv_cache_dtype = KvCacheDtype::kFp8;
       }
       auto model = CudaLlama::Create(ToBf16Weights(m, true), o);
       ASSERT_TRUE(model.ok()) << model.status().ToString();

@@ -100,7 +100,7 @@ Status CudaLlama::EnqueueQuantAttention(int i, const StepArgs& a) {
   const Layer& l = layers_[i];
   const cuda::DevicePagedKvQuant& kv = kv_quant_layers_[i];
   RETURN_IF_ERROR(cuda::QkvRopeWriteKvQuant(qkv_, l.qkv_bias, a.positions, a.slots, a.T, c.num_heads,
-                                            inv_freq_, kv, q_, stream_.get()));
+                                            inv_freq_, kv, q_, stream_.get(), options_.vector_elementwise));
   return EnqueueAttentionKernels(a, kv);
 }
 

@@ -180,9 +180,12 @@ struct DevicePagedKvQuant {
 // QkvRopeWriteKv into an 8-bit cache: q as there; each K and V row (token, kv head) is first rounded to bf16
 // (what the bf16 cache would hold), then quantised as cpu::QuantizeKvRow: scale = amax / 127 (int8) or
 // amax / 448 (fp8), q = rint(x · (127 / amax)) or e4m3_satfinite(x · (448 / amax)). head_dim <= 256.
+// `warp_heads` (--vector-elementwise): one warp per head, 4 heads per block, instead of one block per (token,
+// head), where head_dim % 64 == 0: the same q, bytes and scales.
 Status QkvRopeWriteKvQuant(const __nv_bfloat16* qkv, const float* bias, const int32_t* positions,
                            const int32_t* slots, int64_t tokens, int heads, const float* inv_freq,
-                           const DevicePagedKvQuant& kv, __nv_bfloat16* q, cudaStream_t stream);
+                           const DevicePagedKvQuant& kv, __nv_bfloat16* q, cudaStream_t stream,
+                           bool warp_heads = false);
 
 // PagedDecodeAttention / PrefillAttention over an 8-bit cache: the same contracts, splits and workspace
 // (DecodeWorkspaceBytes) as the bf16 forms. Prefill runs the tiled tensor-core kernel (head_dim 64/128,

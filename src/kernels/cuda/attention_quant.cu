@@ -130,6 +130,98 @@ __global__ void QkvRopeWriteKvQuantKernel(const __nv_bfloat16* __restrict__ qkv,
   }
 }
 
+// The same with one warp per head instead of one block (warp_heads, --vector-elementwise): 4 heads per block,
+// lane l rotating pairs l, l + 32, ... (head_dim % 64 == 0, <= 256: 1..4 pairs per lane), a kv head's |K| and
+// |V| maxima by warp shuffles, no barrier. Per value the same arithmetic; a max does not depend on its order:
+// the same q, bytes and scales.
+constexpr int kRopeHeadsPerBlock = 4;
+
+template <bool kFp8>
+__global__ void QkvRopeWriteKvQuantWarpKernel(const __nv_bfloat16* __restrict__ qkv,
+                                              const float* __restrict__ bias,
+                                              const int32_t* __restrict__ positions,
+                                              const int32_t* __restrict__ slots, int heads,
+                                              const float* __restrict__ inv_freq, DevicePagedKvQuant kv,
+                                              __nv_bfloat16* __restrict__ q_out) {
+  PdlLaunchDependents();
+  constexpr int kMaxPairs = 4;
+  const int64_t t = blockIdx.x;
+  const int lane = threadIdx.x & 31;
+  const int h = blockIdx.y * kRopeHeadsPerBlock + (threadIdx.x >> 5);
+  const int hd = kv.head_dim, half = hd / 2, kvh = kv.num_kv_heads, pairs = half / 32;
+  if (h >= heads + kvh) return;
+  const int64_t width = static_cast<int64_t>(heads + 2 * kvh) * hd;
+  const __nv_bfloat16* row = qkv + t * width;
+  auto load = [&](int64_t c) {
+    float x = __bfloat162float(row[c]);
+    if (bias != nullptr) x = __bfloat162float(__float2bfloat16_rn(x + bias[c]));
+    return x;
+  };
+  const int64_t col = static_cast<int64_t>(h) * hd;  // q heads, then k heads
+  const float pos = static_cast<float>(positions[t]);
+  __nv_bfloat16 r0[kMaxPairs], r1[kMaxPairs];
+#pragma unroll
+  for (int p = 0; p < kMaxPairs; ++p) {
+    if (p < pairs) {
+      const int i = lane + 32 * p;
+      float s, c;
+      sincosf(pos * inv_freq[i], &s, &c);
+      const float x0 = load(col + i), x1 = load(col + i + half);
+      r0[p] = __float2bfloat16_rn(x0 * c - x1 * s);
+      r1[p] = __float2bfloat16_rn(x1 * c + x0 * s);
+    }
+  }
+  if (h < heads) {  // the whole warp: a query head
+    __nv_bfloat16* a = q_out + (t * heads + h) * hd;
+#pragma unroll
+    for (int p = 0; p < kMaxPairs; ++p) {
+      if (p < pairs) {
+        a[lane + 32 * p] = r0[p];
+        a[lane + 32 * p + half] = r1[p];
+      }
+    }
+    return;
+  }
+  const int32_t slot = slots[t];
+  if (slot < 0) return;  // the whole warp: a padding token
+  const int kh = h - heads;
+  const int64_t vcol = static_cast<int64_t>(heads + kvh + kh) * hd;
+  float k0[kMaxPairs], k1[kMaxPairs], v0[kMaxPairs], v1[kMaxPairs];
+  float kmax = 0.f, vmax = 0.f;
+#pragma unroll
+  for (int p = 0; p < kMaxPairs; ++p) {
+    if (p < pairs) {
+      const int i = lane + 32 * p;
+      k0[p] = __bfloat162float(r0[p]);
+      k1[p] = __bfloat162float(r1[p]);
+      v0[p] = __bfloat162float(__float2bfloat16_rn(load(vcol + i)));
+      v1[p] = __bfloat162float(__float2bfloat16_rn(load(vcol + i + half)));
+      kmax = fmaxf(kmax, fmaxf(fabsf(k0[p]), fabsf(k1[p])));
+      vmax = fmaxf(vmax, fmaxf(fabsf(v0[p]), fabsf(v1[p])));
+    }
+  }
+  kmax = WarpMax(kmax);
+  vmax = WarpMax(vmax);
+  const float qmax = QuantMax<kFp8>();
+  const bool kok = kmax > 0.f && isfinite(kmax), vok = vmax > 0.f && isfinite(vmax);
+  const float kinv = kok ? qmax / kmax : 0.f, vinv = vok ? qmax / vmax : 0.f;
+  const int64_t r = static_cast<int64_t>(slot) * kvh + kh;  // (slot, kv head)
+#pragma unroll
+  for (int p = 0; p < kMaxPairs; ++p) {
+    if (p < pairs) {
+      const int i = lane + 32 * p;
+      kv.k[r * hd + i] = QuantizeScaled<kFp8>(k0[p] * kinv);
+      kv.k[r * hd + i + half] = QuantizeScaled<kFp8>(k1[p] * kinv);
+      kv.v[r * hd + i] = QuantizeScaled<kFp8>(v0[p] * vinv);
+      kv.v[r * hd + i + half] = QuantizeScaled<kFp8>(v1[p] * vinv);
+    }
+  }
+  if (lane == 0) {
+    kv.k_scale[r] = kok ? kmax / qmax : 0.f;
+    kv.v_scale[r] = vok ? vmax / qmax : 0.f;
+  }
+}
+
 // ---- attention --------------------------------------------------------------------------------------------
 
 // WarpAttend (attention.cu) over the 8-bit cache: the lane's E bytes of K and V and the row's two scales are
@@ -364,7 +456,8 @@ void LaunchPrefillQuant(unsigned grid, const __nv_bfloat16* q, const int32_t* cu
 
 Status QkvRopeWriteKvQuant(const __nv_bfloat16* qkv, const float* bias, const int32_t* positions,
                            const int32_t* slots, int64_t tokens, int heads, const float* inv_freq,
-                           const DevicePagedKvQuant& kv, __nv_bfloat16* q, cudaStream_t stream) {
+                           const DevicePagedKvQuant& kv, __nv_bfloat16* q, cudaStream_t stream,
+                           bool warp_heads) {
   RETURN_IF_ERROR(CheckQuantKv("QkvRopeWriteKvQuant", kv));
   if (kv.head_dim <= 0 || kv.head_dim % 2 != 0 || kv.head_dim > 512) {
     return Status(StatusCode::kInvalidArgument, "QkvRopeWriteKvQuant: head_dim must be even and <= 512");
@@ -375,6 +468,20 @@ Status QkvRopeWriteKvQuant(const __nv_bfloat16* qkv, const float* bias, const in
   if (tokens <= 0) return OkStatus();
   if (tokens > 0x7fffffff)
     return Status(StatusCode::kInvalidArgument, "QkvRopeWriteKvQuant: too many tokens");
+  if (warp_heads && kv.head_dim % 64 == 0 && kv.head_dim <= 256) {
+    const dim3 grid(
+        static_cast<unsigned>(tokens),
+        static_cast<unsigned>((heads + kv.num_kv_heads + kRopeHeadsPerBlock - 1) / kRopeHeadsPerBlock));
+    if (kv.dtype == KvCacheDtype::kFp8) {
+      QkvRopeWriteKvQuantWarpKernel<true>
+          <<<grid, 32 * kRopeHeadsPerBlock, 0, stream>>>(qkv, bias, positions, slots, heads, inv_freq, kv, q);
+    } else {
+      QkvRopeWriteKvQuantWarpKernel<false>
+          <<<grid, 32 * kRopeHeadsPerBlock, 0, stream>>>(qkv, bias, positions, slots, heads, inv_freq, kv, q);
+    }
+    CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    return OkStatus();
+  }
   const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>(heads + kv.num_kv_heads));
   const int threads = (kv.head_dim / 2 + 31) / 32 * 32;  // whole warps for the block reductions
   if (kv.dtype == KvCacheDtype::kFp8) {

@@ -283,6 +283,21 @@ TEST_P(CudaQuantWrite, MatchesCpuQuantiserOnTheBf16Rows) {
         DevicePagedKvQuant{k8.get(), v8.get(), ks.get(), vs.get(), dtype, num_blocks, bs, kvh, hd}, q2.bf16(),
         nullptr));
     EXPECT_EQ(q1.Download(), q2.Download()) << "rotated q differs";
+    // One warp per head (--vector-elementwise): the same q, bytes and scales as the block per head.
+    {
+      DeviceBuffer<uint16_t> q3(tokens * qd);
+      DeviceBuffer<uint8_t> k3(std::vector<uint8_t>(cache_n, 0)), v3(std::vector<uint8_t>(cache_n, 0));
+      DeviceBuffer<float> ks3(std::vector<float>(rows, -1.f)), vs3(std::vector<float>(rows, -1.f));
+      STATUS_ASSERT(QkvRopeWriteKvQuant(
+          qkv.bf16(), b, dpos.get(), dslots.get(), tokens, heads, dinv.get(),
+          DevicePagedKvQuant{k3.get(), v3.get(), ks3.get(), vs3.get(), dtype, num_blocks, bs, kvh, hd},
+          q3.bf16(), nullptr, /*warp_heads=*/true));
+      EXPECT_EQ(q3.Download(), q2.Download()) << "warp per head: q";
+      EXPECT_EQ(k3.Download(), k8.Download()) << "warp per head: K bytes";
+      EXPECT_EQ(v3.Download(), v8.Download()) << "warp per head: V bytes";
+      EXPECT_EQ(ks3.Download(), ks.Download()) << "warp per head: K scales";
+      EXPECT_EQ(vs3.Download(), vs.Download()) << "warp per head: V scales";
+    }
     const std::vector<float> kf = FromBf16(kc.Download()), vf = FromBf16(vc.Download());
     const std::vector<uint8_t> kg = k8.Download(), vg = v8.Download();
     const std::vector<float> ksg = ks.Download(), vsg = vs.Download();

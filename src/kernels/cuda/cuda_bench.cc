@@ -4,7 +4,8 @@
 //   gemm          bf16 GEMM through BlasLtGemm (tuned), TFLOP/s, at 8192^3 and Llama-3.1-8B shapes
 //   gemm_fp8      the served step's projections at m = 256..2048: bf16 GEMM vs activation quantise + FP8 GEMM
 //   elementwise   the served step's SwiGLU and fp8 activation quantiser at m = 256..1024 tokens, one value vs
-//                 8 values per thread access (--vector-elementwise), GB/s of bytes read + written
+//                 8 values per thread access, and the RoPE + fp8 cache write, a block vs a warp per head
+//                 (--vector-elementwise), GB/s of bytes read + written
 //   gemv          decode projections at batch 1 / 8: bf16 GEMV vs cuBLASLt, GB/s of weights read
 //   gemv8         the 1-byte GEMVs (fp8 E4M3, GGUF Q8_0) at batch 1, every warps-per-row choice, GB/s of
 //                 weight + scale bytes read
@@ -264,6 +265,55 @@ void ElementwiseBench(cudaStream_t s) {
     }
   }
   for (void* p : {in_pool, out_pool, q, sc}) cudaFree(p);
+  // The RoPE + fp8 cache write of each layer (QkvRopeWriteKvQuant): 32 query and 8 kv heads of 128, one
+  // token per sequence into its own slot; a block per (token, head) against a warp per head. The same buffers
+  // every call (at most 13 MB of qkv: L2-resident), as in the step right after the QKV GEMM: the ratio is the
+  // figure, not the GB/s.
+  const int heads = 32, kvh = 8, hd = 128, bs = 16;
+  for (const int64_t m : {256, 512, 1024}) {
+    const int64_t width = int64_t{heads + 2 * kvh} * hd, slots_n = m * 4;
+    void *qkv, *qo, *k8, *v8, *ks, *vs, *pos, *slot, *inv;
+    BENCH_CHECK(cudaMalloc(&qkv, m * width * 2));
+    BENCH_CHECK(cudaMalloc(&qo, m * heads * hd * 2));
+    BENCH_CHECK(cudaMalloc(&k8, slots_n * kvh * hd));
+    BENCH_CHECK(cudaMalloc(&v8, slots_n * kvh * hd));
+    BENCH_CHECK(cudaMalloc(&ks, slots_n * kvh * 4));
+    BENCH_CHECK(cudaMalloc(&vs, slots_n * kvh * 4));
+    BENCH_CHECK(cudaMalloc(&pos, m * 4));
+    BENCH_CHECK(cudaMalloc(&slot, m * 4));
+    BENCH_CHECK(cudaMalloc(&inv, hd / 2 * 4));
+    cudaMemset(qkv, 0x3c, m * width * 2);
+    std::vector<int32_t> hp(m), hs(m);
+    for (int64_t t = 0; t < m; ++t)
+      hp[t] = static_cast<int32_t>(1000 + t), hs[t] = static_cast<int32_t>(t * 4 + 1);
+    std::vector<float> hi(hd / 2);
+    for (int i = 0; i < hd / 2; ++i) hi[i] = std::pow(500000.f, -2.f * i / hd);
+    cudaMemcpy(pos, hp.data(), m * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(slot, hs.data(), m * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(inv, hi.data(), hd / 2 * 4, cudaMemcpyHostToDevice);
+    const DevicePagedKvQuant kv{static_cast<uint8_t*>(k8),
+                                static_cast<uint8_t*>(v8),
+                                static_cast<float*>(ks),
+                                static_cast<float*>(vs),
+                                KvCacheDtype::kFp8,
+                                static_cast<int>(slots_n / bs),
+                                bs,
+                                kvh,
+                                hd};
+    for (const bool warp : {false, true}) {
+      const float ms = TimeMs(s, [&] {
+        (void)QkvRopeWriteKvQuant(static_cast<__nv_bfloat16*>(qkv), nullptr, static_cast<int32_t*>(pos),
+                                  static_cast<int32_t*>(slot), m, heads, static_cast<float*>(inv), kv,
+                                  static_cast<__nv_bfloat16*>(qo), s, warp);
+      });
+      const double bytes = m * (width * 2.0 + heads * hd * 2.0 + 2.0 * kvh * hd + 8.0 * kvh);
+      std::printf(
+          "{\"bench\":\"elementwise\",\"kernel\":\"rope_write_fp8\",\"m\":%lld,\"warp_per_head\":%s,"
+          "\"ms\":%.4f,\"gbps\":%.1f}\n",
+          (long long)m, warp ? "true" : "false", ms, bytes / (ms * 1e-3) / 1e9);
+    }
+    for (void* p : {qkv, qo, k8, v8, ks, vs, pos, slot, inv}) cudaFree(p);
+  }
 }
 
 // Decode projections at batch 1, 2, 4 and 8 (Llama-3.1-8B shapes): the bf16 GEMV (gemv.h) vs cuBLASLt on the
