@@ -99,7 +99,7 @@ void AddEngineTuningFlags(CLI::App* cmd, EngineTuningFlags* flags) {
       ->capture_default_str();
   cmd->add_option("--vector-elementwise", flags->vector_elementwise,
                   "cuda: the SwiGLU and the fp8 activation quantiser move 8 values per thread access "
-                  "(16-byte loads) instead of one, an 8-bit cache's RoPE + write takes a warp per head "
+                  "(16-byte loads) instead of one, the RoPE + cache write takes a warp per head "
                   "instead of a block: the same values (on|off; off until measured)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();

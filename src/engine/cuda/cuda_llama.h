@@ -90,7 +90,7 @@ class CudaLlama final : public DecoderModel {
     // head (flag --mixed-attention split|prefill).
     bool mixed_split = true;
     // SwiGLU (SiluMulFused) and the fp8 activation quantiser (QuantizeRowsFp8) with 8 values per thread
-    // access (16-byte loads), the 8-bit cache's QkvRopeWriteKvQuant one warp per head: the same values bit
+    // access (16-byte loads), QkvRopeWriteKv(Quant) one warp per head: the same values bit
     // for bit (CudaDecoderTuning::vector_elementwise).
     bool vector_elementwise = false;
     // KV cache storage (--kv-cache-dtype): kAuto / kBf16 = bf16; kInt8 / kFp8 = 8 bits with an fp32 scale per

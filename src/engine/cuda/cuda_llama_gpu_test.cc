@@ -518,9 +518,9 @@ TEST(CudaLlamaTest, Fp8WeightsTrackBf16) {
   }
 }
 
-// --vector-elementwise: the SwiGLU and the fp8 activation quantiser 8 values per access, and the 8-bit
-// cache's RoPE + write one warp per head, compute the same values, so every logit is bit-identical with it on
-// and off: bf16 weights and cache, fp8 weights and cache, every step through the GEMMs (gemv rows 0).
+// --vector-elementwise: the SwiGLU and the fp8 activation quantiser 8 values per access, and the RoPE + cache
+// write (bf16 and 8-bit) one warp per head, compute the same values, so every logit is bit-identical with it
+// on and off: bf16 weights and cache, fp8 weights and cache, every step through the GEMMs (gemv rows 0).
 TEST(CudaLlamaTest, VectorElementwiseGivesIdenticalLogits) {
   SKIP_WITHOUT_GPU();
   const TinyLlama m = MakeModel(15, /*tied=*/true, /*bias=*/true, /*layers=*/2);

@@ -90,7 +90,7 @@ Status CudaLlama::EnqueueAttention(int i, const StepArgs& a) {
   const Layer& l = layers_[i];
   const cuda::DevicePagedKv<__nv_bfloat16>& kv = kv_layers_[i];
   RETURN_IF_ERROR(cuda::QkvRopeWriteKv(qkv_, l.qkv_bias, a.positions, a.slots, a.T, c.num_heads, inv_freq_,
-                                       kv, q_, stream_.get()));
+                                       kv, q_, stream_.get(), options_.vector_elementwise));
   return EnqueueAttentionKernels(a, kv);
 }
 

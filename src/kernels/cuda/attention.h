@@ -87,9 +87,12 @@ Status RopeWriteKv(__nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16
 // heads * hd + 2 * kv_heads * hd] (Q, then K, then V columns), bias = [that width] fp32 or nullptr (added,
 // then rounded to bf16, as SplitQkv stores it); writes rotated q = [tokens, heads, hd] and rotated k / plain
 // v into the cache at slots[t] (negative: skipped). Bit-identical to SplitQkv followed by RopeWriteKv.
+// `warp_heads` (--vector-elementwise): one warp per head, 4 heads per block, instead of a block per (token,
+// head), where head_dim % 64 == 0: the same bytes.
 Status QkvRopeWriteKv(const __nv_bfloat16* qkv, const float* bias, const int32_t* positions,
                       const int32_t* slots, int64_t tokens, int heads, const float* inv_freq,
-                      const DevicePagedKv<__nv_bfloat16>& kv, __nv_bfloat16* q, cudaStream_t stream);
+                      const DevicePagedKv<__nv_bfloat16>& kv, __nv_bfloat16* q, cudaStream_t stream,
+                      bool warp_heads = false);
 
 // Decode: one query token per sequence, attending to its
 // context_lens[s] cached positions [0, ctx). q, out = [num_seqs, heads, head_dim]. Contexts are split into

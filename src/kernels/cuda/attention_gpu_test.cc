@@ -510,6 +510,15 @@ TEST(CudaRope, FusedQkvRopeWriteKvIsBitIdenticalToSplitThenRope) {
     EXPECT_EQ(q1.Download(), q2.Download()) << "rotated q differs, " << what;
     EXPECT_EQ(kc1.Download(), kc2.Download()) << "k cache differs, " << what;
     EXPECT_EQ(vc1.Download(), vc2.Download()) << "v cache differs, " << what;
+    // One warp per head (--vector-elementwise): the same bytes again.
+    DeviceBuffer<uint16_t> q3(tokens * qd), kc3(zeros), vc3(zeros);
+    STATUS_ASSERT(QkvRopeWriteKv(
+        qkv.bf16(), b, dpos.get(), dslots.get(), tokens, heads, dinv.get(),
+        DevicePagedKv<__nv_bfloat16>{kc3.bf16(), vc3.bf16(), num_blocks, bs, kvh, hd}, q3.bf16(), nullptr,
+        /*warp_heads=*/true));
+    EXPECT_EQ(q3.Download(), q2.Download()) << "warp per head: q, " << what;
+    EXPECT_EQ(kc3.Download(), kc2.Download()) << "warp per head: k cache, " << what;
+    EXPECT_EQ(vc3.Download(), vc2.Download()) << "warp per head: v cache, " << what;
     size_t written = 0;
     for (uint16_t x : vc2.Download()) written += x != 0;
     EXPECT_EQ(written, static_cast<size_t>(tokens - 1) * kvd) << "the slot -1 token wrote the cache?";
