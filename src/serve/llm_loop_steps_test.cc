@@ -150,13 +150,26 @@ TEST_P(LlmLoopTest, TargetStepTimeCapsPrefillByTheMeasuredCost) {
       std::lock_guard<std::mutex> lk(mu);
       steps->push_back(r);
     };
+    // The run is a function of the requests alone: the first step (a one-token starter) waits inside the
+    // model until all 40 are in, so no step's batch depends on when the submitting thread got to run (under a
+    // sanitizer or a loaded CI a step took 10.035 ms when the 40 trickled into the first steps).
+    std::promise<void> entered, go;
+    std::shared_future<void> go_f = go.get_future().share();
+    std::atomic<bool> first{true};
     FakeModelOptions mo;
-    mo.on_step = [&clock](const StepInput& in) {
+    mo.on_step = [&clock, &entered, go_f, &first](const StepInput& in) {
+      if (first.exchange(false)) {
+        entered.set_value();
+        go_f.wait();
+      }
       int64_t kv = 0;
       for (const StepSequence& s : in.sequences) kv += s.start_pos + s.num_tokens;
       clock.Advance(1'000'000 + 50'000 * static_cast<int64_t>(in.token_ids.size()) + 1'000 * kv);
     };
     auto loop = MakeLoop(lo, mo);
+    Collector starter;
+    ASSERT_TRUE(loop->Submit(Req("starter", {Prompt(1, 99), Greedy(1)}, starter)).ok());
+    entered.get_future().wait();
     // 40 requests over a running set of 16: prompts keep arriving as others finish.
     std::vector<Collector> c(40);
     for (int i = 0; i < 40; ++i) {
@@ -164,6 +177,8 @@ TEST_P(LlmLoopTest, TargetStepTimeCapsPrefillByTheMeasuredCost) {
           loop->Submit(Req("r" + std::to_string(i), {Prompt(150 + 7 * i, i), Greedy(24 + i % 5)}, c[i]))
               .ok());
     }
+    go.set_value();
+    ASSERT_TRUE(starter.Wait());
     for (auto& x : c) {
       ASSERT_TRUE(x.Wait());
       EXPECT_EQ(x.Last().finish, FinishReason::kLength);
