@@ -375,31 +375,28 @@ TEST(LlmLoopRealModelTest, DISABLED_HostTimePerDecodeStepBenchmark) {
 }
 
 // Benchmark, not a test (never in CI): what async output takes off the step. Each step holds the engine
-// thread for a simulated device time (a sleep, STOKE_LOOP_HOST_DEVICE_US, default 20 ms) and every event is
-// handed to another thread (EventSink, as a server posts to a connection); the host time between the model's
-// runs (duration - model_ns) with the text side between steps (sync) and on the output thread (async),
-// alternated `reps` times. For bench/results/cpu_llm_async_output_*.json. Run (one command line):
-//   STOKE_LOOP_HOST_N=512 STOKE_LOOP_HOST_TOKENS=256 build/release/src/serve/stoke_serve_test
-//     --gtest_also_run_disabled_tests --gtest_filter='*DISABLED_AsyncOutputHostTimeBenchmark'
+// thread for a simulated device time (a 20 ms sleep) and every event is handed to another thread (EventSink,
+// as a server posts to a connection); the host time between the model's runs (duration - model_ns) with the
+// text side between steps (sync) and on the output thread (async), alternated twice, at batch 512 and 256
+// (256-token prompts, 256 outputs). For bench/results/cpu_llm_async_output_*.json. Run (one command line):
+//   build/release/src/serve/stoke_serve_test --gtest_also_run_disabled_tests
+//     --gtest_filter='*DISABLED_AsyncOutputHostTimeBenchmark'
 TEST(LlmLoopRealModelTest, DISABLED_AsyncOutputHostTimeBenchmark) {
   SKIP_WITHOUT_MODEL(SmolLmPath());
   auto tokenizer = SmolLmTokenizer();
   ASSERT_NE(tokenizer, nullptr);
-  const char* big_n = std::getenv("STOKE_LOOP_HOST_N");
-  const char* big_t = std::getenv("STOKE_LOOP_HOST_TOKENS");
-  const char* dev = std::getenv("STOKE_LOOP_HOST_DEVICE_US");
-  const int n = big_n ? std::atoi(big_n) : 512;
-  const int tokens = big_t ? std::atoi(big_t) : 256;
-  const int device_us = dev ? std::atoi(dev) : 20000;
-  for (int rep = 0; rep < 2; ++rep) {
-    for (bool async : {false, true}) {
-      const HostTime h = MeasureHostTime(tokenizer, n, tokens, tokens,
-                                         {.device_us = device_us, .async_output = async, .sink = true});
-      std::printf(
-          "{\"rep\": %d, \"async_output\": %s, \"batch\": %d, \"tokens\": %d, \"device_us\": %d, "
-          "\"step_us\": %.1f, \"host_us\": %.1f, \"output_thread_us\": %.1f, \"decode_steps\": %lld}\n",
-          rep, async ? "true" : "false", n, tokens, device_us, h.step_us, h.host_us, h.output_us,
-          static_cast<long long>(h.decode_steps));
+  constexpr int kTokens = 256, kDeviceUs = 20000;
+  for (const int n : {512, 256}) {
+    for (int rep = 0; rep < 2; ++rep) {
+      for (bool async : {false, true}) {
+        const HostTime h = MeasureHostTime(tokenizer, n, kTokens, kTokens,
+                                           {.device_us = kDeviceUs, .async_output = async, .sink = true});
+        std::printf(
+            "{\"rep\": %d, \"async_output\": %s, \"batch\": %d, \"tokens\": %d, \"device_us\": %d, "
+            "\"step_us\": %.1f, \"host_us\": %.1f, \"output_thread_us\": %.1f, \"decode_steps\": %lld}\n",
+            rep, async ? "true" : "false", n, kTokens, kDeviceUs, h.step_us, h.host_us, h.output_us,
+            static_cast<long long>(h.decode_steps));
+      }
     }
   }
 }

@@ -64,11 +64,7 @@ __global__ void QkvRopeWriteKvKernel(const __nv_bfloat16* __restrict__ qkv, cons
   const int64_t width = static_cast<int64_t>(heads + 2 * kvh) * hd;
   const __nv_bfloat16* row = qkv + t * width;
   const int32_t slot = slots[t];
-  auto load = [&](int64_t c) {
-    float x = __bfloat162float(row[c]);
-    if (bias != nullptr) x = __bfloat162float(__float2bfloat16_rn(x + bias[c]));
-    return x;
-  };
+  auto load = [&](int64_t c) { return QkvColumn(row, bias, c); };
   float s, c;
   sincosf(static_cast<float>(positions[t]) * inv_freq[i], &s, &c);
   const int64_t col = static_cast<int64_t>(h) * hd;  // q heads, then k heads
@@ -111,11 +107,7 @@ __global__ void QkvRopeWriteKvWarpKernel(const __nv_bfloat16* __restrict__ qkv,
   const __nv_bfloat16* row = qkv + t * width;
   const int32_t slot = slots[t];
   if (h >= heads && slot < 0) return;  // a kv head of a padding token writes nothing
-  auto load = [&](int64_t c) {
-    float x = __bfloat162float(row[c]);
-    if (bias != nullptr) x = __bfloat162float(__float2bfloat16_rn(x + bias[c]));
-    return x;
-  };
+  auto load = [&](int64_t c) { return QkvColumn(row, bias, c); };
   const float pos = static_cast<float>(positions[t]);
   const int64_t col = static_cast<int64_t>(h) * hd;  // q heads, then k heads
   const int kh = h - heads;

@@ -67,6 +67,15 @@ Status Reduce(const float* part_out, const float* part_ml, int splits, int num_s
   return OkStatus();
 }
 
+// Column c of a token's fused qkv row as the split would store it: with the Qwen2 bias added, then rounded to
+// bf16 (QkvRopeWriteKv's and QkvRopeWriteKvQuant's kernels, both forms).
+__device__ __forceinline__ float QkvColumn(const __nv_bfloat16* __restrict__ row, const float* __restrict__ bias,
+                                           int64_t c) {
+  float x = __bfloat162float(row[c]);
+  if (bias != nullptr) x = __bfloat162float(__float2bfloat16_rn(x + bias[c]));
+  return x;
+}
+
 inline Status CheckShape(const char* what, int heads, int kv_heads, int head_dim) {
   if (head_dim != 64 && head_dim != 128 && head_dim != 256) {
     return Status(StatusCode::kInvalidArgument, std::string(what) + ": head_dim " + std::to_string(head_dim) +

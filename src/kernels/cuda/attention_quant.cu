@@ -81,11 +81,7 @@ __global__ void QkvRopeWriteKvQuantKernel(const __nv_bfloat16* __restrict__ qkv,
   const int64_t width = static_cast<int64_t>(heads + 2 * kvh) * hd;
   const __nv_bfloat16* row = qkv + t * width;
   const int32_t slot = slots[t];
-  auto load = [&](int64_t c) {
-    float x = __bfloat162float(row[c]);
-    if (bias != nullptr) x = __bfloat162float(__float2bfloat16_rn(x + bias[c]));
-    return x;
-  };
+  auto load = [&](int64_t c) { return QkvColumn(row, bias, c); };
   const int64_t col = static_cast<int64_t>(h) * hd;  // q heads, then k heads
   __nv_bfloat16 r0 = __float2bfloat16_rn(0.f), r1 = r0;
   if (active) {
@@ -152,11 +148,7 @@ __global__ void QkvRopeWriteKvQuantWarpKernel(const __nv_bfloat16* __restrict__ 
   if (h >= heads + kvh) return;
   const int64_t width = static_cast<int64_t>(heads + 2 * kvh) * hd;
   const __nv_bfloat16* row = qkv + t * width;
-  auto load = [&](int64_t c) {
-    float x = __bfloat162float(row[c]);
-    if (bias != nullptr) x = __bfloat162float(__float2bfloat16_rn(x + bias[c]));
-    return x;
-  };
+  auto load = [&](int64_t c) { return QkvColumn(row, bias, c); };
   const int64_t col = static_cast<int64_t>(h) * hd;  // q heads, then k heads
   const float pos = static_cast<float>(positions[t]);
   __nv_bfloat16 r0[kMaxPairs], r1[kMaxPairs];
