@@ -139,6 +139,8 @@ def test_async_output_answers_what_the_server_without_it_answers(start_server):
     assert all(len(t) >= 12 for t, _, _ in plain), plain
     stops = [t[6:9] if i % 2 == 0 else None for i, (t, _, _) in enumerate(plain)]
     want, want_streamed = run(sync, stops)
+    # Exported and 0 with async output off (metric() would also say 0 for a missing series).
+    assert any(name == "stoke:step_output_seconds_total" for name, _ in sync.metrics())
     assert sync.metric("stoke:step_output_seconds_total") == 0
     sync.stop()
     srv = start_server("--device", "cpu", "--async-output", "on")
