@@ -14,7 +14,8 @@
 //   under_fed           only when nothing above fired: instances (or the GPU) busy < idle_busy, the queue
 //                       < idle_queue_share (or < queue_share when batches close on the delay half-empty:
 //                       lone requests waiting out the batching delay), and the sweep (if any) scaled
-//                       >= min_scaling
+//                       >= min_scaling; with no request finished, only when neither the GPU nor (LLM) the
+//                       engine thread was busy >= idle_busy (else the requests outlast the window)
 //   throttled           power/thermal violation time >= throttle_share of the window (or, without the
 //                       counters, a power/thermal clock reason in >= reason_share of the samples)
 //   none                nothing above fired

@@ -131,6 +131,22 @@ TEST(DoctorRules, UnderFed) {
   EXPECT_EQ(Top(idle), "under_fed");
 }
 
+// The H200's c=512 window of 2026-12-06: 1000-token requests (~30 s each) against a 30 s window, so none
+// finished inside it, while the engine stepped 99 % of the time and the GPU was 87 % busy: not idle.
+TEST(DoctorRules, NoRequestFinishedWhileTheEngineIsBusyIsNotUnderFed) {
+  Signals s;
+  s.kind = "llm";
+  s.requests = 0;
+  s.gpu_util = 0.87;
+  s.engine_busy = 0.99;
+  s.running_mean = 512;
+  for (const Verdict& v : Diagnose(s)) EXPECT_NE(v.bottleneck, "under_fed");
+  s.gpu_util = kNaN;  // the engine thread's busy time alone says the same
+  for (const Verdict& v : Diagnose(s)) EXPECT_NE(v.bottleneck, "under_fed");
+  s.engine_busy = 0.02;  // both idle: under-fed, as before
+  EXPECT_EQ(Top(s), "under_fed");
+}
+
 // Sparse traffic against a model with a batching delay (the H200's "sparse" scenario: 10 req/s, 500 us
 // delay): each lone request waits the delay out, so the queue is 35 % of a short latency; still under-fed.
 TEST(DoctorRules, UnderFedWhileLoneRequestsWaitOutTheBatchingDelay) {
