@@ -87,7 +87,7 @@ struct ServeOptions {
   int debug_requests = 1000;          // finished requests GET /v1/debug/requests keeps (0: off)
   bool no_ledger = false;             // per-request ledgers not recorded (the ledger-overhead benchmark)
   std::string event_batching = "off";  // on: generation events reach the connections in batches (EventOutbox)
-  std::string async_output = "off";    // on: tokens' text on an output thread during the next step
+  std::string async_output = "auto";   // on: tokens' text on an output thread during the next step
   bool allow_inconsistent = false;    // serve a precision the consistency gate rejects (serve_gate.h)
   precision::Int8CalibrationOptions calibration;  // encoders at --quantization int8
 };
@@ -252,7 +252,7 @@ int RunServe(CLI::App* cmd, ServeOptions* bound, const Backends& backends) {
   so.max_waiting = o.max_waiting;
   so.prefix_cache = !o.no_prefix_cache;
   so.device_sampling = o.sampling != "host";
-  so.async_output = o.async_output == "on";
+  so.async_output = o.async_output;
   so.chunked_prefill = !o.no_chunked_prefill;
   // "" = a model file's "device" key (an explicit --device overrides it)
   so.batched_device = cmd->get_option("--device")->count() > 0 ? o.device.device : "";
@@ -346,8 +346,9 @@ CommandRegistrar kServe(
              "Decoders: on = detokenising, stop strings and the hand-off of each step's tokens run on "
              "an output thread while the model runs the next step (the GPU does not wait for "
              "them); a stop string is then seen one step late (one more token computed and dropped, "
-             "outputs unchanged). off = between steps")
-          ->check(CLI::IsMember({"on", "off"}))
+             "outputs unchanged). off = between steps. auto = on for a decoder on a GPU (the host's "
+             "time between steps 3.62 -> 0.68 ms at c=512 on an H200), off on the CPU (level there)")
+          ->check(CLI::IsMember({"auto", "on", "off"}))
           ->capture_default_str();
       cmd->add_flag("--no-chunked-prefill", o->no_chunked_prefill,
                     "Admit a prompt only when it fits one step whole");

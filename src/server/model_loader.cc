@@ -328,7 +328,7 @@ StatusOr<LoadedModel> LoadDecoderModel(const DecoderSpec& d, const ServerOptions
   lo.num_kv_blocks = o.kv_blocks;
   lo.enable_prefix_caching = o.prefix_cache;
   lo.device_sampling = o.device_sampling;
-  lo.async_output = o.async_output;
+  lo.async_output = o.async_output == "on" || (o.async_output == "auto" && device.starts_with("cuda"));
   lo.max_waiting = o.max_waiting;
   lo.target_step_ms = o.target_step_ms;
   if (auto costs = ComputeDecoderStepCosts(*model, path); costs.ok()) {

@@ -84,7 +84,9 @@ struct ServerOptions {
   int max_waiting = 1024;
   bool prefix_cache = true;
   bool device_sampling = true;
-  bool async_output = false;  // --async-output on: LlmLoopOptions::async_output
+  // --async-output auto|on|off -> LlmLoopOptions::async_output; auto = on for a decoder on a GPU (measured
+  // there: bench/results/gpu_served_async_output_h200_2026-12-06.json), off on the CPU (level there).
+  std::string async_output = "auto";
   bool chunked_prefill = true;
 
   // Batched models (encoders, image classifiers, synthetic).

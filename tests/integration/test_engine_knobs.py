@@ -134,7 +134,7 @@ def test_async_output_answers_what_the_server_without_it_answers(start_server):
         with ThreadPoolExecutor(6) as pool:
             return list(pool.map(whole, range(6))), list(pool.map(streamed, range(6)))
 
-    sync = start_server("--device", "cpu")
+    sync = start_server("--device", "cpu")  # --async-output auto: off on the CPU
     plain, _ = run(sync, [None] * 6)
     assert all(len(t) >= 12 for t, _, _ in plain), plain
     stops = [t[6:9] if i % 2 == 0 else None for i, (t, _, _) in enumerate(plain)]

@@ -12,7 +12,8 @@
 //             chunked_prefill          --no-chunked-prefill (off)  -1 (0 off, 1 on)
 //             cuda_graphs              --cuda-graphs on|off        -1 (0 off, 1 on)
 //             target_step_ms           --target-step-ms MS         0 (off); tried only with a TPOT SLO
-//             async_output             --async-output on|off       -1 (0 off, 1 on); tried only on cuda
+//             async_output             --async-output on|off       -1 (0 off, 1 on; own: auto = on on cuda);
+//                                                                  tried only on cuda
 //             kv_cache_dtype           --kv-cache-dtype int8|fp8   "" (the model's own: bf16); the server
 //                                                                  runs the consistency gate at load
 //             quantization             --quantization fp8          "" (none: the checkpoint's weights); gated
@@ -43,7 +44,8 @@ struct Knobs {
   int chunked_prefill = -1;
   int cuda_graphs = -1;
   double target_step_ms = 0;   // 0 = own (off): the scheduler's step-time target (docs/scheduling.md)
-  int async_output = -1;       // -1 = own (off): tokens' text on the output thread (docs/scheduling.md)
+  int async_output =
+      -1;  // -1 = own (auto: on on cuda): tokens' text on the output thread (docs/scheduling.md)
   std::string kv_cache_dtype;  // "" = own; "int8" | "fp8" (docs/precision.md)
   std::string quantization;    // "" = own (none); "fp8" | "int8" (encoders; docs/precision.md)
   std::string calibration_data;  // int8: the calibration samples (--calibration-data), "" otherwise

@@ -68,7 +68,7 @@ double AxisValue(const std::string& knob, const TuneResult& r, int i) {
   const Knobs& k = r.measurements[static_cast<size_t>(i)].knobs;
   double v = KnobValue(knob, k);
   if (knob == "chunked_prefill" || knob == "cuda_graphs") return v < 0 ? 1 : v;
-  if (knob == "async_output") return v < 0 ? 0 : v;
+  if (knob == "async_output") return v < 0 ? 1 : v;  // own: auto, on for the GPU decoders this step runs on
   if (v <= 0 && knob != "max_queue_delay_us") v = KnobValue(knob, r.baseline_knobs);
   if (knob == "max_queue_delay_us" && v < 0) v = static_cast<double>(r.baseline_knobs.max_queue_delay_us);
   return v;

@@ -245,7 +245,7 @@ void DecoderSteps(const std::string& step, const WalkContext& c, const Knobs& cu
       return;
     }
     Knobs k = cur;
-    k.async_output = cur.async_output == 1 ? 0 : 1;
+    k.async_output = cur.async_output == 0 ? 1 : 0;  // own (-1) is on for a GPU decoder (--async-output auto)
     p->candidates.push_back(k);
     p->names.push_back(fmt::format("async output {}", k.async_output ? "on" : "off"));
     for (const nlohmann::json& v : verdicts.is_array() ? verdicts : nlohmann::json::array()) {

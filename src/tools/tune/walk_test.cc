@@ -134,8 +134,9 @@ TEST(TunePlanTest, AsyncOutputOnlyOnCudaAndCitesTheDoctorsHostGap) {
   v[0]["evidence"] = json::array({{{"signal", "step.host_share"}, {"value", 0.056}}});
   StepPlan p = PlanStep("async_output", c, c.own, v);
   ASSERT_EQ(p.candidates.size(), 1u);
-  EXPECT_EQ(p.candidates[0].async_output, 1);  // own is off: try on
-  EXPECT_NE(Joined(p.candidates[0].Flags(ModelKind::kDecoder)).find("--async-output|on|"), std::string::npos);
+  EXPECT_EQ(p.candidates[0].async_output, 0);  // own is on (auto, on a GPU): try off
+  EXPECT_NE(Joined(p.candidates[0].Flags(ModelKind::kDecoder)).find("--async-output|off|"),
+            std::string::npos);
   EXPECT_NE(p.doctor_note.find("host at 6% of each step"), std::string::npos) << p.doctor_note;
   EXPECT_TRUE(PlanStep("async_output", c, c.own, Verdict("compute_bound", true)).doctor_note.empty());
 }
