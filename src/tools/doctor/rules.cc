@@ -472,9 +472,9 @@ std::optional<Verdict> UnderFed(const Signals& s, const Thresholds& t) {
   // No request finished, and nothing was busy either: idle. A busy engine (GPU or engine thread) with none
   // finished is serving requests longer than the window (1000 tokens at c=512 on the H200: ~30 s each), not
   // idle.
-  const bool busy_anyway = Ge(busy, t.idle_busy) || (IsLlm(s) && Ge(s.engine_busy, t.idle_busy));
-  const bool no_traffic = s.requests == 0 && !busy_anyway;
-  if (s.requests == 0 && busy_anyway) return std::nullopt;
+  const bool no_traffic = s.requests == 0;
+  if (no_traffic && (Ge(busy, t.idle_busy) || (IsLlm(s) && Ge(s.engine_busy, t.idle_busy))))
+    return std::nullopt;
   // A lone request waits out the batching delay for companions that never come: that queue is the missing
   // traffic, not a policy holding work back (while it stays under queue_share; above, queue_bound speaks).
   const bool delay_waits = !IsLlm(s) && Lt(q, t.queue_share) && Share(s.close_share, "delay") >= 0.5 &&

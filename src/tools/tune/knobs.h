@@ -44,8 +44,7 @@ struct Knobs {
   int chunked_prefill = -1;
   int cuda_graphs = -1;
   double target_step_ms = 0;   // 0 = own (off): the scheduler's step-time target (docs/scheduling.md)
-  int async_output =
-      -1;  // -1 = own (auto: on on cuda): tokens' text on the output thread (docs/scheduling.md)
+  int async_output = -1;       // -1 = own (auto: on on cuda): tokens' text on an output thread
   std::string kv_cache_dtype;  // "" = own; "int8" | "fp8" (docs/precision.md)
   std::string quantization;    // "" = own (none); "fp8" | "int8" (encoders; docs/precision.md)
   std::string calibration_data;  // int8: the calibration samples (--calibration-data), "" otherwise
