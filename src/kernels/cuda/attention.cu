@@ -65,11 +65,9 @@ __global__ void QkvRopeWriteKvKernel(const __nv_bfloat16* __restrict__ qkv, cons
   const __nv_bfloat16* row = qkv + t * width;
   const int32_t slot = slots[t];
   auto load = [&](int64_t c) { return QkvColumn(row, bias, c); };
-  float s, c;
-  sincosf(static_cast<float>(positions[t]) * inv_freq[i], &s, &c);
   const int64_t col = static_cast<int64_t>(h) * hd;  // q heads, then k heads
-  const float x0 = load(col + i), x1 = load(col + i + half);
-  const __nv_bfloat16 r0 = __float2bfloat16_rn(x0 * c - x1 * s), r1 = __float2bfloat16_rn(x1 * c + x0 * s);
+  __nv_bfloat16 r0, r1;
+  RotatePair(row, bias, col, i, half, static_cast<float>(positions[t]) * inv_freq[i], r0, r1);
   if (h < heads) {
     __nv_bfloat16* a = q_out + (t * heads + h) * hd;
     a[i] = r0;
@@ -89,7 +87,6 @@ __global__ void QkvRopeWriteKvKernel(const __nv_bfloat16* __restrict__ qkv, cons
 // The same with one warp per head, 4 heads per block, instead of a block of head_dim / 2 threads per (token,
 // head) (warp_heads, --vector-elementwise): lane l rotates pairs l, l + 32, ... (head_dim % 64 == 0, <= 256).
 // Per value the same arithmetic: the same q and cache bytes.
-constexpr int kRopeHeadsPerBlock = 4;
 
 __global__ void QkvRopeWriteKvWarpKernel(const __nv_bfloat16* __restrict__ qkv,
                                          const float* __restrict__ bias,
@@ -115,10 +112,8 @@ __global__ void QkvRopeWriteKvWarpKernel(const __nv_bfloat16* __restrict__ qkv,
   const int64_t vcol = static_cast<int64_t>(heads + kvh + kh) * hd;
   for (int p = 0; p < pairs; ++p) {
     const int i = lane + 32 * p;
-    float s, c;
-    sincosf(pos * inv_freq[i], &s, &c);
-    const float x0 = load(col + i), x1 = load(col + i + half);
-    const __nv_bfloat16 r0 = __float2bfloat16_rn(x0 * c - x1 * s), r1 = __float2bfloat16_rn(x1 * c + x0 * s);
+    __nv_bfloat16 r0, r1;
+    RotatePair(row, bias, col, i, half, pos * inv_freq[i], r0, r1);
     if (h < heads) {
       __nv_bfloat16* a = q_out + (t * heads + h) * hd;
       a[i] = r0;

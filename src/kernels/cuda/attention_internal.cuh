@@ -76,6 +76,22 @@ __device__ __forceinline__ float QkvColumn(const __nv_bfloat16* __restrict__ row
   return x;
 }
 
+// Heads per block of the warp-per-head QkvRopeWriteKv kernels (attention.cu, attention_quant.cu): a warp each.
+constexpr int kRopeHeadsPerBlock = 4;
+
+// RoPE on pair i of the head whose columns start at col in a token's fused qkv row: columns i and i + half
+// (QkvColumn) turned by `angle` (position * inv_freq[i]), each rounded to bf16. The QkvRopeWriteKv kernels, block
+// and warp forms, bf16 and quantised caches.
+__device__ __forceinline__ void RotatePair(const __nv_bfloat16* __restrict__ row, const float* __restrict__ bias,
+                                           int64_t col, int i, int half, float angle, __nv_bfloat16& r0,
+                                           __nv_bfloat16& r1) {
+  float s, c;
+  sincosf(angle, &s, &c);
+  const float x0 = QkvColumn(row, bias, col + i), x1 = QkvColumn(row, bias, col + i + half);
+  r0 = __float2bfloat16_rn(x0 * c - x1 * s);
+  r1 = __float2bfloat16_rn(x1 * c + x0 * s);
+}
+
 inline Status CheckShape(const char* what, int heads, int kv_heads, int head_dim) {
   if (head_dim != 64 && head_dim != 128 && head_dim != 256) {
     return Status(StatusCode::kInvalidArgument, std::string(what) + ": head_dim " + std::to_string(head_dim) +

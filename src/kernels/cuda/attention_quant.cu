@@ -84,13 +84,7 @@ __global__ void QkvRopeWriteKvQuantKernel(const __nv_bfloat16* __restrict__ qkv,
   auto load = [&](int64_t c) { return QkvColumn(row, bias, c); };
   const int64_t col = static_cast<int64_t>(h) * hd;  // q heads, then k heads
   __nv_bfloat16 r0 = __float2bfloat16_rn(0.f), r1 = r0;
-  if (active) {
-    float s, c;
-    sincosf(static_cast<float>(positions[t]) * inv_freq[i], &s, &c);
-    const float x0 = load(col + i), x1 = load(col + i + half);
-    r0 = __float2bfloat16_rn(x0 * c - x1 * s);
-    r1 = __float2bfloat16_rn(x1 * c + x0 * s);
-  }
+  if (active) RotatePair(row, bias, col, i, half, static_cast<float>(positions[t]) * inv_freq[i], r0, r1);
   if (h < heads) {  // the whole block: a query head
     if (active) {
       __nv_bfloat16* a = q_out + (t * heads + h) * hd;
@@ -130,7 +124,6 @@ __global__ void QkvRopeWriteKvQuantKernel(const __nv_bfloat16* __restrict__ qkv,
 // lane l rotating pairs l, l + 32, ... (head_dim % 64 == 0, <= 256: 1..4 pairs per lane), a kv head's |K| and
 // |V| maxima by warp shuffles, no barrier. Per value the same arithmetic; a max does not depend on its order:
 // the same q, bytes and scales.
-constexpr int kRopeHeadsPerBlock = 4;
 
 template <bool kFp8>
 __global__ void QkvRopeWriteKvQuantWarpKernel(const __nv_bfloat16* __restrict__ qkv,
@@ -156,11 +149,7 @@ __global__ void QkvRopeWriteKvQuantWarpKernel(const __nv_bfloat16* __restrict__ 
   for (int p = 0; p < kMaxPairs; ++p) {
     if (p < pairs) {
       const int i = lane + 32 * p;
-      float s, c;
-      sincosf(pos * inv_freq[i], &s, &c);
-      const float x0 = load(col + i), x1 = load(col + i + half);
-      r0[p] = __float2bfloat16_rn(x0 * c - x1 * s);
-      r1[p] = __float2bfloat16_rn(x1 * c + x0 * s);
+      RotatePair(row, bias, col, i, half, pos * inv_freq[i], r0[p], r1[p]);
     }
   }
   if (h < heads) {  // the whole warp: a query head
