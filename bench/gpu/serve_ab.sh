@@ -5,7 +5,7 @@
 # round the output tok/s, TTFT and TPOT p50 / p99, the doctor's step split (model / host / output-thread ms per
 # step), and each variant's median over the rounds against the first variant's.
 #   AB_VARIANTS  "name|flags;name|flags;..."; default: base (the defaults: --async-output auto is on with a
-#                GPU), vec (--vector-elementwise on), sync (--async-output off)
+#                GPU, and so is --vector-elementwise), novec (--vector-elementwise off), sync (--async-output off)
 #   AB_COMMON    flags every variant gets (default "--quantization fp8 --kv-cache-dtype fp8 --allow-inconsistent":
 #                the random weights fail the fp8 load gate, which stops the server)
 #   AB_ROUNDS    1 (each variant once; a round of the 3 defaults at c=512 with a 70 s window is ~6 min, so
@@ -14,7 +14,7 @@
 #   whole requests for valid TTFT / TPOT), LLM_WARMUP_S (15), LLM_INPUT / LLM_OUTPUT (1000), LLM_TRACE_S, as
 #   llm_bench.sh.
 # Example (the 8B shape synthesised on the GPU machine first, once):
-#   AB_VARIANTS="base|;vec|--vector-elementwise on" AB_ROUNDS=2 bash bench/gpu/serve_ab.sh
+#   AB_VARIANTS="base|;novec|--vector-elementwise off" AB_ROUNDS=2 bash bench/gpu/serve_ab.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/stoke_gpu_out}
@@ -22,7 +22,7 @@ mkdir -p "$OUT"
 export OUT SKIP_STEP=1 SKIP_HF=1
 export LLM_CONCURRENCY=${LLM_CONCURRENCY:-512}
 export LLM_DURATION_S=${LLM_DURATION_S:-70}
-VARIANTS=${AB_VARIANTS:-"base|;vec|--vector-elementwise on;sync|--async-output off"}
+VARIANTS=${AB_VARIANTS:-"base|;novec|--vector-elementwise off;sync|--async-output off"}
 COMMON=${AB_COMMON-"--quantization fp8 --kv-cache-dtype fp8 --allow-inconsistent"}  # set but empty: no common flags
 ROUNDS=${AB_ROUNDS:-1}
 OFFSET=${AB_ROUND_OFFSET:-0}

@@ -95,7 +95,7 @@ def test_bench_step_records_the_knobs(stoke_bin, tmp_path, decode_attention):
     # the others at their defaults
     assert (e["gemv_split"], e["pdl"], e["decode_min_partition"], e["decode_partition"], e["ggml_numerics"],
             e["kquant_gemv"], e["mixed_attention"], e["vector_elementwise"]) == \
-        (0, False, 16, 2048, True, "auto", "split", False)
+        (0, False, 16, 2048, True, "auto", "split", True)
 
 
 def test_bench_step_records_fp8_weights(stoke_bin, tmp_path):

@@ -91,8 +91,8 @@ class CudaLlama final : public DecoderModel {
     bool mixed_split = true;
     // SwiGLU (SiluMulFused) and the fp8 activation quantiser (QuantizeRowsFp8) with 8 values per thread
     // access (16-byte loads), QkvRopeWriteKv(Quant) one warp per head: the same values bit
-    // for bit (CudaDecoderTuning::vector_elementwise).
-    bool vector_elementwise = false;
+    // for bit (CudaDecoderTuning::vector_elementwise; on by default).
+    bool vector_elementwise = true;
     // KV cache storage (--kv-cache-dtype): kAuto / kBf16 = bf16; kInt8 / kFp8 = 8 bits with an fp32 scale per
     // (slot, kv head), quantised by QkvRopeWriteKvQuant, read by the attention kernels' 8-bit forms.
     KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;

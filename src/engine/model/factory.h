@@ -57,9 +57,10 @@ struct CudaDecoderTuning {
   // [--vector-elementwise on|off] the step's small memory-bound kernels in wider forms, the same values bit
   // for bit: the SwiGLU and the fp8 activation quantiser of steps past the GEMV move 8 values per thread
   // access (16-byte loads and stores) instead of one; the RoPE + cache write (bf16 or 8-bit) takes one warp
-  // per head instead of one block. Served at c=512 on an H100 the old forms ran far below the HBM rate
-  // (SwiGLU 36 us per layer at 511 tokens, the RoPE + fp8 write 26 us). Off until measured on a GPU.
-  bool vector_elementwise = false;
+  // per head instead of one block. On by default since served on the H200 at c=512 (fp8 weights + fp8 KV) the
+  // step's model part took 33.80 ms against 34.87 / 35.05 ms off, at a lower power-capped clock
+  // (bench/results/gpu_served_valid_windows_h200_2026-12-06.json); "off" keeps the one-value / block forms.
+  bool vector_elementwise = true;
   // [--kquant-gemv auto|fp32|int8] GGUF Q4_K / Q6_K weights in 1-token steps: "fp32" (each weight value an
   // exact fp32 times bf16 activations: the dequantised matrix's product), "int8" (activations quantised per
   // 32 values as the CPU engine and llama.cpp do, each block's product an exact integer dot: the CPU engine's
