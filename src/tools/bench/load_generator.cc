@@ -10,6 +10,7 @@
 #include <deque>
 #include <memory>
 #include <random>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -86,6 +87,7 @@ class PointRun {
   void Finish();
   void Report(ProgressEvent::Phase phase, const WindowStats* w, bool stable);
   PointResult Result(double cpu_s, double wall_s);
+  std::string NoSuccessReason() const;
 
   asio::io_context& io_;
   ConnectionFactory factory_;
@@ -469,11 +471,43 @@ PointResult PointRun::Result(double cpu_s, double wall_s) {
     p.invalid_reasons.push_back(fmt::format("the generator's thread was {:.0f}% busy (limit {:.0f}%)",
                                             g.cpu_percent, opts_.max_cpu_percent));
   }
-  if (p.succeeded == 0) p.invalid_reasons.push_back("no request succeeded");
+  if (p.succeeded == 0) p.invalid_reasons.push_back(NoSuccessReason());
   p.valid = p.invalid_reasons.empty();
   p.t_start_s = 0;  // set by the caller relative to the run
   p.t_end_s = 0;
   return p;
+}
+
+// Why a point had no success, and what to change when its requests outlast the window: the requests sent
+// inside it still running at the drain's end, and how long the requests that did finish (warm-up ones,
+// typically) took.
+std::string PointRun::NoSuccessReason() const {
+  int sent = 0, incomplete = 0;
+  std::vector<double> finished_s;
+  for (const RequestRecord& r : records_) {
+    if (r.error.empty() && r.done > 0 && r.sent > 0) finished_s.push_back((r.done - r.sent) * 1e-9);
+    if (r.warmup || r.scheduled < measure_start_ || r.scheduled >= measure_end_ || r.sent == 0) continue;
+    ++sent;
+    incomplete += r.error == kIncompleteError;
+  }
+  std::string why = "no request succeeded";
+  if (incomplete == 0) return why;
+  why += fmt::format(": {} of the {} sent in the measured window were still running when the drain ended",
+                     incomplete, sent);
+  const double window_s = (measure_end_ - measure_start_) * 1e-9;
+  if (finished_s.empty()) {
+    return why + fmt::format(
+                     " and none finished in the whole run: a request outlasts the warm-up, the {:.0f} s "
+                     "window and the drain; lengthen --duration",
+                     window_s);
+  }
+  std::sort(finished_s.begin(), finished_s.end());
+  const double median = finished_s[finished_s.size() / 2];
+  return why + fmt::format(
+                   "; the {} that finished (in the warm-up or after the window) took a median {:.1f} s, "
+                   "so the {:.0f} s window cannot hold a whole request: --duration {:.0f} or more (a closed "
+                   "loop's clients send in waves as long as a request)",
+                   finished_s.size(), median, window_s, std::ceil(2 * median));
 }
 
 }  // namespace

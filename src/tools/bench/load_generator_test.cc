@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -42,14 +43,14 @@ struct Arrivals {
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket s, int id, Arrivals* arrivals)
-      : socket_(std::move(s)), timer_(socket_.get_executor()), id_(id), arrivals_(arrivals) {}
+  Session(tcp::socket s, int id, Arrivals* arrivals, std::chrono::milliseconds delay)
+      : socket_(std::move(s)), timer_(socket_.get_executor()), id_(id), arrivals_(arrivals), delay_(delay) {}
   void Read() {
     req_ = {};
     http::async_read(socket_, buf_, req_, [self = shared_from_this()](beast::error_code ec, size_t) {
       if (ec) return;
       self->arrivals_->Add(self->id_);
-      self->timer_.expires_after(kDelay);
+      self->timer_.expires_after(self->delay_);
       self->timer_.async_wait([self](beast::error_code) { self->Write(); });
     });
   }
@@ -72,11 +73,13 @@ class Session : public std::enable_shared_from_this<Session> {
   http::response<http::string_body> res_;
   int id_;
   Arrivals* arrivals_;
+  std::chrono::milliseconds delay_;
 };
 
 class DelayServer {
  public:
-  DelayServer() : acceptor_(io_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)) {
+  explicit DelayServer(std::chrono::milliseconds delay = kDelay)
+      : acceptor_(io_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)), delay_(delay) {
     Accept();
     thread_ = std::thread([this] { io_.run(); });
   }
@@ -90,7 +93,7 @@ class DelayServer {
  private:
   void Accept() {
     acceptor_.async_accept([this](beast::error_code ec, tcp::socket s) {
-      if (!ec) std::make_shared<Session>(std::move(s), next_id_++, &arrivals)->Read();
+      if (!ec) std::make_shared<Session>(std::move(s), next_id_++, &arrivals, delay_)->Read();
       Accept();
     });
   }
@@ -98,10 +101,12 @@ class DelayServer {
   tcp::acceptor acceptor_;
   std::thread thread_;
   int next_id_ = 0;
+  std::chrono::milliseconds delay_;
 };
 
 struct Fixture {
-  Fixture() : server(), prompts(*PromptSource::Create(*ParseWorkload("short"), Api::kOpenAiEmbeddings, 1)) {
+  explicit Fixture(std::chrono::milliseconds delay = kDelay)
+      : server(delay), prompts(*PromptSource::Create(*ParseWorkload("short"), Api::kOpenAiEmbeddings, 1)) {
     endpoint = *ParseHttpUrl("http://127.0.0.1:" + std::to_string(server.port()));
     proto.api = Api::kOpenAiEmbeddings;
     proto.model = "m";
@@ -224,6 +229,38 @@ TEST(LoadGenerator, PrebuiltRequestsAreSentInTurnAndCountedWhenReused) {
   EXPECT_GT(p->generator.reused_requests, 0);
   o.prebuilt_requests = -1;
   EXPECT_EQ(gen.RunPoint(o, nullptr).status().code(), StatusCode::kInvalidArgument);
+}
+
+// Requests longer than the window: with a 1 s server, 0.5 s of warm-up and a 1 s window, each client's first
+// request (sent in the warm-up) finishes at ~1 s and its second, sent inside the window, is still running
+// when the 0.2 s drain ends at ~1.7 s. The point is invalid, and the reason says so, with the finished
+// requests' median and a --duration that holds them (the machine can only make the server later, never
+// earlier).
+TEST(LoadGenerator, RequestsLongerThanTheWindowSayWhatDurationHoldsThem) {
+  Fixture f(std::chrono::milliseconds(1000));
+  LoadGenerator gen(f.endpoint, f.proto, &f.prompts);
+  PointOptions o = f.Opts(LoadMode::kConcurrency, 2);
+  o.warmup_s = 0.5;
+  o.window_s = 1.0;
+  o.max_duration_s = 1.0;
+  o.drain_timeout_s = 0.2;
+  auto p = gen.RunPoint(o, nullptr);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->succeeded, 0);
+  EXPECT_FALSE(p->valid);
+  ASSERT_EQ(p->invalid_reasons.size(), 1u);
+  const std::string& why = p->invalid_reasons[0];
+  EXPECT_EQ(why.rfind("no request succeeded: 2 of the 2 sent in the measured window were still running", 0),
+            0u)
+      << why;
+  EXPECT_NE(why.find("the 2 that finished (in the warm-up or after the window) took a median 1."),
+            std::string::npos)
+      << why;
+  // Twice the median, rounded up: at least 2 s, as the server takes 1 s.
+  const size_t at = why.find("--duration ");
+  ASSERT_NE(at, std::string::npos) << why;
+  EXPECT_GE(std::stoi(why.substr(at + 11)), 2) << why;
+  EXPECT_NE(why.find(" or more (a closed loop's clients send in waves", at), std::string::npos) << why;
 }
 
 TEST(LoadGenerator, RefusedConnectionIsAnError) {
