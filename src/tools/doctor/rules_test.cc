@@ -33,6 +33,32 @@ Signals Classic(double queue_ms, double pre_ms, double h2d_ms, double compute_ms
   return s;
 }
 
+// A decoder under load: `requests` finished, each queue_s waiting, device_s in the model's steps and host_s
+// in its postprocess (service = device + host, latency = queue + service), no I/O or copies.
+Signals Llm(int64_t requests, double queue_s, double device_s, double host_s, double kv_usage_max) {
+  Signals s;
+  s.kind = "llm";
+  s.requests = requests;
+  s.stage_s = {{"queue", queue_s}, {"compute", device_s}, {"postprocess", host_s}};
+  s.queue_s = queue_s;
+  s.device_s = device_s;
+  s.host_s = host_s;
+  s.io_s = s.copy_s = 0;
+  s.service_s = device_s + host_s;
+  s.latency_s = queue_s + s.service_s;
+  s.kv_usage_max = kv_usage_max;
+  return s;
+}
+
+// The GPU's counters over the window (10 samples).
+void Gpu(Signals* s, double util, double sm_active, double tensor_active, double dram_active) {
+  s->gpu_samples = 10;
+  s->gpu_util = util;
+  s->sm_active = sm_active;
+  s->tensor_active = tensor_active;
+  s->dram_active = dram_active;
+}
+
 const Evidence* FindEvidence(const Verdict& v, const std::string& signal) {
   for (const Evidence& e : v.evidence) {
     if (e.signal == signal) return &e;
@@ -222,16 +248,7 @@ TEST(DoctorRules, GpuRulesWaitForTheDeviceToDominate) {
 }
 
 TEST(DoctorRules, KvCapacityBound) {
-  Signals s;
-  s.kind = "llm";
-  s.requests = 40;
-  s.stage_s = {{"queue", 2.0}, {"compute", 1.0}};
-  s.queue_s = 2.0;
-  s.device_s = 1.0;
-  s.service_s = 1.0;
-  s.latency_s = 3.0;
-  s.io_s = s.host_s = s.copy_s = 0;
-  s.kv_usage_max = 0.97;
+  Signals s = Llm(/*requests*/ 40, /*queue*/ 2.0, /*device*/ 1.0, /*host*/ 0, /*kv max*/ 0.97);
   s.kv_blocks_total = 64;
   s.preemptions = 12;
   s.running_mean = 4;
@@ -271,22 +288,8 @@ TEST(DoctorRules, ThrottledComesAlongsideTheMainVerdict) {
 TEST(DoctorRules, TheIssuesH200ReadingIsComputeBoundAndThrottled) {
   // Issue 12: the 8B shape at c=64 read GPU-Util 98 %, SM active 0.93, tensor 0.58, DRAM 0.21, 686 of 700 W
   // with the power-violation counter rising.
-  Signals s;
-  s.kind = "llm";
-  s.requests = 500;
-  s.stage_s = {{"queue", 0.05}, {"compute", 2.0}, {"postprocess", 0.02}};
-  s.queue_s = 0.05;
-  s.device_s = 2.0;
-  s.host_s = 0.02;
-  s.io_s = s.copy_s = 0;
-  s.service_s = 2.02;
-  s.latency_s = 2.07;
-  s.kv_usage_max = 0.4;
-  s.gpu_samples = 10;
-  s.gpu_util = 0.98;
-  s.sm_active = 0.93;
-  s.tensor_active = 0.58;
-  s.dram_active = 0.21;
+  Signals s = Llm(/*requests*/ 500, /*queue*/ 0.05, /*device*/ 2.0, /*host*/ 0.02, /*kv max*/ 0.4);
+  Gpu(&s, /*util*/ 0.98, /*sm*/ 0.93, /*tensor*/ 0.58, /*dram*/ 0.21);
   s.power_w = 686;
   s.power_limit_w = 700;
   s.power_violation_share = 0.8;
@@ -301,23 +304,9 @@ TEST(DoctorRules, TheIssuesH200ReadingIsComputeBoundAndThrottled) {
 TEST(DoctorRules, TheKernelSplitNamesWhatToShrink) {
   // The 8B shape at c=512 on an H100 (bench/results/gpu_served_kernel_split_h100_2026-12-05.json): SM active
   // 0.89, tensor 0.36, DRAM 0.46; the trace put 52 % of the kernel time in attention, 36 % in GEMMs.
-  Signals s;
-  s.kind = "llm";
-  s.requests = 219;
-  s.stage_s = {{"queue", 0.02}, {"compute", 49.2}, {"postprocess", 0.004}};
-  s.queue_s = 0.02;
-  s.device_s = 49.2;
-  s.host_s = 0.004;
-  s.io_s = s.copy_s = 0;
-  s.service_s = 49.2;
-  s.latency_s = 49.3;
-  s.kv_usage_max = 0.5;
+  Signals s = Llm(/*requests*/ 219, /*queue*/ 0.02, /*device*/ 49.2, /*host*/ 0.004, /*kv max*/ 0.5);
   s.running_max = 512;
-  s.gpu_samples = 10;
-  s.gpu_util = 0.95;
-  s.sm_active = 0.89;
-  s.tensor_active = 0.36;
-  s.dram_active = 0.46;
+  Gpu(&s, /*util*/ 0.95, /*sm*/ 0.89, /*tensor*/ 0.36, /*dram*/ 0.46);
   EXPECT_EQ(Top(s), "compute_bound");
   const std::string plain = Diagnose(s).front().next_step;  // no trace: the generic advice
   EXPECT_EQ(plain.find("--kv-cache-dtype"), std::string::npos) << plain;
@@ -370,22 +359,8 @@ TEST(DoctorRules, AnLlmsPostprocessNamesAsyncOutputUnlessItIsOn) {
 TEST(DoctorRules, AnLlmsHostGapBetweenStepsNamesAsyncOutput) {
   // The served 8B at c=512 on an H100 (gpu_served_fp8_c512_h100_2026-12-05.json): steps of 44.9 ms, of which
   // 2.5 ms on the host with the GPU idle.
-  Signals s;
-  s.kind = "llm";
-  s.requests = 396;
-  s.stage_s = {{"queue", 0.02}, {"compute", 44.0}, {"postprocess", 0.004}};
-  s.queue_s = 0.02;
-  s.device_s = 44.0;
-  s.host_s = 0.004;
-  s.io_s = s.copy_s = 0;
-  s.service_s = 44.0;
-  s.latency_s = 44.1;
-  s.kv_usage_max = 0.5;
-  s.gpu_samples = 10;
-  s.gpu_util = 0.95;
-  s.sm_active = 0.89;
-  s.tensor_active = 0.36;
-  s.dram_active = 0.46;
+  Signals s = Llm(/*requests*/ 396, /*queue*/ 0.02, /*device*/ 44.0, /*host*/ 0.004, /*kv max*/ 0.5);
+  Gpu(&s, /*util*/ 0.95, /*sm*/ 0.89, /*tensor*/ 0.36, /*dram*/ 0.46);
   s.steps = 1500;
   s.step_ms = 44.9;
   s.step_model_ms = 42.4;
