@@ -14,7 +14,8 @@
 # LLM_OUTPUT (1000), LLM_SERVE_ARGS (more `stoke serve` flags, e.g. "--quantization fp8 --kv-cache-dtype fp8"),
 # LLM_TAG (suffix of the serve_* output folders), LLM_TRACE_S (a timeline of that many seconds mid-window:
 # GPU time by kernel per step in $OUT/trace_*.txt), SKIP_STEP=1 (no bench step), LLM_WARMUP_S (15), LLM_RAMP_S (0:
-# clients start over that much of the warm-up, stoke bench --ramp-up), LLM_DURATION_S (45), LLM_DRAIN_S (5), HF_BUDGET_S (60), SKIP_HF=1, SKIP_SERVE=1,
+# clients start over that much of the warm-up, stoke bench --ramp-up), LLM_DURATION_S (45; or one per concurrency, e.g. "45 60 70 150" for "64 256 512 1024": the window must hold
+# whole requests, ~twice one request's time, or TTFT / TPOT are not measured), LLM_DRAIN_S (5), HF_BUDGET_S (60), SKIP_HF=1, SKIP_SERVE=1,
 # STEP_AB=1 (decode step with one switch flipped at a time: cuBLASLt instead of the GEMV, PDL on, GEMV
 # warps per row, decode-attention split size and load pipelining, the 2026-12-03 changes all off ("before"),
 # no CUDA graphs, host sampling; batch 1, 8 and 64; mixed steps split or not at batch 64 / 256; or a list of variant names; STEP_AB_ROUNDS, STEP_AB_ITERS), SERVE_SAMPLING (device | host, passed to serve --sampling); for a
@@ -30,7 +31,7 @@ CONC=${LLM_CONCURRENCY:-"64 256"}
 IN=${LLM_INPUT:-1000}
 OUTLEN=${LLM_OUTPUT:-1000}
 WARMUP=${LLM_WARMUP_S:-15}
-DURATION=${LLM_DURATION_S:-45}
+read -r -a DURATIONS <<< "${LLM_DURATION_S:-45}"  # one for all, or one per concurrency (the last repeats)
 HF_BUDGET=${HF_BUDGET_S:-60}
 DEVICE=${LLM_DEVICE:-cuda}
 
@@ -121,25 +122,28 @@ try:
     print(('--hbm-gbps %.0f' % r['d2d_gbps_read_plus_write']) + (' --tensor-tflops %.0f' % g if g > 0 else ''))
 except Exception:
     pass" "$OUT/step_${SHAPE}_b1.json")
+      local i=0 dur
       for c in $CONC; do
-        stamp "stoke bench: concurrency $c, $IN in / $OUTLEN out"
+        dur=${DURATIONS[i]:-${DURATIONS[-1]}}
+        i=$((i + 1))
+        stamp "stoke bench: concurrency $c, $IN in / $OUTLEN out, ${dur} s window"
         # stoke doctor watches the measured window (--load none, after the warm-up, 80 % of it): the verdict,
         # KV use, preemptions and the per-step split (model / host ms, weight and KV bytes, matmul FLOPs, and
         # with $rates the time each takes at the device's rates).
-        doctor_watch "$url" "$WARMUP" "$DURATION" "$OUT/doctor_${SHAPE}${LLM_TAG:-}_c$c" "$rates"
+        doctor_watch "$url" "$WARMUP" "$dur" "$OUT/doctor_${SHAPE}${LLM_TAG:-}_c$c" "$rates"
         local dpid=$DOCTOR_PID
         # LLM_TRACE_S: a timeline of that many seconds from the middle of the window, its summary (engine steps,
         # GPU time by kernel per step) in trace_<shape><tag>_c<c>.txt.
         local tpid=""
         if [[ -n "${LLM_TRACE_S:-}" ]]; then
-          ( sleep $(( WARMUP + DURATION / 2 )); timeout $(( LLM_TRACE_S + 90 )) "$STOKE" trace --url "$url" \
+          ( sleep $(( WARMUP + dur / 2 )); timeout $(( LLM_TRACE_S + 90 )) "$STOKE" trace --url "$url" \
               --seconds "$LLM_TRACE_S" -o "$OUT/trace_${SHAPE}${LLM_TAG:-}_c$c.json" \
               > "$OUT/trace_${SHAPE}${LLM_TAG:-}_c$c.txt" 2>&1 || echo "stoke trace c=$c failed: exit $?" ) &
           tpid=$!
         fi
-        timeout 300 "$STOKE" bench --url "$url" --api openai-completions --concurrency "$c" --temperature 0 \
+        timeout $(( WARMUP + dur + 240 )) "$STOKE" bench --url "$url" --api openai-completions --concurrency "$c" --temperature 0 \
           --input-len "$IN" --output-len "$OUTLEN" --warmup "$WARMUP" --ramp-up "${LLM_RAMP_S:-0}" \
-          --duration "$DURATION" --window 5 \
+          --duration "$dur" --window 5 \
           --stability 0 --drain-timeout "${LLM_DRAIN_S:-5}" --timeout 600 --label "$SHAPE synth, stoke cuda, c=$c" \
           --output-dir "$OUT/serve_${SHAPE}${LLM_TAG:-}_c$c" >/dev/null || echo "stoke bench c=$c failed: exit $?"
         python3 -c "import json,sys; p=json.load(open(sys.argv[1]))['points'][0]; print('c=%s: %.0f output tok/s, TTFT p50 %.0f ms, TPOT p50 %.1f ms' % (sys.argv[2], p['throughput']['output_tokens_per_s'], p['ttft_ms']['p50'], p['tpot_ms']['p50']))" "$OUT/serve_${SHAPE}${LLM_TAG:-}_c$c/bench.json" "$c" || true
