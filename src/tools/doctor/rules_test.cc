@@ -173,6 +173,38 @@ TEST(DoctorRules, NoRequestFinishedWhileTheEngineIsBusyIsNotUnderFed) {
   EXPECT_EQ(Top(s), "under_fed");
 }
 
+// The H200's 8B at c=64, fp8 (bench/results/gpu_served_valid_windows_h200_2026-12-06.json): the engine
+// stepped 99.9 % of the time with ~62 sequences a step, ~1 waiting (a closed loop's turnover), KV 7 % used,
+// SM active 0.66, tensor 0.21, DRAM 0.38, power-capped a fifth of the window. c=256 then served 1.84x the
+// tokens: the load set the batch. Under-fed, with throttling beside it.
+TEST(DoctorRules, AnLlmsSmallBatchesOnAGpuWithRoomAreUnderFed) {
+  Signals s = Llm(/*requests*/ 448, /*queue*/ 0.135, /*device*/ 8.669, /*host*/ 0.0155, /*kv max*/ 0.07);
+  Gpu(&s, /*util*/ 0.99, /*sm*/ 0.66, /*tensor*/ 0.21, /*dram*/ 0.38);
+  s.gr_active = 0.99;
+  s.engine_busy = 0.999;
+  s.running_mean = 61.8;
+  s.waiting_mean = 0.97;
+  s.power_violation_share = 0.20;
+  s.thermal_violation_share = 0;
+  std::vector<Verdict> v = Diagnose(s);
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_EQ(v[0].bottleneck, "under_fed");
+  EXPECT_TRUE(v[0].next_step.starts_with("send more concurrent requests")) << v[0].next_step;
+  ASSERT_NE(FindEvidence(v[0], "llm.running_mean"), nullptr);
+  EXPECT_EQ(v[1].bottleneck, "throttled");
+  s.waiting_mean = 12;  // a backlog: the server, not the load, sets the batch
+  EXPECT_NE(Top(s), "under_fed");
+  s.waiting_mean = 0.97;
+  s.kv_usage_max = 0.95;  // the cache is what holds the batch down
+  EXPECT_NE(Top(s), "under_fed");
+  s.kv_usage_max = 0.07;
+  s.sm_active = 0.85;  // the GPU is busy: compute-bound, not the load
+  EXPECT_NE(Top(s), "under_fed");
+  s.sm_active = kNaN;  // no counters: nothing to say about room on the GPU
+  s.gr_active = s.gpu_util = s.dram_active = s.tensor_active = kNaN;
+  for (const Verdict& x : Diagnose(s)) EXPECT_NE(x.bottleneck, "under_fed");
+}
+
 // Sparse traffic against a model with a batching delay (the H200's "sparse" scenario: 10 req/s, 500 us
 // delay): each lone request waits the delay out, so the queue is 35 % of a short latency; still under-fed.
 TEST(DoctorRules, UnderFedWhileLoneRequestsWaitOutTheBatchingDelay) {
