@@ -15,7 +15,9 @@
 //                       < idle_queue_share (or < queue_share when batches close on the delay half-empty:
 //                       lone requests waiting out the batching delay), and the sweep (if any) scaled
 //                       >= min_scaling; with no request finished, only when neither the GPU nor (LLM) the
-//                       engine thread was busy >= idle_busy (else the requests outlast the window)
+//                       engine thread was busy >= idle_busy (else the requests outlast the window); or an
+//                       LLM stepping (busy >= idle_busy) with SM, DRAM and tensor below their ceilings, KV
+//                       < kv_full and waiting < max(1, 5 % of running): the clients' concurrency sets the batch
 //   throttled           power/thermal violation time >= throttle_share of the window (or, without the
 //                       counters, a power/thermal clock reason in >= reason_share of the samples)
 //   none                nothing above fired
