@@ -72,6 +72,7 @@ json ThresholdsJson(const Thresholds& t) {
           {"device_share", t.device_share},
           {"kv_full", t.kv_full},
           {"no_blocks_share", t.no_blocks_share},
+          {"fb_full", t.fb_full},
           {"throttle_share", t.throttle_share},
           {"reason_share", t.reason_share},
           {"tiny_kernel_us", t.tiny_kernel_us},

@@ -89,12 +89,31 @@ std::optional<Verdict> KvCapacity(const Signals& s, const Thresholds& t) {
   if (Has(s.waiting_mean))
     v.evidence.push_back(Ev("llm.waiting_mean", s.waiting_mean, "", kNaN, "requests", ""));
   const long blocks = Has(s.kv_blocks_total) ? static_cast<long>(s.kv_blocks_total) : 0;
-  v.next_step = blocks > 0
-                    ? fmt::format("--kv-blocks {} (now {}), or a larger --kv-cache-bytes", 2 * blocks, blocks)
-                    : "a larger --kv-cache-bytes (or --kv-blocks)";
-  if (Has(s.running_mean) && s.running_mean >= 2) {
-    v.next_step +=
-        fmt::format("; if memory is fixed: --max-num-seqs {}", std::max(1, int(s.running_mean * 0.75)));
+  const std::string fewer = Has(s.running_mean) && s.running_mean >= 2
+                                ? fmt::format("--max-num-seqs {}", std::max(1, int(s.running_mean * 0.75)))
+                                : "";
+  if (Ge(s.fb_used_ratio, t.fb_full)) {
+    // The GPU's memory is allocated already: the pool cannot double. A smaller cache entry, or fewer
+    // sequences; a larger --gpu-memory-fraction only where activations leave room.
+    v.evidence.push_back(Ev("gpu.fb_used_ratio", s.fb_used_ratio, ">=", t.fb_full, "ratio",
+                            "GPU memory allocated: no room for more blocks"));
+    const bool kv8 = s.kv_cache_dtype == "fp8" || s.kv_cache_dtype == "int8";
+    v.next_step =
+        kv8 ? ""
+            : fmt::format(
+                  "--kv-cache-dtype fp8 ({}): half the bytes per cached token, twice the "
+                  "blocks in the same memory; ",
+                  s.kv_cache_dtype.empty() ? "unless the cache is 8-bit already" : "now " + s.kv_cache_dtype);
+    v.next_step += fewer.empty() ? "fewer concurrent sequences" : fewer;
+    v.next_step += fmt::format(
+        " (the GPU's memory is {:.0f}% allocated, so --kv-blocks cannot grow here; a larger "
+        "--gpu-memory-fraction only if activations leave room)",
+        100 * s.fb_used_ratio);
+  } else {
+    v.next_step =
+        blocks > 0 ? fmt::format("--kv-blocks {} (now {}), or a larger --kv-cache-bytes", 2 * blocks, blocks)
+                   : "a larger --kv-cache-bytes (or --kv-blocks)";
+    if (!fewer.empty()) v.next_step += "; if memory is fixed: " + fewer;
   }
   v.why =
       "more KV blocks let the running batch grow without evicting; fewer sequences stop the preemption churn";

@@ -289,6 +289,22 @@ TEST(DoctorRules, KvCapacityBound) {
   ASSERT_EQ(v.front().bottleneck, "kv_capacity_bound");
   EXPECT_NE(v.front().next_step.find("--kv-blocks 128"), std::string::npos) << v.front().next_step;
   EXPECT_GE(v.front().confidence, 0.75);
+  // On a GPU whose memory is allocated (the H200 at c=1024, fp8 KV: FB used 0.89 at the default fraction):
+  // no --kv-blocks 2x, but fewer sequences; and fp8 where the cache is not 8-bit yet.
+  s.fb_used_ratio = 0.89;
+  s.kv_cache_dtype = "fp8";
+  std::string next = Diagnose(s).front().next_step;
+  EXPECT_TRUE(next.starts_with("--max-num-seqs 3 (the GPU's memory is 89% allocated")) << next;
+  EXPECT_EQ(next.find("--kv-blocks 128"), std::string::npos) << next;
+  s.kv_cache_dtype = "bf16";
+  next = Diagnose(s).front().next_step;
+  EXPECT_TRUE(next.starts_with("--kv-cache-dtype fp8 (now bf16)")) << next;
+  EXPECT_NE(next.find("; --max-num-seqs 3"), std::string::npos) << next;
+  ASSERT_NE(FindEvidence(Diagnose(s).front(), "gpu.fb_used_ratio"), nullptr);
+  s.fb_used_ratio = 0.3;  // room on the GPU: more blocks, as before
+  EXPECT_NE(Diagnose(s).front().next_step.find("--kv-blocks 128"), std::string::npos);
+  s.fb_used_ratio = kNaN;
+  s.kv_cache_dtype = "";
   s.preemptions = 0;  // full but nobody waits for blocks: not capacity-bound
   s.admission_share = {{"queue_empty", 1.0}};
   for (const Verdict& x : Diagnose(s)) EXPECT_NE(x.bottleneck, "kv_capacity_bound");

@@ -160,6 +160,10 @@ struct Thresholds {
   double many_kernels_per_request = 50;
   double kv_full = 0.9;          // KV usage at or above this
   double no_blocks_share = 0.1;  // steps whose admission stopped on no_blocks
+  // GPU memory allocated at or above this share (FB used / total): the KV pool already has what
+  // --gpu-memory-fraction leaves, so kv_capacity_bound cannot name more blocks (the H200 serving the 8B
+  // shape read 0.89 at the default fraction 0.9).
+  double fb_full = 0.85;
   double throttle_share = 0.1;   // power/thermal violation time / window
   double reason_share = 0.5;     // without the counters: power/thermal reason active in this share of samples
   // The trace's kernel split (an LLM's bandwidth- or compute-bound verdict): attention kernels at or above
