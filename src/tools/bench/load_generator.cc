@@ -88,6 +88,10 @@ class PointRun {
   void Report(ProgressEvent::Phase phase, const WindowStats* w, bool stable);
   PointResult Result(double cpu_s, double wall_s);
   std::string NoSuccessReason() const;
+  // A request counts in the point when it was scheduled inside the measured window, after the warm-up.
+  bool Measured(const RequestRecord& r) const {
+    return !r.warmup && r.scheduled >= measure_start_ && r.scheduled < measure_end_;
+  }
 
   asio::io_context& io_;
   ConnectionFactory factory_;
@@ -445,7 +449,7 @@ PointResult PointRun::Result(double cpu_s, double wall_s) {
   g.late_threshold_ms = opts_.late_threshold_ms;
   std::vector<double> lags;
   for (const RequestRecord& r : records_) {
-    if (r.warmup || r.scheduled < measure_start_ || r.scheduled >= measure_end_) continue;
+    if (!Measured(r)) continue;
     if (r.error == "dropped") {
       ++g.dropped_sends;
       continue;
@@ -486,7 +490,7 @@ std::string PointRun::NoSuccessReason() const {
   std::vector<double> finished_s;
   for (const RequestRecord& r : records_) {
     if (r.error.empty() && r.done > 0 && r.sent > 0) finished_s.push_back((r.done - r.sent) * 1e-9);
-    if (r.warmup || r.scheduled < measure_start_ || r.scheduled >= measure_end_ || r.sent == 0) continue;
+    if (!Measured(r) || r.sent == 0) continue;
     ++sent;
     incomplete += r.error == kIncompleteError;
   }

@@ -38,6 +38,10 @@ Evidence Ev(std::string signal, double value, std::string op, double threshold, 
 bool IsLlm(const Signals& s) {
   return s.kind == "llm";
 }
+// An 8-bit KV cache already (the server's precision in /v1/models): fp8 KV is no step to name.
+bool KvIs8Bit(const Signals& s) {
+  return s.kv_cache_dtype == "fp8" || s.kv_cache_dtype == "int8";
+}
 int Instances(const Signals& s) {
   return std::max(1, s.instances);
 }
@@ -97,13 +101,12 @@ std::optional<Verdict> KvCapacity(const Signals& s, const Thresholds& t) {
     // sequences; a larger --gpu-memory-fraction only where activations leave room.
     v.evidence.push_back(Ev("gpu.fb_used_ratio", s.fb_used_ratio, ">=", t.fb_full, "ratio",
                             "GPU memory allocated: no room for more blocks"));
-    const bool kv8 = s.kv_cache_dtype == "fp8" || s.kv_cache_dtype == "int8";
-    v.next_step =
-        kv8 ? ""
-            : fmt::format(
-                  "--kv-cache-dtype fp8 ({}): half the bytes per cached token, twice the "
-                  "blocks in the same memory; ",
-                  s.kv_cache_dtype.empty() ? "unless the cache is 8-bit already" : "now " + s.kv_cache_dtype);
+    v.next_step = KvIs8Bit(s) ? ""
+                              : fmt::format(
+                                    "--kv-cache-dtype fp8 ({}): half the bytes per cached token, twice the "
+                                    "blocks in the same memory; ",
+                                    s.kv_cache_dtype.empty() ? "unless the cache is 8-bit already"
+                                                             : "now " + s.kv_cache_dtype);
     v.next_step += fewer.empty() ? "fewer concurrent sequences" : fewer;
     v.next_step += fmt::format(
         " (the GPU's memory is {:.0f}% allocated, so --kv-blocks cannot grow here; a larger "
@@ -115,8 +118,11 @@ std::optional<Verdict> KvCapacity(const Signals& s, const Thresholds& t) {
                    : "a larger --kv-cache-bytes (or --kv-blocks)";
     if (!fewer.empty()) v.next_step += "; if memory is fixed: " + fewer;
   }
-  v.why =
-      "more KV blocks let the running batch grow without evicting; fewer sequences stop the preemption churn";
+  v.why = Ge(s.fb_used_ratio, t.fb_full)
+              ? "the GPU has no memory left for blocks: smaller cache entries or fewer sequences stop the "
+                "preemption churn"
+              : "more KV blocks let the running batch grow without evicting; fewer sequences stop the "
+                "preemption churn";
   return v;
 }
 
@@ -294,7 +300,6 @@ std::optional<Verdict> LaunchBound(const Signals& s, const Thresholds& t) {
 std::optional<std::string> KernelSplitNextStep(const Signals& s, const Thresholds& t, Verdict* v) {
   const TraceSignals& tr = s.trace;
   if (!IsLlm(s) || !tr.gpu_timeline || !Has(tr.attention_share)) return std::nullopt;
-  const bool kv8 = s.kv_cache_dtype == "fp8" || s.kv_cache_dtype == "int8";
   if (Ge(tr.attention_share, t.attention_heavy)) {
     std::string largest;
     for (const TraceSignals::TopKernel& k : tr.top_kernels) {
@@ -306,7 +311,7 @@ std::optional<std::string> KernelSplitNextStep(const Signals& s, const Threshold
     v->evidence.push_back(
         Ev("trace.attention_share", tr.attention_share, ">=", t.attention_heavy, "ratio",
            "of GPU kernel time in attention kernels" + (largest.empty() ? "" : "; " + largest)));
-    if (kv8) {
+    if (KvIs8Bit(s)) {
       const int cap = Has(s.running_max) ? static_cast<int>(s.running_max) : 0;
       return fmt::format(
           "the KV cache ({}) is read every step by attention ({:.0f}% of kernel time): its bytes grow with "
