@@ -78,6 +78,12 @@ void AddEngineTuningFlags(CLI::App* cmd, EngineTuningFlags* flags) {
       ->check(CLI::IsMember({"warp", "tiled", "tiled-smem"}))
       ->capture_default_str();
   cmd->add_option(
+         "--decode-stages", flags->decode_stages,
+         "cuda: tiles of 16 keys per warp in the cp.async pipeline of the tiled decode attention over "
+         "an 8-bit KV cache (2, 3 or 4; 2: double buffering, more: more KV bytes in flight for more "
+         "shared memory)")
+      ->capture_default_str();
+  cmd->add_option(
          "--prefill-attention", flags->prefill_attention,
          "cuda: prefill attention kernel: auto (tensor-core tiled where it applies) or warp (simple, "
          "slow)")
@@ -138,6 +144,7 @@ Status ApplyEngineTuningFlags(const EngineTuningFlags& flags, DecoderOptions* o)
   t.decode_partition = flags.decode_partition;
   t.decode_pipeline = flags.decode_pipeline == "on";
   t.decode_attention = flags.decode_attention;
+  t.decode_stages = flags.decode_stages;
   t.prefill_attention = flags.prefill_attention;
   t.mixed_attention = flags.mixed_attention;
   t.kquant_gemv = flags.kquant_gemv;

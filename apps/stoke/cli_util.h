@@ -29,6 +29,7 @@ struct EngineTuningFlags {
   std::string pdl = CudaDecoderTuning{}.pdl ? "on" : "off";
   int decode_min_partition = CudaDecoderTuning{}.decode_min_partition;
   int decode_partition = CudaDecoderTuning{}.decode_partition;
+  int decode_stages = CudaDecoderTuning{}.decode_stages;
   std::string decode_pipeline = CudaDecoderTuning{}.decode_pipeline ? "on" : "off";
   std::string decode_attention = CudaDecoderTuning{}.decode_attention;
   std::string prefill_attention = CudaDecoderTuning{}.prefill_attention;

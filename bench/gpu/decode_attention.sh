@@ -13,6 +13,9 @@
 #      DA_KERNELS including tiled-smem, an 8-bit DA_KV) tiled / tiled-smem
 # The 8-bit A/B of the two tiled forms (registers, the default, against shared-memory widening):
 # DA_KV="fp8" DA_KERNELS="tiled-smem tiled" DA_POINTS="64:1000 256:1000".
+# The cp.async pipeline depth of the 8-bit fragment kernel (--decode-stages): DA_KERNELS="tiled tiled:3 tiled:4"
+# (KERNEL:STAGES; tagged tiled-s3 / tiled-s4, summarised as tiled_s3_over_tiled); DA_STEP_ARGS: more bench step
+# flags for every run (e.g. "--quantization fp8 --allow-inconsistent").
 # Usage: bench/gpu/decode_attention.sh [BIN_DIR] (default .bundle/bin). Knobs (env): DA_PARTS ("tests kernel
 # step"), DA_REPS (2), DA_ITERS (30), DA_POINTS ("1:512 1:4096 64:1000 256:1000", batch:context), DA_KV
 # ("bf16"; e.g. "bf16 fp8": --kv-cache-dtype per run), DA_KERNELS ("warp tiled"), LLM_SHAPE, LLM_LAYERS.
@@ -57,11 +60,15 @@ if want step; then
       b=${pt%%:*} ctx=${pt##*:}
       for kv in ${DA_KV:-bf16}; do
         for k in ${DA_KERNELS:-warp tiled}; do
-          tag="b${b}_c${ctx}_kv${kv}_${k}_r$r"
+          # KERNEL or KERNEL:STAGES (--decode-stages; tag KERNEL-sSTAGES)
+          kern=${k%%:*} stages=2 label=${k%%:*}
+          if [[ $k == *:* ]]; then stages=${k#*:} label="${kern}-s${stages}"; fi
+          tag="b${b}_c${ctx}_kv${kv}_${label}_r$r"
           stamp "bench step $tag"
           timeout 200 "$STOKE" bench step --model "$MODEL" --device "$DEVICE" --gemm-cache "$GEMM_CACHE" \
-            --prefill 0 --iters "$ITERS" --decode-batch "$b" --context "$ctx" --decode-attention "$k" \
-            --kv-cache-dtype "$kv" --json "$OUT/da_step/$tag.json" > "$OUT/da_step/$tag.log" 2>&1 ||
+            --prefill 0 --iters "$ITERS" --decode-batch "$b" --context "$ctx" --decode-attention "$kern" \
+            --decode-stages "$stages" --kv-cache-dtype "$kv" --json "$OUT/da_step/$tag.json" \
+            ${DA_STEP_ARGS:-} > "$OUT/da_step/$tag.log" 2>&1 ||
             { echo "bench step $tag failed: exit $?"; tail -5 "$OUT/da_step/$tag.log"; }
           grep -E 'decode median' "$OUT/da_step/$tag.log" | head -1 | sed 's/^/  /'
         done
@@ -73,7 +80,7 @@ import glob, json, os, re, statistics, sys
 out = sys.argv[1]
 rows = {}
 for f in sorted(glob.glob(os.path.join(out, "da_step", "*.json"))):
-    m = re.match(r"b(\d+)_c(\d+)_kv(\w+?)_(warp|tiled-smem|tiled)_r(\d+)\.json", os.path.basename(f))
+    m = re.match(r"b(\d+)_c(\d+)_kv(\w+?)_(warp|tiled-smem|tiled(?:-s\d)?)_r(\d+)\.json", os.path.basename(f))
     if not m:
         continue
     d = json.load(open(f))
@@ -85,12 +92,15 @@ for f in sorted(glob.glob(os.path.join(out, "da_step", "*.json"))):
     rows[key].setdefault(m[4], []).append(tps)
     rows[key].setdefault(m[4] + "_step_ms", []).append(ms)
 for key, r in rows.items():
-    med = {k: statistics.median([x for x in r.get(k, []) if x]) for k in ("warp", "tiled", "tiled-smem")
-           if [x for x in r.get(k, []) if x]}
+    med = {k: statistics.median([x for x in r.get(k, []) if x])
+           for k in ("warp", "tiled", "tiled-smem", "tiled-s3", "tiled-s4") if [x for x in r.get(k, []) if x]}
     if "warp" in med and "tiled" in med:
         r["tiled_over_warp"] = round(med["tiled"] / med["warp"], 3)
     if "tiled" in med and "tiled-smem" in med:
         r["tiled_over_tiled_smem"] = round(med["tiled"] / med["tiled-smem"], 3)
+    for st in ("tiled-s3", "tiled-s4"):
+        if "tiled" in med and st in med:
+            r[st.replace("-", "_") + "_over_tiled"] = round(med[st] / med["tiled"], 3)
 kernel = []
 p = os.path.join(out, "da_kernel_bench.jsonl")
 if os.path.exists(p):

@@ -16,6 +16,7 @@ import requests
     ("--prefill-attention", "tiled", b"--prefill-attention"),
     ("--decode-pipeline", "maybe", b"--decode-pipeline"),
     ("--decode-attention", "fast", b"--decode-attention"),
+    ("--decode-stages", "5", b"--decode-stages 5"),
     ("--kquant-gemv", "int4", b"--kquant-gemv"),
     ("--mixed-attention", "decode", b"--mixed-attention"),
     ("--event-batching", "maybe", b"--event-batching"),

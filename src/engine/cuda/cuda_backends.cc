@@ -27,6 +27,7 @@ StatusOr<std::unique_ptr<DecoderModel>> CreateCudaDecoder(LlamaWeights weights, 
   co.attention.decode_pipeline = o.cuda.decode_pipeline;
   co.attention.decode_tiled = o.cuda.decode_attention != "warp";
   co.attention.decode_tiled_fragments = o.cuda.decode_attention != "tiled-smem";
+  co.attention.decode_stages = o.cuda.decode_stages;
   co.attention.prefill_force_warp = o.cuda.prefill_attention == "warp";
   co.mixed_split = o.cuda.mixed_attention != "prefill";
   co.vector_elementwise = o.cuda.vector_elementwise;

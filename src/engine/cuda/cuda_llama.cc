@@ -162,6 +162,9 @@ StatusOr<std::unique_ptr<CudaLlama>> CudaLlama::Create(LlamaWeights weights, con
     return InvalidArgumentError("--decode-partition {} must be in [--decode-min-partition {}, 65536]",
                                 options.attention.decode_partition, options.attention.decode_min_partition);
   }
+  if (options.attention.decode_stages < 2 || options.attention.decode_stages > 4) {
+    return InvalidArgumentError("--decode-stages {} must be 2, 3 or 4", options.attention.decode_stages);
+  }
   RETURN_IF_ERROR(CheckWeights(weights));
   if (options.quantization == WeightQuantization::kFp8) {
     const LlamaConfig& c = weights.config;
@@ -215,7 +218,8 @@ Status CudaLlama::Init(LlamaWeights weights) {
       "cuda llama: {}: weights {} {:.1f} MiB, scratch {:.1f} MiB for steps of up to {} tokens, "
       "KV budget {:.1f} MiB (gpu memory fraction {} of {:.1f} GiB), cuda graphs {}, "
       "one-token GEMV {} (warps per row {}), PDL {}, decode partition {}..{}, decode pipeline {}, decode "
-      "attention {}, prefill attention {}, mixed-step attention {}, K-quant GEMV {}, vector elementwise {}",
+      "attention {} ({} stages), prefill attention {}, mixed-step attention {}, K-quant GEMV {}, vector "
+      "elementwise {}",
       device_name_, fp8_weights() ? "fp8" : "bf16", weight_bytes_ / double(kMiB),
       arena_->capacity() / double(kMiB), max_tokens_, kv_budget_bytes_ / double(kMiB),
       options_.gpu_memory_fraction, total_bytes / double(kMiB << 10), options_.cuda_graphs ? "on" : "off",
@@ -226,8 +230,9 @@ Status CudaLlama::Init(LlamaWeights weights) {
       !options_.attention.decode_tiled            ? "warp"
       : options_.attention.decode_tiled_fragments ? "tiled"
                                                   : "tiled-smem",
-      options_.attention.prefill_force_warp ? "warp" : "auto", options_.mixed_split ? "split" : "prefill",
-      cuda::KGemvMathName(options_.kquant_gemv), options_.vector_elementwise ? "on" : "off");
+      options_.attention.decode_stages, options_.attention.prefill_force_warp ? "warp" : "auto",
+      options_.mixed_split ? "split" : "prefill", cuda::KGemvMathName(options_.kquant_gemv),
+      options_.vector_elementwise ? "on" : "off");
   return OkStatus();
 }
 

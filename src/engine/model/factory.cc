@@ -56,6 +56,9 @@ Status ValidateCudaDecoderTuning(const CudaDecoderTuning& t) {
     return InvalidArgumentError("--decode-partition {} must be in [--decode-min-partition {}, 65536]",
                                 t.decode_partition, t.decode_min_partition);
   }
+  if (t.decode_stages < 2 || t.decode_stages > 4) {
+    return InvalidArgumentError("--decode-stages {} must be 2, 3 or 4", t.decode_stages);
+  }
   if (t.decode_attention != "warp" && t.decode_attention != "tiled" && t.decode_attention != "tiled-smem") {
     return InvalidArgumentError("--decode-attention '{}': expected tiled, tiled-smem or warp",
                                 t.decode_attention);

@@ -46,6 +46,10 @@ struct CudaDecoderTuning {
   // widened to bf16 in shared memory by the whole block: slower, kept for A/B; a bf16 cache runs "tiled") or
   // "warp" (one warp per position and GQA group, CUDA cores).
   std::string decode_attention = "tiled";
+  // [--decode-stages 2|3|4] tiles of 16 keys per warp in the cp.async pipeline of the tiled decode kernel
+  // over an 8-bit cache (2: double buffering; more keeps more KV bytes in flight, for more shared memory). A
+  // bf16 cache and the other kernels ignore it.
+  int decode_stages = 2;
   // [--prefill-attention auto|warp] "auto": the tiled tensor-core kernel where it applies (a bf16 or 8-bit
   // cache); "warp": always the simple warp kernel (exact, much slower; a way around a tiled-kernel problem).
   std::string prefill_attention = "auto";

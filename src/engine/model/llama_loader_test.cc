@@ -277,6 +277,8 @@ TEST(LoadDecoderTest, RejectsOutOfRangeCudaTuning) {
       {[](CudaDecoderTuning* t) { t->decode_partition = 65537; }, "--decode-partition 65537"},
       {[](CudaDecoderTuning* t) { t->prefill_attention = "tiled"; }, "--prefill-attention 'tiled'"},
       {[](CudaDecoderTuning* t) { t->decode_attention = "auto"; }, "--decode-attention 'auto'"},
+      {[](CudaDecoderTuning* t) { t->decode_stages = 1; }, "--decode-stages 1"},
+      {[](CudaDecoderTuning* t) { t->decode_stages = 5; }, "--decode-stages 5"},
       {[](CudaDecoderTuning* t) { t->kquant_gemv = "int4"; }, "--kquant-gemv 'int4'"},
       {[](CudaDecoderTuning* t) { t->mixed_attention = "decode"; }, "--mixed-attention 'decode'"},
   };
@@ -296,6 +298,7 @@ TEST(LoadDecoderTest, RejectsOutOfRangeCudaTuning) {
   edge.decode_partition = 512;
   edge.prefill_attention = "warp";
   edge.decode_attention = "warp";
+  edge.decode_stages = 4;
   edge.mixed_attention = "prefill";
   for (const char* math : {"auto", "fp32", "int8"}) {
     edge.kquant_gemv = math;

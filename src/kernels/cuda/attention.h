@@ -66,6 +66,11 @@ struct AttentionLaunchOptions {
   // / 1.19x at batch 64 / 256, context 1000 (gpu_decode_attention_regs_h100_2026-12-05.json). A bf16 cache
   // ignores it.
   bool decode_tiled_fragments = true;
+  // Decode over an 8-bit cache with the fragment kernel (decode_tiled_fragments): tiles of 16 keys per warp
+  // in its cp.async pipeline, 2..4 (--decode-stages). 2 = double buffering (one tile in flight while one is
+  // used); 3 and 4 keep more bytes in flight per warp (the kernel runs 3 blocks of 4 warps per SM, bound by
+  // registers) for 1.5x / 2x the shared memory (37 / 56 / 74 KB per block at head_dim 128).
+  int decode_stages = 2;
   // Prefill (bf16 or 8-bit cache): false = the tiled tensor-core kernel where it applies (head_dim 64/128,
   // aligned); true = always the warp kernel (slow, exact; a way around a tiled-kernel problem, and the 8-bit
   // cache's only prefill kernel before 2026-12-05, for A/B).

@@ -141,11 +141,12 @@ Status LaunchDecodeTiled(const __nv_bfloat16* q, const int32_t* block_tables, in
 
 // The same over an 8-bit cache with no shared bf16 tile and no block barrier in the loop: each warp loads its
 // own 16 keys of a tile and converts the codes into fp16 mma fragments in registers
-// (AttentionLaunchOptions::decode_tiled_fragments).
+// (AttentionLaunchOptions::decode_tiled_fragments), with `stages` (2..4) tiles per warp in its cp.async
+// pipeline (AttentionLaunchOptions::decode_stages).
 Status LaunchDecodeTiledFragments(const __nv_bfloat16* q, const int32_t* block_tables, int max_blocks,
                                   const int32_t* context_lens, int num_seqs, int heads, int splits,
                                   int partition, float scale, const DevicePagedKvQuant& kv, float* part_out,
-                                  float* part_ml, __nv_bfloat16* out, cudaStream_t stream);
+                                  float* part_ml, __nv_bfloat16* out, cudaStream_t stream, int stages);
 
 // Whether PrefillAttention runs the tiled tensor-core kernel (PrefillAttentionTiled) for this call, over
 // either cache kind: not forced to the warp kernel, a head_dim it takes, 16-byte aligned q / out / cache, and

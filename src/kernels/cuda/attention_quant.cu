@@ -378,7 +378,8 @@ Status LaunchDecodeQuant(const __nv_bfloat16* q, const int32_t* bt, int max_bloc
   if (launch.decode_tiled && PagedDecodeAttentionTiledSupports(heads, kv.num_kv_heads, kv.head_dim)) {
     RETURN_IF_ERROR(launch.decode_tiled_fragments
                         ? LaunchDecodeTiledFragments(q, bt, max_blocks, ctx, num_seqs, heads, splits,
-                                                     partition, scale, kv, part_out, part_ml, out, stream)
+                                                     partition, scale, kv, part_out, part_ml, out, stream,
+                                                     launch.decode_stages)
                         : LaunchDecodeTiled(q, bt, max_blocks, ctx, num_seqs, heads, splits, partition, scale,
                                             kv, part_out, part_ml, out, stream));
     return Reduce(part_out, part_ml, splits, num_seqs, heads, kv.head_dim, out, stream);

@@ -113,24 +113,26 @@ TEST_P(CudaQuantDecode, MatchesCpuReferenceAndBf16Kernel) {
   DeviceBuffer<int32_t> dt(f.tables), dl(std::vector<int32_t>(lens.begin(), lens.end()));
   DeviceBuffer<uint16_t> dq(ToBf16(q)), out(q.size()), out_bf16(q.size());
   DeviceQuant dk(f);
-  std::vector<float> tiled_out;
+  std::vector<float> tiled_out, frag_out;
   // tiled-smem (codes widened in shared memory), warp, warp without pipelining, tiled (the fragment form, the
-  // default)
-  for (int variant = 0; variant < 4; ++variant) {
+  // default), and the fragment form with 3 and 4 cp.async stages (decode_stages): the same values bit for bit
+  for (int variant = 0; variant < 6; ++variant) {
     AttentionLaunchOptions launch;
-    launch.decode_tiled = variant == 0 || variant == 3;
-    launch.decode_tiled_fragments = variant == 3;
+    launch.decode_tiled = variant == 0 || variant >= 3;
+    launch.decode_tiled_fragments = variant >= 3;
     launch.decode_pipeline = variant != 2;
+    launch.decode_stages = variant == 4 ? 3 : variant == 5 ? 4 : 2;
     DeviceBuffer<uint8_t> ws(
         std::max<size_t>(1, DecodeWorkspaceBytes(num_seqs, c.heads, c.head_dim, max_ctx, launch)));
     STATUS_ASSERT(PagedDecodeAttention(dq.bf16(), dt.get(), f.max_blocks, dl.get(), num_seqs, c.heads,
                                        max_ctx, scale, dk.Kv(f), ws.get(), out.bf16(), nullptr, launch));
-    const std::string what = "decode " + Name(c.dtype) + " hd=" + std::to_string(c.head_dim) +
-                             " heads=" + std::to_string(c.heads) +
-                             (variant == 0   ? " tiled-smem"
-                              : variant == 1 ? " warp"
-                              : variant == 2 ? " warp no-pipeline"
-                                             : " tiled (fragments)");
+    const std::string what =
+        "decode " + Name(c.dtype) + " hd=" + std::to_string(c.head_dim) +
+        " heads=" + std::to_string(c.heads) +
+        (variant == 0   ? " tiled-smem"
+         : variant == 1 ? " warp"
+         : variant == 2 ? " warp no-pipeline"
+                        : " tiled (fragments, " + std::to_string(launch.decode_stages) + " stages)");
     const auto got = FromBf16(out.Download());
     EXPECT_CLOSE(got, want_quant, kTolBf16, (what + " vs cpu quant").c_str());
     if (variant == 0) tiled_out = got;
@@ -139,7 +141,20 @@ TEST_P(CudaQuantDecode, MatchesCpuReferenceAndBf16Kernel) {
     }
     if (variant == 3) {
       EXPECT_NE(got, tiled_out) << "decode_tiled_fragments did not switch kernels";
+      frag_out = got;
     }
+    if (variant >= 4) {
+      EXPECT_EQ(got, frag_out) << what << ": the pipeline depth changed the values";
+    }
+  }
+  {  // Stages outside 2..4 are refused, not run.
+    AttentionLaunchOptions launch;
+    launch.decode_stages = 5;
+    DeviceBuffer<uint8_t> ws(
+        std::max<size_t>(1, DecodeWorkspaceBytes(num_seqs, c.heads, c.head_dim, max_ctx, launch)));
+    const Status st = PagedDecodeAttention(dq.bf16(), dt.get(), f.max_blocks, dl.get(), num_seqs, c.heads,
+                                           max_ctx, scale, dk.Kv(f), ws.get(), out.bf16(), nullptr, launch);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
   }
   DeviceBuffer<uint8_t> ws(std::max<size_t>(1, DecodeWorkspaceBytes(num_seqs, c.heads, c.head_dim, max_ctx)));
   // Against the bf16 kernel over the unquantised cache: the quantisation error itself.

@@ -287,14 +287,16 @@ void DecodeAttentionBench(cudaStream_t s) {
       constexpr bool kQuant = std::is_same_v<std::decay_t<decltype(cache_kv)>, DevicePagedKvQuant>;
       // warp, tiled (8-bit caches: tiled-smem), 8-bit caches: tiled; from batch 64 the default tiled form
       // again with decode_partition 512 ("/p512", the default before 2026-12-05).
-      for (const int variant : {0, 1, 2, 3}) {
-        if (variant == 2 && !kQuant) continue;
+      // 8-bit caches also: the default tiled form with 3 and 4 cp.async stages ("tiled/s3", "tiled/s4").
+      for (const int variant : {0, 1, 2, 3, 4, 5}) {
+        if ((variant == 2 || variant >= 4) && !kQuant) continue;
         if (variant == 3 && c.seqs < 64) continue;
         AttentionLaunchOptions launch;
         const bool tiled = variant > 0;
         launch.decode_tiled = tiled;
-        launch.decode_tiled_fragments = variant == 2 || (variant == 3 && kQuant);
+        launch.decode_tiled_fragments = variant == 2 || variant >= 4 || (variant == 3 && kQuant);
         if (variant == 3) launch.decode_partition = 512;
+        launch.decode_stages = variant == 4 ? 3 : variant == 5 ? 4 : 2;
         const size_t ws_bytes = DecodeWorkspaceBytes(c.seqs, heads, hd, c.ctx, launch);
         void* ws;
         BENCH_CHECK(cudaMalloc(&ws, ws_bytes > 0 ? ws_bytes : 1));
@@ -312,6 +314,8 @@ void DecodeAttentionBench(cudaStream_t s) {
             cache,
             variant == 0             ? "warp"
             : variant == 3           ? "tiled/p512"
+            : variant == 4           ? "tiled/s3"
+            : variant == 5           ? "tiled/s4"
             : kQuant && variant == 1 ? "tiled-smem"
                                      : "tiled",
             c.seqs, c.ctx, heads, kvh, hd, ms, kv_bytes / (ms * 1e-3) / 1e9);

@@ -447,19 +447,20 @@ struct FragCodes {
   }
 };
 
-// Shared memory of the fragments kernel: per warp two buffers of [16 keys][kFragRow] K codes, the same for V,
-// then 16 K and 16 V scales. Rows are padded by 16 bytes: the 8 rows a fragment load touches start 4 banks
-// apart.
+// Shared memory of the fragments kernel: per warp kStages buffers, each [16 keys][kFragRow] K codes, the same
+// for V, then 16 K and 16 V scales. Rows are padded by 16 bytes: the 8 rows a fragment load touches start 4
+// banks apart. kStages (AttentionLaunchOptions::decode_stages, 2..4): tiles kt + 1 .. kt + kStages - 1 are in
+// flight while tile kt is used (2: double buffering).
 template <int HD>
 constexpr int kFragRow = HD + 16;
 template <int HD>
 constexpr int kFragWarpBuf = 2 * 16 * kFragRow<HD> + 2 * 16 * 4;
-template <int HD>
+template <int HD, int kStages>
 constexpr int DecodeFragSmemBytes() {
-  return kTiledWarps * 2 * kFragWarpBuf<HD>;
+  return kTiledWarps * kStages * kFragWarpBuf<HD>;
 }
 
-template <int HD, bool kFp8>
+template <int HD, bool kFp8, int kStages>
 __global__ void __launch_bounds__(kTiledWarps * 32)
     DecodeFragKernel(const __nv_bfloat16* __restrict__ q, const int32_t* __restrict__ block_tables,
                      int max_blocks, const int32_t* __restrict__ context_lens, int heads, int group,
@@ -480,7 +481,7 @@ __global__ void __launch_bounds__(kTiledWarps * 32)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
   auto slot_of = [&](int p) { return b.Slot(p); };
-  unsigned char* wbase = smem_raw + warp * 2 * kBuf;  // this warp's two buffers
+  unsigned char* wbase = smem_raw + warp * kStages * kBuf;  // this warp's kStages buffers
 
   // This warp's 16 keys of tile kt into buffer buf: lane l finds key (l & 15)'s cache row once (its slot x kv
   // heads + kv head; -1 past the end), the chunk copies take theirs by shuffle; codes by 16-byte copies, then
@@ -504,8 +505,13 @@ __global__ void __launch_bounds__(kTiledWarps * 32)
     float* sc = reinterpret_cast<float*>(vb + 16 * kRow) + (lane < 16 ? 0 : 16) + r;
     CpAsync4(sc, (lane < 16 ? kv.k_scale : kv.v_scale) + (my_row >= 0 ? my_row : 0), my_row >= 0 ? 4 : 0);
   };
-  if (num_tiles > 0) load(0, 0);
-  CpAsyncCommit();
+  // Tiles 0 .. kStages - 2, one commit group each (empty groups past the last tile keep the count: tile kt is
+  // always group kt).
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (st < num_tiles) load(st, st);
+    CpAsyncCommit();
+  }
 
   // Q's A fragments in fp16 (times 2^-4), the head dimension permuted as K's: in 16-column step ks, logical
   // columns 2t, 2t+1, 2t+8, 2t+9 are physical 16 ks + 4t + 0, 2, 1, 3. Rows past the group are zeros.
@@ -540,12 +546,14 @@ __global__ void __launch_bounds__(kTiledWarps * 32)
 #pragma unroll
   for (int i = 0; i < kDTiles; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
 
-  for (int kt = 0; kt < num_tiles; ++kt) {
-    CpAsyncWaitAll();
+  for (int kt = 0, buf = 0; kt < num_tiles; ++kt, buf = buf + 1 == kStages ? 0 : buf + 1) {
+    // Groups committed so far: kStages - 1 + kt; the kStages - 2 newest may still be in flight.
+    CpAsyncWait<kStages - 2>();
     __syncwarp();  // this warp's tile kt landed (every lane's copies); its lanes are done with tile kt - 1
-    if (kt + 1 < num_tiles) load(kt + 1, (kt + 1) & 1);
+    // Tile kt + kStages - 1 into the buffer tile kt - 1 used.
+    if (kt + kStages - 1 < num_tiles) load(kt + kStages - 1, buf == 0 ? kStages - 1 : buf - 1);
     CpAsyncCommit();
-    const unsigned char* kb = wbase + (kt & 1) * kBuf;
+    const unsigned char* kb = wbase + buf * kBuf;
     const unsigned char* vb = kb + 16 * kRow;
     const float* ksc = reinterpret_cast<const float*>(vb + 16 * kRow);
     const float* vsc = ksc + 16;
@@ -594,22 +602,34 @@ __global__ void __launch_bounds__(kTiledWarps * 32)
                   group, seq, heads, head0, split, num_splits, out, part_out, part_ml);
 }
 
-template <int HD, bool kFp8>
+template <int HD, bool kFp8, int kStages>
 Status LaunchFrag(const __nv_bfloat16* q, const int32_t* bt, int max_blocks, const int32_t* ctx, int num_seqs,
                   int heads, int splits, int partition, float scale, const DevicePagedKvQuant& kv,
                   float* part_out, float* part_ml, __nv_bfloat16* out, cudaStream_t stream) {
-  constexpr int smem = DecodeFragSmemBytes<HD>();
+  constexpr int smem = DecodeFragSmemBytes<HD, kStages>();
   static_assert((kTiledWarps * 16 * HD + 2 * kTiledWarps * 16) * 4 <= smem, "merge area of DecodeFragKernel");
-  CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(DecodeFragKernel<HD, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(DecodeFragKernel<HD, kFp8, kStages>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const float scale_log2 = scale * 1.4426950408889634f;
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(kv.num_kv_heads),
                   static_cast<unsigned>(num_seqs));
-  DecodeFragKernel<HD, kFp8>
+  DecodeFragKernel<HD, kFp8, kStages>
       <<<grid, kTiledWarps * 32, smem, stream>>>(q, bt, max_blocks, ctx, heads, heads / kv.num_kv_heads,
                                                  partition, scale_log2, kv, part_out, part_ml, out);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return OkStatus();
+}
+
+template <int HD, bool kFp8>
+Status LaunchFragStages(int stages, const __nv_bfloat16* q, const int32_t* bt, int max_blocks, const int32_t* ctx,
+                        int num_seqs, int heads, int splits, int partition, float scale,
+                        const DevicePagedKvQuant& kv, float* part_out, float* part_ml, __nv_bfloat16* out,
+                        cudaStream_t stream) {
+  const auto launch = stages == 4   ? LaunchFrag<HD, kFp8, 4>
+                      : stages == 3 ? LaunchFrag<HD, kFp8, 3>
+                                    : LaunchFrag<HD, kFp8, 2>;
+  return launch(q, bt, max_blocks, ctx, num_seqs, heads, splits, partition, scale, kv, part_out, part_ml, out,
+                stream);
 }
 
 template <int HD, int kCache, typename Kv>
@@ -687,16 +707,20 @@ Status LaunchDecodeTiled(const __nv_bfloat16* q, const int32_t* block_tables, in
 Status LaunchDecodeTiledFragments(const __nv_bfloat16* q, const int32_t* block_tables, int max_blocks,
                                   const int32_t* context_lens, int num_seqs, int heads, int splits,
                                   int partition, float scale, const DevicePagedKvQuant& kv, float* part_out,
-                                  float* part_ml, __nv_bfloat16* out, cudaStream_t stream) {
+                                  float* part_ml, __nv_bfloat16* out, cudaStream_t stream, int stages) {
   RETURN_IF_ERROR(CheckTiled(q, num_seqs, heads, kv));
   if ((reinterpret_cast<uintptr_t>(kv.k_scale) | reinterpret_cast<uintptr_t>(kv.v_scale)) & 3) {
     return Status(StatusCode::kInvalidArgument, "PagedDecodeAttention (tiled): scales need 4-byte alignment");
   }
+  if (stages < 2 || stages > 4) {
+    return Status(StatusCode::kInvalidArgument,
+                  "PagedDecodeAttention (tiled): decode_stages " + std::to_string(stages) + " must be 2, 3 or 4");
+  }
   const bool fp8 = kv.dtype == KvCacheDtype::kFp8;
-  const auto launch = kv.head_dim == 64 ? (fp8 ? LaunchFrag<64, true> : LaunchFrag<64, false>)
-                                        : (fp8 ? LaunchFrag<128, true> : LaunchFrag<128, false>);
-  return launch(q, block_tables, max_blocks, context_lens, num_seqs, heads, splits, partition, scale, kv,
-                part_out, part_ml, out, stream);
+  const auto launch = kv.head_dim == 64 ? (fp8 ? LaunchFragStages<64, true> : LaunchFragStages<64, false>)
+                                        : (fp8 ? LaunchFragStages<128, true> : LaunchFragStages<128, false>);
+  return launch(stages, q, block_tables, max_blocks, context_lens, num_seqs, heads, splits, partition, scale,
+                kv, part_out, part_ml, out, stream);
 }
 
 }  // namespace stoke::cuda

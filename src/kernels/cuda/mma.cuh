@@ -39,6 +39,11 @@ __device__ __forceinline__ void CpAsyncCommit() {
 __device__ __forceinline__ void CpAsyncWaitAll() {
   asm volatile("cp.async.wait_group 0;\n" ::);
 }
+// Waits until at most kPending of this thread's most recent commit groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
 
 // d += a · b, m16n8k16, bf16 inputs, fp32 accumulators.
 __device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
