@@ -315,6 +315,13 @@ StatusOr<LoadedModel> LoadDecoderModel(const DecoderSpec& d, const ServerOptions
   const std::string device = model->device_name();
   const precision::ServedPrecision served{model->kv_cache_dtype_name(), model->quantization_name()};
   PublishPrecision(d, served, gate, metrics, handle.get());
+  // Where it runs, beside its precision in /v1/models ("cpu", "cuda:0 (NVIDIA H200)"): stoke doctor names
+  // GPU-only knobs only for a GPU model.
+  if (nlohmann::ordered_json f = nlohmann::ordered_json::parse(handle->model_fields, nullptr, false);
+      f.is_object()) {
+    f["device"] = device;
+    handle->model_fields = f.dump();
+  }
 
   LlmLoopOptions lo;
   lo.scheduler.max_num_seqs = o.max_num_seqs;

@@ -97,6 +97,7 @@ def test_serve_int8_kv_fits_more_blocks(start_server):
         # The gate ran at load (fp32 is the CPU's reference): its result on /v1/models and /metrics.
         entry = srv.get("/v1/models").json()["data"][0]
         assert entry["precision"]["kv_cache_dtype"] == dtype
+        assert entry["device"] == "cpu", entry  # where it runs: stoke doctor reads it
         gate = entry["precision"]["consistency_gate"]
         assert gate["pass"] is True and gate["candidate"].endswith("kv " + dtype), gate
         assert srv.metric("stoke:precision_gate_pass", kv_cache_dtype=dtype) == 1

@@ -299,6 +299,7 @@ void ParseServedPrecision(const nlohmann::json& models, const std::string& model
   if (!models.is_object() || !models.contains("data") || !models["data"].is_array()) return;
   for (const nlohmann::json& m : models["data"]) {
     if (!m.is_object() || m.value("id", std::string()) != model) continue;
+    if (const auto d = m.find("device"); d != m.end() && d->is_string()) info->device = d->get<std::string>();
     const auto p = m.find("precision");
     if (p == m.end() || !p->is_object()) return;
     const auto str = [&](const char* key) {
@@ -317,6 +318,7 @@ Signals ExtractSignals(const std::vector<Scrape>& scrapes, const ModelConfigInfo
   s.model = model;
   s.kv_cache_dtype = config.kv_cache_dtype;
   s.weight_quantization = config.weight_quantization;
+  s.device = config.device;
   if (scrapes.empty()) return s;
   s.window_s = scrapes.back().t_s - scrapes.front().t_s;
   s.max_batch_size = config.max_batch_size;

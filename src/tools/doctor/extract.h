@@ -28,10 +28,11 @@ struct ModelConfigInfo {
   double max_queue_delay_us = kNaN;
   int instances = 0;
   std::string kv_cache_dtype, weight_quantization;  // GET /v1/models "precision" (ParseServedPrecision)
+  std::string device;  // GET /v1/models "device" of an LLM: "cpu", "cuda:0 (NVIDIA H200)"; "" unknown
 };
 ModelConfigInfo ParseModelConfig(const nlohmann::json& config);
-// The served precision of `model` from a GET /v1/models body ({"data": [{"id", "precision":
-// {"kv_cache_dtype", "quantization"}}]}) into info; anything missing leaves its field empty.
+// The served precision and device of `model` from a GET /v1/models body ({"data": [{"id", "device",
+// "precision": {"kv_cache_dtype", "quantization"}}]}) into info; anything missing leaves its field empty.
 void ParseServedPrecision(const nlohmann::json& models, const std::string& model, ModelConfigInfo* info);
 
 // `model` filters the labelled series (model_name) when several models are served; "" = all.

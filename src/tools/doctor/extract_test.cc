@@ -187,23 +187,26 @@ TEST(DoctorExtract, PrometheusNamesAndGpuJson) {
 // GET /v1/models as the OpenAI server answers it: the named model's precision, nothing for other models or
 // entries without one.
 TEST(DoctorExtract, ServedPrecisionFromTheModelsList) {
-  const nlohmann::json models = nlohmann::json::parse(R"({"object": "list", "data": [
-    {"id": "other", "precision": {"kv_cache_dtype": "int8", "quantization": "none"}},
-    {"id": "llama", "object": "model", "precision": {"kv_cache_dtype": "fp8", "quantization": "fp8",
-                                                     "consistency_gate": null}}]})");
+  const nlohmann::json models = nlohmann::json::parse(R"json({"object": "list", "data": [
+    {"id": "other", "device": "cpu", "precision": {"kv_cache_dtype": "int8", "quantization": "none"}},
+    {"id": "llama", "object": "model", "device": "cuda:0 (NVIDIA H200)",
+     "precision": {"kv_cache_dtype": "fp8", "quantization": "fp8", "consistency_gate": null}}]})json");
   ModelConfigInfo info;
   ParseServedPrecision(models, "llama", &info);
   EXPECT_EQ(info.kv_cache_dtype, "fp8");
   EXPECT_EQ(info.weight_quantization, "fp8");
+  EXPECT_EQ(info.device, "cuda:0 (NVIDIA H200)");
   const Signals s = ExtractSignals({}, info, "llama");
   EXPECT_EQ(s.kv_cache_dtype, "fp8");  // from the models list, whatever the scrapes say
   EXPECT_EQ(s.weight_quantization, "fp8");
+  EXPECT_EQ(s.device, "cuda:0 (NVIDIA H200)");
   ModelConfigInfo none;
   ParseServedPrecision(models, "absent", &none);
   ParseServedPrecision(nlohmann::json::parse(R"({"data": [{"id": "llama"}]})"), "llama", &none);
   ParseServedPrecision(nlohmann::json::array(), "llama", &none);
   EXPECT_EQ(none.kv_cache_dtype, "");
   EXPECT_EQ(none.weight_quantization, "");
+  EXPECT_EQ(none.device, "");
 }
 
 }  // namespace

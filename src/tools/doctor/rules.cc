@@ -38,6 +38,10 @@ Evidence Ev(std::string signal, double value, std::string op, double threshold, 
 bool IsLlm(const Signals& s) {
   return s.kind == "llm";
 }
+// The server says the model runs on the CPU (its /v1/models "device"): GPU-only knobs are no step to name.
+bool OnCpu(const Signals& s) {
+  return s.device == "cpu" || s.device.starts_with("cpu ");
+}
 // An 8-bit KV cache already (the server's precision in /v1/models): fp8 KV is no step to name.
 bool KvIs8Bit(const Signals& s) {
   return s.kv_cache_dtype == "fp8" || s.kv_cache_dtype == "int8";
@@ -161,10 +165,12 @@ std::optional<Verdict> HostBound(const Signals& s, const Thresholds& t) {
     if (IsLlm(s)) {
       const bool async_on = Has(s.step_output_ms) && s.step_output_ms > 0;
       v.next_step = pre_dominates ? "--http-threads 2x (tokenisation runs per request on the HTTP threads)"
-                    : async_on    ? "--sampling device (sample on the GPU; only token ids reach the host)"
-                                  : "--async-output on (detokenising, stop strings and events on an output "
-                                    "thread while the model runs the next step); --sampling device where "
-                                    "requests sample on the host";
+                    : OnCpu(s) ? "--device cuda where a GPU is present (on the CPU the model, sampling and "
+                                 "detokenising share the same cores; --async-output measured level there)"
+                    : async_on ? "--sampling device (sample on the GPU; only token ids reach the host)"
+                               : "--async-output on (detokenising, stop strings and events on an output "
+                                 "thread while the model runs the next step); --sampling device where "
+                                 "requests sample on the host";
     } else {
       v.next_step = fmt::format(
           "--instances {} (each instance has its own CPU thread; model file: \"instance_group\": "
@@ -341,7 +347,7 @@ std::optional<std::string> KernelSplitNextStep(const Signals& s, const Threshold
 }
 
 // An LLM whose GPU verdict leaves the host a share of every step (the GPU idle between the model's runs):
-// the share as evidence, and with async output off, --async-output on added to v's next step.
+// the share as evidence, and with async output off on a GPU model, --async-output on added to v's next step.
 void HostGapNote(const Signals& s, const Thresholds& t, Verdict* v) {
   if (!IsLlm(s) || !Has(s.step_host_ms) || !Has(s.step_ms) || s.step_ms <= 0) return;
   const double share = s.step_host_ms / s.step_ms;
@@ -351,7 +357,7 @@ void HostGapNote(const Signals& s, const Thresholds& t, Verdict* v) {
                            async_on ? "host time between the model's runs / step, with async output on "
                                       "already: planning and step inputs"
                                     : "host time between the model's runs / step: the GPU idles for it"));
-  if (async_on) return;
+  if (async_on || OnCpu(s)) return;
   v->next_step += fmt::format(
       "; then --async-output on: the host's {:.2f} ms of each {:.2f} ms step (detokenising, stop strings, "
       "event hand-off) would run while the GPU computes the next step",

@@ -402,6 +402,13 @@ TEST(DoctorRules, AnLlmsPostprocessNamesAsyncOutputUnlessItIsOn) {
   s.step_output_ms = 0.4;  // on already: sampling is what is left to move
   v = Diagnose(s).front();
   EXPECT_TRUE(v.next_step.starts_with("--sampling device")) << v.next_step;
+  s.step_output_ms = kNaN;
+  s.device = "cpu";  // a CPU model (its /v1/models "device"): no GPU-only knob
+  v = Diagnose(s).front();
+  EXPECT_EQ(v.bottleneck, "host_bound");
+  EXPECT_EQ(v.next_step.find("--async-output on"), std::string::npos) << v.next_step;
+  EXPECT_EQ(v.next_step.find("--sampling device"), std::string::npos) << v.next_step;
+  EXPECT_TRUE(v.next_step.starts_with("--device cuda")) << v.next_step;
 }
 
 TEST(DoctorRules, AnLlmsHostGapBetweenStepsNamesAsyncOutput) {
@@ -425,6 +432,12 @@ TEST(DoctorRules, AnLlmsHostGapBetweenStepsNamesAsyncOutput) {
             std::string::npos)
       << v.next_step;
   EXPECT_TRUE(cites(v));
+
+  s.device = "cpu";  // the same split from a CPU model: the share is cited, the GPU-only knob is not named
+  v = Diagnose(s).front();
+  EXPECT_EQ(v.next_step.find("--async-output"), std::string::npos) << v.next_step;
+  EXPECT_TRUE(cites(v));
+  s.device = "cuda:0 (NVIDIA H100 80GB HBM3)";
 
   s.step_output_ms = 1.9;  // async output on already: the share is cited, no knob to turn
   s.step_host_ms = 1.5;

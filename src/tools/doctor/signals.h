@@ -64,6 +64,9 @@ struct Signals {
   // The served precision (GET /v1/models "precision"; "" when the server does not say): the KV cache's dtype
   // ("bf16", "fp8", "int8", ...) and the weights' quantisation ("none", "fp8", ...).
   std::string kv_cache_dtype, weight_quantization;
+  // Where an LLM runs (GET /v1/models "device": "cpu", "cuda:0 (NVIDIA H200)"; "" when the server does not
+  // say): knobs that only pay on a GPU (--async-output) are not named for a CPU model.
+  std::string device;
 
   // The ledger, over the requests that finished in the window: mean seconds per request in each stage
   // (stoke:request_stage_seconds{stage}), and the groups the rules read (see extract.cc StageGroup).
