@@ -95,8 +95,9 @@ def test_bench_step_records_the_knobs(stoke_bin, tmp_path, decode_attention):
         (0, False, "warp", decode_attention)
     # the others at their defaults
     assert (e["gemv_split"], e["pdl"], e["decode_min_partition"], e["decode_partition"], e["ggml_numerics"],
-            e["kquant_gemv"], e["mixed_attention"], e["vector_elementwise"]) == \
-        (0, False, 16, 2048, True, "auto", "split", True)
+            e["kquant_gemv"], e["mixed_attention"], e["vector_elementwise"], e["decode_stages"]) == \
+        (0, False, 16, 2048, True, "auto", "split", True, 2)
+    assert e["cuda_knobs_apply"] is False  # a CPU run: recorded as given, read by no kernel
 
 
 def test_bench_step_records_fp8_weights(stoke_bin, tmp_path):

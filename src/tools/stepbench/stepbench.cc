@@ -181,7 +181,10 @@ StatusOr<Json> RunStepBench(const StepBenchOptions& o, const Backends& backends,
               {"kquant_gemv", t.kquant_gemv},
               {"vector_elementwise", t.vector_elementwise},
               {"kv_cache_dtype", model->kv_cache_dtype_name()},
-              {"quantization", model->quantization_name()}};
+              {"quantization", model->quantization_name()},
+              // The knobs from cuda_graphs to vector_elementwise are recorded as given; only a CUDA model reads
+              // them (the CPU engine runs the same either way).
+              {"cuda_knobs_apply", cuda}};
   report["engine"] = engine;
   report["model"] = {{"path", path},
                      {"layers", L},
