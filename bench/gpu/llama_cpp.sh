@@ -350,7 +350,9 @@ server_bench() {
   for c in ${LLAMA_SERVER_CONCURRENCY:-64 256}; do
     local dir=$OUT/llama_cpp_serve_${tag}_c$c
     stamp "stoke bench against llama-server: concurrency $c, ${LLM_INPUT:-1000} in / ${LLM_OUTPUT:-1000} out"
-    timeout 300 "$STOKE" bench --url "$url" --api openai-completions --concurrency "$c" --temperature 0 \
+    # The limit follows the window (a fixed 300 s once cut a 289 s window before its JSON was written).
+    timeout $(( ${LLM_WARMUP_S:-15} + ${LLM_DURATION_S:-45} + ${LLM_DRAIN_S:-5} + 240 )) \
+      "$STOKE" bench --url "$url" --api openai-completions --concurrency "$c" --temperature 0 \
       --input-len "${LLM_INPUT:-1000}" --output-len "${LLM_OUTPUT:-1000}" --warmup "${LLM_WARMUP_S:-15}" \
       --duration "${LLM_DURATION_S:-45}" --window 5 --stability 0 --drain-timeout "${LLM_DRAIN_S:-5}" --timeout 600 \
       --label "$tag, llama.cpp server, c=$c" --output-dir "$dir" >/dev/null || echo "stoke bench c=$c failed: exit $?" >&2
