@@ -13,7 +13,8 @@
 # Budget: about 7 minutes on an H200. Knobs (env): LLM_SHAPE, LLM_CONCURRENCY ("64 256"), LLM_INPUT (1000),
 # LLM_OUTPUT (1000), LLM_SERVE_ARGS (more `stoke serve` flags, e.g. "--quantization fp8 --kv-cache-dtype fp8"),
 # LLM_TAG (suffix of the serve_* output folders), LLM_TRACE_S (a timeline of that many seconds mid-window:
-# GPU time by kernel per step in $OUT/trace_*.txt), SKIP_STEP=1 (no bench step), LLM_WARMUP_S (15), LLM_RAMP_S (0:
+# GPU time by kernel per step in $OUT/trace_*.txt), SKIP_STEP=1 (no bench step; the doctor still gets the device's rates
+# from a few-second roofline probe, $OUT/roofline_probe.json), LLM_WARMUP_S (15), LLM_RAMP_S (0:
 # clients start over that much of the warm-up, stoke bench --ramp-up), LLM_DURATION_S (45; or one per concurrency, e.g. "45 60 70 150" for "64 256 512 1024": the window must hold
 # whole requests, ~twice one request's time, or TTFT / TPOT are not measured), LLM_DRAIN_S (5), HF_BUDGET_S (60), SKIP_HF=1, SKIP_SERVE=1,
 # STEP_AB=1 (decode step with one switch flipped at a time: cuBLASLt instead of the GEMV, PDL on, GEMV
@@ -112,8 +113,19 @@ main() {
     local url=""
     if url=$(serve_url "$log" $pid); then
       stamp "server ready at $url"
-      # The device's rates for the doctor's step split: bench step's roofline probe in this call (CUDA only).
-      local rates
+      # The device's rates for the doctor's step split: bench step's roofline probe in this call (CUDA only);
+      # with SKIP_STEP=1, the probe alone (bench step on a one-layer SmolLM2-shaped model: a few seconds).
+      local rates probe_json="$OUT/step_${SHAPE}_b1.json"
+      if [[ $DEVICE == cuda ]] && ! grep -q d2d_gbps_read_plus_write "$probe_json" 2>/dev/null; then
+        probe_json="$OUT/roofline_probe.json"
+        if [[ ! -f $probe_json ]]; then
+          timeout 120 "$STOKE" model synth --shape smollm2-135m --layers 1 --seed 1 --out /tmp/stoke_roofline_probe \
+            --quiet > /dev/null 2>&1 &&
+            timeout 120 "$STOKE" bench step --model /tmp/stoke_roofline_probe --device cuda --decode-batch 1 \
+              --context 8 --prefill 0 --iters 2 --warmup 1 --gemm-cache "$GEMM_CACHE" --json "$probe_json" \
+              > "$OUT/roofline_probe.log" 2>&1 || echo "roofline probe failed: the doctor runs without the device's rates"
+        fi
+      fi
       rates=$(python3 -c "
 import json, sys
 try:
@@ -121,7 +133,7 @@ try:
     g = max((x.get('tflops', 0) for x in r.get('gemm_bf16', [])), default=0)
     print(('--hbm-gbps %.0f' % r['d2d_gbps_read_plus_write']) + (' --tensor-tflops %.0f' % g if g > 0 else ''))
 except Exception:
-    pass" "$OUT/step_${SHAPE}_b1.json")
+    pass" "$probe_json")
       local i=0 dur
       for c in $CONC; do
         dur=${DURATIONS[i]:-${DURATIONS[-1]}}
