@@ -69,6 +69,7 @@ json ThresholdsJson(const Thresholds& t) {
           {"sm_busy_streaming", t.sm_busy_streaming},
           {"tensor_high", t.tensor_high},
           {"sm_high", t.sm_high},
+          {"step_memory_heavy", t.step_memory_heavy},
           {"device_share", t.device_share},
           {"kv_full", t.kv_full},
           {"no_blocks_share", t.no_blocks_share},

@@ -42,6 +42,14 @@ bool IsLlm(const Signals& s) {
 bool OnCpu(const Signals& s) {
   return s.device == "cpu" || s.device.starts_with("cpu ");
 }
+// An LLM whose step, at the device's rates, spends at least step_memory_heavy x its math time reading weights
+// and KV (Signals::step_weights_ms etc., from --hbm-gbps / --tensor-tflops): memory-heavy by its own model.
+bool LlmStepMemoryHeavy(const Signals& s, const Thresholds& t) {
+  if (!IsLlm(s) || !Has(s.step_weights_ms) || !Has(s.step_matmul_ms)) return false;
+  const double mem = s.step_weights_ms + (Has(s.step_kv_ms) ? s.step_kv_ms : 0);
+  const double math = s.step_matmul_ms + (Has(s.step_attention_ms) ? s.step_attention_ms : 0);
+  return math > 0 && mem >= t.step_memory_heavy * math;
+}
 // An 8-bit KV cache already (the server's precision in /v1/models): fp8 KV is no step to name.
 bool KvIs8Bit(const Signals& s) {
   return s.kv_cache_dtype == "fp8" || s.kv_cache_dtype == "int8";
@@ -371,11 +379,37 @@ std::optional<Verdict> BandwidthBound(const Signals& s, const Thresholds& t) {
   // waiting on it. DRAM active reads lower than for a pure copy, yet memory is what limits it.
   const bool streaming = !saturated && Ge(s.dram_active, t.dram_streaming) && Has(s.tensor_active) &&
                          s.tensor_active < t.tensor_idle && Ge(s.sm_active, t.sm_busy_streaming);
-  if (!saturated && !streaming) return std::nullopt;
+  // An LLM step memory-heavy by its own model at the device's rates, with DRAM busy and the tensor pipes
+  // short of their ceiling: what the SMs wait on is memory, whatever SM active reads (batched decode: some
+  // tensor work, so `streaming` does not hold).
+  const bool modelled = !saturated && !streaming && LlmStepMemoryHeavy(s, t) &&
+                        Ge(s.dram_active, t.dram_streaming) && !Ge(s.tensor_active, t.tensor_high);
+  if (!saturated && !streaming && !modelled) return std::nullopt;
+  const double mem_ms = modelled ? s.step_weights_ms + (Has(s.step_kv_ms) ? s.step_kv_ms : 0) : kNaN;
+  const double math_ms =
+      modelled ? s.step_matmul_ms + (Has(s.step_attention_ms) ? s.step_attention_ms : 0) : kNaN;
   Verdict v{.bottleneck = "bandwidth_bound",
             .confidence = saturated ? Margin(s.dram_active, t.dram_high, 0.8)
-                                    : 0.9 * Margin(s.dram_active, t.dram_streaming, 0.7)};
-  if (saturated) {
+                          : streaming
+                              ? 0.9 * Margin(s.dram_active, t.dram_streaming, 0.7)
+                              : 0.9 * Margin(mem_ms / math_ms, t.step_memory_heavy, 2 * t.step_memory_heavy)};
+  if (modelled) {
+    v.summary = fmt::format(
+        "Each step reads {:.1f} GB of weights and KV ({:.2f} ms at {:g} GB/s) for {:.2f} ms of math at the "
+        "tensor rate: memory sets the pace ({:.0f}% DRAM active); busy SMs are waiting on it.",
+        (s.step_weight_bytes + (Has(s.step_kv_bytes) ? s.step_kv_bytes : 0)) / 1e9, mem_ms, s.hbm_gbps,
+        math_ms, 100 * s.dram_active);
+    v.evidence.push_back(
+        Ev("step.memory_ms", mem_ms, ">=", t.step_memory_heavy * math_ms, "ms",
+           fmt::format("weights + KV at the device's bandwidth, against {:g} x the {:.2f} ms of "
+                       "matmul + attention at its tensor rate",
+                       t.step_memory_heavy, math_ms)));
+    v.evidence.push_back(
+        Ev("gpu.dram_active", s.dram_active, ">=", t.dram_streaming, "ratio", "DRAM transfer cycles"));
+    if (Has(s.tensor_active))
+      v.evidence.push_back(Ev("gpu.tensor_active", s.tensor_active, "<", t.tensor_high, "ratio", ""));
+    if (Has(s.sm_active)) v.evidence.push_back(Ev("gpu.sm_active", s.sm_active, "", kNaN, "ratio", ""));
+  } else if (saturated) {
     v.summary = fmt::format("DRAM bandwidth is saturated ({:.0f}% active; ~80% is the practical maximum).",
                             100 * s.dram_active);
     v.evidence.push_back(
@@ -395,9 +429,19 @@ std::optional<Verdict> BandwidthBound(const Signals& s, const Thresholds& t) {
   if (saturated && Has(s.sm_active))
     v.evidence.push_back(Ev("gpu.sm_active", s.sm_active, "", kNaN, "ratio", ""));
   if (IsLlm(s)) {
+    // A backlog: the running-set cap holds sequences back. None (a closed loop's turnover, about one
+    // waiting): the clients set the batch.
+    const bool backlog =
+        Ge(s.waiting_mean, std::max(1.0, 0.05 * (Has(s.running_mean) ? s.running_mean : 0.0)));
     v.next_step =
-        "more sequences per step to amortise weight reads (--max-num-seqs 2x), or lower-precision "
-        "weights/KV (fp8)";
+        backlog || !Has(s.running_mean)
+            ? "more sequences per step to amortise weight reads (--max-num-seqs 2x), or lower-precision "
+              "weights/KV (fp8)"
+            : fmt::format(
+                  "more sequences per step to amortise weight reads: more concurrent requests (~{:.0f} "
+                  "running, none waiting: the clients set the batch; --max-num-seqs must admit them), "
+                  "or lower-precision weights/KV (fp8)",
+                  s.running_mean);
     if (std::optional<std::string> k = KernelSplitNextStep(s, t, &v)) v.next_step = *k;
     HostGapNote(s, t, &v);
   } else if (Instances(s) > 1) {
@@ -413,7 +457,9 @@ std::optional<Verdict> BandwidthBound(const Signals& s, const Thresholds& t) {
 
 std::optional<Verdict> ComputeBound(const Signals& s, const Thresholds& t) {
   const bool tensor = Ge(s.tensor_active, t.tensor_high);
-  const bool sm = Ge(s.sm_active, t.sm_high) && !Ge(s.dram_active, t.dram_high);
+  // Busy SMs say compute only where the step is not memory-heavy by its model (bandwidth_bound speaks then).
+  const bool sm = Ge(s.sm_active, t.sm_high) && !Ge(s.dram_active, t.dram_high) &&
+                  !(LlmStepMemoryHeavy(s, t) && Ge(s.dram_active, t.dram_streaming));
   const bool blind = !Has(s.sm_active) && !Has(s.tensor_active) && Ge(s.instance_busy, t.saturated_busy) &&
                      Ge(Ratio(s.device_s, s.service_s), t.device_share);
   if ((!tensor && !sm && !blind) || !DeviceDominates(s, t)) return std::nullopt;

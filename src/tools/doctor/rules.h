@@ -7,8 +7,11 @@
 //                       recv+send >= io_share of latency and (>= io_min_s, or the sweep stalls < min_scaling)
 //   copy_bound          h2d + d2h >= copy_share of service time, and it matters (as above)
 //   launch_bound        GPU-Util or GR engine >= gpu_busy, SM active < sm_low, DRAM and tensor low
-//   bandwidth_bound     DRAM active >= dram_high
-//   compute_bound       tensor >= tensor_high or SM active >= sm_high; without GPU counters: instances
+//   bandwidth_bound     DRAM active >= dram_high; or streaming (DRAM >= dram_streaming, tensor idle, SMs
+//                       busy); or an LLM step memory-heavy by its model at the device's rates (bytes time >=
+//                       step_memory_heavy x math time) with DRAM >= dram_streaming
+//   compute_bound       tensor >= tensor_high or SM active >= sm_high (not for a memory-heavy LLM step,
+//                       above); without GPU counters: instances
 //                       saturated with device stages dominating the service time (lower confidence)
 //   queue_bound         queue >= queue_share of latency while instances / GPU are not saturated
 //   under_fed           only when nothing above fired: instances (or the GPU) busy < idle_busy, the queue
@@ -17,7 +20,8 @@
 //                       >= min_scaling; with no request finished, only when neither the GPU nor (LLM) the
 //                       engine thread was busy >= idle_busy (else the requests outlast the window); or an
 //                       LLM stepping (busy >= idle_busy) with SM, DRAM and tensor below their ceilings, KV
-//                       < kv_full and waiting < max(1, 5 % of running): the clients' concurrency sets the batch
+//                       < kv_full and waiting < max(1, 5 % of running): the clients' concurrency sets the
+//                       batch
 //   throttled           power/thermal violation time >= throttle_share of the window (or, without the
 //                       counters, a power/thermal clock reason in >= reason_share of the samples)
 //   none                nothing above fired

@@ -6,6 +6,8 @@
 
 #include <string>
 
+#include "tools/doctor/extract.h"
+
 namespace stoke::doctor {
 namespace {
 
@@ -203,6 +205,60 @@ TEST(DoctorRules, AnLlmsSmallBatchesOnAGpuWithRoomAreUnderFed) {
   s.sm_active = kNaN;  // no counters: nothing to say about room on the GPU
   s.gr_active = s.gpu_util = s.dram_active = s.tensor_active = kNaN;
   for (const Verdict& x : Diagnose(s)) EXPECT_NE(x.bottleneck, "under_fed");
+}
+
+// The 8B shape in bf16 served at c=64 on an H100
+// (bench/results/gpu_served_vs_llama_server_h100_2026-12-06.json), two windows of the same load: SM active
+// 0.79 and 0.83 put them on either side of sm_high (under_fed, then compute_bound with the tensor pipes at
+// 0.18). At the device's rates each step reads 27.6 GB (9.2 ms) for 2.3 ms of math: memory-heavy by its
+// model, so both are bandwidth_bound; without the rates nothing changes.
+TEST(DoctorRules, AnLlmStepMemoryHeavyAtTheDevicesRatesIsBandwidthBound) {
+  auto window = [](double sm) {
+    Signals s = Llm(/*requests*/ 192, /*queue*/ 0.179, /*device*/ 13.32, /*host*/ 0.0002, /*kv max*/ 0.29);
+    Gpu(&s, /*util*/ 1.0, sm, /*tensor*/ 0.18, /*dram*/ 0.66);
+    s.gr_active = 0.99;
+    s.engine_busy = 1.0;
+    s.running_mean = 62.2;
+    s.waiting_mean = 0.89;
+    s.steps = 2947;
+    s.step_ms = 13.57;
+    s.step_model_ms = 13.54;
+    s.step_host_ms = 0.03;
+    s.step_weight_bytes = 15.010e9;
+    s.step_kv_bytes = 12.626e9;
+    s.step_matmul_flops = 1.868e12;
+    s.step_attention_flops = 0.068e12;
+    return s;
+  };
+  for (const double sm : {0.79, 0.83}) {
+    Signals s = window(sm);
+    const std::string before = Top(s);  // no rates: the counters alone
+    EXPECT_EQ(before, sm < 0.8 ? "under_fed" : "compute_bound") << sm;
+    ApplyDeviceRates(/*hbm_gbps*/ 3012, /*tensor_tflops*/ 830, &s);
+    const Verdict v = Diagnose(s).front();
+    EXPECT_EQ(v.bottleneck, "bandwidth_bound") << sm;
+    for (const Verdict& x : Diagnose(s)) EXPECT_NE(x.bottleneck, "compute_bound") << sm;
+    const Evidence* e = FindEvidence(v, "step.memory_ms");
+    ASSERT_NE(e, nullptr);
+    EXPECT_NEAR(e->value, 27.636e9 / 3012e9 * 1e3, 0.01);
+    EXPECT_NE(v.summary.find("27.6 GB"), std::string::npos) << v.summary;
+    // ~62 running and nobody waiting: the clients set the batch.
+    EXPECT_NE(v.next_step.find("more concurrent requests (~62 running"), std::string::npos) << v.next_step;
+    s.waiting_mean = 20;  // a backlog: the running-set cap holds them back
+    EXPECT_NE(Diagnose(s).front().next_step.find("--max-num-seqs 2x"), std::string::npos);
+  }
+  // The H200 at c=512, fp8 weights + fp8 KV (gpu_served_valid_windows_h200_2026-12-06.json): 8 GB of weights
+  // + 52.6 GB of KV (14.3 ms at 4,240 GB/s) against 12.2 TFLOP (15 ms at 812 TFLOP/s): not memory-heavy by
+  // 2x, so busy SMs still read as compute.
+  Signals s = window(0.9);
+  s.step_weight_bytes = 8.0e9;
+  s.step_kv_bytes = 52.6e9;
+  s.step_matmul_flops = 12.2e12;
+  s.step_attention_flops = 0.3e12;
+  s.waiting_mean = 3.4;
+  s.running_mean = 508;
+  ApplyDeviceRates(4240, 812, &s);
+  EXPECT_EQ(Top(s), "compute_bound");
 }
 
 // Sparse traffic against a model with a batching delay (the H200's "sparse" scenario: 10 req/s, 500 us

@@ -151,6 +151,13 @@ struct Thresholds {
   double sm_busy_streaming = 0.5;
   double tensor_high = 0.7;   // tensor active at or above this: compute-bound
   double sm_high = 0.8;       // SM active at or above this (DRAM below dram_high): compute-bound
+  // An LLM's step at the device's rates (--hbm-gbps and --tensor-tflops given): its bytes (weights + KV) take
+  // at least this many times its math (matmul + attention): memory-heavy by its own model, so busy SMs wait
+  // on memory (bandwidth_bound, and not compute_bound, once DRAM active is at least dram_streaming). The 8B
+  // shape in bf16 at c=64 on an H100: 27.6 GB = 9.2 ms at 3,012 GB/s against 1.9 TFLOP = 2.3 ms at 830
+  // TFLOP/s (4.1x), SM active 0.83, tensor 0.18, DRAM 0.66; at c=512 with fp8 weights on an H200 the ratio is
+  // ~1x.
+  double step_memory_heavy = 2.0;
   double device_share = 0.5;  // GPU rules apply when device stages are this share of service time
   // An LLM's step: host time between the model's runs (step_host_ms / step_ms) at or above this share is
   // named beside a GPU verdict (the GPU idles for it each step). Served 8B at c=512 on an H100: 2.5 of 44.9
