@@ -42,13 +42,23 @@ bool IsLlm(const Signals& s) {
 bool OnCpu(const Signals& s) {
   return s.device == "cpu" || s.device.starts_with("cpu ");
 }
-// An LLM whose step, at the device's rates, spends at least step_memory_heavy x its math time reading weights
-// and KV (Signals::step_weights_ms etc., from --hbm-gbps / --tensor-tflops): memory-heavy by its own model.
+// An LLM step at the device's rates (Signals::step_weights_ms etc., from --hbm-gbps / --tensor-tflops): ms to
+// read its weights + KV, and ms of its matmul + attention math; NaN where the rate is not given.
+struct StepAtRates {
+  double memory_ms = kNaN, math_ms = kNaN;
+};
+StepAtRates AtRates(const Signals& s) {
+  StepAtRates r;
+  if (Has(s.step_weights_ms)) r.memory_ms = s.step_weights_ms + (Has(s.step_kv_ms) ? s.step_kv_ms : 0);
+  if (Has(s.step_matmul_ms))
+    r.math_ms = s.step_matmul_ms + (Has(s.step_attention_ms) ? s.step_attention_ms : 0);
+  return r;
+}
+// An LLM whose step reads weights and KV for at least step_memory_heavy x its math time: memory-heavy by its
+// own model.
 bool LlmStepMemoryHeavy(const Signals& s, const Thresholds& t) {
-  if (!IsLlm(s) || !Has(s.step_weights_ms) || !Has(s.step_matmul_ms)) return false;
-  const double mem = s.step_weights_ms + (Has(s.step_kv_ms) ? s.step_kv_ms : 0);
-  const double math = s.step_matmul_ms + (Has(s.step_attention_ms) ? s.step_attention_ms : 0);
-  return math > 0 && mem >= t.step_memory_heavy * math;
+  const StepAtRates r = AtRates(s);
+  return IsLlm(s) && Ge(r.math_ms, 1e-9) && Ge(r.memory_ms, t.step_memory_heavy * r.math_ms);
 }
 // An 8-bit KV cache already (the server's precision in /v1/models): fp8 KV is no step to name.
 bool KvIs8Bit(const Signals& s) {
@@ -385,9 +395,8 @@ std::optional<Verdict> BandwidthBound(const Signals& s, const Thresholds& t) {
   const bool modelled = !saturated && !streaming && LlmStepMemoryHeavy(s, t) &&
                         Ge(s.dram_active, t.dram_streaming) && !Ge(s.tensor_active, t.tensor_high);
   if (!saturated && !streaming && !modelled) return std::nullopt;
-  const double mem_ms = modelled ? s.step_weights_ms + (Has(s.step_kv_ms) ? s.step_kv_ms : 0) : kNaN;
-  const double math_ms =
-      modelled ? s.step_matmul_ms + (Has(s.step_attention_ms) ? s.step_attention_ms : 0) : kNaN;
+  const StepAtRates r = AtRates(s);
+  const double mem_ms = r.memory_ms, math_ms = r.math_ms;
   Verdict v{.bottleneck = "bandwidth_bound",
             .confidence = saturated ? Margin(s.dram_active, t.dram_high, 0.8)
                           : streaming
