@@ -55,7 +55,10 @@ void AddEngineTuningFlags(CLI::App* cmd, EngineTuningFlags* flags) {
   cmd->add_option("--gemv-split", flags->gemv_split,
                   "cuda: warps per output row in the one-token GEMVs (0: auto, 1, 2, 4, 8)")
       ->capture_default_str();
-  cmd->add_option("--pdl", flags->pdl, "cuda: launch the GEMVs with programmatic dependent launch (on|off)")
+  cmd->add_option(
+         "--pdl", flags->pdl,
+         "cuda: launch the decode step's kernels (GEMVs, norms, RoPE + cache write, decode attention "
+         "and its merge) with programmatic dependent launch (on|off)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   cmd->add_option("--decode-min-partition", flags->decode_min_partition,

@@ -72,9 +72,12 @@ class CudaLlama final : public DecoderModel {
     // kernel fewer per layer, the SwiGLU fused), 4.62 ms with two (12-03), and 1.8x slower at batch 8 (every
     // warp re-reads all 8 activation rows per weight chunk).
     int gemv_max_rows = 1;
-    // Launch the GEMVs with programmatic dependent launch (their first weight loads overlap the kernel
-    // before). Off by default: on the H200 the 8B batch-1 step measured within noise of it (5.17 vs 5.06 ms
-    // on 12-02; 4.99-5.03 vs 5.02-5.04 ms on 12-03). --pdl on turns it on.
+    // Launch the step's kernels with programmatic dependent launch: the GEMVs (their first weight loads
+    // overlap the kernel before), and since 2026-12-06 the norms, the RoPE + cache write, the decode
+    // attention and its split merge (each starts while the one before finishes, then waits for it). Off by
+    // default: with the GEMVs alone the 8B batch-1 step measured within noise (H200: 5.17 vs 5.06 ms on
+    // 12-02, 4.99-5.03 vs 5.02-5.04 ms on 12-03; H100 served c=1: TPOT 6.08 vs 6.10 ms on 12-06); the whole
+    // chain is not yet measured. --pdl on turns it on.
     bool pdl = false;
     // Warps per output row in the one-token GEMVs (kernels/cuda/gemv.h): 0 = auto (GemvSplitFor: 2 when
     // k >= 4096, else 1), or 1, 2, 4, 8 (flag --gemv-split).

@@ -449,6 +449,7 @@ TEST(CudaLlamaTest, QuantizedKvMatchesCpuQuantizedKv) {
   auto bf16_out = RunScript(**bf16_gpu, script);
   ASSERT_TRUE(bf16_out.ok()) << bf16_out.status().ToString();
   // int8, fp8; each with --decode-attention tiled-smem / tiled
+  std::vector<StepOutput> fp8_tiled;
   for (int variant = 0; variant < 4; ++variant) {
     const KvCacheDtype dtype = variant % 2 == 0 ? KvCacheDtype::kInt8 : KvCacheDtype::kFp8;
     const bool regs = variant >= 2;
@@ -480,7 +481,25 @@ TEST(CudaLlamaTest, QuantizedKvMatchesCpuQuantizedKv) {
     ExpectClose(CompareLogits(*bf16_out, *got, vocab), fp8 ? 0.3 : 0.15, 0.95,
                 ("kv " + name + " vs gpu kv bf16").c_str());
     EXPECT_GT((*gpu)->graph_replays(), 0);
+    if (fp8 && regs) fp8_tiled = *got;
   }
+  // --pdl on over the fp8 cache (the 8-bit RoPE + cache write, the fragment kernel and its merge launched
+  // with PDL, graphs on): it only moves launches, so the same logits bit for bit.
+  CudaLlama::Options o = TestOptions();
+  o.kv_cache_dtype = KvCacheDtype::kFp8;
+  o.pdl = true;
+  auto pdl_gpu = CudaLlama::Create(ToBf16Weights(m, true), o);
+  ASSERT_TRUE(pdl_gpu.ok()) << pdl_gpu.status().ToString();
+  auto pdl_out = RunScript(**pdl_gpu, script);
+  ASSERT_TRUE(pdl_out.ok()) << pdl_out.status().ToString();
+  ASSERT_EQ(pdl_out->size(), fp8_tiled.size());
+  for (size_t i = 0; i < fp8_tiled.size(); ++i) {
+    EXPECT_EQ(std::memcmp(fp8_tiled[i].logits.data(), (*pdl_out)[i].logits.data(),
+                          fp8_tiled[i].logits.size() * sizeof(float)),
+              0)
+        << "step " << i << " (" << script.names[i] << "): PDL changed the fp8-KV logits";
+  }
+  EXPECT_GT((*pdl_gpu)->graph_replays(), 0);
 }
 
 // fp8 weights (--quantization fp8): the one-token GEMV path (gemv_max_rows 1, the default) and the all-GEMM

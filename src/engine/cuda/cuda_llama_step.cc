@@ -90,7 +90,7 @@ Status CudaLlama::EnqueueAttention(int i, const StepArgs& a) {
   const Layer& l = layers_[i];
   const cuda::DevicePagedKv<__nv_bfloat16>& kv = kv_layers_[i];
   RETURN_IF_ERROR(cuda::QkvRopeWriteKv(qkv_, l.qkv_bias, a.positions, a.slots, a.T, c.num_heads, inv_freq_,
-                                       kv, q_, stream_.get(), options_.vector_elementwise));
+                                       kv, q_, stream_.get(), options_.vector_elementwise, options_.pdl));
   return EnqueueAttentionKernels(a, kv);
 }
 
@@ -100,7 +100,8 @@ Status CudaLlama::EnqueueQuantAttention(int i, const StepArgs& a) {
   const Layer& l = layers_[i];
   const cuda::DevicePagedKvQuant& kv = kv_quant_layers_[i];
   RETURN_IF_ERROR(cuda::QkvRopeWriteKvQuant(qkv_, l.qkv_bias, a.positions, a.slots, a.T, c.num_heads,
-                                            inv_freq_, kv, q_, stream_.get(), options_.vector_elementwise));
+                                            inv_freq_, kv, q_, stream_.get(), options_.vector_elementwise,
+                                            options_.pdl));
   return EnqueueAttentionKernels(a, kv);
 }
 
@@ -111,8 +112,10 @@ Status CudaLlama::EnqueueAttentionKernels(const StepArgs& a, const Kv& kv) {
   cudaStream_t s = stream_.get();
   const int D = a.decode_seqs;
   if (D > 0) {  // sequences [0, D): one token each, tokens [0, D)
+    cuda::AttentionLaunchOptions launch = options_.attention;
+    launch.pdl = options_.pdl;  // --pdl: the decode kernel and its merge too
     RETURN_IF_ERROR(cuda::PagedDecodeAttention(q_, a.bt, a.W, a.ctx, D, c.num_heads, a.max_ctx, scale, kv,
-                                               decode_ws_, attn_, s, options_.attention));
+                                               decode_ws_, attn_, s, launch));
   }
   if (D == a.S) return OkStatus();
   // Sequences [D, S) with their tokens [D, T): q, out and the batch arrays from there on.
@@ -130,7 +133,8 @@ Status CudaLlama::EnqueueLayers(const StepArgs& a, cuda::BlasLtGemm& gemm) {
   RETURN_IF_ERROR(cuda::EmbeddingGather(embedding_, c.vocab_size, H, a.tokens, T, x_, s));
   for (int i = 0; i < c.num_layers; ++i) {
     const Layer& l = layers_[i];
-    RETURN_IF_ERROR(cuda::AddRmsNorm(i == 0 ? nullptr : proj_, x_, l.attn_norm, T, H, eps, h_, s));
+    RETURN_IF_ERROR(
+        cuda::AddRmsNorm(i == 0 ? nullptr : proj_, x_, l.attn_norm, T, H, eps, h_, s, options_.pdl));
     RETURN_IF_ERROR(EnqueueLinear(l.qkv, h_, T, qkv_, gemm));
     if (quant_kv()) {
       RETURN_IF_ERROR(EnqueueQuantAttention(i, a));
@@ -138,7 +142,7 @@ Status CudaLlama::EnqueueLayers(const StepArgs& a, cuda::BlasLtGemm& gemm) {
       RETURN_IF_ERROR(EnqueueAttention(i, a));
     }
     RETURN_IF_ERROR(EnqueueLinear(l.o, attn_, T, proj_, gemm));
-    RETURN_IF_ERROR(cuda::AddRmsNorm(proj_, x_, l.ffn_norm, T, H, eps, h_, s));
+    RETURN_IF_ERROR(cuda::AddRmsNorm(proj_, x_, l.ffn_norm, T, H, eps, h_, s, options_.pdl));
     if (T <= gemv_max_rows_ && l.gate_up.q != nullptr) {
       RETURN_IF_ERROR(cuda::Fp8GemvSiluMul(l.gate_up.q, l.gate_up.scale, F, H, h_, T, act_, options_.pdl, s,
                                            options_.gemv_split));
@@ -164,8 +168,8 @@ Status CudaLlama::EnqueueLayers(const StepArgs& a, cuda::BlasLtGemm& gemm) {
 Status CudaLlama::EnqueueLogits(const int32_t* rows, int64_t n, cuda::BlasLtGemm& gemm) {
   const LlamaConfig& c = config_;
   cudaStream_t s = stream_.get();
-  RETURN_IF_ERROR(
-      cuda::GatherAddRmsNorm(x_, proj_, rows, n, c.hidden_size, final_norm_, c.rms_norm_eps, sel_, s));
+  RETURN_IF_ERROR(cuda::GatherAddRmsNorm(x_, proj_, rows, n, c.hidden_size, final_norm_, c.rms_norm_eps, sel_,
+                                         s, options_.pdl));
   if (lm_head_.q != nullptr) {
     if (n <= gemv_max_rows_) {
       return cuda::Fp8Gemv(lm_head_.q, lm_head_.scale, vocab_pad_, c.hidden_size, sel_, n, logits_, vocab_pad_,

@@ -58,6 +58,7 @@ __global__ void QkvRopeWriteKvKernel(const __nv_bfloat16* __restrict__ qkv, cons
                                      int heads, const float* __restrict__ inv_freq,
                                      DevicePagedKv<__nv_bfloat16> kv, __nv_bfloat16* __restrict__ q_out) {
   PdlLaunchDependents();
+  PdlWait();  // launched with PDL (--pdl on): the kernels before it have finished and their writes are visible
   const int64_t t = blockIdx.x;
   const int h = blockIdx.y, i = threadIdx.x;
   const int hd = kv.head_dim, half = hd / 2, kvh = kv.num_kv_heads;
@@ -95,6 +96,7 @@ __global__ void QkvRopeWriteKvWarpKernel(const __nv_bfloat16* __restrict__ qkv,
                                          const float* __restrict__ inv_freq, DevicePagedKv<__nv_bfloat16> kv,
                                          __nv_bfloat16* __restrict__ q_out) {
   PdlLaunchDependents();
+  PdlWait();  // launched with PDL (--pdl on): the kernels before it have finished and their writes are visible
   const int64_t t = blockIdx.x;
   const int lane = threadIdx.x & 31;
   const int h = blockIdx.y * kRopeHeadsPerBlock + (threadIdx.x >> 5);
@@ -207,6 +209,7 @@ __global__ void __launch_bounds__(kWarps * 32)
                  DevicePagedKv<T> kv, float* __restrict__ part_out, float* __restrict__ part_ml,
                  T* __restrict__ out, bool pipeline) {
   PdlLaunchDependents();
+  PdlWait();  // launched with PDL (--pdl on): the kernels before it have finished and their writes are visible
   constexpr int kHd = E * 32;
   __shared__ float sm_m[kWarps * G], sm_l[kWarps * G];
   __shared__ float sm_acc[kWarps * G * kHd];
@@ -318,8 +321,8 @@ Status LaunchDecode(const T* q, const int32_t* bt, int max_blocks, const int32_t
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     if (launch.decode_tiled && PagedDecodeAttentionTiledSupports(heads, kv.num_kv_heads, kv.head_dim)) {
       RETURN_IF_ERROR(LaunchDecodeTiled(q, bt, max_blocks, ctx, num_seqs, heads, splits, partition, scale, kv,
-                                        part_out, part_ml, out, stream));
-      return Reduce(part_out, part_ml, splits, num_seqs, heads, kv.head_dim, out, stream);
+                                        part_out, part_ml, out, stream, launch.pdl));
+      return Reduce(part_out, part_ml, splits, num_seqs, heads, kv.head_dim, out, stream, launch.pdl);
     }
   }
   // The query heads sharing a kv head run in one block (each K/V row loaded once for the group): G = the
@@ -332,10 +335,10 @@ Status LaunchDecode(const T* q, const int32_t* bt, int max_blocks, const int32_t
                 : G == 2 ? DecodeKernel<T, E, 2>
                          : DecodeKernel<T, E, 1>;
   const dim3 grid(splits, heads / G, num_seqs);
-  kernel<<<grid, kWarps * 32, 0, stream>>>(q, bt, max_blocks, ctx, heads, partition, scale, kv, part_out,
-                                           part_ml, out, launch.decode_pipeline);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  return Reduce(part_out, part_ml, splits, num_seqs, heads, kv.head_dim, out, stream);
+  CUDA_RETURN_IF_ERROR(LaunchKernel(launch.pdl, kernel, grid, dim3(kWarps * 32), 0, stream, q, bt, max_blocks,
+                                    ctx, heads, partition, scale, kv, part_out, part_ml, out,
+                                    launch.decode_pipeline));
+  return Reduce(part_out, part_ml, splits, num_seqs, heads, kv.head_dim, out, stream, launch.pdl);
 }
 
 template <typename T>
@@ -420,7 +423,7 @@ Status RopeWriteKv(__nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16
 Status QkvRopeWriteKv(const __nv_bfloat16* qkv, const float* bias, const int32_t* positions,
                       const int32_t* slots, int64_t tokens, int heads, const float* inv_freq,
                       const DevicePagedKv<__nv_bfloat16>& kv, __nv_bfloat16* q, cudaStream_t stream,
-                      bool warp_heads) {
+                      bool warp_heads, bool pdl) {
   if (kv.head_dim <= 0 || kv.head_dim % 2 != 0 || kv.head_dim > 2048) {
     return Status(StatusCode::kInvalidArgument, "QkvRopeWriteKv: head_dim must be even and <= 2048");
   }
@@ -433,15 +436,13 @@ Status QkvRopeWriteKv(const __nv_bfloat16* qkv, const float* bias, const int32_t
     const dim3 grid(
         static_cast<unsigned>(tokens),
         static_cast<unsigned>((heads + kv.num_kv_heads + kRopeHeadsPerBlock - 1) / kRopeHeadsPerBlock));
-    QkvRopeWriteKvWarpKernel<<<grid, 32 * kRopeHeadsPerBlock, 0, stream>>>(qkv, bias, positions, slots, heads,
-                                                                           inv_freq, kv, q);
-    CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    CUDA_RETURN_IF_ERROR(LaunchKernel(pdl, QkvRopeWriteKvWarpKernel, grid, dim3(32 * kRopeHeadsPerBlock), 0,
+                                      stream, qkv, bias, positions, slots, heads, inv_freq, kv, q));
     return OkStatus();
   }
   const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>(heads + kv.num_kv_heads));
-  QkvRopeWriteKvKernel<<<grid, kv.head_dim / 2, 0, stream>>>(qkv, bias, positions, slots, heads, inv_freq, kv,
-                                                             q);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  CUDA_RETURN_IF_ERROR(LaunchKernel(pdl, QkvRopeWriteKvKernel, grid, dim3(kv.head_dim / 2), 0, stream, qkv, bias,
+                                    positions, slots, heads, inv_freq, kv, q));
   return OkStatus();
 }
 

@@ -71,6 +71,10 @@ struct AttentionLaunchOptions {
   // used); 3 and 4 keep more bytes in flight per warp (the kernel runs 3 blocks of 4 warps per SM, bound by
   // registers) for 1.5x / 2x the shared memory (37 / 56 / 74 KB per block at head_dim 128).
   int decode_stages = 2;
+  // Decode: launch the decode kernel and its split merge with programmatic dependent launch (each may start
+  // while the kernel before it finishes, and waits for it in PdlWait); CudaLlama sets it from --pdl, with the
+  // step's norms, RoPE + cache write and GEMVs.
+  bool pdl = false;
   // Prefill (bf16 or 8-bit cache): false = the tiled tensor-core kernel where it applies (head_dim 64/128,
   // aligned); true = always the warp kernel (slow, exact; a way around a tiled-kernel problem, and the 8-bit
   // cache's only prefill kernel before 2026-12-05, for A/B).
@@ -97,7 +101,7 @@ Status RopeWriteKv(__nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16
 Status QkvRopeWriteKv(const __nv_bfloat16* qkv, const float* bias, const int32_t* positions,
                       const int32_t* slots, int64_t tokens, int heads, const float* inv_freq,
                       const DevicePagedKv<__nv_bfloat16>& kv, __nv_bfloat16* q, cudaStream_t stream,
-                      bool warp_heads = false);
+                      bool warp_heads = false, bool pdl = false);
 
 // Decode: one query token per sequence, attending to its
 // context_lens[s] cached positions [0, ctx). q, out = [num_seqs, heads, head_dim]. Contexts are split into
@@ -193,7 +197,7 @@ struct DevicePagedKvQuant {
 Status QkvRopeWriteKvQuant(const __nv_bfloat16* qkv, const float* bias, const int32_t* positions,
                            const int32_t* slots, int64_t tokens, int heads, const float* inv_freq,
                            const DevicePagedKvQuant& kv, __nv_bfloat16* q, cudaStream_t stream,
-                           bool warp_heads = false);
+                           bool warp_heads = false, bool pdl = false);
 
 // PagedDecodeAttention / PrefillAttention over an 8-bit cache: the same contracts, splits and workspace
 // (DecodeWorkspaceBytes) as the bf16 forms. Prefill runs the tiled tensor-core kernel (head_dim 64/128,

@@ -33,6 +33,7 @@ template <typename T>
 __global__ void DecodeReduceKernel(const float* __restrict__ part_out, const float* __restrict__ part_ml,
                                    int num_splits, int heads, int head_dim, T* __restrict__ out) {
   PdlLaunchDependents();  // the output projection may start streaming its weights (gemv.h)
+  PdlWait();  // launched with PDL (--pdl on): the decode kernel has finished and its writes are visible
   extern __shared__ float weight[];
   __shared__ float scratch[32];
   const int head = blockIdx.x, seq = blockIdx.y, d = threadIdx.x;
@@ -59,11 +60,11 @@ __global__ void DecodeReduceKernel(const float* __restrict__ part_out, const flo
 // The split merge (nothing to do for one split: the decode kernel wrote `out`).
 template <typename T>
 Status Reduce(const float* part_out, const float* part_ml, int splits, int num_seqs, int heads, int head_dim,
-              T* out, cudaStream_t stream) {
+              T* out, cudaStream_t stream, bool pdl) {
   if (splits <= 1) return OkStatus();
-  DecodeReduceKernel<T><<<dim3(heads, num_seqs), head_dim, splits * sizeof(float), stream>>>(
-      part_out, part_ml, splits, heads, head_dim, out);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  CUDA_RETURN_IF_ERROR(LaunchKernel(pdl, DecodeReduceKernel<T>, dim3(heads, num_seqs), dim3(head_dim),
+                                    splits * sizeof(float), stream, part_out, part_ml, splits, heads, head_dim,
+                                    out));
   return OkStatus();
 }
 
@@ -132,12 +133,12 @@ inline int NumSplits(int num_seqs, int heads, int max_context_len, const Attenti
 Status LaunchDecodeTiled(const __nv_bfloat16* q, const int32_t* block_tables, int max_blocks,
                          const int32_t* context_lens, int num_seqs, int heads, int splits, int partition,
                          float scale, const DevicePagedKv<__nv_bfloat16>& kv, float* part_out, float* part_ml,
-                         __nv_bfloat16* out, cudaStream_t stream);
+                         __nv_bfloat16* out, cudaStream_t stream, bool pdl);
 // The same over an 8-bit cache (int8 or fp8 codes widened to bf16 in shared memory, scales on S and P).
 Status LaunchDecodeTiled(const __nv_bfloat16* q, const int32_t* block_tables, int max_blocks,
                          const int32_t* context_lens, int num_seqs, int heads, int splits, int partition,
                          float scale, const DevicePagedKvQuant& kv, float* part_out, float* part_ml,
-                         __nv_bfloat16* out, cudaStream_t stream);
+                         __nv_bfloat16* out, cudaStream_t stream, bool pdl);
 
 // The same over an 8-bit cache with no shared bf16 tile and no block barrier in the loop: each warp loads its
 // own 16 keys of a tile and converts the codes into fp16 mma fragments in registers
@@ -146,7 +147,7 @@ Status LaunchDecodeTiled(const __nv_bfloat16* q, const int32_t* block_tables, in
 Status LaunchDecodeTiledFragments(const __nv_bfloat16* q, const int32_t* block_tables, int max_blocks,
                                   const int32_t* context_lens, int num_seqs, int heads, int splits,
                                   int partition, float scale, const DevicePagedKvQuant& kv, float* part_out,
-                                  float* part_ml, __nv_bfloat16* out, cudaStream_t stream, int stages);
+                                  float* part_ml, __nv_bfloat16* out, cudaStream_t stream, int stages, bool pdl);
 
 // Whether PrefillAttention runs the tiled tensor-core kernel (PrefillAttentionTiled) for this call, over
 // either cache kind: not forced to the warp kernel, a head_dim it takes, 16-byte aligned q / out / cache, and

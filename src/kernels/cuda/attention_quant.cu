@@ -73,6 +73,7 @@ __global__ void QkvRopeWriteKvQuantKernel(const __nv_bfloat16* __restrict__ qkv,
                                           const float* __restrict__ inv_freq, DevicePagedKvQuant kv,
                                           __nv_bfloat16* __restrict__ q_out) {
   PdlLaunchDependents();
+  PdlWait();  // launched with PDL (--pdl on): the kernels before it have finished and their writes are visible
   __shared__ float scratch[32];
   const int64_t t = blockIdx.x;
   const int h = blockIdx.y, i = threadIdx.x;
@@ -133,6 +134,7 @@ __global__ void QkvRopeWriteKvQuantWarpKernel(const __nv_bfloat16* __restrict__ 
                                               const float* __restrict__ inv_freq, DevicePagedKvQuant kv,
                                               __nv_bfloat16* __restrict__ q_out) {
   PdlLaunchDependents();
+  PdlWait();  // launched with PDL (--pdl on): the kernels before it have finished and their writes are visible
   constexpr int kMaxPairs = 4;
   const int64_t t = blockIdx.x;
   const int lane = threadIdx.x & 31;
@@ -257,6 +259,7 @@ __global__ void __launch_bounds__(kWarps * 32)
                       float scale, DevicePagedKvQuant kv, float* __restrict__ part_out,
                       float* __restrict__ part_ml, __nv_bfloat16* __restrict__ out, bool pipeline) {
   PdlLaunchDependents();
+  PdlWait();  // launched with PDL (--pdl on): the kernels before it have finished and their writes are visible
   constexpr int kHd = E * 32;
   __shared__ float sm_m[kWarps * G], sm_l[kWarps * G];
   __shared__ float sm_acc[kWarps * G * kHd];
@@ -379,10 +382,10 @@ Status LaunchDecodeQuant(const __nv_bfloat16* q, const int32_t* bt, int max_bloc
     RETURN_IF_ERROR(launch.decode_tiled_fragments
                         ? LaunchDecodeTiledFragments(q, bt, max_blocks, ctx, num_seqs, heads, splits,
                                                      partition, scale, kv, part_out, part_ml, out, stream,
-                                                     launch.decode_stages)
+                                                     launch.decode_stages, launch.pdl)
                         : LaunchDecodeTiled(q, bt, max_blocks, ctx, num_seqs, heads, splits, partition, scale,
-                                            kv, part_out, part_ml, out, stream));
-    return Reduce(part_out, part_ml, splits, num_seqs, heads, kv.head_dim, out, stream);
+                                            kv, part_out, part_ml, out, stream, launch.pdl));
+    return Reduce(part_out, part_ml, splits, num_seqs, heads, kv.head_dim, out, stream, launch.pdl);
   }
   const int group = heads / kv.num_kv_heads;
   const int G = group % 8 == 0 ? 8 : group % 4 == 0 ? 4 : group % 3 == 0 ? 3 : group % 2 == 0 ? 2 : 1;
@@ -392,10 +395,10 @@ Status LaunchDecodeQuant(const __nv_bfloat16* q, const int32_t* bt, int max_bloc
                 : G == 2 ? DecodeQuantKernel<E, 2, kFp8>
                          : DecodeQuantKernel<E, 1, kFp8>;
   const dim3 grid(splits, heads / G, num_seqs);
-  kernel<<<grid, kWarps * 32, 0, stream>>>(q, bt, max_blocks, ctx, heads, partition, scale, kv, part_out,
-                                           part_ml, out, launch.decode_pipeline);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  return Reduce(part_out, part_ml, splits, num_seqs, heads, kv.head_dim, out, stream);
+  CUDA_RETURN_IF_ERROR(LaunchKernel(launch.pdl, kernel, grid, dim3(kWarps * 32), 0, stream, q, bt, max_blocks,
+                                    ctx, heads, partition, scale, kv, part_out, part_ml, out,
+                                    launch.decode_pipeline));
+  return Reduce(part_out, part_ml, splits, num_seqs, heads, kv.head_dim, out, stream, launch.pdl);
 }
 
 template <bool kFp8>
@@ -439,7 +442,7 @@ void LaunchPrefillQuant(unsigned grid, const __nv_bfloat16* q, const int32_t* cu
 Status QkvRopeWriteKvQuant(const __nv_bfloat16* qkv, const float* bias, const int32_t* positions,
                            const int32_t* slots, int64_t tokens, int heads, const float* inv_freq,
                            const DevicePagedKvQuant& kv, __nv_bfloat16* q, cudaStream_t stream,
-                           bool warp_heads) {
+                           bool warp_heads, bool pdl) {
   RETURN_IF_ERROR(CheckQuantKv("QkvRopeWriteKvQuant", kv));
   if (kv.head_dim <= 0 || kv.head_dim % 2 != 0 || kv.head_dim > 512) {
     return Status(StatusCode::kInvalidArgument, "QkvRopeWriteKvQuant: head_dim must be even and <= 512");
@@ -454,26 +457,18 @@ Status QkvRopeWriteKvQuant(const __nv_bfloat16* qkv, const float* bias, const in
     const dim3 grid(
         static_cast<unsigned>(tokens),
         static_cast<unsigned>((heads + kv.num_kv_heads + kRopeHeadsPerBlock - 1) / kRopeHeadsPerBlock));
-    if (kv.dtype == KvCacheDtype::kFp8) {
-      QkvRopeWriteKvQuantWarpKernel<true>
-          <<<grid, 32 * kRopeHeadsPerBlock, 0, stream>>>(qkv, bias, positions, slots, heads, inv_freq, kv, q);
-    } else {
-      QkvRopeWriteKvQuantWarpKernel<false>
-          <<<grid, 32 * kRopeHeadsPerBlock, 0, stream>>>(qkv, bias, positions, slots, heads, inv_freq, kv, q);
-    }
-    CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    const auto kernel =
+        kv.dtype == KvCacheDtype::kFp8 ? QkvRopeWriteKvQuantWarpKernel<true> : QkvRopeWriteKvQuantWarpKernel<false>;
+    CUDA_RETURN_IF_ERROR(LaunchKernel(pdl, kernel, grid, dim3(32 * kRopeHeadsPerBlock), 0, stream, qkv, bias,
+                                      positions, slots, heads, inv_freq, kv, q));
     return OkStatus();
   }
   const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>(heads + kv.num_kv_heads));
   const int threads = (kv.head_dim / 2 + 31) / 32 * 32;  // whole warps for the block reductions
-  if (kv.dtype == KvCacheDtype::kFp8) {
-    QkvRopeWriteKvQuantKernel<true>
-        <<<grid, threads, 0, stream>>>(qkv, bias, positions, slots, heads, inv_freq, kv, q);
-  } else {
-    QkvRopeWriteKvQuantKernel<false>
-        <<<grid, threads, 0, stream>>>(qkv, bias, positions, slots, heads, inv_freq, kv, q);
-  }
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  const auto kernel =
+      kv.dtype == KvCacheDtype::kFp8 ? QkvRopeWriteKvQuantKernel<true> : QkvRopeWriteKvQuantKernel<false>;
+  CUDA_RETURN_IF_ERROR(LaunchKernel(pdl, kernel, grid, dim3(threads), 0, stream, qkv, bias, positions, slots,
+                                    heads, inv_freq, kv, q));
   return OkStatus();
 }
 

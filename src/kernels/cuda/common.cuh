@@ -118,6 +118,25 @@ __device__ __forceinline__ void PdlLaunchDependents() {
 #endif
 }
 
+// kernel<<<grid, block, smem, stream>>>(args...), with programmatic dependent launch when `pdl`
+// (cudaLaunchAttributeProgrammaticStreamSerialization: it may start while the kernel before it runs, so it must
+// call PdlWait() before touching memory that kernel writes or reads).
+template <typename... Params, typename... Args>
+cudaError_t LaunchKernel(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                         cudaStream_t stream, Args... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...);
+}
+
 // SiLU (x · sigmoid(x)) as every SwiGLU path computes it: the fused GEMVs' epilogues and SiluMul(Fused).
 __device__ __forceinline__ float Silu(float g) {
   return g / (1.f + expf(-g));

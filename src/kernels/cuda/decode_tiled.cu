@@ -251,6 +251,7 @@ __global__ void __launch_bounds__(kTiledWarps * 32)
                       int partition, float scale_log2, Kv kv, float* __restrict__ part_out,
                       float* __restrict__ part_ml, __nv_bfloat16* __restrict__ out) {
   PdlLaunchDependents();
+  PdlWait();  // launched with PDL (--pdl on): the kernels before it have finished and their writes are visible
   constexpr bool kQuant = kCache != kCacheBf16;
   constexpr int kThreads = kTiledWarps * 32;
   constexpr int kStride = HD + kSmemRowPad;  // shared row stride of the bf16 tiles, elements
@@ -467,6 +468,7 @@ __global__ void __launch_bounds__(kTiledWarps * 32)
                      int partition, float scale_log2, DevicePagedKvQuant kv, float* __restrict__ part_out,
                      float* __restrict__ part_ml, __nv_bfloat16* __restrict__ out) {
   PdlLaunchDependents();
+  PdlWait();  // launched with PDL (--pdl on): the kernels before it have finished and their writes are visible
   using Codes = FragCodes<HD, kFp8>;
   constexpr int kRow = kFragRow<HD>;
   constexpr int kBuf = kFragWarpBuf<HD>;
@@ -605,7 +607,7 @@ __global__ void __launch_bounds__(kTiledWarps * 32)
 template <int HD, bool kFp8, int kStages>
 Status LaunchFrag(const __nv_bfloat16* q, const int32_t* bt, int max_blocks, const int32_t* ctx, int num_seqs,
                   int heads, int splits, int partition, float scale, const DevicePagedKvQuant& kv,
-                  float* part_out, float* part_ml, __nv_bfloat16* out, cudaStream_t stream) {
+                  float* part_out, float* part_ml, __nv_bfloat16* out, cudaStream_t stream, bool pdl) {
   constexpr int smem = DecodeFragSmemBytes<HD, kStages>();
   static_assert((kTiledWarps * 16 * HD + 2 * kTiledWarps * 16) * 4 <= smem, "merge area of DecodeFragKernel");
   CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(DecodeFragKernel<HD, kFp8, kStages>,
@@ -613,10 +615,9 @@ Status LaunchFrag(const __nv_bfloat16* q, const int32_t* bt, int max_blocks, con
   const float scale_log2 = scale * 1.4426950408889634f;
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(kv.num_kv_heads),
                   static_cast<unsigned>(num_seqs));
-  DecodeFragKernel<HD, kFp8, kStages>
-      <<<grid, kTiledWarps * 32, smem, stream>>>(q, bt, max_blocks, ctx, heads, heads / kv.num_kv_heads,
-                                                 partition, scale_log2, kv, part_out, part_ml, out);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  CUDA_RETURN_IF_ERROR(LaunchKernel(pdl, DecodeFragKernel<HD, kFp8, kStages>, grid, dim3(kTiledWarps * 32), smem,
+                                    stream, q, bt, max_blocks, ctx, heads, heads / kv.num_kv_heads, partition,
+                                    scale_log2, kv, part_out, part_ml, out));
   return OkStatus();
 }
 
@@ -624,18 +625,18 @@ template <int HD, bool kFp8>
 Status LaunchFragStages(int stages, const __nv_bfloat16* q, const int32_t* bt, int max_blocks, const int32_t* ctx,
                         int num_seqs, int heads, int splits, int partition, float scale,
                         const DevicePagedKvQuant& kv, float* part_out, float* part_ml, __nv_bfloat16* out,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, bool pdl) {
   const auto launch = stages == 4   ? LaunchFrag<HD, kFp8, 4>
                       : stages == 3 ? LaunchFrag<HD, kFp8, 3>
                                     : LaunchFrag<HD, kFp8, 2>;
   return launch(q, bt, max_blocks, ctx, num_seqs, heads, splits, partition, scale, kv, part_out, part_ml, out,
-                stream);
+                stream, pdl);
 }
 
 template <int HD, int kCache, typename Kv>
 Status Launch(const __nv_bfloat16* q, const int32_t* bt, int max_blocks, const int32_t* ctx, int num_seqs,
               int heads, int splits, int partition, float scale, const Kv& kv, float* part_out, float* part_ml,
-              __nv_bfloat16* out, cudaStream_t stream) {
+              __nv_bfloat16* out, cudaStream_t stream, bool pdl) {
   constexpr int smem = DecodeTiledSmemBytes<HD, kCache>();
   static_assert((kTiledWarps * 16 * HD + 2 * kTiledWarps * 16) * 4 <= smem, "merge area of DecodeTiledKernel");
   // Opt in above the 48 KB default (per function and device; cheap, so on every launch).
@@ -644,10 +645,9 @@ Status Launch(const __nv_bfloat16* q, const int32_t* bt, int max_blocks, const i
   const float scale_log2 = scale * 1.4426950408889634f;  // exp(x) = exp2(x · log2 e)
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(kv.num_kv_heads),
                   static_cast<unsigned>(num_seqs));
-  DecodeTiledKernel<HD, kCache, Kv><<<grid, kTiledWarps * 32, smem, stream>>>(
-      q, bt, max_blocks, ctx, heads, heads / kv.num_kv_heads, partition, scale_log2, kv, part_out, part_ml,
-      out);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  CUDA_RETURN_IF_ERROR(LaunchKernel(pdl, DecodeTiledKernel<HD, kCache, Kv>, grid, dim3(kTiledWarps * 32), smem,
+                                    stream, q, bt, max_blocks, ctx, heads, heads / kv.num_kv_heads, partition,
+                                    scale_log2, kv, part_out, part_ml, out));
   return OkStatus();
 }
 
@@ -678,19 +678,19 @@ bool PagedDecodeAttentionTiledSupports(int heads, int num_kv_heads, int head_dim
 Status LaunchDecodeTiled(const __nv_bfloat16* q, const int32_t* block_tables, int max_blocks,
                          const int32_t* context_lens, int num_seqs, int heads, int splits, int partition,
                          float scale, const DevicePagedKv<__nv_bfloat16>& kv, float* part_out, float* part_ml,
-                         __nv_bfloat16* out, cudaStream_t stream) {
+                         __nv_bfloat16* out, cudaStream_t stream, bool pdl) {
   RETURN_IF_ERROR(CheckTiled(q, num_seqs, heads, kv));
   return kv.head_dim == 64
              ? Launch<64, kCacheBf16>(q, block_tables, max_blocks, context_lens, num_seqs, heads, splits,
-                                      partition, scale, kv, part_out, part_ml, out, stream)
+                                      partition, scale, kv, part_out, part_ml, out, stream, pdl)
              : Launch<128, kCacheBf16>(q, block_tables, max_blocks, context_lens, num_seqs, heads, splits,
-                                       partition, scale, kv, part_out, part_ml, out, stream);
+                                       partition, scale, kv, part_out, part_ml, out, stream, pdl);
 }
 
 Status LaunchDecodeTiled(const __nv_bfloat16* q, const int32_t* block_tables, int max_blocks,
                          const int32_t* context_lens, int num_seqs, int heads, int splits, int partition,
                          float scale, const DevicePagedKvQuant& kv, float* part_out, float* part_ml,
-                         __nv_bfloat16* out, cudaStream_t stream) {
+                         __nv_bfloat16* out, cudaStream_t stream, bool pdl) {
   RETURN_IF_ERROR(CheckTiled(q, num_seqs, heads, kv));
   if ((reinterpret_cast<uintptr_t>(kv.k_scale) | reinterpret_cast<uintptr_t>(kv.v_scale)) & 3) {
     return Status(StatusCode::kInvalidArgument, "PagedDecodeAttention (tiled): scales need 4-byte alignment");
@@ -701,13 +701,14 @@ Status LaunchDecodeTiled(const __nv_bfloat16* q, const int32_t* block_tables, in
                                         : (fp8 ? Launch<128, kCacheFp8, DevicePagedKvQuant>
                                                : Launch<128, kCacheInt8, DevicePagedKvQuant>);
   return launch(q, block_tables, max_blocks, context_lens, num_seqs, heads, splits, partition, scale, kv,
-                part_out, part_ml, out, stream);
+                part_out, part_ml, out, stream, pdl);
 }
 
 Status LaunchDecodeTiledFragments(const __nv_bfloat16* q, const int32_t* block_tables, int max_blocks,
                                   const int32_t* context_lens, int num_seqs, int heads, int splits,
                                   int partition, float scale, const DevicePagedKvQuant& kv, float* part_out,
-                                  float* part_ml, __nv_bfloat16* out, cudaStream_t stream, int stages) {
+                                  float* part_ml, __nv_bfloat16* out, cudaStream_t stream, int stages,
+                                  bool pdl) {
   RETURN_IF_ERROR(CheckTiled(q, num_seqs, heads, kv));
   if ((reinterpret_cast<uintptr_t>(kv.k_scale) | reinterpret_cast<uintptr_t>(kv.v_scale)) & 3) {
     return Status(StatusCode::kInvalidArgument, "PagedDecodeAttention (tiled): scales need 4-byte alignment");
@@ -720,7 +721,7 @@ Status LaunchDecodeTiledFragments(const __nv_bfloat16* q, const int32_t* block_t
   const auto launch = kv.head_dim == 64 ? (fp8 ? LaunchFragStages<64, true> : LaunchFragStages<64, false>)
                                         : (fp8 ? LaunchFragStages<128, true> : LaunchFragStages<128, false>);
   return launch(stages, q, block_tables, max_blocks, context_lens, num_seqs, heads, splits, partition, scale,
-                kv, part_out, part_ml, out, stream);
+                kv, part_out, part_ml, out, stream, pdl);
 }
 
 }  // namespace stoke::cuda

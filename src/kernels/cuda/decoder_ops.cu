@@ -13,6 +13,7 @@ __global__ void AddRmsNormKernel(const __nv_bfloat16* delta, float* residual, co
                                  bool write_back, const float* __restrict__ w, int64_t dim, float eps,
                                  __nv_bfloat16* __restrict__ out) {
   PdlLaunchDependents();  // the projection after a norm may start streaming its weights (gemv.h)
+  PdlWait();  // launched with PDL (--pdl on): the kernels before it have finished and their writes are visible
   __shared__ float scratch[32];
   const int64_t src = src_rows != nullptr ? src_rows[blockIdx.x] : blockIdx.x;
   const int64_t base = src * dim;
@@ -52,31 +53,30 @@ __global__ void SplitQkvKernel(const __nv_bfloat16* __restrict__ qkv, const floa
 }
 
 Status LaunchNorm(const __nv_bfloat16* delta, float* residual, const int32_t* rows, bool write_back,
-                  const float* w, int64_t n, int64_t dim, float eps, __nv_bfloat16* out,
-                  cudaStream_t stream) {
+                  const float* w, int64_t n, int64_t dim, float eps, __nv_bfloat16* out, cudaStream_t stream,
+                  bool pdl) {
   if (n <= 0 || dim <= 0) return OkStatus();
   if (n > 0x7fffffff) return Status(StatusCode::kInvalidArgument, "AddRmsNorm: too many rows");
   // Few rows (decode at small batch): one wide block per row, or the norm is a few latency-bound blocks.
   const int threads = n <= 32 ? 1024 : kThreads;
-  AddRmsNormKernel<<<static_cast<unsigned>(n), threads, 0, stream>>>(delta, residual, rows, write_back, w,
-                                                                     dim, eps, out);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  CUDA_RETURN_IF_ERROR(LaunchKernel(pdl, AddRmsNormKernel, dim3(static_cast<unsigned>(n)), dim3(threads), 0,
+                                    stream, delta, residual, rows, write_back, w, dim, eps, out));
   return OkStatus();
 }
 
 }  // namespace
 
 Status AddRmsNorm(const __nv_bfloat16* delta, float* residual, const float* weight, int64_t rows, int64_t dim,
-                  float eps, __nv_bfloat16* out, cudaStream_t stream) {
-  return LaunchNorm(delta, residual, nullptr, /*write_back=*/true, weight, rows, dim, eps, out, stream);
+                  float eps, __nv_bfloat16* out, cudaStream_t stream, bool pdl) {
+  return LaunchNorm(delta, residual, nullptr, /*write_back=*/true, weight, rows, dim, eps, out, stream, pdl);
 }
 
 Status GatherAddRmsNorm(const float* residual, const __nv_bfloat16* delta, const int32_t* rows, int64_t n,
-                        int64_t dim, const float* weight, float eps, __nv_bfloat16* out,
-                        cudaStream_t stream) {
+                        int64_t dim, const float* weight, float eps, __nv_bfloat16* out, cudaStream_t stream,
+                        bool pdl) {
   // The kernel only reads the residual when write_back is false.
   return LaunchNorm(delta, const_cast<float*>(residual), rows, /*write_back=*/false, weight, n, dim, eps, out,
-                    stream);
+                    stream, pdl);
 }
 
 Status SplitQkv(const __nv_bfloat16* qkv, const float* bias, int64_t tokens, int64_t q_dim, int64_t kv_dim,

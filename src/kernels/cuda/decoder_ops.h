@@ -15,14 +15,16 @@ namespace stoke::cuda {
 //   residual[r, :] += delta[r, :]      (skipped when delta is nullptr)
 //   out[r, :] = bf16(residual[r, :] / sqrt(mean(residual[r, :]^2) + eps) * weight[:])
 // residual = [rows, dim] fp32, delta = [rows, dim] bf16, out = [rows, dim] bf16, weight = [dim] fp32.
+// pdl: launched with programmatic dependent launch (--pdl on; the kernel waits for the one before it).
 Status AddRmsNorm(const __nv_bfloat16* delta, float* residual, const float* weight, int64_t rows, int64_t dim,
-                  float eps, __nv_bfloat16* out, cudaStream_t stream);
+                  float eps, __nv_bfloat16* out, cudaStream_t stream, bool pdl = false);
 
 // The final norm of the rows whose logits are wanted, without touching the residual:
 //   out[i, :] = bf16(rmsnorm(residual[rows[i], :] + delta[rows[i], :]) * weight[:])   for i < n
 // delta may be nullptr; rows = [n] int32 indices into residual/delta.
 Status GatherAddRmsNorm(const float* residual, const __nv_bfloat16* delta, const int32_t* rows, int64_t n,
-                        int64_t dim, const float* weight, float eps, __nv_bfloat16* out, cudaStream_t stream);
+                        int64_t dim, const float* weight, float eps, __nv_bfloat16* out, cudaStream_t stream,
+                        bool pdl = false);
 
 // Splits the fused projection qkv = [tokens, q_dim + 2 kv_dim] (Q, then K, then V columns) into dense
 // q = [tokens, q_dim], k, v = [tokens, kv_dim], adding bias = [q_dim + 2 kv_dim] fp32 (nullptr: none) in
