@@ -56,6 +56,8 @@ main() {
       "b1_cublaslt|--gemv-max-rows 0|--decode-batch 1 --context 512"
       "b1_pdl|--pdl on|--decode-batch 1 --context 512"
       "b1_default||--decode-batch 1 --context 512"
+      "b1_fp8|--quantization fp8|--decode-batch 1 --context 512"
+      "b1_fp8_pdl|--quantization fp8 --pdl on|--decode-batch 1 --context 512"
       "b1_before|--gemv-split 1 --decode-min-partition 32 --decode-pipeline off|--decode-batch 1 --context 512"
       "b1_split1|--gemv-split 1|--decode-batch 1 --context 512"
       "b1_split4|--gemv-split 4|--decode-batch 1 --context 512"
