@@ -244,17 +244,8 @@ namespace {
 template <int M, typename OutT, bool kSilu, int kSplit, WFmt F>
 cudaError_t LaunchM(const void* w, const void* scale, int64_t n, int64_t k, const __nv_bfloat16* x, OutT* y,
                     int64_t ldy, int64_t up_rows, bool pdl, cudaStream_t stream) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(CeilDiv(n, kWarps / kSplit));
-  cfg.blockDim = dim3(kWarps * 32);
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, GemvKernel<M, OutT, kSilu, kSplit, F>, w, scale, n, k, x, y, ldy, up_rows);
+  return LaunchKernel(pdl, GemvKernel<M, OutT, kSilu, kSplit, F>, dim3(CeilDiv(n, kWarps / kSplit)),
+                      dim3(kWarps * 32), 0, stream, w, scale, n, k, x, y, ldy, up_rows);
 }
 
 // Picks the instantiation for m rows (M counts up to m) and, at one row, `split` warps per row.
