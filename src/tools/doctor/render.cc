@@ -70,6 +70,7 @@ json ThresholdsJson(const Thresholds& t) {
           {"tensor_high", t.tensor_high},
           {"sm_high", t.sm_high},
           {"step_memory_heavy", t.step_memory_heavy},
+          {"memory_heavy_flop_per_byte", t.memory_heavy_flop_per_byte},
           {"device_share", t.device_share},
           {"kv_full", t.kv_full},
           {"no_blocks_share", t.no_blocks_share},

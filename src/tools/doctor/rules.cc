@@ -54,11 +54,22 @@ StepAtRates AtRates(const Signals& s) {
     r.math_ms = s.step_matmul_ms + (Has(s.step_attention_ms) ? s.step_attention_ms : 0);
   return r;
 }
-// An LLM whose step reads weights and KV for at least step_memory_heavy x its math time: memory-heavy by its
-// own model.
+// FLOPs (matmul + attention) per byte (weights + KV) of the step's model; NaN without it.
+double StepFlopPerByte(const Signals& s) {
+  const double bytes =
+      (Has(s.step_weight_bytes) ? s.step_weight_bytes : 0) + (Has(s.step_kv_bytes) ? s.step_kv_bytes : 0);
+  if (!Has(s.step_matmul_flops) || bytes <= 0) return kNaN;
+  return (s.step_matmul_flops + (Has(s.step_attention_flops) ? s.step_attention_flops : 0)) / bytes;
+}
+// An LLM step memory-heavy by its own model: at the device's rates, its weights and KV take at least
+// step_memory_heavy x its math time; without them, it does fewer than memory_heavy_flop_per_byte FLOPs per
+// byte.
 bool LlmStepMemoryHeavy(const Signals& s, const Thresholds& t) {
+  if (!IsLlm(s)) return false;
   const StepAtRates r = AtRates(s);
-  return IsLlm(s) && Ge(r.math_ms, 1e-9) && Ge(r.memory_ms, t.step_memory_heavy * r.math_ms);
+  if (Has(r.memory_ms) && Has(r.math_ms))
+    return r.math_ms > 0 && r.memory_ms >= t.step_memory_heavy * r.math_ms;
+  return Lt(StepFlopPerByte(s), t.memory_heavy_flop_per_byte);
 }
 // An 8-bit KV cache already (the server's precision in /v1/models): fp8 KV is no step to name.
 bool KvIs8Bit(const Signals& s) {
@@ -397,12 +408,32 @@ std::optional<Verdict> BandwidthBound(const Signals& s, const Thresholds& t) {
   if (!saturated && !streaming && !modelled) return std::nullopt;
   const StepAtRates r = AtRates(s);
   const double mem_ms = r.memory_ms, math_ms = r.math_ms;
+  const bool at_rates = Has(mem_ms) && Has(math_ms);  // else judged by FLOPs per byte
+  const double fpb = StepFlopPerByte(s);
   Verdict v{.bottleneck = "bandwidth_bound",
-            .confidence = saturated ? Margin(s.dram_active, t.dram_high, 0.8)
-                          : streaming
-                              ? 0.9 * Margin(s.dram_active, t.dram_streaming, 0.7)
-                              : 0.9 * Margin(mem_ms / math_ms, t.step_memory_heavy, 2 * t.step_memory_heavy)};
-  if (modelled) {
+            .confidence =
+                saturated   ? Margin(s.dram_active, t.dram_high, 0.8)
+                : streaming ? 0.9 * Margin(s.dram_active, t.dram_streaming, 0.7)
+                : at_rates
+                    ? 0.9 * Margin(mem_ms / math_ms, t.step_memory_heavy, 2 * t.step_memory_heavy)
+                    : 0.8 * Margin(-fpb, -t.memory_heavy_flop_per_byte, -0.5 * t.memory_heavy_flop_per_byte)};
+  if (modelled && !at_rates) {
+    const double bytes = s.step_weight_bytes + (Has(s.step_kv_bytes) ? s.step_kv_bytes : 0);
+    v.summary = fmt::format(
+        "Each step reads {:.1f} GB of weights and KV for {:.2f} TFLOP: {:.0f} FLOP per byte, below what any "
+        "current GPU computes per byte it reads; memory sets the pace ({:.0f}% DRAM active) and busy SMs are "
+        "waiting on it.",
+        bytes / 1e9, fpb * bytes / 1e12, fpb, 100 * s.dram_active);
+    v.evidence.push_back(
+        Ev("step.flop_per_byte", fpb, "<", t.memory_heavy_flop_per_byte, "FLOP/byte",
+           "the step's matmul + attention FLOPs per byte of weights + KV (give --hbm-gbps and "
+           "--tensor-tflops to time it at this device's rates)"));
+    v.evidence.push_back(
+        Ev("gpu.dram_active", s.dram_active, ">=", t.dram_streaming, "ratio", "DRAM transfer cycles"));
+    if (Has(s.tensor_active))
+      v.evidence.push_back(Ev("gpu.tensor_active", s.tensor_active, "<", t.tensor_high, "ratio", ""));
+    if (Has(s.sm_active)) v.evidence.push_back(Ev("gpu.sm_active", s.sm_active, "", kNaN, "ratio", ""));
+  } else if (modelled) {
     v.summary = fmt::format(
         "Each step reads {:.1f} GB of weights and KV ({:.2f} ms at {:g} GB/s) for {:.2f} ms of math at the "
         "tensor rate: memory sets the pace ({:.0f}% DRAM active); busy SMs are waiting on it.",

@@ -8,8 +8,9 @@
 //   copy_bound          h2d + d2h >= copy_share of service time, and it matters (as above)
 //   launch_bound        GPU-Util or GR engine >= gpu_busy, SM active < sm_low, DRAM and tensor low
 //   bandwidth_bound     DRAM active >= dram_high; or streaming (DRAM >= dram_streaming, tensor idle, SMs
-//                       busy); or an LLM step memory-heavy by its model at the device's rates (bytes time >=
-//                       step_memory_heavy x math time) with DRAM >= dram_streaming
+//                       busy); or an LLM step memory-heavy by its model (at the device's rates bytes time >=
+//                       step_memory_heavy x math time; without them < memory_heavy_flop_per_byte FLOPs per
+//                       byte) with DRAM >= dram_streaming
 //   compute_bound       tensor >= tensor_high or SM active >= sm_high (not for a memory-heavy LLM step,
 //                       above); without GPU counters: instances
 //                       saturated with device stages dominating the service time (lower confidence)

@@ -210,9 +210,10 @@ TEST(DoctorRules, AnLlmsSmallBatchesOnAGpuWithRoomAreUnderFed) {
 // The 8B shape in bf16 served at c=64 on an H100
 // (bench/results/gpu_served_vs_llama_server_h100_2026-12-06.json), two windows of the same load: SM active
 // 0.79 and 0.83 put them on either side of sm_high (under_fed, then compute_bound with the tensor pipes at
-// 0.18). At the device's rates each step reads 27.6 GB (9.2 ms) for 2.3 ms of math: memory-heavy by its
-// model, so both are bandwidth_bound; without the rates nothing changes.
-TEST(DoctorRules, AnLlmStepMemoryHeavyAtTheDevicesRatesIsBandwidthBound) {
+// 0.18). Each step reads 27.6 GB for 1.94 TFLOP (70 FLOP per byte; at the device's rates 9.2 ms against 2.3
+// ms of math): memory-heavy by its model, so both are bandwidth_bound with or without the rates; without the
+// step's model the counters alone decide as before.
+TEST(DoctorRules, AnLlmStepMemoryHeavyByItsModelIsBandwidthBound) {
   auto window = [](double sm) {
     Signals s = Llm(/*requests*/ 192, /*queue*/ 0.179, /*device*/ 13.32, /*host*/ 0.0002, /*kv max*/ 0.29);
     Gpu(&s, /*util*/ 1.0, sm, /*tensor*/ 0.18, /*dram*/ 0.66);
@@ -232,8 +233,17 @@ TEST(DoctorRules, AnLlmStepMemoryHeavyAtTheDevicesRatesIsBandwidthBound) {
   };
   for (const double sm : {0.79, 0.83}) {
     Signals s = window(sm);
-    const std::string before = Top(s);  // no rates: the counters alone
-    EXPECT_EQ(before, sm < 0.8 ? "under_fed" : "compute_bound") << sm;
+    Signals counters = s;  // no step model: the counters alone
+    counters.step_weight_bytes = counters.step_kv_bytes = kNaN;
+    counters.step_matmul_flops = counters.step_attention_flops = kNaN;
+    EXPECT_EQ(Top(counters), sm < 0.8 ? "under_fed" : "compute_bound") << sm;
+    // The step's model without the device's rates: FLOPs per byte.
+    Verdict by_intensity = Diagnose(s).front();
+    EXPECT_EQ(by_intensity.bottleneck, "bandwidth_bound") << sm;
+    const Evidence* fpb = FindEvidence(by_intensity, "step.flop_per_byte");
+    ASSERT_NE(fpb, nullptr);
+    EXPECT_NEAR(fpb->value, 1.936e12 / 27.636e9, 0.1);
+    EXPECT_EQ(FindEvidence(by_intensity, "step.memory_ms"), nullptr);
     ApplyDeviceRates(/*hbm_gbps*/ 3012, /*tensor_tflops*/ 830, &s);
     const Verdict v = Diagnose(s).front();
     EXPECT_EQ(v.bottleneck, "bandwidth_bound") << sm;
@@ -257,6 +267,7 @@ TEST(DoctorRules, AnLlmStepMemoryHeavyAtTheDevicesRatesIsBandwidthBound) {
   s.step_attention_flops = 0.3e12;
   s.waiting_mean = 3.4;
   s.running_mean = 508;
+  EXPECT_EQ(Top(s), "compute_bound");  // 12.5 TFLOP / 60.6 GB = 206 FLOP per byte
   ApplyDeviceRates(4240, 812, &s);
   EXPECT_EQ(Top(s), "compute_bound");
 }

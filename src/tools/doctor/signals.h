@@ -158,6 +158,10 @@ struct Thresholds {
   // TFLOP/s (4.1x), SM active 0.83, tensor 0.18, DRAM 0.66; at c=512 with fp8 weights on an H200 the ratio is
   // ~1x.
   double step_memory_heavy = 2.0;
+  // Without the device's rates: a step doing fewer FLOPs per byte it reads than this is memory-heavy on any
+  // current datacenter GPU (bf16 ridge points: A100 ~156, H200 ~206, H100 ~295 FLOP/byte; fp8 doubles them).
+  // The same H100 window: 1.94 TFLOP / 27.6 GB = 70; the H200's fp8 c=512 step ~206.
+  double memory_heavy_flop_per_byte = 100;
   double device_share = 0.5;  // GPU rules apply when device stages are this share of service time
   // An LLM's step: host time between the model's runs (step_host_ms / step_ms) at or above this share is
   // named beside a GPU verdict (the GPU idles for it each step). Served 8B at c=512 on an H100: 2.5 of 44.9
