@@ -417,33 +417,31 @@ std::optional<Verdict> BandwidthBound(const Signals& s, const Thresholds& t) {
                 : at_rates
                     ? 0.9 * Margin(mem_ms / math_ms, t.step_memory_heavy, 2 * t.step_memory_heavy)
                     : 0.8 * Margin(-fpb, -t.memory_heavy_flop_per_byte, -0.5 * t.memory_heavy_flop_per_byte)};
-  if (modelled && !at_rates) {
+  if (modelled) {
     const double bytes = s.step_weight_bytes + (Has(s.step_kv_bytes) ? s.step_kv_bytes : 0);
-    v.summary = fmt::format(
-        "Each step reads {:.1f} GB of weights and KV for {:.2f} TFLOP: {:.0f} FLOP per byte, below what any "
-        "current GPU computes per byte it reads; memory sets the pace ({:.0f}% DRAM active) and busy SMs are "
-        "waiting on it.",
-        bytes / 1e9, fpb * bytes / 1e12, fpb, 100 * s.dram_active);
-    v.evidence.push_back(
-        Ev("step.flop_per_byte", fpb, "<", t.memory_heavy_flop_per_byte, "FLOP/byte",
-           "the step's matmul + attention FLOPs per byte of weights + KV (give --hbm-gbps and "
-           "--tensor-tflops to time it at this device's rates)"));
-    v.evidence.push_back(
-        Ev("gpu.dram_active", s.dram_active, ">=", t.dram_streaming, "ratio", "DRAM transfer cycles"));
-    if (Has(s.tensor_active))
-      v.evidence.push_back(Ev("gpu.tensor_active", s.tensor_active, "<", t.tensor_high, "ratio", ""));
-    if (Has(s.sm_active)) v.evidence.push_back(Ev("gpu.sm_active", s.sm_active, "", kNaN, "ratio", ""));
-  } else if (modelled) {
-    v.summary = fmt::format(
-        "Each step reads {:.1f} GB of weights and KV ({:.2f} ms at {:g} GB/s) for {:.2f} ms of math at the "
-        "tensor rate: memory sets the pace ({:.0f}% DRAM active); busy SMs are waiting on it.",
-        (s.step_weight_bytes + (Has(s.step_kv_bytes) ? s.step_kv_bytes : 0)) / 1e9, mem_ms, s.hbm_gbps,
-        math_ms, 100 * s.dram_active);
-    v.evidence.push_back(
-        Ev("step.memory_ms", mem_ms, ">=", t.step_memory_heavy * math_ms, "ms",
-           fmt::format("weights + KV at the device's bandwidth, against {:g} x the {:.2f} ms of "
-                       "matmul + attention at its tensor rate",
-                       t.step_memory_heavy, math_ms)));
+    if (at_rates) {
+      v.summary = fmt::format(
+          "Each step reads {:.1f} GB of weights and KV ({:.2f} ms at {:g} GB/s) for {:.2f} ms of math at the "
+          "tensor rate: memory sets the pace ({:.0f}% DRAM active); busy SMs are waiting on it.",
+          bytes / 1e9, mem_ms, s.hbm_gbps, math_ms, 100 * s.dram_active);
+      v.evidence.push_back(
+          Ev("step.memory_ms", mem_ms, ">=", t.step_memory_heavy * math_ms, "ms",
+             fmt::format("weights + KV at the device's bandwidth, against {:g} x the {:.2f} ms of "
+                         "matmul + attention at its tensor rate",
+                         t.step_memory_heavy, math_ms)));
+    } else {
+      v.summary = fmt::format(
+          "Each step reads {:.1f} GB of weights and KV for {:.2f} TFLOP: {:.0f} FLOP per byte, below what "
+          "any "
+          "current GPU computes per byte it reads; memory sets the pace ({:.0f}% DRAM active) and busy SMs "
+          "are "
+          "waiting on it.",
+          bytes / 1e9, fpb * bytes / 1e12, fpb, 100 * s.dram_active);
+      v.evidence.push_back(
+          Ev("step.flop_per_byte", fpb, "<", t.memory_heavy_flop_per_byte, "FLOP/byte",
+             "the step's matmul + attention FLOPs per byte of weights + KV (give --hbm-gbps and "
+             "--tensor-tflops to time it at this device's rates)"));
+    }
     v.evidence.push_back(
         Ev("gpu.dram_active", s.dram_active, ">=", t.dram_streaming, "ratio", "DRAM transfer cycles"));
     if (Has(s.tensor_active))
