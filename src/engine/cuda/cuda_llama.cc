@@ -131,7 +131,9 @@ Status ToBf16Rows(const LinearWeight& w, int64_t r0, int64_t n, std::vector<floa
 
 }  // namespace
 
-CudaLlama::CudaLlama(const Options& options) : options_(options) {}
+CudaLlama::CudaLlama(const Options& options) : options_(options) {
+  options_.attention.pdl = options_.pdl;  // --pdl: the decode attention kernel and its merge too
+}
 
 StatusOr<std::unique_ptr<CudaLlama>> CudaLlama::Create(LlamaWeights weights, const Options& options) {
   if (!(options.gpu_memory_fraction > 0.0 && options.gpu_memory_fraction <= 1.0)) {

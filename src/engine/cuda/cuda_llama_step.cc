@@ -112,10 +112,8 @@ Status CudaLlama::EnqueueAttentionKernels(const StepArgs& a, const Kv& kv) {
   cudaStream_t s = stream_.get();
   const int D = a.decode_seqs;
   if (D > 0) {  // sequences [0, D): one token each, tokens [0, D)
-    cuda::AttentionLaunchOptions launch = options_.attention;
-    launch.pdl = options_.pdl;  // --pdl: the decode kernel and its merge too
     RETURN_IF_ERROR(cuda::PagedDecodeAttention(q_, a.bt, a.W, a.ctx, D, c.num_heads, a.max_ctx, scale, kv,
-                                               decode_ws_, attn_, s, launch));
+                                               decode_ws_, attn_, s, options_.attention));
   }
   if (D == a.S) return OkStatus();
   // Sequences [D, S) with their tokens [D, T): q, out and the batch arrays from there on.

@@ -506,7 +506,7 @@ std::string PointRun::NoSuccessReason() const {
                      window_s);
   }
   std::sort(finished_s.begin(), finished_s.end());
-  const double median = finished_s[finished_s.size() / 2];
+  const double median = PercentileSorted(finished_s, 50);
   return why + fmt::format(
                    "; the {} that finished (in the warm-up or after the window) took a median {:.1f} s, "
                    "so the {:.0f} s window cannot hold a whole request: --duration {:.0f} or more (a closed "

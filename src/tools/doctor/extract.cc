@@ -359,6 +359,8 @@ void ApplyDeviceRates(double hbm_gbps, double tensor_tflops, Signals* s) {
   }
   const double mem = Has(s->step_weights_ms) ? s->step_weights_ms + s->step_kv_ms : kNaN;
   const double math = Has(s->step_matmul_ms) ? s->step_matmul_ms + s->step_attention_ms : kNaN;
+  s->step_memory_ms = mem;
+  s->step_math_ms = math;
   if (Has(mem) && Has(math)) {
     s->step_floor_ms = std::max(mem, math);
   } else if (Has(mem) || Has(math)) {

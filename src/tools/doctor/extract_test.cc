@@ -137,6 +137,7 @@ TEST(DoctorExtract, StepSplitIsPerStepOverTheWindowAndTimedAtTheDeviceRates) {
   EXPECT_NEAR(s.step_kv_bytes, 2e9, 1);
   EXPECT_NEAR(s.step_matmul_flops, 9e12, 1e3);
   EXPECT_FALSE(Has(s.step_floor_ms));  // no rates yet
+  EXPECT_FALSE(Has(s.step_memory_ms) || Has(s.step_math_ms));
 
   ApplyDeviceRates(/*hbm_gbps=*/4000, /*tensor_tflops=*/600, &s);
   EXPECT_NEAR(s.step_weights_ms, 4.0, 1e-9);
@@ -144,6 +145,8 @@ TEST(DoctorExtract, StepSplitIsPerStepOverTheWindowAndTimedAtTheDeviceRates) {
   EXPECT_NEAR(s.step_matmul_ms, 15.0, 1e-9);
   EXPECT_NEAR(s.step_attention_ms, 0.5e12 / 600e12 * 1e3, 1e-9);
   EXPECT_NEAR(s.step_floor_ms, 15.0 + 0.5e12 / 600e12 * 1e3, 1e-9);  // the math is the larger part
+  EXPECT_NEAR(s.step_memory_ms, 4.5, 1e-9);                          // weights + KV
+  EXPECT_NEAR(s.step_math_ms, 15.0 + 0.5e12 / 600e12 * 1e3, 1e-9);   // matmul + attention
 
   ApplyDeviceRates(/*hbm_gbps=*/1000, /*tensor_tflops=*/0, &s);  // bandwidth only: a lower bound from it
   EXPECT_NEAR(s.step_floor_ms, 18.0, 1e-9);

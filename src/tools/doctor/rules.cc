@@ -40,36 +40,33 @@ bool IsLlm(const Signals& s) {
 }
 // The server says the model runs on the CPU (its /v1/models "device"): GPU-only knobs are no step to name.
 bool OnCpu(const Signals& s) {
-  return s.device == "cpu" || s.device.starts_with("cpu ");
+  return s.device == "cpu";  // DecoderModel::device_name() of the CPU engine
 }
-// An LLM step at the device's rates (Signals::step_weights_ms etc., from --hbm-gbps / --tensor-tflops): ms to
-// read its weights + KV, and ms of its matmul + attention math; NaN where the rate is not given.
-struct StepAtRates {
-  double memory_ms = kNaN, math_ms = kNaN;
-};
-StepAtRates AtRates(const Signals& s) {
-  StepAtRates r;
-  if (Has(s.step_weights_ms)) r.memory_ms = s.step_weights_ms + (Has(s.step_kv_ms) ? s.step_kv_ms : 0);
-  if (Has(s.step_matmul_ms))
-    r.math_ms = s.step_matmul_ms + (Has(s.step_attention_ms) ? s.step_attention_ms : 0);
-  return r;
+// The step's model: bytes it reads (weights + KV) and FLOPs per byte (matmul + attention); NaN without it.
+double StepBytes(const Signals& s) {
+  return (Has(s.step_weight_bytes) ? s.step_weight_bytes : 0) + (Has(s.step_kv_bytes) ? s.step_kv_bytes : 0);
 }
-// FLOPs (matmul + attention) per byte (weights + KV) of the step's model; NaN without it.
 double StepFlopPerByte(const Signals& s) {
-  const double bytes =
-      (Has(s.step_weight_bytes) ? s.step_weight_bytes : 0) + (Has(s.step_kv_bytes) ? s.step_kv_bytes : 0);
+  const double bytes = StepBytes(s);
   if (!Has(s.step_matmul_flops) || bytes <= 0) return kNaN;
   return (s.step_matmul_flops + (Has(s.step_attention_flops) ? s.step_attention_flops : 0)) / bytes;
 }
-// An LLM step memory-heavy by its own model: at the device's rates, its weights and KV take at least
-// step_memory_heavy x its math time; without them, it does fewer than memory_heavy_flop_per_byte FLOPs per
-// byte.
-bool LlmStepMemoryHeavy(const Signals& s, const Thresholds& t) {
-  if (!IsLlm(s)) return false;
-  const StepAtRates r = AtRates(s);
-  if (Has(r.memory_ms) && Has(r.math_ms))
-    return r.math_ms > 0 && r.memory_ms >= t.step_memory_heavy * r.math_ms;
+// Both parts of the step timed at the device's rates (--hbm-gbps and --tensor-tflops: ApplyDeviceRates).
+bool StepAtRates(const Signals& s) {
+  return Has(s.step_memory_ms) && Has(s.step_math_ms);
+}
+// An LLM step that, by its own model, is memory-heavy and reads as such: at the device's rates its weights
+// and KV take at least step_memory_heavy x its math time (without them, fewer than memory_heavy_flop_per_byte
+// FLOPs per byte), with DRAM at least dram_streaming and the tensor pipes short of tensor_high.
+bool MemoryBoundByModel(const Signals& s, const Thresholds& t) {
+  if (!IsLlm(s) || !Ge(s.dram_active, t.dram_streaming) || Ge(s.tensor_active, t.tensor_high)) return false;
+  if (StepAtRates(s)) return s.step_math_ms > 0 && s.step_memory_ms >= t.step_memory_heavy * s.step_math_ms;
   return Lt(StepFlopPerByte(s), t.memory_heavy_flop_per_byte);
+}
+// A closed loop's finished request is replaced at once, its successor admitted on the next step: about one
+// waiting on average (at most 5 % of the running) is turnover; more is a backlog held back by the server.
+double Turnover(const Signals& s) {
+  return std::max(1.0, 0.05 * (Has(s.running_mean) ? s.running_mean : 0.0));
 }
 // An 8-bit KV cache already (the server's precision in /v1/models): fp8 KV is no step to name.
 bool KvIs8Bit(const Signals& s) {
@@ -403,12 +400,10 @@ std::optional<Verdict> BandwidthBound(const Signals& s, const Thresholds& t) {
   // An LLM step memory-heavy by its own model at the device's rates, with DRAM busy and the tensor pipes
   // short of their ceiling: what the SMs wait on is memory, whatever SM active reads (batched decode: some
   // tensor work, so `streaming` does not hold).
-  const bool modelled = !saturated && !streaming && LlmStepMemoryHeavy(s, t) &&
-                        Ge(s.dram_active, t.dram_streaming) && !Ge(s.tensor_active, t.tensor_high);
+  const bool modelled = !saturated && !streaming && MemoryBoundByModel(s, t);
   if (!saturated && !streaming && !modelled) return std::nullopt;
-  const StepAtRates r = AtRates(s);
-  const double mem_ms = r.memory_ms, math_ms = r.math_ms;
-  const bool at_rates = Has(mem_ms) && Has(math_ms);  // else judged by FLOPs per byte
+  const double mem_ms = s.step_memory_ms, math_ms = s.step_math_ms;
+  const bool at_rates = StepAtRates(s);  // else judged by FLOPs per byte
   const double fpb = StepFlopPerByte(s);
   Verdict v{.bottleneck = "bandwidth_bound",
             .confidence =
@@ -418,7 +413,7 @@ std::optional<Verdict> BandwidthBound(const Signals& s, const Thresholds& t) {
                     ? 0.9 * Margin(mem_ms / math_ms, t.step_memory_heavy, 2 * t.step_memory_heavy)
                     : 0.8 * Margin(-fpb, -t.memory_heavy_flop_per_byte, -0.5 * t.memory_heavy_flop_per_byte)};
   if (modelled) {
-    const double bytes = s.step_weight_bytes + (Has(s.step_kv_bytes) ? s.step_kv_bytes : 0);
+    const double bytes = StepBytes(s);
     if (at_rates) {
       v.summary = fmt::format(
           "Each step reads {:.1f} GB of weights and KV ({:.2f} ms at {:g} GB/s) for {:.2f} ms of math at the "
@@ -469,8 +464,7 @@ std::optional<Verdict> BandwidthBound(const Signals& s, const Thresholds& t) {
   if (IsLlm(s)) {
     // A backlog: the running-set cap holds sequences back. None (a closed loop's turnover, about one
     // waiting): the clients set the batch.
-    const bool backlog =
-        Ge(s.waiting_mean, std::max(1.0, 0.05 * (Has(s.running_mean) ? s.running_mean : 0.0)));
+    const bool backlog = Ge(s.waiting_mean, Turnover(s));
     v.next_step =
         backlog || !Has(s.running_mean)
             ? "more sequences per step to amortise weight reads (--max-num-seqs 2x), or lower-precision "
@@ -496,8 +490,7 @@ std::optional<Verdict> BandwidthBound(const Signals& s, const Thresholds& t) {
 std::optional<Verdict> ComputeBound(const Signals& s, const Thresholds& t) {
   const bool tensor = Ge(s.tensor_active, t.tensor_high);
   // Busy SMs say compute only where the step is not memory-heavy by its model (bandwidth_bound speaks then).
-  const bool sm = Ge(s.sm_active, t.sm_high) && !Ge(s.dram_active, t.dram_high) &&
-                  !(LlmStepMemoryHeavy(s, t) && Ge(s.dram_active, t.dram_streaming));
+  const bool sm = Ge(s.sm_active, t.sm_high) && !Ge(s.dram_active, t.dram_high) && !MemoryBoundByModel(s, t);
   const bool blind = !Has(s.sm_active) && !Has(s.tensor_active) && Ge(s.instance_busy, t.saturated_busy) &&
                      Ge(Ratio(s.device_s, s.service_s), t.device_share);
   if ((!tensor && !sm && !blind) || !DeviceDominates(s, t)) return std::nullopt;
@@ -589,9 +582,7 @@ std::optional<Verdict> SmallBatches(const Signals& s, const Thresholds& t) {
       Ge(s.tensor_active, t.tensor_high) || !Ge(s.running_mean, 1) || Ge(s.kv_usage_max, t.kv_full) ||
       SweepStalls(s, t))
     return std::nullopt;
-  // A closed loop's finished request is replaced at once, its successor admitted on the next step: about one
-  // waiting on average is turnover, not a backlog.
-  const double turnover = std::max(1.0, 0.05 * s.running_mean);
+  const double turnover = Turnover(s);
   if (!Lt(s.waiting_mean, turnover)) return std::nullopt;
   const double busy = Has(s.engine_busy) ? s.engine_busy : GpuBusy(s);
   if (!Ge(busy, t.idle_busy)) return std::nullopt;  // an idle engine: the general rule below speaks

@@ -107,6 +107,7 @@ struct Signals {
   // and the KV, ms of matmul and attention math, and the step's floor max(bytes / bandwidth, FLOPs / rate).
   double hbm_gbps = kNaN, tensor_tflops = kNaN;
   double step_weights_ms = kNaN, step_kv_ms = kNaN, step_matmul_ms = kNaN, step_attention_ms = kNaN;
+  double step_memory_ms = kNaN, step_math_ms = kNaN;  // weights + KV ms; matmul + attention ms
   double step_floor_ms = kNaN;
 
   // GPU (/v1/gpu), the busiest device, means over the samples in the window. Ratios 0..1.
