@@ -257,19 +257,22 @@ TEST(DoctorRules, AnLlmStepMemoryHeavyByItsModelIsBandwidthBound) {
     s.waiting_mean = 20;  // a backlog: the running-set cap holds them back
     EXPECT_NE(Diagnose(s).front().next_step.find("--max-num-seqs 2x"), std::string::npos);
   }
-  // The H200 at c=512, fp8 weights + fp8 KV (gpu_served_valid_windows_h200_2026-12-06.json): 8 GB of weights
-  // + 52.6 GB of KV (14.3 ms at 4,240 GB/s) against 12.2 TFLOP (15 ms at 812 TFLOP/s): not memory-heavy by
-  // 2x, so busy SMs still read as compute.
+  // The H200 at c=512, fp8 weights + fp8 KV (gpu_served_valid_windows_h200_2026-12-06.json): 8.0 GB of
+  // weights
+  // + 52.6 GB of KV per step; its 511 decode + 327 prefill tokens through the 6.98 B layer parameters and 511
+  // through the 0.53 B lm_head make 12.2 TFLOP of matmuls (201 FLOP per byte; at the H200's measured 4,235
+  // GB/s and 901 TFLOP/s, gpu_llm_8b_h200_2026-12-02.json: 14.3 ms against 13.5 ms): not memory-heavy, so
+  // busy SMs still read as compute.
   Signals s = window(0.9);
-  s.step_weight_bytes = 8.0e9;
-  s.step_kv_bytes = 52.6e9;
+  s.step_weight_bytes = 8.03e9;
+  s.step_kv_bytes = 52.61e9;
   s.step_matmul_flops = 12.2e12;
-  s.step_attention_flops = 0.3e12;
+  s.step_attention_flops = kNaN;
   s.waiting_mean = 3.4;
-  s.running_mean = 508;
-  EXPECT_EQ(Top(s), "compute_bound");  // 12.5 TFLOP / 60.6 GB = 206 FLOP per byte
-  ApplyDeviceRates(4240, 812, &s);
-  EXPECT_EQ(Top(s), "compute_bound");
+  s.running_mean = 507;
+  EXPECT_EQ(Top(s), "compute_bound");  // by FLOPs per byte
+  ApplyDeviceRates(4235, 901, &s);
+  EXPECT_EQ(Top(s), "compute_bound");  // at the device's rates
 }
 
 // Sparse traffic against a model with a batching delay (the H200's "sparse" scenario: 10 req/s, 500 us

@@ -160,8 +160,9 @@ struct Thresholds {
   // ~1x.
   double step_memory_heavy = 2.0;
   // Without the device's rates: a step doing fewer FLOPs per byte it reads than this is memory-heavy on any
-  // current datacenter GPU (bf16 ridge points: A100 ~156, H200 ~206, H100 ~295 FLOP/byte; fp8 doubles them).
-  // The same H100 window: 1.94 TFLOP / 27.6 GB = 70; the H200's fp8 c=512 step ~206.
+  // current datacenter GPU (bf16 ridge points from the published dense peaks and HBM bandwidths: A100 ~156,
+  // H200 ~206, H100 ~295 FLOP/byte; fp8 doubles them). The same H100 window: 1.94 TFLOP / 27.6 GB = 70; the
+  // H200's fp8 c=512 step 12.2 TFLOP / 60.6 GB = 201.
   double memory_heavy_flop_per_byte = 100;
   double device_share = 0.5;  // GPU rules apply when device stages are this share of service time
   // An LLM's step: host time between the model's runs (step_host_ms / step_ms) at or above this share is
