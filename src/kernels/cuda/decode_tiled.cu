@@ -104,10 +104,10 @@ __device__ __forceinline__ void Exp2AndSum(float (&s)[2][4], float base0, float 
   sum0 = sum1 = 0.f;
 #pragma unroll
   for (int n = 0; n < 2; ++n) {
-    s[n][0] = exp2f(s[n][0] - base0);
-    s[n][1] = exp2f(s[n][1] - base0);
-    s[n][2] = exp2f(s[n][2] - base1);
-    s[n][3] = exp2f(s[n][3] - base1);
+    s[n][0] = Exp2Ftz(s[n][0] - base0);
+    s[n][1] = Exp2Ftz(s[n][1] - base0);
+    s[n][2] = Exp2Ftz(s[n][2] - base1);
+    s[n][3] = Exp2Ftz(s[n][3] - base1);
     sum0 += s[n][0] + s[n][1];
     sum1 += s[n][2] + s[n][3];
   }
@@ -148,7 +148,7 @@ __device__ __forceinline__ void OnlineSoftmax(float (&s)[2][4], float& m0, float
   const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
   // A row with nothing unmasked yet keeps m = -inf: subtract 0 instead (exp2(-inf) = 0, no NaN).
   const float base0 = mn0 == -INFINITY ? 0.f : mn0, base1 = mn1 == -INFINITY ? 0.f : mn1;
-  const float corr0 = exp2f(m0 - base0), corr1 = exp2f(m1 - base1);
+  const float corr0 = Exp2Ftz(m0 - base0), corr1 = Exp2Ftz(m1 - base1);
   m0 = mn0;
   m1 = mn1;
   float sum0, sum1;

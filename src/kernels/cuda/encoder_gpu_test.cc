@@ -19,7 +19,10 @@ using testing::RandomFloats;
 using testing::RoundBf16;
 using testing::ToBf16;
 
-void CheckAttention(int heads, int hd, const std::vector<int32_t>& lens, uint32_t seed) {
+// key_growth > 0 scales key row r of each sequence by 1 + key_growth r: the scores grow along the sequence,
+// so the tiled kernels' running max moves by more than their lazy threshold (2^8) from key tile to key tile.
+void CheckAttention(int heads, int hd, const std::vector<int32_t>& lens, uint32_t seed,
+                    float key_growth = 0.f) {
   const int64_t hidden = int64_t{heads} * hd;
   std::vector<int32_t> cu(lens.size() + 1, 0);
   int max_len = 0;
@@ -29,7 +32,14 @@ void CheckAttention(int heads, int hd, const std::vector<int32_t>& lens, uint32_
   }
   const int64_t t = cu.back();
   // Scores of a few units (values in [-2, 2]) so softmax is neither flat nor one-hot.
-  const auto qkv = RoundBf16(RandomFloats(t * 3 * hidden, seed, -2.f, 2.f));
+  auto qkv = RandomFloats(t * 3 * hidden, seed, -2.f, 2.f);
+  for (size_t s = 0; s < lens.size() && key_growth > 0.f; ++s) {
+    for (int64_t r = 0; r < lens[s]; ++r) {
+      float* k = qkv.data() + (cu[s] + r) * 3 * hidden + hidden;
+      for (int64_t i = 0; i < hidden; ++i) k[i] *= 1.f + key_growth * static_cast<float>(r);
+    }
+  }
+  qkv = RoundBf16(qkv);
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
   std::vector<float> want(t * hidden);
   ThreadPool pool(1);
@@ -71,6 +81,10 @@ TEST(CudaEncoder, AttentionMatchesCpuPerSequence) {
   CheckAttention(2, 96, lens, 3);
   CheckAttention(2, 128, lens, 4);
   CheckAttention(12, 64, {384, 7, 512}, 5);
+  // Scores growing along the sequence (keys up to ~25x larger at 384): the running max keeps moving, so the
+  // lazily rescaled accumulators must be rescaled right.
+  CheckAttention(4, 64, {384, 100, 200}, 6, 1.f / 16);
+  CheckAttention(2, 128, {300, 65}, 7, 1.f / 16);
   EXPECT_EQ(EncoderAttention(nullptr, nullptr, 1, 1, 1, 48, 1.f, nullptr, nullptr).code(),
             StatusCode::kInvalidArgument);
   // 32 rows per warp doubles the accumulators: head_dim 128 refuses it (EncoderAttention then runs 16).

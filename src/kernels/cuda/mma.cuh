@@ -78,6 +78,15 @@ __device__ __forceinline__ void LdMatrixX4Trans(uint32_t& r0, uint32_t& r1, uint
                : "r"(SmemAddr(smem_row)));
 }
 
+// 2^x on the special-function unit alone (ex2.approx.ftz.f32; 2^-inf = +0). exp2f wraps the same instruction
+// in a range test and two multiplies for results below 2^-126: three more FP32 instructions per softmax
+// weight, where a weight that small counts as 0 anyway. For exponents <= 0 (and lazily-rescaled ones <= 8).
+__device__ __forceinline__ float Exp2Ftz(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+  return r;
+}
+
 __device__ __forceinline__ uint32_t Ld32(const __nv_bfloat16* p) {
   return *reinterpret_cast<const uint32_t*>(p);
 }

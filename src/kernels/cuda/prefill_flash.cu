@@ -7,7 +7,8 @@
 // positions are gathered from their cache blocks with cp.async (zero-filled past the end) into a
 // double-buffered shared-memory K/V tile: tile j + 1 is in flight while tile j is used.
 //   S = Q·K^T   mma.sync m16n8k16 (A = Q fragments in registers, B = K rows read as 32-bit pairs)
-//   online softmax on the S accumulators (exp2, scale folded in), causal mask only on tiles that need it
+//   online softmax on the S accumulators (the SFU's exp2 with the scale folded into one FFMA, the running
+//               max rescaled lazily), causal mask only on tiles that need it
 //   O += P·V    mma.sync with P repacked from the S accumulators (no shared memory round trip) and V
 //               fragments from ldmatrix.trans
 // Fragment layouts and the mma / ldmatrix / cp.async helpers: kernels/cuda/mma.cuh.
@@ -29,6 +30,8 @@ namespace stoke::cuda {
 namespace {
 
 constexpr int kKeys = 64;  // keys per K/V tile
+// Lazy rescaling of the online softmax (log2 units): the running max moves only by more than this.
+constexpr float kPrefillLazyLog2 = 8.f;
 // K fragments by ldmatrix.x4 (4 registers per instruction) or by plain 32-bit shared loads (the simplest
 // mapping of the B layout; flip to false to rule ldmatrix out if the tiled tests ever fail).
 constexpr bool kKByLdMatrix = true;
@@ -261,32 +264,36 @@ __global__ void __launch_bounds__(W * 32) FlashPrefillKernel(
       }
     }
 
-    // Scale to log2 units; mask keys past a row's position (only tiles reaching past the tile's first row).
+    // An 8-bit cache's K scales multiply the scores here (to log2 units); a bf16 cache's scores stay raw and
+    // the scale to log2 units is folded into the exponent's FFMA below (sc). Masked keys become -inf; only
+    // tiles reaching past the tile's first row (causal) or holding the sequence's end (dense) need it.
+    const float sc = kQuant ? 1.f : scale_log2;
     const int key0 = kt * kKeys;
-    // Causal: tiles reaching past the tile's first row. Dense: only the tile holding the sequence's end.
     const bool need_mask = kDense ? key0 + kKeys > kv_end : key0 + kKeys - 1 > tile_min_pos;
+    if (kQuant || need_mask) {
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      const int pos0 = start + q0 + row_base + 16 * mt, pos1 = pos0 + 8;  // past `rows`: beyond kv_end
+      for (int mt = 0; mt < MT; ++mt) {
+        const int pos0 = start + q0 + row_base + 16 * mt, pos1 = pos0 + 8;  // past `rows`: beyond kv_end
 #pragma unroll
-      for (int n = 0; n < kSTiles; ++n) {
+        for (int n = 0; n < kSTiles; ++n) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float x = s[mt][n][e] * scale_log2;
-          if constexpr (kQuant) x *= kscale[n * 8 + 2 * t + (e & 1)];
-          if (need_mask) {
-            const int key = key0 + n * 8 + 2 * t + (e & 1);
-            const int pos = e < 2 ? pos0 : pos1;
-            if ((!kDense && key > pos) || key >= kv_end) x = -INFINITY;
+          for (int e = 0; e < 4; ++e) {
+            float x = s[mt][n][e];
+            if constexpr (kQuant) x *= scale_log2 * kscale[n * 8 + 2 * t + (e & 1)];
+            if (need_mask) {
+              const int key = key0 + n * 8 + 2 * t + (e & 1);
+              const int pos = e < 2 ? pos0 : pos1;
+              if ((!kDense && key > pos) || key >= kv_end) x = -INFINITY;
+            }
+            s[mt][n][e] = x;
           }
-          s[mt][n][e] = x;
         }
       }
     }
 
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
-      // Online softmax: row maxima over the 4 threads of a row group.
+      // Online softmax: row maxima over the 4 threads of a row group (in the scores' units; sc > 0).
       float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
       for (int n = 0; n < kSTiles; ++n) {
@@ -298,31 +305,43 @@ __global__ void __launch_bounds__(W * 32) FlashPrefillKernel(
         mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
         mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
       }
-      const float mn0 = fmaxf(m[mt][0], mx0), mn1 = fmaxf(m[mt][1], mx1);
-      // A row with nothing unmasked yet keeps m = -inf: subtract 0 instead (exp2(-inf) = 0, no NaN).
-      const float base0 = mn0 == -INFINITY ? 0.f : mn0, base1 = mn1 == -INFINITY ? 0.f : mn1;
-      const float corr0 = exp2f(m[mt][0] - base0), corr1 = exp2f(m[mt][1] - base1);
-      m[mt][0] = mn0;
-      m[mt][1] = mn1;
+      // Lazy rescaling: the running max moves only when some row's tile max passes it by more than
+      // kPrefillLazyLog2 (or the row had none yet: -inf + x = -inf), decided for the whole warp; otherwise the
+      // weights are taken against the old max (at most 2^kPrefillLazyLog2, exact enough in fp32 and as bf16
+      // P) and O and l keep their scale. The same softmax; after the first tiles the max rarely moves so far.
+      const float lazy = kPrefillLazyLog2 / sc;
+      if (__any_sync(0xffffffffu, mx0 > m[mt][0] + lazy || mx1 > m[mt][1] + lazy)) {
+        const float mn0 = fmaxf(m[mt][0], mx0), mn1 = fmaxf(m[mt][1], mx1);
+        // A row with nothing unmasked yet keeps m = -inf: subtract 0 instead (2^-inf = 0, no NaN).
+        const float base0 = mn0 == -INFINITY ? 0.f : mn0, base1 = mn1 == -INFINITY ? 0.f : mn1;
+        const float corr0 = Exp2Ftz((m[mt][0] - base0) * sc), corr1 = Exp2Ftz((m[mt][1] - base1) * sc);
+        m[mt][0] = mn0;
+        m[mt][1] = mn1;
+        l[mt][0] *= corr0;
+        l[mt][1] *= corr1;
+#pragma unroll
+        for (int d = 0; d < kDTiles; ++d) {
+          o[mt][d][0] *= corr0;
+          o[mt][d][1] *= corr0;
+          o[mt][d][2] *= corr1;
+          o[mt][d][3] *= corr1;
+        }
+      }
+      // p = 2^(s sc - m sc): one FFMA and the SFU's exp2 per weight.
+      const float nb0 = -(m[mt][0] == -INFINITY ? 0.f : m[mt][0]) * sc;
+      const float nb1 = -(m[mt][1] == -INFINITY ? 0.f : m[mt][1]) * sc;
       float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
       for (int n = 0; n < kSTiles; ++n) {
-        s[mt][n][0] = exp2f(s[mt][n][0] - base0);
-        s[mt][n][1] = exp2f(s[mt][n][1] - base0);
-        s[mt][n][2] = exp2f(s[mt][n][2] - base1);
-        s[mt][n][3] = exp2f(s[mt][n][3] - base1);
+        s[mt][n][0] = Exp2Ftz(fmaf(s[mt][n][0], sc, nb0));
+        s[mt][n][1] = Exp2Ftz(fmaf(s[mt][n][1], sc, nb0));
+        s[mt][n][2] = Exp2Ftz(fmaf(s[mt][n][2], sc, nb1));
+        s[mt][n][3] = Exp2Ftz(fmaf(s[mt][n][3], sc, nb1));
         sum0 += s[mt][n][0] + s[mt][n][1];
         sum1 += s[mt][n][2] + s[mt][n][3];
       }
-      l[mt][0] = l[mt][0] * corr0 + sum0;
-      l[mt][1] = l[mt][1] * corr1 + sum1;
-#pragma unroll
-      for (int d = 0; d < kDTiles; ++d) {
-        o[mt][d][0] *= corr0;
-        o[mt][d][1] *= corr0;
-        o[mt][d][2] *= corr1;
-        o[mt][d][3] *= corr1;
-      }
+      l[mt][0] += sum0;
+      l[mt][1] += sum1;
     }
 
     // O += P·V: P's A fragment for keys [16j, 16j + 16) is S n-tiles 2j and 2j + 1.
