@@ -58,8 +58,9 @@ void AddEngineTuningFlags(CLI::App* cmd, EngineTuningFlags* flags) {
   cmd->add_option(
          "--pdl", flags->pdl,
          "cuda: launch the decode step's kernels (GEMVs, norms, RoPE + cache write, decode attention "
-         "and its merge) with programmatic dependent launch (on|off)")
-      ->check(CLI::IsMember({"on", "off"}))
+         "and its merge) with programmatic dependent launch: auto (in steps of at most --gemv-max-rows "
+         "tokens, the GEMV steps), on (every step) or off")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   cmd->add_option("--decode-min-partition", flags->decode_min_partition,
                   "cuda: fewest context positions per split of decode attention (1..512)")
@@ -128,10 +129,9 @@ void AddEngineTuningFlags(CLI::App* cmd, EngineTuningFlags* flags) {
 }
 
 Status ApplyEngineTuningFlags(const EngineTuningFlags& flags, DecoderOptions* o) {
-  for (const auto& [name, value] :
-       {std::pair{"--ggml-numerics", &flags.ggml_numerics}, std::pair{"--pdl", &flags.pdl},
-        std::pair{"--decode-pipeline", &flags.decode_pipeline},
-        std::pair{"--vector-elementwise", &flags.vector_elementwise}}) {
+  for (const auto& [name, value] : {std::pair{"--ggml-numerics", &flags.ggml_numerics},
+                                    std::pair{"--decode-pipeline", &flags.decode_pipeline},
+                                    std::pair{"--vector-elementwise", &flags.vector_elementwise}}) {
     if (*value != "on" && *value != "off")
       return InvalidArgumentError("{} {}: expected on or off", name, *value);
   }
@@ -142,7 +142,7 @@ Status ApplyEngineTuningFlags(const EngineTuningFlags& flags, DecoderOptions* o)
   t.gemm_cache_path = flags.gemm_cache;
   t.gemv_max_rows = flags.gemv_max_rows;
   t.gemv_split = flags.gemv_split;
-  t.pdl = flags.pdl == "on";
+  t.pdl = flags.pdl;
   t.decode_min_partition = flags.decode_min_partition;
   t.decode_partition = flags.decode_partition;
   t.decode_pipeline = flags.decode_pipeline == "on";

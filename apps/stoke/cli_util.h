@@ -26,7 +26,7 @@ struct EngineTuningFlags {
   std::string gemm_cache = CudaDecoderTuning{}.gemm_cache_path;
   int gemv_max_rows = CudaDecoderTuning{}.gemv_max_rows;
   int gemv_split = CudaDecoderTuning{}.gemv_split;
-  std::string pdl = CudaDecoderTuning{}.pdl ? "on" : "off";
+  std::string pdl = CudaDecoderTuning{}.pdl;
   int decode_min_partition = CudaDecoderTuning{}.decode_min_partition;
   int decode_partition = CudaDecoderTuning{}.decode_partition;
   int decode_stages = CudaDecoderTuning{}.decode_stages;

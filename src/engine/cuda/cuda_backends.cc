@@ -21,7 +21,9 @@ StatusOr<std::unique_ptr<DecoderModel>> CreateCudaDecoder(LlamaWeights weights, 
   co.gemm_cache_path = o.cuda.gemm_cache_path;
   co.gemv_max_rows = o.cuda.gemv_max_rows;
   co.gemv_split = o.cuda.gemv_split;
-  co.pdl = o.cuda.pdl;
+  co.pdl = o.cuda.pdl == "on"    ? CudaLlama::Options::Pdl::kOn
+           : o.cuda.pdl == "off" ? CudaLlama::Options::Pdl::kOff
+                                 : CudaLlama::Options::Pdl::kAuto;
   co.attention.decode_min_partition = o.cuda.decode_min_partition;
   co.attention.decode_partition = o.cuda.decode_partition;
   co.attention.decode_pipeline = o.cuda.decode_pipeline;

@@ -132,7 +132,10 @@ Status ToBf16Rows(const LinearWeight& w, int64_t r0, int64_t n, std::vector<floa
 }  // namespace
 
 CudaLlama::CudaLlama(const Options& options) : options_(options) {
-  options_.attention.pdl = options_.pdl;  // --pdl: the decode attention kernel and its merge too
+  // --pdl: the decode attention kernel and its merge too, in the steps PdlFor() picks.
+  options_.attention.pdl = false;
+  attention_pdl_ = options_.attention;
+  attention_pdl_.pdl = true;
 }
 
 StatusOr<std::unique_ptr<CudaLlama>> CudaLlama::Create(LlamaWeights weights, const Options& options) {
@@ -227,8 +230,11 @@ Status CudaLlama::Init(LlamaWeights weights) {
       options_.gpu_memory_fraction, total_bytes / double(kMiB << 10), options_.cuda_graphs ? "on" : "off",
       gemv_max_rows_ >= 1 ? "on" : "off",
       options_.gemv_split == 0 ? std::string("auto") : std::to_string(options_.gemv_split),
-      options_.pdl ? "on" : "off", options_.attention.decode_min_partition,
-      options_.attention.decode_partition, options_.attention.decode_pipeline ? "on" : "off",
+      options_.pdl == Options::Pdl::kOn    ? "on"
+      : options_.pdl == Options::Pdl::kOff ? "off"
+                                           : "auto (GEMV steps)",
+      options_.attention.decode_min_partition, options_.attention.decode_partition,
+      options_.attention.decode_pipeline ? "on" : "off",
       !options_.attention.decode_tiled            ? "warp"
       : options_.attention.decode_tiled_fragments ? "tiled"
                                                   : "tiled-smem",

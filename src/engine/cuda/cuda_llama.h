@@ -74,11 +74,14 @@ class CudaLlama final : public DecoderModel {
     int gemv_max_rows = 1;
     // Launch the step's kernels with programmatic dependent launch: the GEMVs (their first weight loads
     // overlap the kernel before), and since 2026-12-06 the norms, the RoPE + cache write, the decode
-    // attention and its split merge (each starts while the one before finishes, then waits for it). Off by
-    // default: with the GEMVs alone the 8B batch-1 step measured within noise (H200: 5.17 vs 5.06 ms on
-    // 12-02, 4.99-5.03 vs 5.02-5.04 ms on 12-03; H100 served c=1: TPOT 6.08 vs 6.10 ms on 12-06); the whole
-    // chain is not yet measured. --pdl on turns it on.
-    bool pdl = false;
+    // attention and its split merge (each starts while the one before finishes, then waits for it). With the
+    // GEMVs alone the 8B batch-1 step measured within noise (H200 12-02 / 12-03, H100 served c=1 12-06); the
+    // whole chain (H100, 12-06, bench/results/gpu_pdl_chain_h100_2026-12-06.json): batch 1 ctx 512 5.95 ->
+    // 5.86 ms bf16 and 3.91 -> 3.84 ms fp8 weights, ctx 4096 6.55 -> 6.48 ms, but batch 64 10.38 -> 10.46 ms
+    // and batch 256 20.28 -> 20.31 ms. kAuto (the default, --pdl auto): PDL in the steps of at most
+    // gemv_max_rows tokens (the GEMV steps); kOn every step; kOff none.
+    enum class Pdl { kOff, kOn, kAuto };
+    Pdl pdl = Pdl::kAuto;
     // Warps per output row in the one-token GEMVs (kernels/cuda/gemv.h): 0 = auto (GemvSplitFor: 2 when
     // k >= 4096, else 1), or 1, 2, 4, 8 (flag --gemv-split).
     int gemv_split = 0;
@@ -314,11 +317,18 @@ class CudaLlama final : public DecoderModel {
   // block_size, kv_heads] fp32, in the same allocation kv_.
   std::vector<cuda::DevicePagedKvQuant> kv_quant_layers_;
   bool quant_kv() const { return KvCacheDtypeIsQuantized(options_.kv_cache_dtype); }
+  // Whether a step of `tokens` tokens launches its kernels with PDL (Options::pdl).
+  bool PdlFor(int64_t tokens) const {
+    return options_.pdl == Options::Pdl::kOn ||
+           (options_.pdl == Options::Pdl::kAuto && tokens <= gemv_max_rows_);
+  }
   int num_blocks_ = 0, block_size_ = 0;
 
   // Decode buckets: (bucket rows, context class) -> graph.
   std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
   std::map<std::pair<int, int>, bool> bucket_seen_;  // true: ran eagerly once (tuned); false: capture failed
+  // options_.attention with pdl set: the attention launches of the steps PdlFor() picks.
+  cuda::AttentionLaunchOptions attention_pdl_;
   int gemv_max_rows_ = 0;                            // options_.gemv_max_rows (Create checks it is in [0, 8])
   int64_t graph_replays_ = 0;
   int64_t bucket_steps_ = 0;

@@ -284,7 +284,8 @@ TEST(CudaLlamaTest, SplitRowGemvAndPdlMatchCpu) {
   ASSERT_TRUE(want.ok());
   std::vector<StepOutput> split1;
   for (int split : {1, 4, 8}) {
-    for (bool pdl : {false, true}) {
+    using Pdl = CudaLlama::Options::Pdl;
+    for (Pdl pdl : {Pdl::kOff, Pdl::kOn, Pdl::kAuto}) {  // auto: PDL in the 1-token (GEMV) steps only
       CudaLlama::Options o = TestOptions();
       o.gemv_split = split;
       o.pdl = pdl;
@@ -292,17 +293,20 @@ TEST(CudaLlamaTest, SplitRowGemvAndPdlMatchCpu) {
       ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
       auto got = RunScript(**gpu, script);
       ASSERT_TRUE(got.ok()) << got.status().ToString();
-      const std::string what = "gemv split " + std::to_string(split) + (pdl ? ", pdl" : "");
+      const std::string what = "gemv split " + std::to_string(split) +
+                               (pdl == Pdl::kOn     ? ", pdl on"
+                                : pdl == Pdl::kAuto ? ", pdl auto"
+                                                    : "");
       ExpectClose(CompareLogits(*want, *got, m.c.vocab_size), 0.1, 0.98, what.c_str());
       EXPECT_GT((*gpu)->graph_replays(), 0);
-      if (split == 1 && !pdl) {
+      if (split == 1 && pdl == Pdl::kOff) {
         split1 = *got;
       } else if (split == 1) {
         for (size_t i = 0; i < got->size(); ++i) {
           EXPECT_EQ(std::memcmp(split1[i].logits.data(), (*got)[i].logits.data(),
                                 split1[i].logits.size() * sizeof(float)),
                     0)
-              << "step " << i << " (" << script.names[i] << "): PDL changed the logits";
+              << "step " << i << " (" << script.names[i] << "): PDL changed the logits (" << what << ")";
         }
       }
     }
@@ -323,7 +327,7 @@ TEST(CudaLlamaTest, BothDecodeAttentionKernelsMatchCpu) {
     const bool tiled = v < 2, pdl = v % 2 == 1;
     CudaLlama::Options o = TestOptions();
     o.attention.decode_tiled = tiled;
-    o.pdl = pdl;
+    o.pdl = pdl ? CudaLlama::Options::Pdl::kOn : CudaLlama::Options::Pdl::kOff;
     auto gpu = CudaLlama::Create(ToBf16Weights(m, true), o);
     ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
     auto got = RunScript(**gpu, script);
@@ -487,7 +491,7 @@ TEST(CudaLlamaTest, QuantizedKvMatchesCpuQuantizedKv) {
   // with PDL, graphs on): it only moves launches, so the same logits bit for bit.
   CudaLlama::Options o = TestOptions();
   o.kv_cache_dtype = KvCacheDtype::kFp8;
-  o.pdl = true;
+  o.pdl = CudaLlama::Options::Pdl::kOn;
   auto pdl_gpu = CudaLlama::Create(ToBf16Weights(m, true), o);
   ASSERT_TRUE(pdl_gpu.ok()) << pdl_gpu.status().ToString();
   auto pdl_out = RunScript(**pdl_gpu, script);

@@ -58,7 +58,7 @@ Status CudaLlama::EnqueueLinear(const Linear& lin, const __nv_bfloat16* x, int64
                                 cuda::BlasLtGemm& gemm) {
   if (lin.q != nullptr) {  // fp8 weights: the fp8 GEMV (bf16 activations), else per-token fp8 activations
     if (m <= gemv_max_rows_) {
-      return cuda::Fp8Gemv(lin.q, lin.scale, lin.rows, lin.cols, x, m, y, lin.rows, options_.pdl, stream_.get(),
+      return cuda::Fp8Gemv(lin.q, lin.scale, lin.rows, lin.cols, x, m, y, lin.rows, PdlFor(m), stream_.get(),
                            options_.gemv_split);
     }
     RETURN_IF_ERROR(cuda::QuantizeRowsFp8(x, m, lin.cols, lin.cols, act_q_, act_scale_, 1.f, stream_.get(),
@@ -67,7 +67,7 @@ Status CudaLlama::EnqueueLinear(const Linear& lin, const __nv_bfloat16* x, int64
                        stream_.get());
   }
   if (lin.q8 != nullptr && m <= gemv_max_rows_) {  // GGUF Q8_0: the GEMV over the file's int8 values
-    return cuda::Q8Gemv(lin.q8, lin.q8_d, lin.rows, lin.cols, x, m, y, lin.rows, options_.pdl, stream_.get(),
+    return cuda::Q8Gemv(lin.q8, lin.q8_d, lin.rows, lin.cols, x, m, y, lin.rows, PdlFor(m), stream_.get(),
                         options_.gemv_split);
   }
   if (m == 1 && !lin.quant.empty()) {
@@ -78,7 +78,7 @@ Status CudaLlama::EnqueueLinear(const Linear& lin, const __nv_bfloat16* x, int64
     return OkStatus();
   }
   if (m <= gemv_max_rows_) {
-    return cuda::Bf16Gemv(lin.w, lin.rows, lin.cols, x, m, y, lin.rows, options_.pdl, stream_.get(),
+    return cuda::Bf16Gemv(lin.w, lin.rows, lin.cols, x, m, y, lin.rows, PdlFor(m), stream_.get(),
                           options_.gemv_split);
   }
   return gemm.Run(x, lin.w, y, DType::kBF16, m, lin.rows, lin.cols, stream_.get());
@@ -90,7 +90,7 @@ Status CudaLlama::EnqueueAttention(int i, const StepArgs& a) {
   const Layer& l = layers_[i];
   const cuda::DevicePagedKv<__nv_bfloat16>& kv = kv_layers_[i];
   RETURN_IF_ERROR(cuda::QkvRopeWriteKv(qkv_, l.qkv_bias, a.positions, a.slots, a.T, c.num_heads, inv_freq_,
-                                       kv, q_, stream_.get(), options_.vector_elementwise, options_.pdl));
+                                       kv, q_, stream_.get(), options_.vector_elementwise, PdlFor(a.T)));
   return EnqueueAttentionKernels(a, kv);
 }
 
@@ -101,7 +101,7 @@ Status CudaLlama::EnqueueQuantAttention(int i, const StepArgs& a) {
   const cuda::DevicePagedKvQuant& kv = kv_quant_layers_[i];
   RETURN_IF_ERROR(cuda::QkvRopeWriteKvQuant(qkv_, l.qkv_bias, a.positions, a.slots, a.T, c.num_heads,
                                             inv_freq_, kv, q_, stream_.get(), options_.vector_elementwise,
-                                            options_.pdl));
+                                            PdlFor(a.T)));
   return EnqueueAttentionKernels(a, kv);
 }
 
@@ -111,16 +111,16 @@ Status CudaLlama::EnqueueAttentionKernels(const StepArgs& a, const Kv& kv) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   cudaStream_t s = stream_.get();
   const int D = a.decode_seqs;
+  const cuda::AttentionLaunchOptions& launch = PdlFor(a.T) ? attention_pdl_ : options_.attention;
   if (D > 0) {  // sequences [0, D): one token each, tokens [0, D)
     RETURN_IF_ERROR(cuda::PagedDecodeAttention(q_, a.bt, a.W, a.ctx, D, c.num_heads, a.max_ctx, scale, kv,
-                                               decode_ws_, attn_, s, options_.attention));
+                                               decode_ws_, attn_, s, launch));
   }
   if (D == a.S) return OkStatus();
   // Sequences [D, S) with their tokens [D, T): q, out and the batch arrays from there on.
   const int64_t off = int64_t{D} * c.num_heads * c.head_dim;
   return cuda::PrefillAttention(q_ + off, D > 0 ? a.prefill_cu : a.cu, a.start + D, a.S - D, a.T - D,
-                                a.bt + int64_t{D} * a.W, a.W, c.num_heads, scale, kv, attn_ + off, s,
-                                options_.attention);
+                                a.bt + int64_t{D} * a.W, a.W, c.num_heads, scale, kv, attn_ + off, s, launch);
 }
 
 Status CudaLlama::EnqueueLayers(const StepArgs& a, cuda::BlasLtGemm& gemm) {
@@ -128,11 +128,11 @@ Status CudaLlama::EnqueueLayers(const StepArgs& a, cuda::BlasLtGemm& gemm) {
   const int64_t T = a.T, H = c.hidden_size, F = c.intermediate_size;
   const float eps = c.rms_norm_eps;
   cudaStream_t s = stream_.get();
+  const bool pdl = PdlFor(T);
   RETURN_IF_ERROR(cuda::EmbeddingGather(embedding_, c.vocab_size, H, a.tokens, T, x_, s));
   for (int i = 0; i < c.num_layers; ++i) {
     const Layer& l = layers_[i];
-    RETURN_IF_ERROR(
-        cuda::AddRmsNorm(i == 0 ? nullptr : proj_, x_, l.attn_norm, T, H, eps, h_, s, options_.pdl));
+    RETURN_IF_ERROR(cuda::AddRmsNorm(i == 0 ? nullptr : proj_, x_, l.attn_norm, T, H, eps, h_, s, pdl));
     RETURN_IF_ERROR(EnqueueLinear(l.qkv, h_, T, qkv_, gemm));
     if (quant_kv()) {
       RETURN_IF_ERROR(EnqueueQuantAttention(i, a));
@@ -140,20 +140,19 @@ Status CudaLlama::EnqueueLayers(const StepArgs& a, cuda::BlasLtGemm& gemm) {
       RETURN_IF_ERROR(EnqueueAttention(i, a));
     }
     RETURN_IF_ERROR(EnqueueLinear(l.o, attn_, T, proj_, gemm));
-    RETURN_IF_ERROR(cuda::AddRmsNorm(proj_, x_, l.ffn_norm, T, H, eps, h_, s, options_.pdl));
+    RETURN_IF_ERROR(cuda::AddRmsNorm(proj_, x_, l.ffn_norm, T, H, eps, h_, s, pdl));
     if (T <= gemv_max_rows_ && l.gate_up.q != nullptr) {
-      RETURN_IF_ERROR(cuda::Fp8GemvSiluMul(l.gate_up.q, l.gate_up.scale, F, H, h_, T, act_, options_.pdl, s,
-                                           options_.gemv_split));
+      RETURN_IF_ERROR(
+          cuda::Fp8GemvSiluMul(l.gate_up.q, l.gate_up.scale, F, H, h_, T, act_, pdl, s, options_.gemv_split));
     } else if (T <= gemv_max_rows_ && l.gate_up.q8 != nullptr) {
-      RETURN_IF_ERROR(cuda::Q8GemvSiluMul(l.gate_up.q8, l.gate_up.q8_d, F, H, h_, T, act_, options_.pdl, s,
-                                          options_.gemv_split));
+      RETURN_IF_ERROR(
+          cuda::Q8GemvSiluMul(l.gate_up.q8, l.gate_up.q8_d, F, H, h_, T, act_, pdl, s, options_.gemv_split));
     } else if (T == 1 && KQuantSwiGlu(l.gate_up)) {  // GGUF Q4_K / Q6_K: both projections and SwiGLU in one
       const Linear::QuantPart& g = l.gate_up.quant[0];
       RETURN_IF_ERROR(cuda::QuantGemvSiluMul(g.type, g.raw, l.gate_up.quant[1].raw, F, H, h_, act_, s,
                                              /*rows_per_warp=*/0, options_.kquant_gemv));
     } else if (T <= gemv_max_rows_ && (T > 1 || l.gate_up.quant.empty())) {
-      RETURN_IF_ERROR(
-          cuda::Bf16GemvSiluMul(l.gate_up.w, F, H, h_, T, act_, options_.pdl, s, options_.gemv_split));
+      RETURN_IF_ERROR(cuda::Bf16GemvSiluMul(l.gate_up.w, F, H, h_, T, act_, pdl, s, options_.gemv_split));
     } else {
       RETURN_IF_ERROR(EnqueueLinear(l.gate_up, h_, T, gu_, gemm));
       RETURN_IF_ERROR(cuda::SiluMulFused(gu_, T, F, act_, s, options_.vector_elementwise));
@@ -166,12 +165,13 @@ Status CudaLlama::EnqueueLayers(const StepArgs& a, cuda::BlasLtGemm& gemm) {
 Status CudaLlama::EnqueueLogits(const int32_t* rows, int64_t n, cuda::BlasLtGemm& gemm) {
   const LlamaConfig& c = config_;
   cudaStream_t s = stream_.get();
-  RETURN_IF_ERROR(cuda::GatherAddRmsNorm(x_, proj_, rows, n, c.hidden_size, final_norm_, c.rms_norm_eps, sel_,
-                                         s, options_.pdl));
+  const bool pdl = PdlFor(n);
+  RETURN_IF_ERROR(
+      cuda::GatherAddRmsNorm(x_, proj_, rows, n, c.hidden_size, final_norm_, c.rms_norm_eps, sel_, s, pdl));
   if (lm_head_.q != nullptr) {
     if (n <= gemv_max_rows_) {
-      return cuda::Fp8Gemv(lm_head_.q, lm_head_.scale, vocab_pad_, c.hidden_size, sel_, n, logits_, vocab_pad_,
-                           options_.pdl, s, options_.gemv_split);
+      return cuda::Fp8Gemv(lm_head_.q, lm_head_.scale, vocab_pad_, c.hidden_size, sel_, n, logits_,
+                           vocab_pad_, pdl, s, options_.gemv_split);
     }
     RETURN_IF_ERROR(cuda::QuantizeRowsFp8(sel_, n, c.hidden_size, c.hidden_size, act_q_, act_scale_, 1.f, s,
                                           options_.vector_elementwise));
@@ -187,11 +187,11 @@ Status CudaLlama::EnqueueLogits(const int32_t* rows, int64_t n, cuda::BlasLtGemm
   }
   if (n <= gemv_max_rows_ && lm_head_.q8 != nullptr) {
     return cuda::Q8Gemv(lm_head_.q8, lm_head_.q8_d, vocab_pad_, c.hidden_size, sel_, n, logits_, vocab_pad_,
-                        options_.pdl, s, options_.gemv_split);
+                        pdl, s, options_.gemv_split);
   }
   if (n <= gemv_max_rows_) {
-    return cuda::Bf16Gemv(lm_head_.w, vocab_pad_, c.hidden_size, sel_, n, logits_, vocab_pad_, options_.pdl,
-                          s, options_.gemv_split);
+    return cuda::Bf16Gemv(lm_head_.w, vocab_pad_, c.hidden_size, sel_, n, logits_, vocab_pad_, pdl, s,
+                          options_.gemv_split);
   }
   return gemm.Run(sel_, lm_head_.w, logits_, DType::kF32, n, vocab_pad_, c.hidden_size, s);
 }

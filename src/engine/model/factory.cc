@@ -56,6 +56,9 @@ Status ValidateCudaDecoderTuning(const CudaDecoderTuning& t) {
     return InvalidArgumentError("--decode-partition {} must be in [--decode-min-partition {}, 65536]",
                                 t.decode_partition, t.decode_min_partition);
   }
+  if (t.pdl != "auto" && t.pdl != "on" && t.pdl != "off") {
+    return InvalidArgumentError("--pdl '{}': expected auto, on or off", t.pdl);
+  }
   if (t.decode_stages < 2 || t.decode_stages > 4) {
     return InvalidArgumentError("--decode-stages {} must be 2, 3 or 4", t.decode_stages);
   }

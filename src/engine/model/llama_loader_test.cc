@@ -279,6 +279,7 @@ TEST(LoadDecoderTest, RejectsOutOfRangeCudaTuning) {
       {[](CudaDecoderTuning* t) { t->decode_attention = "auto"; }, "--decode-attention 'auto'"},
       {[](CudaDecoderTuning* t) { t->decode_stages = 1; }, "--decode-stages 1"},
       {[](CudaDecoderTuning* t) { t->decode_stages = 5; }, "--decode-stages 5"},
+      {[](CudaDecoderTuning* t) { t->pdl = "sometimes"; }, "--pdl 'sometimes'"},
       {[](CudaDecoderTuning* t) { t->kquant_gemv = "int4"; }, "--kquant-gemv 'int4'"},
       {[](CudaDecoderTuning* t) { t->mixed_attention = "decode"; }, "--mixed-attention 'decode'"},
   };
