@@ -158,7 +158,8 @@ Status ApplyEngineTuningFlags(const EngineTuningFlags& flags, DecoderOptions* o)
 void AddEncoderAttentionFlag(CLI::App* cmd, std::string* attention) {
   cmd->add_option("--encoder-attention", *attention,
                   "cuda, encoders: attention kernel: auto (the first of tensor, vectorized that agrees with "
-                  "simple at load), tensor32 (tensor cores, 32 query rows per warp; head_dim <= 64), tensor, "
+                  "simple at load; tensor with 32 query rows per warp for large calls), tensor32 (tensor "
+                  "cores, 32 query rows per warp; head_dim <= 64), tensor, "
                   "vectorized or simple")
       ->check(CLI::IsMember({"auto", "tensor32", "tensor", "vectorized", "simple"}))
       ->capture_default_str();

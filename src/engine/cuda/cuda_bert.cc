@@ -242,13 +242,18 @@ Status CudaBertModelImpl::ChooseAttention() {
   CUDA_RETURN_IF_ERROR(cudaMemcpy(h2.data(), o2, h2.size() * 2, cudaMemcpyDeviceToHost));
   attention_impl_ = cuda::EncoderAttentionImpl::kSimple;
   // options_.attention = tensor32|tensor|vectorized|simple limits the choice (A/B benchmarks; tensor32 falls
-  // back to tensor past head_dim 64); "auto": the first of tensor-core, vectorized that agrees.
+  // back to tensor past head_dim 64); "auto": the first of tensor-core (32 or 16 query rows per warp by the
+  // call's size: kTensorCoreAuto), vectorized that agrees.
   const std::string want = options_.attention == "auto" ? "" : options_.attention;
   std::vector<std::pair<cuda::EncoderAttentionImpl, const char*>> candidates;
+  if (cuda::EncoderAttentionTiledSupports(hd) && want.empty()) {
+    candidates.emplace_back(cuda::EncoderAttentionImpl::kTensorCoreAuto,
+                            "tensor-core (32 rows per warp at large batches, else 16)");
+  }
   if (cuda::EncoderAttentionTiledSupports(hd) && hd <= 64 && want == "tensor32") {
     candidates.emplace_back(cuda::EncoderAttentionImpl::kTensorCoreWide, "tensor-core (32 rows per warp)");
   }
-  if (cuda::EncoderAttentionTiledSupports(hd) && (want.empty() || want == "tensor" || want == "tensor32")) {
+  if (cuda::EncoderAttentionTiledSupports(hd) && (want == "tensor" || want == "tensor32")) {
     candidates.emplace_back(cuda::EncoderAttentionImpl::kTensorCore, "tensor-core");
   }
   if (want.empty() || want == "vectorized") {

@@ -492,6 +492,16 @@ bool EncoderAttentionSupports(int head_dim) {
   return head_dim == 32 || head_dim == 64 || head_dim == 96 || head_dim == 128;
 }
 
+int EncoderAttentionWarpRows(EncoderAttentionImpl impl, int num_seqs, int max_len, int heads, int head_dim,
+                             int sms) {
+  if (head_dim > 64) return 16;
+  if (impl == EncoderAttentionImpl::kTensorCoreWide) return 32;
+  if (impl != EncoderAttentionImpl::kTensorCoreAuto) return 16;
+  // Tiles of 128 queries over the longest sequence (an upper bound of the wide form's CTAs).
+  const int64_t tiles = int64_t{CeilDiv(max_len, 128)} * heads * num_seqs;
+  return tiles >= int64_t{kWideTilesPerSm} * sms ? 32 : 16;
+}
+
 Status EncoderAttention(const __nv_bfloat16* qkv, const int32_t* cu_seqlens, int num_seqs, int max_len,
                         int heads, int head_dim, float scale, __nv_bfloat16* out, cudaStream_t stream,
                         EncoderAttentionImpl impl) {
@@ -500,9 +510,16 @@ Status EncoderAttention(const __nv_bfloat16* qkv, const int32_t* cu_seqlens, int
   if (heads <= 0 || heads > 65535) return Invalid("EncoderAttention: heads outside [1, 65535]");
   if (!EncoderAttentionSupports(head_dim))
     return Invalid("EncoderAttention: head_dim must be 32, 64, 96 or 128");
-  if ((impl == EncoderAttentionImpl::kTensorCore || impl == EncoderAttentionImpl::kTensorCoreWide) &&
+  if ((impl == EncoderAttentionImpl::kTensorCore || impl == EncoderAttentionImpl::kTensorCoreWide ||
+       impl == EncoderAttentionImpl::kTensorCoreAuto) &&
       EncoderAttentionTiledSupports(head_dim)) {
-    const int warp_rows = impl == EncoderAttentionImpl::kTensorCoreWide && head_dim <= 64 ? 32 : 16;
+    int sms = 0;
+    if (impl == EncoderAttentionImpl::kTensorCoreAuto) {
+      int dev = 0;
+      CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
+      CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    }
+    const int warp_rows = EncoderAttentionWarpRows(impl, num_seqs, max_len, heads, head_dim, sms);
     return EncoderAttentionTiled(qkv, cu_seqlens, num_seqs, max_len, heads, head_dim, scale, out, stream,
                                  warp_rows);
   }

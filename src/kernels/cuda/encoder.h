@@ -53,7 +53,17 @@ Status AddBias(__nv_bfloat16* x, const float* bias, int64_t rows, int64_t dim, c
 //   kTensorCore: EncoderAttentionTiled below (head_dim 32/64/128; others run kVectorized / kSimple).
 //   kTensorCoreWide: the same with 32 query rows per warp (warp_rows 32: each K/V fragment from shared memory
 //                serves two mma tiles); head_dim 32/64 (128 runs kTensorCore).
-enum class EncoderAttentionImpl { kVectorized, kSimple, kTensorCore, kTensorCoreWide };
+//   kTensorCoreAuto: kTensorCoreWide when the call has at least kWideTilesPerSm tiles of 128 queries (over
+//                sequences and heads) per SM, else kTensorCore: 32 rows per warp read each K/V fragment once
+//                for two mma tiles but give half the CTAs, which at small batches leaves SMs idle in the last
+//                wave (H100 kernel: BERT-large 64 x 384 0.177 vs 0.190 ms, 8 x 384 0.036 vs 0.034 ms;
+//                bench/results/gpu_encoder_attention_keytile_h100_2026-12-06.json).
+enum class EncoderAttentionImpl { kVectorized, kSimple, kTensorCore, kTensorCoreWide, kTensorCoreAuto };
+inline constexpr int kWideTilesPerSm = 8;
+// Query rows per warp (16 or 32) that EncoderAttention's tensor-core forms launch with for a call of num_seqs
+// sequences up to max_len tokens on a GPU of `sms` SMs.
+int EncoderAttentionWarpRows(EncoderAttentionImpl impl, int num_seqs, int max_len, int heads, int head_dim,
+                             int sms);
 Status EncoderAttention(const __nv_bfloat16* qkv, const int32_t* cu_seqlens, int num_seqs, int max_len,
                         int heads, int head_dim, float scale, __nv_bfloat16* out, cudaStream_t stream,
                         EncoderAttentionImpl impl = EncoderAttentionImpl::kVectorized);

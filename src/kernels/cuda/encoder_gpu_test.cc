@@ -57,7 +57,8 @@ void CheckAttention(int heads, int hd, const std::vector<int32_t>& lens, uint32_
   }
   DeviceBuffer<uint16_t> dqkv(ToBf16(qkv));
   DeviceBuffer<int32_t> dcu(cu);
-  for (EncoderAttentionImpl impl : {EncoderAttentionImpl::kTensorCoreWide, EncoderAttentionImpl::kTensorCore,
+  for (EncoderAttentionImpl impl : {EncoderAttentionImpl::kTensorCoreAuto,
+                                    EncoderAttentionImpl::kTensorCoreWide, EncoderAttentionImpl::kTensorCore,
                                     EncoderAttentionImpl::kVectorized, EncoderAttentionImpl::kSimple}) {
     DeviceBuffer<uint16_t> out(t * hidden);  // poisoned
     STATUS_ASSERT(EncoderAttention(dqkv.bf16(), dcu.get(), static_cast<int>(lens.size()), max_len, heads, hd,
@@ -67,6 +68,7 @@ void CheckAttention(int heads, int hd, const std::vector<int32_t>& lens, uint32_
                   impl == EncoderAttentionImpl::kSimple           ? "simple"
                   : impl == EncoderAttentionImpl::kTensorCore     ? "tensor core"
                   : impl == EncoderAttentionImpl::kTensorCoreWide ? "tensor core, 32 rows per warp"
+                  : impl == EncoderAttentionImpl::kTensorCoreAuto ? "tensor core, rows per warp by size"
                                                                   : "vectorized",
                   heads, hd, lens.size(), max_len);
     EXPECT_CLOSE(FromBf16(out.Download()), want, kTolBf16, what);
@@ -92,6 +94,22 @@ TEST(CudaEncoder, AttentionMatchesCpuPerSequence) {
             StatusCode::kInvalidArgument);
   EXPECT_EQ(EncoderAttentionTiled(nullptr, nullptr, 1, 1, 1, 64, 1.f, nullptr, nullptr, 24).code(),
             StatusCode::kInvalidArgument);
+}
+
+// kTensorCoreAuto's choice: 32 query rows per warp once the call has kWideTilesPerSm tiles of 128 queries per
+// SM (BERT-large s384 from batch 32 on a 132-SM H100, BERT-base s128 from 128), else 16; head_dim 128
+// always 16.
+TEST(CudaEncoder, AutoAttentionWidensOnlyLargeCalls) {
+  using I = EncoderAttentionImpl;
+  EXPECT_EQ(EncoderAttentionWarpRows(I::kTensorCoreAuto, 8, 384, 16, 64, 132), 16);    // 384 tiles
+  EXPECT_EQ(EncoderAttentionWarpRows(I::kTensorCoreAuto, 32, 384, 16, 64, 132), 32);   // 1536
+  EXPECT_EQ(EncoderAttentionWarpRows(I::kTensorCoreAuto, 32, 128, 12, 64, 132), 16);   // 384
+  EXPECT_EQ(EncoderAttentionWarpRows(I::kTensorCoreAuto, 128, 128, 12, 64, 132), 32);  // 1536
+  EXPECT_EQ(EncoderAttentionWarpRows(I::kTensorCoreAuto, 22, 384, 16, 64, 132), 32);   // 1056 = 8 x 132
+  EXPECT_EQ(EncoderAttentionWarpRows(I::kTensorCoreAuto, 21, 384, 16, 64, 132), 16);   // 1008
+  EXPECT_EQ(EncoderAttentionWarpRows(I::kTensorCoreAuto, 256, 384, 8, 128, 132), 16);  // head_dim 128
+  EXPECT_EQ(EncoderAttentionWarpRows(I::kTensorCoreWide, 1, 16, 1, 64, 132), 32);
+  EXPECT_EQ(EncoderAttentionWarpRows(I::kTensorCore, 256, 384, 16, 64, 132), 16);
 }
 
 // Host reference of LayerNorm over one row, in double.
