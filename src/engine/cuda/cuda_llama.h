@@ -78,7 +78,7 @@ class CudaLlama final : public DecoderModel {
     // GEMVs alone the 8B batch-1 step measured within noise (H200 12-02 / 12-03, H100 served c=1 12-06); the
     // whole chain (H100, 12-06, bench/results/gpu_pdl_chain_h100_2026-12-06.json): batch 1 ctx 512 5.95 ->
     // 5.86 ms bf16 and 3.91 -> 3.84 ms fp8 weights, ctx 4096 6.55 -> 6.48 ms, but batch 64 10.38 -> 10.46 ms
-    // and batch 256 20.28 -> 20.31 ms. kAuto (the default, --pdl auto): PDL in the steps of at most
+    // and batch 256 20.28 -> 20.34 ms. kAuto (the default, --pdl auto): PDL in the steps of at most
     // gemv_max_rows tokens (the GEMV steps); kOn every step; kOff none.
     enum class Pdl { kOff, kOn, kAuto };
     Pdl pdl = Pdl::kAuto;
