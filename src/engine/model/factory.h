@@ -32,7 +32,7 @@ struct CudaDecoderTuning {
   // [--pdl auto|on|off] programmatic dependent launch for the decode step's kernels: GEMVs (their first
   // weight loads overlap the kernel before), norms, RoPE + cache write, decode attention and its merge.
   // "auto": in the steps whose projections run through the GEMV (at most gemv_max_rows tokens: batch-1
-  // decode), where the chain measured 1.7 % faster; "on": every step (batch 64 measured 0.8 % slower); "off":
+  // decode), where the chain measured 1.1-1.8 % faster; "on": every step (batch 64 measured 0.8 % slower); "off":
   // none.
   std::string pdl = "auto";
   // [--decode-min-partition N] fewest context positions per split of decode attention, 1..512. Smaller: more
