@@ -33,6 +33,48 @@ __global__ void AddRmsNormKernel(const __nv_bfloat16* delta, float* residual, co
   }
 }
 
+// The same for rows of at most kPer x blockDim.x values (decode at small batch: one 1024-thread block per row),
+// with each thread's values kept in registers between the two passes instead of re-read, and the norm weights
+// loaded before PdlWait (they are never written by the kernels before it, so under PDL their load overlaps the
+// previous kernel's tail). Element i = threadIdx.x + k blockDim.x: the same per-thread sums in the same order as
+// AddRmsNormKernel, so the same bits.
+template <int kPer>
+__global__ void AddRmsNormRegKernel(const __nv_bfloat16* delta, float* residual, const int32_t* src_rows,
+                                    bool write_back, const float* __restrict__ w, int64_t dim, float eps,
+                                    __nv_bfloat16* __restrict__ out) {
+  PdlLaunchDependents();
+  float wv[kPer], v[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    wv[k] = i < dim ? w[i] : 0.f;
+  }
+  PdlWait();
+  __shared__ float scratch[32];
+  const int64_t src = src_rows != nullptr ? src_rows[blockIdx.x] : blockIdx.x;
+  const int64_t base = src * dim;
+  float sum = 0.f;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    v[k] = 0.f;
+    if (i < dim) {
+      float x = residual[base + i];
+      if (delta != nullptr) x += __bfloat162float(delta[base + i]);
+      if (write_back) residual[base + i] = x;
+      v[k] = x;
+      sum += x * x;
+    }
+  }
+  const float scale = rsqrtf(BlockSum(sum, scratch) / static_cast<float>(dim) + eps);
+  __nv_bfloat16* o = out + static_cast<int64_t>(blockIdx.x) * dim;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    if (i < dim) o[i] = __float2bfloat16_rn(v[k] * scale * wv[k]);
+  }
+}
+
 __global__ void SplitQkvKernel(const __nv_bfloat16* __restrict__ qkv, const float* __restrict__ bias,
                                int64_t tokens, int64_t q_dim, int64_t kv_dim, __nv_bfloat16* __restrict__ q,
                                __nv_bfloat16* __restrict__ k, __nv_bfloat16* __restrict__ v) {
@@ -59,8 +101,25 @@ Status LaunchNorm(const __nv_bfloat16* delta, float* residual, const int32_t* ro
   if (n > 0x7fffffff) return Status(StatusCode::kInvalidArgument, "AddRmsNorm: too many rows");
   // Few rows (decode at small batch): one wide block per row, or the norm is a few latency-bound blocks.
   const int threads = n <= 32 ? 1024 : kThreads;
-  CUDA_RETURN_IF_ERROR(LaunchKernel(pdl, AddRmsNormKernel, dim3(static_cast<unsigned>(n)), dim3(threads), 0,
-                                    stream, delta, residual, rows, write_back, w, dim, eps, out));
+  const dim3 grid(static_cast<unsigned>(n)), block(threads);
+  // Rows of at most 8 values a thread: the register form (AddRmsNormRegKernel).
+  const int64_t per = (dim + threads - 1) / threads;
+  if (per <= 1) {
+    CUDA_RETURN_IF_ERROR(LaunchKernel(pdl, AddRmsNormRegKernel<1>, grid, block, 0, stream, delta, residual, rows,
+                                      write_back, w, dim, eps, out));
+  } else if (per <= 2) {
+    CUDA_RETURN_IF_ERROR(LaunchKernel(pdl, AddRmsNormRegKernel<2>, grid, block, 0, stream, delta, residual, rows,
+                                      write_back, w, dim, eps, out));
+  } else if (per <= 4) {
+    CUDA_RETURN_IF_ERROR(LaunchKernel(pdl, AddRmsNormRegKernel<4>, grid, block, 0, stream, delta, residual, rows,
+                                      write_back, w, dim, eps, out));
+  } else if (per <= 8) {
+    CUDA_RETURN_IF_ERROR(LaunchKernel(pdl, AddRmsNormRegKernel<8>, grid, block, 0, stream, delta, residual, rows,
+                                      write_back, w, dim, eps, out));
+  } else {
+    CUDA_RETURN_IF_ERROR(LaunchKernel(pdl, AddRmsNormKernel, grid, block, 0, stream, delta, residual, rows,
+                                      write_back, w, dim, eps, out));
+  }
   return OkStatus();
 }
 

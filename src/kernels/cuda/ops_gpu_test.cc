@@ -12,6 +12,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quants.h"
+#include "kernels/cuda/decoder_ops.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gemv.h"
@@ -91,6 +92,47 @@ TEST(CudaNorm, RmsNormResidualMatchesAddThenRmsNorm) {
   EXPECT_CLOSE(out.Download(), want, kTolF32, "rmsnorm f32");
   STATUS_ASSERT(RmsNorm(bx.bf16(), dw.get(), rows, dim, eps, bout.bf16(), nullptr));
   EXPECT_CLOSE(FromBf16(bout.Download()), want, kTolBf16, "rmsnorm bf16");
+}
+
+// The decoder's residual add + RMSNorm in every launch form: one row of 1024 threads with 1, 2, 4 or 8 values
+// a thread in registers (dims 576, 2048, 4096, 8192), the loop form past that (9000) and for many rows (40
+// rows: 256 threads, 3 or 16 values a thread), with and without PDL; residual written back exactly, out
+// within bf16 rounding of a host reference; the gathered form leaves the residual alone.
+TEST(CudaNorm, AddRmsNormMatchesHostInEveryForm) {
+  SKIP_WITHOUT_GPU();
+  const float eps = 1e-5f;
+  for (const auto [rows, dim] : {std::pair<int64_t, int64_t>{1, 576},
+                                 {1, 2048},
+                                 {1, 4096},
+                                 {2, 8192},
+                                 {1, 9000},
+                                 {40, 576},
+                                 {40, 4096}}) {
+    for (bool pdl : {false, true}) {
+      const auto res = RandomFloats(rows * dim, 11 + dim), w = RandomFloats(dim, 12, 0.5f, 1.5f);
+      const auto delta = RoundBf16(RandomFloats(rows * dim, 13 + dim));
+      std::vector<float> sum(rows * dim), want(rows * dim);
+      for (int64_t i = 0; i < rows * dim; ++i) sum[i] = res[i] + delta[i];
+      cpu::RmsNorm(sum.data(), w.data(), rows, dim, eps, want.data());
+      DeviceBuffer<float> dres(res), dw(w);
+      DeviceBuffer<uint16_t> ddelta(ToBf16(delta)), out(rows * dim);
+      STATUS_ASSERT(
+          AddRmsNorm(ddelta.bf16(), dres.get(), dw.get(), rows, dim, eps, out.bf16(), nullptr, pdl));
+      const std::string what = std::to_string(rows) + " x " + std::to_string(dim) + (pdl ? " pdl" : "");
+      EXPECT_EQ(dres.Download(), sum) << what << ": residual + delta written back";
+      EXPECT_CLOSE(FromBf16(out.Download()), want, kTolBf16, ("add+rmsnorm " + what).c_str());
+      // Gathered rows (the final norm): the last row, then the first; the residual untouched.
+      DeviceBuffer<float> gres(res);
+      DeviceBuffer<int32_t> idx(std::vector<int32_t>{static_cast<int32_t>(rows - 1), 0});
+      DeviceBuffer<uint16_t> gout(2 * dim);
+      STATUS_ASSERT(GatherAddRmsNorm(gres.get(), ddelta.bf16(), idx.get(), 2, dim, dw.get(), eps, gout.bf16(),
+                                     nullptr, pdl));
+      std::vector<float> gwant(want.begin() + (rows - 1) * dim, want.begin() + rows * dim);
+      gwant.insert(gwant.end(), want.begin(), want.begin() + dim);
+      EXPECT_CLOSE(FromBf16(gout.Download()), gwant, kTolBf16, ("gather add+rmsnorm " + what).c_str());
+      EXPECT_EQ(gres.Download(), res) << what << ": the gathered norm wrote the residual";
+    }
+  }
 }
 
 TEST(CudaNorm, LayerNormMatchesCpu) {
