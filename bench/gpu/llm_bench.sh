@@ -17,7 +17,8 @@
 # from a few-second roofline probe, $OUT/roofline_probe.json), LLM_WARMUP_S (15), LLM_RAMP_S (0:
 # clients start over that much of the warm-up, stoke bench --ramp-up), LLM_DURATION_S (45; or one per concurrency, e.g. "45 60 70 150" for "64 256 512 1024": the window must hold
 # whole requests, ~twice one request's time, or TTFT / TPOT are not measured), LLM_DRAIN_S (5), HF_BUDGET_S (60), SKIP_HF=1, SKIP_SERVE=1,
-# STEP_AB=1 (decode step with one switch flipped at a time: cuBLASLt instead of the GEMV, PDL on, GEMV
+# STEP_AB=1 (decode step with one switch flipped at a time: cuBLASLt instead of the GEMV, PDL off (the default
+# --pdl auto uses it in the batch-1 steps) or on at batch 64, GEMV
 # warps per row, decode-attention split size and load pipelining, the 2026-12-03 changes all off ("before"),
 # no CUDA graphs, host sampling; batch 1, 8 and 64; mixed steps split or not at batch 64 / 256; or a list of variant names; STEP_AB_ROUNDS, STEP_AB_ITERS), SERVE_SAMPLING (device | host, passed to serve --sampling); for a
 # CPU dry run of the script itself: LLM_DEVICE=cpu LLM_LAYERS=2 SKIP_STEP_B64=1 and small lengths.
@@ -55,9 +56,11 @@ main() {
     local variants=(
       "b1_cublaslt|--gemv-max-rows 0|--decode-batch 1 --context 512"
       "b1_pdl|--pdl on|--decode-batch 1 --context 512"
+      "b1_nopdl|--pdl off|--decode-batch 1 --context 512"
       "b1_default||--decode-batch 1 --context 512"
       "b1_fp8|--quantization fp8|--decode-batch 1 --context 512"
       "b1_fp8_pdl|--quantization fp8 --pdl on|--decode-batch 1 --context 512"
+      "b1_fp8_nopdl|--quantization fp8 --pdl off|--decode-batch 1 --context 512"
       "b1_before|--gemv-split 1 --decode-min-partition 32 --decode-pipeline off|--decode-batch 1 --context 512"
       "b1_split1|--gemv-split 1|--decode-batch 1 --context 512"
       "b1_split4|--gemv-split 4|--decode-batch 1 --context 512"
@@ -68,6 +71,7 @@ main() {
       "b1_before_ctx4096|--gemv-split 1 --decode-min-partition 32 --decode-pipeline off|--decode-batch 1 --context 4096"
       "b64_default||--decode-batch 64 --context 1024"
       "b64_nopipe|--decode-pipeline off|--decode-batch 64 --context 1024"
+      "b64_pdl|--pdl on|--decode-batch 64 --context 1024"
       "b1_no_graphs||--decode-batch 1 --context 512 --cuda-graphs off"
       "b1_host_sampling||--decode-batch 1 --context 512 --sampling host"
       "b8|--gemv-max-rows 8|--decode-batch 8 --context 512"
