@@ -317,7 +317,8 @@ class CudaLlama final : public DecoderModel {
   // block_size, kv_heads] fp32, in the same allocation kv_.
   std::vector<cuda::DevicePagedKvQuant> kv_quant_layers_;
   bool quant_kv() const { return KvCacheDtypeIsQuantized(options_.kv_cache_dtype); }
-  // Whether a step of `tokens` tokens launches its kernels with PDL (Options::pdl).
+  // Whether kernels over `tokens` rows launch with PDL (Options::pdl): a step's layers ask with its tokens,
+  // its final norm and lm_head with the rows whose logits are wanted.
   bool PdlFor(int64_t tokens) const {
     return options_.pdl == Options::Pdl::kOn ||
            (options_.pdl == Options::Pdl::kAuto && tokens <= gemv_max_rows_);

@@ -58,7 +58,7 @@ __global__ void QkvRopeWriteKvKernel(const __nv_bfloat16* __restrict__ qkv, cons
                                      int heads, const float* __restrict__ inv_freq,
                                      DevicePagedKv<__nv_bfloat16> kv, __nv_bfloat16* __restrict__ q_out) {
   PdlLaunchDependents();
-  PdlWait();  // launched with PDL (--pdl on): the kernels before it have finished and their writes are visible
+  PdlWait();  // launched with PDL (--pdl): the kernels before it have finished and their writes are visible
   const int64_t t = blockIdx.x;
   const int h = blockIdx.y, i = threadIdx.x;
   const int hd = kv.head_dim, half = hd / 2, kvh = kv.num_kv_heads;
@@ -96,7 +96,7 @@ __global__ void QkvRopeWriteKvWarpKernel(const __nv_bfloat16* __restrict__ qkv,
                                          const float* __restrict__ inv_freq, DevicePagedKv<__nv_bfloat16> kv,
                                          __nv_bfloat16* __restrict__ q_out) {
   PdlLaunchDependents();
-  PdlWait();  // launched with PDL (--pdl on): the kernels before it have finished and their writes are visible
+  PdlWait();  // launched with PDL (--pdl): the kernels before it have finished and their writes are visible
   const int64_t t = blockIdx.x;
   const int lane = threadIdx.x & 31;
   const int h = blockIdx.y * kRopeHeadsPerBlock + (threadIdx.x >> 5);
@@ -209,7 +209,7 @@ __global__ void __launch_bounds__(kWarps * 32)
                  DevicePagedKv<T> kv, float* __restrict__ part_out, float* __restrict__ part_ml,
                  T* __restrict__ out, bool pipeline) {
   PdlLaunchDependents();
-  PdlWait();  // launched with PDL (--pdl on): the kernels before it have finished and their writes are visible
+  PdlWait();  // launched with PDL (--pdl): the kernels before it have finished and their writes are visible
   constexpr int kHd = E * 32;
   __shared__ float sm_m[kWarps * G], sm_l[kWarps * G];
   __shared__ float sm_acc[kWarps * G * kHd];

@@ -33,7 +33,7 @@ template <typename T>
 __global__ void DecodeReduceKernel(const float* __restrict__ part_out, const float* __restrict__ part_ml,
                                    int num_splits, int heads, int head_dim, T* __restrict__ out) {
   PdlLaunchDependents();  // the output projection may start streaming its weights (gemv.h)
-  PdlWait();  // launched with PDL (--pdl on): the decode kernel has finished and its writes are visible
+  PdlWait();  // launched with PDL (--pdl): the decode kernel has finished and its writes are visible
   extern __shared__ float weight[];
   __shared__ float scratch[32];
   const int head = blockIdx.x, seq = blockIdx.y, d = threadIdx.x;

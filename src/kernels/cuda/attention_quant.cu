@@ -73,7 +73,7 @@ __global__ void QkvRopeWriteKvQuantKernel(const __nv_bfloat16* __restrict__ qkv,
                                           const float* __restrict__ inv_freq, DevicePagedKvQuant kv,
                                           __nv_bfloat16* __restrict__ q_out) {
   PdlLaunchDependents();
-  PdlWait();  // launched with PDL (--pdl on): the kernels before it have finished and their writes are visible
+  PdlWait();  // launched with PDL (--pdl): the kernels before it have finished and their writes are visible
   __shared__ float scratch[32];
   const int64_t t = blockIdx.x;
   const int h = blockIdx.y, i = threadIdx.x;
@@ -134,7 +134,7 @@ __global__ void QkvRopeWriteKvQuantWarpKernel(const __nv_bfloat16* __restrict__ 
                                               const float* __restrict__ inv_freq, DevicePagedKvQuant kv,
                                               __nv_bfloat16* __restrict__ q_out) {
   PdlLaunchDependents();
-  PdlWait();  // launched with PDL (--pdl on): the kernels before it have finished and their writes are visible
+  PdlWait();  // launched with PDL (--pdl): the kernels before it have finished and their writes are visible
   constexpr int kMaxPairs = 4;
   const int64_t t = blockIdx.x;
   const int lane = threadIdx.x & 31;
@@ -259,7 +259,7 @@ __global__ void __launch_bounds__(kWarps * 32)
                       float scale, DevicePagedKvQuant kv, float* __restrict__ part_out,
                       float* __restrict__ part_ml, __nv_bfloat16* __restrict__ out, bool pipeline) {
   PdlLaunchDependents();
-  PdlWait();  // launched with PDL (--pdl on): the kernels before it have finished and their writes are visible
+  PdlWait();  // launched with PDL (--pdl): the kernels before it have finished and their writes are visible
   constexpr int kHd = E * 32;
   __shared__ float sm_m[kWarps * G], sm_l[kWarps * G];
   __shared__ float sm_acc[kWarps * G * kHd];

@@ -251,7 +251,7 @@ __global__ void __launch_bounds__(kTiledWarps * 32)
                       int partition, float scale_log2, Kv kv, float* __restrict__ part_out,
                       float* __restrict__ part_ml, __nv_bfloat16* __restrict__ out) {
   PdlLaunchDependents();
-  PdlWait();  // launched with PDL (--pdl on): the kernels before it have finished and their writes are visible
+  PdlWait();  // launched with PDL (--pdl): the kernels before it have finished and their writes are visible
   constexpr bool kQuant = kCache != kCacheBf16;
   constexpr int kThreads = kTiledWarps * 32;
   constexpr int kStride = HD + kSmemRowPad;  // shared row stride of the bf16 tiles, elements
@@ -468,7 +468,7 @@ __global__ void __launch_bounds__(kTiledWarps * 32)
                      int partition, float scale_log2, DevicePagedKvQuant kv, float* __restrict__ part_out,
                      float* __restrict__ part_ml, __nv_bfloat16* __restrict__ out) {
   PdlLaunchDependents();
-  PdlWait();  // launched with PDL (--pdl on): the kernels before it have finished and their writes are visible
+  PdlWait();  // launched with PDL (--pdl): the kernels before it have finished and their writes are visible
   using Codes = FragCodes<HD, kFp8>;
   constexpr int kRow = kFragRow<HD>;
   constexpr int kBuf = kFragWarpBuf<HD>;

@@ -13,7 +13,7 @@ __global__ void AddRmsNormKernel(const __nv_bfloat16* delta, float* residual, co
                                  bool write_back, const float* __restrict__ w, int64_t dim, float eps,
                                  __nv_bfloat16* __restrict__ out) {
   PdlLaunchDependents();  // the projection after a norm may start streaming its weights (gemv.h)
-  PdlWait();  // launched with PDL (--pdl on): the kernels before it have finished and their writes are visible
+  PdlWait();  // launched with PDL (--pdl): the kernels before it have finished and their writes are visible
   __shared__ float scratch[32];
   const int64_t src = src_rows != nullptr ? src_rows[blockIdx.x] : blockIdx.x;
   const int64_t base = src * dim;
@@ -102,24 +102,15 @@ Status LaunchNorm(const __nv_bfloat16* delta, float* residual, const int32_t* ro
   // Few rows (decode at small batch): one wide block per row, or the norm is a few latency-bound blocks.
   const int threads = n <= 32 ? 1024 : kThreads;
   const dim3 grid(static_cast<unsigned>(n)), block(threads);
-  // Rows of at most 8 values a thread: the register form (AddRmsNormRegKernel).
+  // Rows of at most 8 values a thread: the register form (AddRmsNormRegKernel); longer rows loop.
   const int64_t per = (dim + threads - 1) / threads;
-  if (per <= 1) {
-    CUDA_RETURN_IF_ERROR(LaunchKernel(pdl, AddRmsNormRegKernel<1>, grid, block, 0, stream, delta, residual, rows,
-                                      write_back, w, dim, eps, out));
-  } else if (per <= 2) {
-    CUDA_RETURN_IF_ERROR(LaunchKernel(pdl, AddRmsNormRegKernel<2>, grid, block, 0, stream, delta, residual, rows,
-                                      write_back, w, dim, eps, out));
-  } else if (per <= 4) {
-    CUDA_RETURN_IF_ERROR(LaunchKernel(pdl, AddRmsNormRegKernel<4>, grid, block, 0, stream, delta, residual, rows,
-                                      write_back, w, dim, eps, out));
-  } else if (per <= 8) {
-    CUDA_RETURN_IF_ERROR(LaunchKernel(pdl, AddRmsNormRegKernel<8>, grid, block, 0, stream, delta, residual, rows,
-                                      write_back, w, dim, eps, out));
-  } else {
-    CUDA_RETURN_IF_ERROR(LaunchKernel(pdl, AddRmsNormKernel, grid, block, 0, stream, delta, residual, rows,
-                                      write_back, w, dim, eps, out));
-  }
+  const auto kernel = per <= 1   ? AddRmsNormRegKernel<1>
+                      : per <= 2 ? AddRmsNormRegKernel<2>
+                      : per <= 4 ? AddRmsNormRegKernel<4>
+                      : per <= 8 ? AddRmsNormRegKernel<8>
+                                 : AddRmsNormKernel;
+  CUDA_RETURN_IF_ERROR(LaunchKernel(pdl, kernel, dim3(static_cast<unsigned>(n)), dim3(threads), 0, stream, delta,
+                                    residual, rows, write_back, w, dim, eps, out));
   return OkStatus();
 }
 

@@ -15,7 +15,7 @@ namespace stoke::cuda {
 //   residual[r, :] += delta[r, :]      (skipped when delta is nullptr)
 //   out[r, :] = bf16(residual[r, :] / sqrt(mean(residual[r, :]^2) + eps) * weight[:])
 // residual = [rows, dim] fp32, delta = [rows, dim] bf16, out = [rows, dim] bf16, weight = [dim] fp32.
-// pdl: launched with programmatic dependent launch (--pdl on; the kernel waits for the one before it).
+// pdl: launched with programmatic dependent launch (--pdl; the kernel waits for the one before it).
 Status AddRmsNorm(const __nv_bfloat16* delta, float* residual, const float* weight, int64_t rows, int64_t dim,
                   float eps, __nv_bfloat16* out, cudaStream_t stream, bool pdl = false);
 

@@ -258,11 +258,10 @@ TEST(DoctorRules, AnLlmStepMemoryHeavyByItsModelIsBandwidthBound) {
     EXPECT_NE(Diagnose(s).front().next_step.find("--max-num-seqs 2x"), std::string::npos);
   }
   // The H200 at c=512, fp8 weights + fp8 KV (gpu_served_valid_windows_h200_2026-12-06.json): 8.0 GB of
-  // weights
-  // + 52.6 GB of KV per step; its 511 decode + 327 prefill tokens through the 6.98 B layer parameters and 511
-  // through the 0.53 B lm_head make 12.2 TFLOP of matmuls (201 FLOP per byte; at the H200's measured 4,235
-  // GB/s and 901 TFLOP/s, gpu_llm_8b_h200_2026-12-02.json: 14.3 ms against 13.5 ms): not memory-heavy, so
-  // busy SMs still read as compute.
+  // weights + 52.6 GB of KV per step; its 511 decode + 327 prefill tokens through the 6.98 B layer parameters
+  // and 511 through the 0.53 B lm_head make 12.2 TFLOP of matmuls (201 FLOP per byte; at the H200's measured
+  // 4,235 GB/s and 901 TFLOP/s, gpu_llm_8b_h200_2026-12-02.json: 14.3 ms against 13.5 ms): not memory-heavy,
+  // so busy SMs still read as compute.
   Signals s = window(0.9);
   s.step_weight_bytes = 8.03e9;
   s.step_kv_bytes = 52.61e9;
