@@ -111,7 +111,10 @@ Status QkvRopeWriteKv(const __nv_bfloat16* qkv, const float* bias, const int32_t
 // DecodeWorkspaceBytes(...) bytes (may be nullptr when it returns 0). The split depends only on (num_seqs,
 // heads, max_context_len, launch), so a captured graph keeps it; DecodeWorkspaceBytes must get the same
 // launch options as the call. max_context_len bounds every context_lens[s]. A sequence with context 0 gets
-// zeros.
+// zeros. With launch.pdl the tensor-core kernel over a bf16 cache (decode_tiled; over an 8-bit cache only its
+// tiled-smem form) reads block_tables, context_lens and the cache rows of positions below context_lens[s] - 1
+// before waiting for the kernel before it (PdlWait): only the newest position's row (the step's token, written
+// by the RoPE + cache write just before) and q may still be in flight then.
 size_t DecodeWorkspaceBytes(int num_seqs, int heads, int head_dim, int max_context_len,
                             const AttentionLaunchOptions& launch = {});
 Status PagedDecodeAttention(const float* q, const int32_t* block_tables, int max_blocks_per_seq,

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_internal.cuh"
@@ -249,9 +250,8 @@ __global__ void __launch_bounds__(kTiledWarps * 32)
     DecodeTiledKernel(const __nv_bfloat16* __restrict__ q, const int32_t* __restrict__ block_tables,
                       int max_blocks, const int32_t* __restrict__ context_lens, int heads, int group,
                       int partition, float scale_log2, Kv kv, float* __restrict__ part_out,
-                      float* __restrict__ part_ml, __nv_bfloat16* __restrict__ out) {
+                      float* __restrict__ part_ml, __nv_bfloat16* __restrict__ out, int kv_bufs) {
   PdlLaunchDependents();
-  PdlWait();  // launched with PDL (--pdl): the kernels before it have finished and their writes are visible
   constexpr bool kQuant = kCache != kCacheBf16;
   constexpr int kThreads = kTiledWarps * 32;
   constexpr int kStride = HD + kSmemRowPad;  // shared row stride of the bf16 tiles, elements
@@ -260,9 +260,10 @@ __global__ void __launch_bounds__(kTiledWarps * 32)
   constexpr int kKSteps = HD / 16;           // k-steps of S = Q·K^T
   constexpr int kDTiles = HD / 8;            // n-tiles of O
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  // bf16: [2][kKeys][kStride] K, then V. 8-bit: one [kKeys][kStride] K and V, then the codes and scales.
+  // bf16: [kv_bufs][kKeys][kStride] K, then V (kv_bufs = 1 when no block has more than one tile: half the
+  // shared memory, more blocks per SM). 8-bit: one [kKeys][kStride] K and V, then the codes and scales.
   __nv_bfloat16* sk = reinterpret_cast<__nv_bfloat16*>(smem_raw);
-  __nv_bfloat16* sv = sk + (kQuant ? 1 : 2) * kKeys * kStride;
+  __nv_bfloat16* sv = sk + (kQuant ? 1 : kv_bufs) * kKeys * kStride;
   uint8_t* ck8 = reinterpret_cast<uint8_t*>(sv + kKeys * kStride);  // [2][kKeys][HD]
   uint8_t* cv8 = ck8 + 2 * kKeys * HD;                              // [2][kKeys][HD]
   float* ksc = reinterpret_cast<float*>(cv8 + 2 * kKeys * HD);       // [2][kKeys]
@@ -275,13 +276,18 @@ __global__ void __launch_bounds__(kTiledWarps * 32)
   const int g = lane >> 2, t = lane & 3;
   auto slot_of = [&](int p) { return b.Slot(p); };
 
-  auto load_kv = [&](int kt, int buf) {
+  // Tile kt's rows into buffer buf. kPick (the first tile, around PdlWait): `skip` >= 0: every row but that
+  // position's; `only` >= 0: that position's row alone (so no row is copied twice, and the zero fill past the
+  // end happens once). The loop's loads take every row, without the tests.
+  auto load_kv = [&](int kt, int buf, auto pick, int skip = -1, int only = -1) {
+    constexpr bool kPick = decltype(pick)::value;
     if constexpr (!kQuant) {
       __nv_bfloat16* dk = sk + buf * kKeys * kStride;
       __nv_bfloat16* dv = sv + buf * kKeys * kStride;
       for (int c = tid; c < kKeys * kChunks; c += kThreads) {
         const int r = c / kChunks, ch = c - r * kChunks;
         const int p = begin + kt * kKeys + r;
+        if (kPick && (p == skip || (only >= 0 && p != only))) continue;
         const bool ok = p < end;
         const int64_t off = ok ? (slot_of(p) * kvh + kv_head) * HD + ch * 8 : 0;
         CpAsync16(dk + r * kStride + ch * 8, kv.k + off, ok ? 16 : 0);
@@ -293,6 +299,7 @@ __global__ void __launch_bounds__(kTiledWarps * 32)
       for (int c = tid; c < kKeys * kCodeChunks; c += kThreads) {
         const int r = c / kCodeChunks, ch = c - r * kCodeChunks;
         const int p = begin + kt * kKeys + r;
+        if (kPick && (p == skip || (only >= 0 && p != only))) continue;
         const bool ok = p < end;
         const int64_t off = ok ? (slot_of(p) * kvh + kv_head) * HD + ch * 16 : 0;
         CpAsync16(dk + r * HD + ch * 16, kv.k + off, ok ? 16 : 0);
@@ -301,6 +308,7 @@ __global__ void __launch_bounds__(kTiledWarps * 32)
       // Scales: threads 0..63 the keys' K scales, 64..127 their V scales (zeros past the end).
       const int r = tid & (kKeys - 1);
       const int p = begin + kt * kKeys + r;
+      if (kPick && (p == skip || (only >= 0 && p != only))) return;
       const bool ok = p < end;
       const int64_t si = ok ? slot_of(p) * kvh + kv_head : 0;
       const float* src = tid < kKeys ? kv.k_scale + si : kv.v_scale + si;
@@ -308,7 +316,15 @@ __global__ void __launch_bounds__(kTiledWarps * 32)
       CpAsync4(dst, src, ok ? 4 : 0);
     }
   };
-  if (num_tiles > 0) load_kv(0, 0);
+  // The first tile is requested before PdlWait: under PDL the kernels still running (the step's RoPE + cache
+  // write, the QKV projection) write q and only the newest position's cache row (context_lens[seq] - 1, this
+  // step's token); every older row was written by earlier steps. That row follows once they have finished.
+  const int newest = end == context_lens[seq] ? end - 1 : -1;  // in this split, else none
+  const bool newest_in_first = newest >= begin && newest < begin + kKeys;
+  using Pick = std::true_type;
+  if (num_tiles > 0) load_kv(0, 0, Pick{}, newest_in_first ? newest : -1);
+  PdlWait();  // launched with PDL (--pdl): the kernels before it have finished and their writes are visible
+  if (num_tiles > 0 && newest_in_first) load_kv(0, 0, Pick{}, -1, newest);
   CpAsyncCommit();
 
   // The group's query rows g and g + 8 as A fragments (zeros past the group), read once from global memory.
@@ -334,7 +350,7 @@ __global__ void __launch_bounds__(kTiledWarps * 32)
   for (int kt = 0; kt < num_tiles; ++kt) {
     CpAsyncWaitAll();
     __syncthreads();  // tile kt landed; every warp is done with the buffers tile kt - 1 used
-    if (kt + 1 < num_tiles) load_kv(kt + 1, (kt + 1) & 1);
+    if (kt + 1 < num_tiles) load_kv(kt + 1, (kt + 1) & 1, std::false_type{});
     CpAsyncCommit();
     const int buf = kQuant ? 0 : (kt & 1);
     if constexpr (kQuant) {
@@ -637,17 +653,23 @@ template <int HD, int kCache, typename Kv>
 Status Launch(const __nv_bfloat16* q, const int32_t* bt, int max_blocks, const int32_t* ctx, int num_seqs,
               int heads, int splits, int partition, float scale, const Kv& kv, float* part_out, float* part_ml,
               __nv_bfloat16* out, cudaStream_t stream, bool pdl) {
-  constexpr int smem = DecodeTiledSmemBytes<HD, kCache>();
-  static_assert((kTiledWarps * 16 * HD + 2 * kTiledWarps * 16) * 4 <= smem, "merge area of DecodeTiledKernel");
+  constexpr int smem_max = DecodeTiledSmemBytes<HD, kCache>();
+  constexpr int tile = kKeys * (HD + kSmemRowPad) * 2;
+  static_assert((kTiledWarps * 16 * HD + 2 * kTiledWarps * 16) * 4 <= 2 * tile, "merge area of DecodeTiledKernel");
+  // bf16 with splits of at most one tile (batch 1-8 at contexts up to ~4k): one K and one V buffer, no double
+  // buffering to fill, so half the shared memory (35 instead of 70 KB at head_dim 128: four blocks per SM, as
+  // many as the registers allow, instead of three; batch 1, context 4096 = 512 blocks is one wave on 132 SMs).
+  const int kv_bufs = kCache == kCacheBf16 && partition <= kKeys ? 1 : 2;
+  const int smem = kCache == kCacheBf16 ? 2 * kv_bufs * tile : smem_max;
   // Opt in above the 48 KB default (per function and device; cheap, so on every launch).
   CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(DecodeTiledKernel<HD, kCache, Kv>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max));
   const float scale_log2 = scale * 1.4426950408889634f;  // exp(x) = exp2(x · log2 e)
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(kv.num_kv_heads),
                   static_cast<unsigned>(num_seqs));
   CUDA_RETURN_IF_ERROR(LaunchKernel(pdl, DecodeTiledKernel<HD, kCache, Kv>, grid, dim3(kTiledWarps * 32), smem,
                                     stream, q, bt, max_blocks, ctx, heads, heads / kv.num_kv_heads, partition,
-                                    scale_log2, kv, part_out, part_ml, out));
+                                    scale_log2, kv, part_out, part_ml, out, kv_bufs));
   return OkStatus();
 }
 
