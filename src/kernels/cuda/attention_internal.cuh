@@ -73,7 +73,8 @@ Status Reduce(const float* part_out, const float* part_ml, int splits, int num_s
               T* out, cudaStream_t stream, bool pdl) {
   if (splits <= 1) return OkStatus();
   // Registers for the first 32 or 64 splits' partial outputs past 8 splits (cuda_bench --only decode_attn on
-  // the H100: with 64 always, 2-8 splits lost 7-18 % to the predicated loads).
+  // the H100: with 64 at every split count, the bf16 calls of 2-8 splits ran at 0.88-0.97x, the predicated
+  // loads costing more than they hide; gpu_decode_attention_b1_h100_2026-12-06.json).
   const auto kernel = splits > 32  ? DecodeReduceKernel<T, 64>
                       : splits > 8 ? DecodeReduceKernel<T, 32>
                                    : DecodeReduceKernel<T, 0>;
