@@ -28,7 +28,7 @@ struct WarpState {
 
 // grid = (heads, num_seqs), block = head_dim threads, num_splits floats of dynamic shared memory: merges the
 // splits by their log-sum-exp weights. The max and the weights are computed across the block (a split per
-// thread), then each thread sums its dimension over the splits. kPre > 0 (ReducePrefetchFor: more than 8
+// thread), then each thread sums its dimension over the splits. kPre > 0 (Reduce takes 32 or 64 past 8
 // splits): the partial outputs of the first kPre splits are loaded into registers before the two block
 // reductions, all in flight at once behind them; summed 8 loads at a time after them, 64 splits (batch 1,
 // context 4096) were 8 round trips. The sum's order is the same either way.

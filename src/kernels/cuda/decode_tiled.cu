@@ -8,7 +8,8 @@
 // grid = (splits, kv heads, sequences), block = kTiledWarps warps. A block takes split x of sequence z for the
 // group of kv head y: positions [x * partition, min(ctx, (x + 1) * partition)) in tiles of kDecodeTiledKeys
 // (64) keys, gathered from their cache blocks with cp.async into double-buffered shared memory (tile j + 1 in
-// flight while tile j is used). Warp w takes keys [16w, 16w + 16) of each tile:
+// flight while tile j is used; one buffer when no split has more than one tile, bf16 cache). Warp w takes keys
+// [16w, 16w + 16) of each tile:
 //   S = Q·K^T   mma m16n8k16: A = the group's query rows (rows past the group are zeros), B = K by ldmatrix
 //   online softmax in log2 units (exp2, the scale folded in) on the S accumulators, keys past the end masked
 //   O += P·V    P repacked from the S accumulators, V by ldmatrix.trans
