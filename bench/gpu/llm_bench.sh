@@ -68,6 +68,8 @@ main() {
       "b1_minpart8|--decode-min-partition 8|--decode-batch 1 --context 512"
       "b1_minpart32|--decode-min-partition 32|--decode-batch 1 --context 512"
       "b1_ctx4096||--decode-batch 1 --context 4096"
+      "b1_ctx4096_minpart128|--decode-min-partition 128|--decode-batch 1 --context 4096"
+      "b1_ctx4096_minpart256|--decode-min-partition 256|--decode-batch 1 --context 4096"
       "b1_before_ctx4096|--gemv-split 1 --decode-min-partition 32 --decode-pipeline off|--decode-batch 1 --context 4096"
       "b64_default||--decode-batch 64 --context 1024"
       "b64_nopipe|--decode-pipeline off|--decode-batch 64 --context 1024"

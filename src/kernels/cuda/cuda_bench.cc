@@ -288,14 +288,19 @@ void DecodeAttentionBench(cudaStream_t s) {
       // warp, tiled (8-bit caches: tiled-smem), 8-bit caches: tiled; from batch 64 the default tiled form
       // again with decode_partition 512 ("/p512", the default before 2026-12-05).
       // 8-bit caches also: the default tiled form with 3 and 4 cp.async stages ("tiled/s3", "tiled/s4").
-      for (const int variant : {0, 1, 2, 3, 4, 5}) {
-        if ((variant == 2 || variant >= 4) && !kQuant) continue;
+      // bf16 at batch 1 also: the tiled form with splits of at least 128 / 256 positions ("tiled/m128",
+      // "tiled/m256", --decode-min-partition; the default 16 gives the tiled kernel 64-position splits): fewer,
+      // longer splits against more blocks and a larger merge.
+      for (const int variant : {0, 1, 2, 3, 4, 5, 6, 7}) {
+        if ((variant == 2 || variant == 4 || variant == 5) && !kQuant) continue;
+        if (variant >= 6 && (kQuant || c.seqs != 1)) continue;
         if (variant == 3 && c.seqs < 64) continue;
         AttentionLaunchOptions launch;
         const bool tiled = variant > 0;
         launch.decode_tiled = tiled;
         launch.decode_tiled_fragments = variant == 2 || variant >= 4 || (variant == 3 && kQuant);
         if (variant == 3) launch.decode_partition = 512;
+        if (variant >= 6) launch.decode_min_partition = variant == 6 ? 128 : 256;
         launch.decode_stages = variant == 4 ? 3 : variant == 5 ? 4 : 2;
         const size_t ws_bytes = DecodeWorkspaceBytes(c.seqs, heads, hd, c.ctx, launch);
         void* ws;
@@ -316,6 +321,8 @@ void DecodeAttentionBench(cudaStream_t s) {
             : variant == 3           ? "tiled/p512"
             : variant == 4           ? "tiled/s3"
             : variant == 5           ? "tiled/s4"
+            : variant == 6           ? "tiled/m128"
+            : variant == 7           ? "tiled/m256"
             : kQuant && variant == 1 ? "tiled-smem"
                                      : "tiled",
             c.seqs, c.ctx, heads, kvh, hd, ms, kv_bytes / (ms * 1e-3) / 1e9);
