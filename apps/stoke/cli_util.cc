@@ -63,7 +63,8 @@ void AddEngineTuningFlags(CLI::App* cmd, EngineTuningFlags* flags) {
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   cmd->add_option("--decode-min-partition", flags->decode_min_partition,
-                  "cuda: fewest context positions per split of decode attention (1..512)")
+                  "cuda: fewest context positions per split of decode attention (1..512; the tensor-core "
+                  "kernel, the default, takes at least 64)")
       ->capture_default_str();
   cmd->add_option("--decode-partition", flags->decode_partition,
                   "cuda: most context positions per split of decode attention at large batch "
