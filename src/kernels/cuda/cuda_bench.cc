@@ -8,7 +8,7 @@
 //                 (--vector-elementwise), GB/s of bytes read + written
 //   gemv          decode projections at batch 1 / 8: bf16 GEMV vs cuBLASLt, GB/s of weights read
 //   gemv8         the 1-byte GEMVs (fp8 E4M3, GGUF Q8_0) at batch 1, every warps-per-row choice, GB/s of
-//                 weight + scale bytes read
+//                 weight + scale bytes read; fp8 at 1-8 rows vs cuBLASLt's FP8 GEMM (gemv8_rows)
 //   gemvk         the GGUF K-quant GEMVs (Q4_K, Q6_K) at batch 1: auto, and fp32 and int8 activations with
 //                 each rows-per-warp choice, GB/s of super-block bytes read
 //   decode_attn   paged decode attention, warp vs tensor-core kernel, GB/s of KV read
@@ -487,11 +487,21 @@ void PrefillAttentionBench(cudaStream_t s) {
 }
 
 }  // namespace
-// The fp8 and Q8_0 GEMVs at m = 1 on the 8B shapes, each warps-per-row choice (0 = the auto rule), over
+// The fp8 and Q8_0 GEMVs at m = 1 on the 8B shapes, each warps-per-row choice (0 = the auto rule; for fp8 the
+// tensor-core kernel, 1-4 the CUDA-core one), and fp8 at 1-8 rows against cuBLASLt's FP8 GEMM, over
 // >= 512 MiB of weight copies as GemvBench. Measured on the H200
 // (bench/results/gpu_gemv8_h200_2026-12-04.json): the auto rule is within run-to-run noise (~7 %) of the best
 // choice on every shape; a two-rows-per-warp form (tried, removed) gained nothing outside that noise.
 void Gemv8Bench(cudaStream_t s) {
+  GemmOptions opt;
+  opt.candidates = 8;
+  auto created = BlasLtGemm::Create(opt);
+  if (!created.ok()) std::fprintf(stderr, "gemv8: cuBLASLt: %s\n", created.status().ToString().c_str());
+  BlasLtGemm* gemm = created.ok() ? created->get() : nullptr;
+  uint8_t* xq = nullptr;
+  float* xs = nullptr;
+  BENCH_CHECK(cudaMalloc(&xq, 8 * 14336));
+  BENCH_CHECK(cudaMalloc(&xs, 8 * sizeof(float)));
   struct Shape {
     const char* name;
     int64_t n, k;
@@ -517,9 +527,9 @@ void Gemv8Bench(cudaStream_t s) {
         cudaMemset(ss[i], 0x1c, sbytes);
       }
       void *x, *y;
-      BENCH_CHECK(cudaMalloc(&x, sh.k * 2));
-      BENCH_CHECK(cudaMalloc(&y, sh.n * 4));
-      cudaMemset(x, 0x3c, sh.k * 2);
+      BENCH_CHECK(cudaMalloc(&x, 8 * sh.k * 2));
+      BENCH_CHECK(cudaMalloc(&y, 8 * sh.n * 4));
+      cudaMemset(x, 0x3c, 8 * sh.k * 2);
       auto* xb = static_cast<__nv_bfloat16*>(x);
       for (int split : {0, 1, 2, 4}) {
         int next = 0;
@@ -557,6 +567,41 @@ void Gemv8Bench(cudaStream_t s) {
             fmt, sh.name, (long long)sh.n, (long long)sh.k, std::to_string(split).c_str(),
             Fp8GemvSplitFor(1, sh.k, 0), ms, (qbytes + sbytes) / (ms * 1e-3) / 1e9);
       }
+      // fp8 at 1-8 rows of x: the tensor-core GEMV (split 0) against cuBLASLt's FP8 GEMM with the activations
+      // quantised per token first (the decoder's path past --gemv-max-rows); the gate|up shape without
+      // SwiGLU.
+      if (!q8 && gemm != nullptr) {
+        for (int64_t m : {1, 2, 4, 8}) {
+          int next = 0;
+          Status st;
+          const float gemv_ms = TimeMs(s, [&] {
+            const int i = next++ % copies;
+            const auto* q = static_cast<const uint8_t*>(qs[i]);
+            const auto* sc = static_cast<const float*>(ss[i]);
+            if (sh.silu) {
+              st = Fp8GemvSiluMul(q, sc, sh.n / 2, sh.k, xb, m, static_cast<__nv_bfloat16*>(y), false, s);
+            } else if (sh.f32) {
+              st = Fp8Gemv(q, sc, sh.n, sh.k, xb, m, static_cast<float*>(y), sh.n, false, s);
+            } else {
+              st = Fp8Gemv(q, sc, sh.n, sh.k, xb, m, static_cast<__nv_bfloat16*>(y), sh.n, false, s);
+            }
+          });
+          const DType out = sh.f32 ? DType::kF32 : DType::kBF16;
+          const float lt_ms = TimeMs(s, [&] {
+            const int i = next++ % copies;
+            (void)QuantizeRowsFp8(xb, m, sh.k, sh.k, xq, xs, 1.f, s, /*vec8=*/true);
+            (void)gemm->RunFp8(xq, xs, static_cast<const uint8_t*>(qs[i]), static_cast<const float*>(ss[i]),
+                               y, out, m, sh.n, sh.k, s);
+          });
+          if (!st.ok()) std::fprintf(stderr, "gemv8 rows %s: %s\n", sh.name, st.ToString().c_str());
+          std::printf(
+              "{\"bench\":\"gemv8_rows\",\"format\":\"fp8\",\"shape\":\"%s\",\"m\":%lld,\"n\":%lld,"
+              "\"k\":%lld,\"gemv_ms\":%.4f,\"gemv_gbps\":%.1f,\"cublaslt_fp8_ms\":%.4f%s}\n",
+              sh.name, (long long)m, (long long)sh.n, (long long)sh.k, gemv_ms,
+              (qbytes + sbytes) / (gemv_ms * 1e-3) / 1e9, lt_ms,
+              sh.silu ? ",\"note\":\"cublaslt without the SwiGLU kernel\"" : "");
+        }
+      }
       for (int i = 0; i < copies; ++i) {
         cudaFree(qs[i]);
         cudaFree(ss[i]);
@@ -565,6 +610,8 @@ void Gemv8Bench(cudaStream_t s) {
       cudaFree(y);
     }
   }
+  cudaFree(xq);
+  cudaFree(xs);
 }
 
 // The GGUF K-quant GEMVs (QuantGemv over Q4_K / Q6_K super-blocks) at m = 1 on the 8B shapes, bf16 in

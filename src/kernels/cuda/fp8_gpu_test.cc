@@ -107,12 +107,15 @@ TEST(CudaFp8, GemvMatchesDequantisedProductForOneToEightRowsAndEverySplit) {
   DeviceBuffer<float> ds(ref.scale);
   cudaStream_t stream = nullptr;
   CUDA_ASSERT(cudaStreamCreate(&stream));
-  ExpectGemvMatchesProduct(ref.deq, n, k, ldy, 52, /*pdl_split=*/4, "fp8 gemv", stream,
-                           [&](const __nv_bfloat16* x, int64_t m, float* yf, __nv_bfloat16* yb, bool pdl, int split) {
-                             Status st = Fp8Gemv(dq.get(), ds.get(), n, k, x, m, yf, ldy, pdl, stream, split);
-                             if (!st.ok()) return st;
-                             return Fp8Gemv(dq.get(), ds.get(), n, k, x, m, yb, ldy, false, stream, split);
-                           });
+  // split 0 (what the decoder runs, with PDL here): the CUDA-core kernel's auto rule at m = 1, the tensor-core
+  // kernel at m = 2, 5, 8; split 1, 2, 4 (m = 1): the CUDA-core kernel.
+  ExpectGemvMatchesProduct(
+      ref.deq, n, k, ldy, 52, /*pdl_split=*/0, "fp8 gemv", stream,
+      [&](const __nv_bfloat16* x, int64_t m, float* yf, __nv_bfloat16* yb, bool pdl, int split) {
+        Status st = Fp8Gemv(dq.get(), ds.get(), n, k, x, m, yf, ldy, pdl, stream, split);
+        if (!st.ok()) return st;
+        return Fp8Gemv(dq.get(), ds.get(), n, k, x, m, yb, ldy, false, stream, split);
+      });
   EXPECT_FALSE(Fp8Gemv(dq.get(), ds.get(), n, 4104, nullptr, 1, static_cast<float*>(nullptr), n, false, stream).ok())
       << "k % 16 != 0 must be refused";
   EXPECT_FALSE(Fp8Gemv(dq.get(), nullptr, n, k, nullptr, 1, static_cast<float*>(nullptr), n, false, stream).ok())
@@ -127,7 +130,7 @@ TEST(CudaFp8, SiluMulGemvMatchesDequantisedProduct) {
   const Fp8Ref ref = QuantizeOnCpu(w, 2 * inter, k);
   DeviceBuffer<uint8_t> dq(ref.q);
   DeviceBuffer<float> ds(ref.scale);
-  for (int64_t m : {1, 3}) {
+  for (int64_t m : {1, 3, 8}) {
     const auto x = RoundBf16(RandomFloats(m * k, 62));
     std::vector<float> gu(m * 2 * inter), want(m * inter);
     ASSERT_TRUE(cpu::MatMul(x.data(), m, k, ref.deq.data(), DType::kF32, 2 * inter, gu.data()).ok());
@@ -139,8 +142,13 @@ TEST(CudaFp8, SiluMulGemvMatchesDequantisedProduct) {
       }
     }
     DeviceBuffer<uint16_t> dx(ToBf16(x)), dy(m * inter);
-    STATUS_ASSERT(Fp8GemvSiluMul(dq.get(), ds.get(), inter, k, dx.bf16(), m, dy.bf16(), false, nullptr));
-    EXPECT_CLOSE(FromBf16(dy.Download()), want, kTolBf16, ("fp8 gemv silu*up m=" + std::to_string(m)).c_str());
+    // split 0 (with PDL): the tensor-core kernel at m = 3 and 8, the CUDA-core one at m = 1; split 1: CUDA-core.
+    for (int split : {0, 1}) {
+      STATUS_ASSERT(
+          Fp8GemvSiluMul(dq.get(), ds.get(), inter, k, dx.bf16(), m, dy.bf16(), split == 0, nullptr, split));
+      EXPECT_CLOSE(FromBf16(dy.Download()), want, kTolBf16,
+                   ("fp8 gemv silu*up m=" + std::to_string(m) + " split=" + std::to_string(split)).c_str());
+    }
   }
 }
 

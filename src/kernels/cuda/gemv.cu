@@ -4,6 +4,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemv.h"
+#include "kernels/cuda/mma.cuh"
 
 namespace stoke::cuda {
 namespace {
@@ -221,6 +222,142 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+// fp8 weights on tensor cores (split = 0, 2-8 rows of x): a warp computes 16 output rows (and, with kSilu, the
+// matching 16 up rows) over a 1/kWarps slice of k with mma.sync m16n8k16 (fp16 in, fp32 accumulators), the
+// block's 8 warps taking the slices of one 16-row group, their sums added in warp order through shared memory
+// (deterministic). A byte pair is one cvt straight into an A fragment and 256 products one mma, whatever the
+// rows of x (the CUDA-core kernel re-reads and multiplies every x row per weight chunk). At one row it lost to
+// the CUDA-core kernel by 1.10-1.35x on the H100 (gemv.h), so one row does not come here.
+//
+// Layout: lane (g = lane / 4, c = lane % 4) loads 16 bytes of rows g and g + 8 at byte c * 16 of each 64-value
+// k block; mma step j (0-3) takes bytes 4j..4j+3 of them: the A fragment's columns 2c, 2c+1 are bytes 4j, 4j+1
+// and columns 2c+8, 2c+9 bytes 4j+2, 4j+3. The B fragment (column g = x row g, for g < M) holds the same
+// four k positions of x: a dot product may visit k in any order as long as both operands agree. x is
+// converted from bf16 to fp16 (exact within fp16's range: |x| <= 65,504; beyond that it overflows), one
+// 64-value block ahead of its use with the weights. kU blocks of loads stay in flight per lane: each slot is
+// refilled as soon as it is consumed.
+template <int M, typename OutT, bool kSilu>
+__global__ void __launch_bounds__(kWarps * 32, 2)
+    Fp8MmaGemvKernel(const uint8_t* __restrict__ w, const float* __restrict__ scale, int64_t n, int64_t k,
+                     const __nv_bfloat16* __restrict__ x, OutT* __restrict__ y, int64_t ldy, int64_t up_rows) {
+  constexpr int kSets = kSilu ? 2 : 1;  // gate rows (or the only rows), up rows
+  constexpr int kU = kSilu ? 2 : 4;     // 64-value k blocks in flight per lane: 128 bytes either way
+  __shared__ float part[kWarps][kSets][16][8];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, c = lane & 3;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * 16;
+  const int64_t blocks = (k + 63) / 64;
+  const int64_t per = (blocks + kWarps - 1) / kWarps;
+  const int64_t begin = warp * per;
+  const int64_t end = begin + per < blocks ? begin + per : blocks;
+
+  const uint8_t* wr[kSets][2];
+  bool rok[kSets][2];
+#pragma unroll
+  for (int s = 0; s < kSets; ++s) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t r = row0 + g + 8 * h;
+      rok[s][h] = r < n;
+      wr[s][h] = w + (s * up_rows + (r < n ? r : 0)) * k + c * 16;
+    }
+  }
+  const bool xok = g < M;
+  const uint4* xr = reinterpret_cast<const uint4*>(x + (xok ? g : 0) * k + c * 16);
+
+  uint4 wv[kU][kSets][2];
+  auto load = [&](int u, int64_t b) {
+    const bool in = b < end && b * 64 + c * 16 < k;
+#pragma unroll
+    for (int s = 0; s < kSets; ++s) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        wv[u][s][h] = in && rok[s][h] ? LoadWeights(reinterpret_cast<const uint4*>(wr[s][h] + b * 64))
+                                      : make_uint4(0, 0, 0, 0);
+      }
+    }
+  };
+  // x values b * 64 + c * 16 .. + 15 of row g as 8 fp16 pairs (zeros past k or for g >= M).
+  auto load_x = [&](int64_t b, uint32_t (&xh)[8]) {
+    const bool in = xok && b < end && b * 64 + c * 16 < k;
+    const uint4 lo = in ? __ldg(xr + b * 8) : make_uint4(0, 0, 0, 0);
+    const uint4 hi = in ? __ldg(xr + b * 8 + 1) : make_uint4(0, 0, 0, 0);
+    const uint32_t v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) xh[i] = PackF16(__uint_as_float(v[i] << 16), __uint_as_float(v[i] & 0xffff0000u));
+  };
+
+  float acc[kSets][4];
+#pragma unroll
+  for (int s = 0; s < kSets; ++s) acc[s][0] = acc[s][1] = acc[s][2] = acc[s][3] = 0.f;
+#pragma unroll
+  for (int u = 0; u < kU; ++u) load(u, begin + u);  // weights only: safe before the previous kernel has finished
+  PdlWait();
+  uint32_t xh[8];
+  load_x(begin, xh);
+  for (int64_t b0 = begin; b0 < end; b0 += kU) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int64_t b = b0 + u;
+      if (b >= end) break;  // warp-uniform
+      uint32_t xn[8];
+      load_x(b + 1, xn);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+#pragma unroll
+        for (int s = 0; s < kSets; ++s) {
+          const uint32_t w0 = reinterpret_cast<const uint32_t*>(&wv[u][s][0])[j];
+          const uint32_t w1 = reinterpret_cast<const uint32_t*>(&wv[u][s][1])[j];
+          uint32_t a[4];
+          const __nv_fp8x2_storage_t p[4] = {static_cast<__nv_fp8x2_storage_t>(w0 & 0xffffu),
+                                             static_cast<__nv_fp8x2_storage_t>(w1 & 0xffffu),
+                                             static_cast<__nv_fp8x2_storage_t>(w0 >> 16),
+                                             static_cast<__nv_fp8x2_storage_t>(w1 >> 16)};
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(p[i], __NV_E4M3);
+            a[i] = static_cast<uint32_t>(hr.x) | static_cast<uint32_t>(hr.y) << 16;
+          }
+          MmaF16(acc[s], a, xh[2 * j], xh[2 * j + 1]);
+        }
+      }
+      load(u, b + kU);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) xh[i] = xn[i];
+    }
+  }
+  PdlLaunchDependents();
+  // Lane (g, c) holds rows g and g + 8, x rows 2c and 2c + 1.
+#pragma unroll
+  for (int s = 0; s < kSets; ++s) {
+    part[warp][s][g][2 * c] = acc[s][0];
+    part[warp][s][g][2 * c + 1] = acc[s][1];
+    part[warp][s][g + 8][2 * c] = acc[s][2];
+    part[warp][s][g + 8][2 * c + 1] = acc[s][3];
+  }
+  __syncthreads();
+  const int t = threadIdx.x;
+  if (t >= 16 * M) return;
+  const int rr = t % 16, col = t / 16;
+  const int64_t row = row0 + rr;
+  if (row >= n) return;
+  float sum[kSets];
+#pragma unroll
+  for (int s = 0; s < kSets; ++s) {
+    sum[s] = 0.f;
+#pragma unroll
+    for (int v = 0; v < kWarps; ++v) sum[s] += part[v][s][rr][col];
+    sum[s] *= scale[s * up_rows + row];
+  }
+  if constexpr (kSilu) {
+    const float gg = __bfloat162float(__float2bfloat16_rn(sum[0]));
+    const float uu = __bfloat162float(__float2bfloat16_rn(sum[1]));
+    y[col * ldy + row] = FromFloat<OutT>(Silu(gg) * uu);
+  } else {
+    y[col * ldy + row] = FromFloat<OutT>(sum[0]);
+  }
+}
+
 }  // namespace
 
 int GemvSplitFor(int64_t m, int64_t k, int split) {
@@ -266,6 +403,17 @@ cudaError_t LaunchRows(int m, int split, const void* w, const void* scale, int64
   return LaunchM<M, OutT, kSilu, 1, F>(w, scale, n, k, x, y, ldy, up_rows, pdl, stream);
 }
 
+// The tensor-core fp8 kernel for m rows of x (M counts up to m).
+template <int M, typename OutT, bool kSilu>
+cudaError_t LaunchFp8Mma(int m, const void* w, const void* scale, int64_t n, int64_t k, const __nv_bfloat16* x,
+                         OutT* y, int64_t ldy, int64_t up_rows, bool pdl, cudaStream_t stream) {
+  if constexpr (M < kGemvMaxRows) {
+    if (m > M) return LaunchFp8Mma<M + 1, OutT, kSilu>(m, w, scale, n, k, x, y, ldy, up_rows, pdl, stream);
+  }
+  return LaunchKernel(pdl, Fp8MmaGemvKernel<M, OutT, kSilu>, dim3(CeilDiv(n, 16)), dim3(kWarps * 32), 0, stream,
+                      static_cast<const uint8_t*>(w), static_cast<const float*>(scale), n, k, x, y, ldy, up_rows);
+}
+
 template <typename OutT, bool kSilu, WFmt F>
 Status Launch(const char* what, const void* w, const void* scale, int64_t n, int64_t k, const __nv_bfloat16* x,
               int64_t m, OutT* y, int64_t ldy, int64_t up_rows, bool pdl, int split, cudaStream_t stream) {
@@ -286,9 +434,13 @@ Status Launch(const char* what, const void* w, const void* scale, int64_t n, int
   if (n > 0x7fffffff) {
     return Status(StatusCode::kInvalidArgument, std::string(what) + ": too many rows");
   }
-  const int s = F == WFmt::kBf16 ? GemvSplitFor(m, k, split) : Fp8GemvSplitFor(m, k, split);
-  const cudaError_t e =
-      LaunchRows<1, OutT, kSilu, F>(static_cast<int>(m), s, w, scale, n, k, x, y, ldy, up_rows, pdl, stream);
+  cudaError_t e;
+  if (F == WFmt::kFp8 && split == 0 && m > 1) {
+    e = LaunchFp8Mma<1, OutT, kSilu>(static_cast<int>(m), w, scale, n, k, x, y, ldy, up_rows, pdl, stream);
+  } else {
+    const int s = F == WFmt::kBf16 ? GemvSplitFor(m, k, split) : Fp8GemvSplitFor(m, k, split);
+    e = LaunchRows<1, OutT, kSilu, F>(static_cast<int>(m), s, w, scale, n, k, x, y, ldy, up_rows, pdl, stream);
+  }
   CUDA_RETURN_IF_ERROR(e);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return OkStatus();

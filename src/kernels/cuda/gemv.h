@@ -54,10 +54,19 @@ Status Bf16GemvSiluMul(const __nv_bfloat16* w, int64_t inter, int64_t k, const _
 
 // fp8 E4M3 weights (--quantization fp8): w = [n, k] bytes with one fp32 scale per row (w_scale[n]), x bf16:
 //   y[r, c] = w_scale[c] · Σ_j e4m3(w[c, j]) · x[r, j]
-// The same kernel as the bf16 GEMV reading 16 weights per 16-byte load (half the bytes per row); each byte
-// pair is converted by one cvt to half2 and multiplied in fp32. k % 16 == 0, w and x 16-byte aligned.
-// split = 0 (auto, Fp8GemvSplitFor): 2 warps per row when a row has at least two rounds of loads (k >= 8192).
-// Checked against the dequantised weights' product (kernels/cuda/fp8_gpu_test.cc).
+// One row of x (m = 1), or any m with split = 1, 2, 4, 8: the bf16 GEMV's CUDA-core kernel, 16 weights per
+// 16-byte load, each byte pair converted by one cvt to half2 and multiplied in fp32; split = 0 picks the
+// warps per row (Fp8GemvSplitFor: 2 when a row has at least two rounds of loads, k >= 8192). m = 2-8 with
+// split = 0: on tensor cores. A warp takes 16 rows over 1/8 of k, each byte pair one cvt into an fp16 A
+// fragment, the x rows (converted to fp16: exact for |x| <= 65,504, beyond that they overflow) the B
+// fragment's columns, mma.sync m16n8k16 with fp32 accumulators, the block's 8 slices added in order: 2 to 8
+// rows cost what one does. Measured on the H100 (cuda_bench --only gemv8,
+// bench/results/gpu_fp8_gemv_mma_h100_2026-12-06.json): at m = 2-8 it took 0.56-0.92x the time of
+// QuantizeRowsFp8 + cuBLASLt's FP8 GEMM on the 8B layer shapes (the lm_head 1.09-1.10x: it stays on cuBLASLt
+// there); at m = 1 it was 1.10-1.35x slower than the CUDA-core kernel (its 64-byte row pieces and 2 blocks
+// per SM stream at 1.4-2.3 TB/s), so one row stays there.
+// k % 16 == 0, w and x 16-byte aligned. Checked against the dequantised weights' product
+// (kernels/cuda/fp8_gpu_test.cc).
 int Fp8GemvSplitFor(int64_t m, int64_t k, int split);
 Status Fp8Gemv(const uint8_t* w, const float* w_scale, int64_t n, int64_t k, const __nv_bfloat16* x, int64_t m,
                __nv_bfloat16* y, int64_t ldy, bool pdl, cudaStream_t stream, int split = 0);
