@@ -52,6 +52,11 @@ void AddEngineTuningFlags(CLI::App* cmd, EngineTuningFlags* flags) {
          "cuda: steps of at most this many tokens use the GEMV (bf16, fp8 or GGUF Q8_0 weights) instead of "
          "cuBLASLt (0..8; 0: always cuBLASLt)")
       ->capture_default_str();
+  cmd->add_option("--fp8-gemv-max-rows", flags->fp8_gemv_max_rows,
+                  "cuda, --quantization fp8: steps of at most this many tokens run the layers' projections "
+                  "through the fp8 GEMV (tensor cores at 2-8 rows) instead of quantising the activations for "
+                  "cuBLASLt's FP8 GEMM (0..8; 0: never; the lm_head follows --gemv-max-rows)")
+      ->capture_default_str();
   cmd->add_option("--gemv-split", flags->gemv_split,
                   "cuda: warps per output row in the one-token GEMVs (0: auto, 1, 2, 4, 8)")
       ->capture_default_str();
@@ -142,6 +147,7 @@ Status ApplyEngineTuningFlags(const EngineTuningFlags& flags, DecoderOptions* o)
   CudaDecoderTuning& t = o->cuda;
   t.gemm_cache_path = flags.gemm_cache;
   t.gemv_max_rows = flags.gemv_max_rows;
+  t.fp8_gemv_max_rows = flags.fp8_gemv_max_rows;
   t.gemv_split = flags.gemv_split;
   t.pdl = flags.pdl;
   t.decode_min_partition = flags.decode_min_partition;

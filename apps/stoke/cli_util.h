@@ -25,6 +25,7 @@ struct EngineTuningFlags {
   std::string ggml_numerics = "on";  // on | off
   std::string gemm_cache = CudaDecoderTuning{}.gemm_cache_path;
   int gemv_max_rows = CudaDecoderTuning{}.gemv_max_rows;
+  int fp8_gemv_max_rows = CudaDecoderTuning{}.fp8_gemv_max_rows;
   int gemv_split = CudaDecoderTuning{}.gemv_split;
   std::string pdl = CudaDecoderTuning{}.pdl;
   int decode_min_partition = CudaDecoderTuning{}.decode_min_partition;

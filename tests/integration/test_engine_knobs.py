@@ -11,6 +11,7 @@ import requests
 @pytest.mark.parametrize("flag,value,message", [
     ("--gemv-split", "3", b"--gemv-split 3"),
     ("--gemv-max-rows", "9", b"--gemv-max-rows 9"),
+    ("--fp8-gemv-max-rows", "-1", b"--fp8-gemv-max-rows -1"),
     ("--decode-min-partition", "0", b"--decode-min-partition 0"),
     ("--decode-partition", "8", b"--decode-partition 8"),  # below --decode-min-partition (16)
     ("--prefill-attention", "tiled", b"--prefill-attention"),
@@ -95,8 +96,8 @@ def test_bench_step_records_the_knobs(stoke_bin, tmp_path, decode_attention):
         (0, False, "warp", decode_attention)
     # the others at their defaults
     assert (e["gemv_split"], e["pdl"], e["decode_min_partition"], e["decode_partition"], e["ggml_numerics"],
-            e["kquant_gemv"], e["mixed_attention"], e["vector_elementwise"], e["decode_stages"]) == \
-        (0, "auto", 16, 2048, True, "auto", "split", True, 2)
+            e["kquant_gemv"], e["mixed_attention"], e["vector_elementwise"], e["decode_stages"],
+            e["fp8_gemv_max_rows"]) == (0, "auto", 16, 2048, True, "auto", "split", True, 2, 1)
     assert e["cuda_knobs_apply"] is False  # a CPU run: recorded as given, read by no kernel
 
 

@@ -20,6 +20,7 @@ StatusOr<std::unique_ptr<DecoderModel>> CreateCudaDecoder(LlamaWeights weights, 
   co.cuda_graphs = o.cuda_graphs;
   co.gemm_cache_path = o.cuda.gemm_cache_path;
   co.gemv_max_rows = o.cuda.gemv_max_rows;
+  co.fp8_gemv_max_rows = o.cuda.fp8_gemv_max_rows;
   co.gemv_split = o.cuda.gemv_split;
   co.pdl = o.cuda.pdl == "on"    ? CudaLlama::Options::Pdl::kOn
            : o.cuda.pdl == "off" ? CudaLlama::Options::Pdl::kOff

@@ -154,6 +154,10 @@ StatusOr<std::unique_ptr<CudaLlama>> CudaLlama::Create(LlamaWeights weights, con
     return InvalidArgumentError("--gemv-max-rows {} must be in [0, {}]", options.gemv_max_rows,
                                 cuda::kGemvMaxRows);
   }
+  if (options.fp8_gemv_max_rows < 0 || options.fp8_gemv_max_rows > cuda::kGemvMaxRows) {
+    return InvalidArgumentError("--fp8-gemv-max-rows {} must be in [0, {}]", options.fp8_gemv_max_rows,
+                                cuda::kGemvMaxRows);
+  }
   if (options.gemv_split != 0 && options.gemv_split != 1 && options.gemv_split != 2 &&
       options.gemv_split != 4 && options.gemv_split != 8) {
     return InvalidArgumentError("--gemv-split {} must be 0 (auto), 1, 2, 4 or 8", options.gemv_split);
@@ -182,6 +186,7 @@ StatusOr<std::unique_ptr<CudaLlama>> CudaLlama::Create(LlamaWeights weights, con
   }
   std::unique_ptr<CudaLlama> m(new CudaLlama(options));
   m->gemv_max_rows_ = options.gemv_max_rows;
+  m->fp8_gemv_max_rows_ = options.fp8_gemv_max_rows;
   RETURN_IF_ERROR(m->Init(std::move(weights)));
   return m;
 }

@@ -72,6 +72,12 @@ class CudaLlama final : public DecoderModel {
     // kernel fewer per layer, the SwiGLU fused), 4.62 ms with two (12-03), and 1.8x slower at batch 8 (every
     // warp re-reads all 8 activation rows per weight chunk).
     int gemv_max_rows = 1;
+    // With fp8 weights: steps of at most this many tokens (0..8) run the layers' projections (and the fused
+    // gate|up + SwiGLU) through the fp8 GEMV, larger ones quantise the activations for cuBLASLt's FP8 GEMM
+    // (flag --fp8-gemv-max-rows; the lm_head follows gemv_max_rows). At 2-8 rows the GEMV is the
+    // tensor-core kernel (gemv.h), whose cost does not grow with the rows. Default 1 until the step is
+    // measured with more (the kernel alone: 0.56-0.92x the quantiser + FP8 GEMM at 2-8 rows, H100).
+    int fp8_gemv_max_rows = 1;
     // Launch the step's kernels with programmatic dependent launch: the GEMVs (their first weight loads
     // overlap the kernel before), and since 2026-12-06 the norms, the RoPE + cache write, the decode
     // attention and its split merge (each starts while the one before finishes, then waits for it). With the
@@ -104,7 +110,7 @@ class CudaLlama final : public DecoderModel {
     KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;
     // Weight precision (--quantization): kNone = bf16; kFp8 = E4M3 with an fp32 scale per output channel,
     // quantised on the device at load (the bf16 copies are then freed; the lm_head stays bf16 unless
-    // fp8_lm_head): steps of <= gemv_max_rows tokens
+    // fp8_lm_head): steps of <= fp8_gemv_max_rows tokens (the lm_head: gemv_max_rows)
     // run the fp8 GEMV (bf16 activations), larger ones quantise activations per token and run cuBLASLt
     // FP8 GEMMs. The embedding stays bf16 (rows are gathered, not multiplied).
     WeightQuantization quantization = WeightQuantization::kNone;
@@ -331,6 +337,7 @@ class CudaLlama final : public DecoderModel {
   // options_.attention with pdl set: the attention launches of the steps PdlFor() picks.
   cuda::AttentionLaunchOptions attention_pdl_;
   int gemv_max_rows_ = 0;                            // options_.gemv_max_rows (Create checks it is in [0, 8])
+  int fp8_gemv_max_rows_ = 0;                        // options_.fp8_gemv_max_rows (also checked: [0, 8])
   int64_t graph_replays_ = 0;
   int64_t bucket_steps_ = 0;
   int64_t split_steps_ = 0;

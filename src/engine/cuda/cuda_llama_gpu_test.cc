@@ -506,9 +506,10 @@ TEST(CudaLlamaTest, QuantizedKvMatchesCpuQuantizedKv) {
   EXPECT_GT((*pdl_gpu)->graph_replays(), 0);
 }
 
-// fp8 weights (--quantization fp8): the one-token GEMV path (gemv_max_rows 1, the default) and the all-GEMM
-// path (0: every projection quantises its activations per token and runs the cuBLASLt FP8 GEMM), with the
-// lm_head in bf16 (the default) or fp8, all track the bf16 engine; the weights take fewer bytes.
+// fp8 weights (--quantization fp8): the GEMV paths (the layers' fp8 GEMV in steps of up to 8 tokens,
+// --fp8-gemv-max-rows 8: the tensor-core kernel past one row; the lm_head's GEMV at one token) and the
+// all-GEMM path (0: every projection quantises its activations per token and runs the cuBLASLt FP8 GEMM),
+// with the lm_head in bf16 (the default) or fp8, all track the bf16 engine; the weights take fewer bytes.
 TEST(CudaLlamaTest, Fp8WeightsTrackBf16) {
   SKIP_WITHOUT_GPU();
   const TinyLlama m = MakeModel(15, /*tied=*/true, /*bias=*/true, /*layers=*/2);
@@ -523,6 +524,7 @@ TEST(CudaLlamaTest, Fp8WeightsTrackBf16) {
     CudaLlama::Options o = TestOptions();
     o.quantization = WeightQuantization::kFp8;
     o.gemv_max_rows = gemv_rows;
+    o.fp8_gemv_max_rows = gemv_rows == 0 ? 0 : 8;
     o.fp8_lm_head = variant >= 2;  // the lm_head's fp8 GEMV (float out) and FP8 GEMM (fp32 out) too
     auto fp8 = CudaLlama::Create(ToBf16Weights(m, true), o);
     ASSERT_TRUE(fp8.ok()) << fp8.status().ToString();

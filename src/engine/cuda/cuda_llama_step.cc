@@ -57,7 +57,7 @@ CudaLlama::StepArgs CudaLlama::ArgsFor(const Layout& l, int64_t T, int S, int W)
 Status CudaLlama::EnqueueLinear(const Linear& lin, const __nv_bfloat16* x, int64_t m, __nv_bfloat16* y,
                                 cuda::BlasLtGemm& gemm) {
   if (lin.q != nullptr) {  // fp8 weights: the fp8 GEMV (bf16 activations), else per-token fp8 activations
-    if (m <= gemv_max_rows_) {
+    if (m <= fp8_gemv_max_rows_) {
       return cuda::Fp8Gemv(lin.q, lin.scale, lin.rows, lin.cols, x, m, y, lin.rows, PdlFor(m), stream_.get(),
                            options_.gemv_split);
     }
@@ -141,7 +141,7 @@ Status CudaLlama::EnqueueLayers(const StepArgs& a, cuda::BlasLtGemm& gemm) {
     }
     RETURN_IF_ERROR(EnqueueLinear(l.o, attn_, T, proj_, gemm));
     RETURN_IF_ERROR(cuda::AddRmsNorm(proj_, x_, l.ffn_norm, T, H, eps, h_, s, pdl));
-    if (T <= gemv_max_rows_ && l.gate_up.q != nullptr) {
+    if (T <= fp8_gemv_max_rows_ && l.gate_up.q != nullptr) {
       RETURN_IF_ERROR(
           cuda::Fp8GemvSiluMul(l.gate_up.q, l.gate_up.scale, F, H, h_, T, act_, pdl, s, options_.gemv_split));
     } else if (T <= gemv_max_rows_ && l.gate_up.q8 != nullptr) {

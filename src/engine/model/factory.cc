@@ -46,6 +46,9 @@ Status ValidateCudaDecoderTuning(const CudaDecoderTuning& t) {
   if (t.gemv_max_rows < 0 || t.gemv_max_rows > 8) {
     return InvalidArgumentError("--gemv-max-rows {} must be in [0, 8]", t.gemv_max_rows);
   }
+  if (t.fp8_gemv_max_rows < 0 || t.fp8_gemv_max_rows > 8) {
+    return InvalidArgumentError("--fp8-gemv-max-rows {} must be in [0, 8]", t.fp8_gemv_max_rows);
+  }
   if (t.gemv_split != 0 && t.gemv_split != 1 && t.gemv_split != 2 && t.gemv_split != 4 && t.gemv_split != 8) {
     return InvalidArgumentError("--gemv-split {} must be 0 (auto), 1, 2, 4 or 8", t.gemv_split);
   }

@@ -26,6 +26,12 @@ struct CudaDecoderTuning {
   // [--gemv-max-rows N] steps of at most N tokens run their projections through the bf16 GEMV instead of
   // cuBLASLt, 0..8; 0 = always cuBLASLt. Larger: fewer kernels at small batch, slower from batch ~4 up.
   int gemv_max_rows = 1;
+  // [--fp8-gemv-max-rows N] with fp8 weights (--quantization fp8): steps of at most N tokens run the layers'
+  // projections through the fp8 GEMV instead of quantising the activations for cuBLASLt's FP8 GEMM, 0..8
+  // (0 = never; the lm_head follows --gemv-max-rows). Default 1 (the GEMV at batch 1 only, as before the
+  // flag): at 2-8 rows the tensor-core fp8 GEMV costs what one row does and alone took 0.56-0.92x the
+  // quantiser + FP8 GEMM on the 8B shapes on the H100, but the decode step with it is not yet measured.
+  int fp8_gemv_max_rows = 1;
   // [--gemv-split N] warps per output row in the one-token GEMVs: 0 = auto (2 when k >= 4096, else 1), 1, 2,
   // 4 or 8. More: more parallelism per row, more cross-warp reduction.
   int gemv_split = 0;

@@ -270,6 +270,8 @@ TEST(LoadDecoderTest, RejectsOutOfRangeCudaTuning) {
   const Case cases[] = {
       {[](CudaDecoderTuning* t) { t->gemv_max_rows = 9; }, "--gemv-max-rows 9"},
       {[](CudaDecoderTuning* t) { t->gemv_max_rows = -1; }, "--gemv-max-rows -1"},
+      {[](CudaDecoderTuning* t) { t->fp8_gemv_max_rows = 9; }, "--fp8-gemv-max-rows 9"},
+      {[](CudaDecoderTuning* t) { t->fp8_gemv_max_rows = -1; }, "--fp8-gemv-max-rows -1"},
       {[](CudaDecoderTuning* t) { t->gemv_split = 3; }, "--gemv-split 3"},
       {[](CudaDecoderTuning* t) { t->decode_min_partition = 0; }, "--decode-min-partition 0"},
       {[](CudaDecoderTuning* t) { t->decode_min_partition = 513; }, "--decode-min-partition 513"},
@@ -294,6 +296,7 @@ TEST(LoadDecoderTest, RejectsOutOfRangeCudaTuning) {
   // The edges are accepted.
   CudaDecoderTuning edge;
   edge.gemv_max_rows = 8;
+  edge.fp8_gemv_max_rows = 0;
   edge.gemv_split = 8;
   edge.decode_min_partition = 512;
   edge.decode_partition = 512;

@@ -169,6 +169,7 @@ StatusOr<Json> RunStepBench(const StepBenchOptions& o, const Backends& backends,
               {"device_sampling", o.device_sampling},
               {"ggml_numerics", o.decoder.ggml_compatible_numerics},
               {"gemv_max_rows", t.gemv_max_rows},
+              {"fp8_gemv_max_rows", t.fp8_gemv_max_rows},
               {"gemv_split", t.gemv_split},
               {"pdl", t.pdl},
               {"decode_min_partition", t.decode_min_partition},
@@ -182,8 +183,8 @@ StatusOr<Json> RunStepBench(const StepBenchOptions& o, const Backends& backends,
               {"vector_elementwise", t.vector_elementwise},
               {"kv_cache_dtype", model->kv_cache_dtype_name()},
               {"quantization", model->quantization_name()},
-              // The knobs from cuda_graphs to vector_elementwise are recorded as given; only a CUDA model reads
-              // them (the CPU engine runs the same either way).
+              // The knobs from cuda_graphs to vector_elementwise are recorded as given; only a CUDA model
+              // reads them (the CPU engine runs the same either way).
               {"cuda_knobs_apply", cuda}};
   report["engine"] = engine;
   report["model"] = {{"path", path},
