@@ -531,6 +531,16 @@ void Gemv8Bench(cudaStream_t s) {
       BENCH_CHECK(cudaMalloc(&y, 8 * sh.n * 4));
       cudaMemset(x, 0x3c, 8 * sh.k * 2);
       auto* xb = static_cast<__nv_bfloat16*>(x);
+      // The fp8 GEMV on weight copy i for m rows of x.
+      auto fp8 = [&](int i, int64_t m, int split) {
+        const auto* q = static_cast<const uint8_t*>(qs[i]);
+        const auto* sc = static_cast<const float*>(ss[i]);
+        if (sh.silu)
+          return Fp8GemvSiluMul(q, sc, sh.n / 2, sh.k, xb, m, static_cast<__nv_bfloat16*>(y), false, s,
+                                split);
+        if (sh.f32) return Fp8Gemv(q, sc, sh.n, sh.k, xb, m, static_cast<float*>(y), sh.n, false, s, split);
+        return Fp8Gemv(q, sc, sh.n, sh.k, xb, m, static_cast<__nv_bfloat16*>(y), sh.n, false, s, split);
+      };
       for (int split : {0, 1, 2, 4}) {
         int next = 0;
         Status st;
@@ -549,15 +559,7 @@ void Gemv8Bench(cudaStream_t s) {
               st = Q8Gemv(qi, d, sh.n, sh.k, xb, 1, static_cast<__nv_bfloat16*>(y), sh.n, false, s, split);
             }
           } else {
-            const auto* sc = static_cast<const float*>(ss[i]);
-            if (sh.silu) {
-              st = Fp8GemvSiluMul(q, sc, sh.n / 2, sh.k, xb, 1, static_cast<__nv_bfloat16*>(y), false, s,
-                                  split);
-            } else if (sh.f32) {
-              st = Fp8Gemv(q, sc, sh.n, sh.k, xb, 1, static_cast<float*>(y), sh.n, false, s, split);
-            } else {
-              st = Fp8Gemv(q, sc, sh.n, sh.k, xb, 1, static_cast<__nv_bfloat16*>(y), sh.n, false, s, split);
-            }
+            st = fp8(i, 1, split);
           }
         });
         if (!st.ok()) std::fprintf(stderr, "gemv8 %s %s: %s\n", fmt, sh.name, st.ToString().c_str());
@@ -568,24 +570,13 @@ void Gemv8Bench(cudaStream_t s) {
             Fp8GemvSplitFor(1, sh.k, 0), ms, (qbytes + sbytes) / (ms * 1e-3) / 1e9);
       }
       // fp8 at 1-8 rows of x: the tensor-core GEMV (split 0) against cuBLASLt's FP8 GEMM with the activations
-      // quantised per token first (the decoder's path past --gemv-max-rows); the gate|up shape without
+      // quantised per token first (the decoder's path past --fp8-gemv-max-rows); the gate|up shape without
       // SwiGLU.
       if (!q8 && gemm != nullptr) {
         for (int64_t m : {1, 2, 4, 8}) {
           int next = 0;
           Status st;
-          const float gemv_ms = TimeMs(s, [&] {
-            const int i = next++ % copies;
-            const auto* q = static_cast<const uint8_t*>(qs[i]);
-            const auto* sc = static_cast<const float*>(ss[i]);
-            if (sh.silu) {
-              st = Fp8GemvSiluMul(q, sc, sh.n / 2, sh.k, xb, m, static_cast<__nv_bfloat16*>(y), false, s);
-            } else if (sh.f32) {
-              st = Fp8Gemv(q, sc, sh.n, sh.k, xb, m, static_cast<float*>(y), sh.n, false, s);
-            } else {
-              st = Fp8Gemv(q, sc, sh.n, sh.k, xb, m, static_cast<__nv_bfloat16*>(y), sh.n, false, s);
-            }
-          });
+          const float gemv_ms = TimeMs(s, [&] { st = fp8(next++ % copies, m, 0); });
           const DType out = sh.f32 ? DType::kF32 : DType::kBF16;
           const float lt_ms = TimeMs(s, [&] {
             const int i = next++ % copies;
