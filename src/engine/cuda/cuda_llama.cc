@@ -227,14 +227,15 @@ Status CudaLlama::Init(LlamaWeights weights) {
   LOG_INFO(
       "cuda llama: {}: weights {} {:.1f} MiB, scratch {:.1f} MiB for steps of up to {} tokens, "
       "KV budget {:.1f} MiB (gpu memory fraction {} of {:.1f} GiB), cuda graphs {}, "
-      "one-token GEMV {} (warps per row {}), PDL {}, decode partition {}..{}, decode pipeline {}, decode "
+      "GEMV up to {} tokens (warps per row {}; fp8 weights: up to {}), PDL {}, decode partition {}..{}, "
+      "decode pipeline {}, decode "
       "attention {} ({} stages), prefill attention {}, mixed-step attention {}, K-quant GEMV {}, vector "
       "elementwise {}",
       device_name_, fp8_weights() ? "fp8" : "bf16", weight_bytes_ / double(kMiB),
       arena_->capacity() / double(kMiB), max_tokens_, kv_budget_bytes_ / double(kMiB),
       options_.gpu_memory_fraction, total_bytes / double(kMiB << 10), options_.cuda_graphs ? "on" : "off",
-      gemv_max_rows_ >= 1 ? "on" : "off",
-      options_.gemv_split == 0 ? std::string("auto") : std::to_string(options_.gemv_split),
+      gemv_max_rows_, options_.gemv_split == 0 ? std::string("auto") : std::to_string(options_.gemv_split),
+      fp8_gemv_max_rows_,
       options_.pdl == Options::Pdl::kOn    ? "on"
       : options_.pdl == Options::Pdl::kOff ? "off"
                                            : "auto (GEMV steps)",
