@@ -82,6 +82,13 @@ main() {
       "b8_fp8_gemv|--quantization fp8 --fp8-gemv-max-rows 8|--decode-batch 8 --context 512"
       "b2_fp8|--quantization fp8|--decode-batch 2 --context 512"
       "b2_fp8_gemv|--quantization fp8 --fp8-gemv-max-rows 8|--decode-batch 2 --context 512"
+      # The fp8 GEMV's CUDA-core kernel past one row (--gemv-split 1: no tensor-core kernel; the lm_head of these
+      # steps is cuBLASLt's either way), and batch 4.
+      "b2_fp8_gemv_cc|--quantization fp8 --fp8-gemv-max-rows 8 --gemv-split 1|--decode-batch 2 --context 512"
+      "b4_fp8|--quantization fp8|--decode-batch 4 --context 512"
+      "b4_fp8_gemv|--quantization fp8 --fp8-gemv-max-rows 8|--decode-batch 4 --context 512"
+      "b4_fp8_gemv_cc|--quantization fp8 --fp8-gemv-max-rows 8 --gemv-split 1|--decode-batch 4 --context 512"
+      "b8_fp8_gemv_cc|--quantization fp8 --fp8-gemv-max-rows 8 --gemv-split 1|--decode-batch 8 --context 512"
       "b64_no_graphs||--decode-batch 64 --context 1024 --cuda-graphs off"
       "b64_host_sampling||--decode-batch 64 --context 1024 --sampling host"
       # Mixed steps (decodes + a prompt behind them): the decodes' attention in the decode kernel (split, the

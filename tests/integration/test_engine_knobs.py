@@ -97,7 +97,7 @@ def test_bench_step_records_the_knobs(stoke_bin, tmp_path, decode_attention):
     # the others at their defaults
     assert (e["gemv_split"], e["pdl"], e["decode_min_partition"], e["decode_partition"], e["ggml_numerics"],
             e["kquant_gemv"], e["mixed_attention"], e["vector_elementwise"], e["decode_stages"],
-            e["fp8_gemv_max_rows"]) == (0, "auto", 16, 2048, True, "auto", "split", True, 2, 1)
+            e["fp8_gemv_max_rows"]) == (0, "auto", 16, 2048, True, "auto", "split", True, 2, 8)
     assert e["cuda_knobs_apply"] is False  # a CPU run: recorded as given, read by no kernel
 
 

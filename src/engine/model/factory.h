@@ -28,10 +28,10 @@ struct CudaDecoderTuning {
   int gemv_max_rows = 1;
   // [--fp8-gemv-max-rows N] with fp8 weights (--quantization fp8): steps of at most N tokens run the layers'
   // projections through the fp8 GEMV instead of quantising the activations for cuBLASLt's FP8 GEMM, 0..8
-  // (0 = never; the lm_head follows --gemv-max-rows). Default 1 (the GEMV at batch 1 only, as before the
-  // flag): at 2-8 rows the tensor-core fp8 GEMV costs what one row does and alone took 0.56-0.92x the
-  // quantiser + FP8 GEMM on the 8B shapes on the H100, but the decode step with it is not yet measured.
-  int fp8_gemv_max_rows = 1;
+  // (0 = never; the lm_head follows --gemv-max-rows). Default 8: at 2-8 rows the tensor-core fp8 GEMV costs
+  // what one row does; the 8B fp8 decode step took 4.50 ms instead of 5.53 at batch 2 and 4.87 instead
+  // of 5.74 at batch 8 with it (H100, bench/results/gpu_fp8_gemv_step_h100_2026-12-06.json).
+  int fp8_gemv_max_rows = 8;
   // [--gemv-split N] warps per output row in the one-token GEMVs: 0 = auto (2 when k >= 4096, else 1), 1, 2,
   // 4 or 8. More: more parallelism per row, more cross-warp reduction.
   int gemv_split = 0;

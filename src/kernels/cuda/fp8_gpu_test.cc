@@ -2,6 +2,8 @@
 // (bit-exact), the fp8 GEMV and its SwiGLU form against the product of the dequantised weights, and the
 // cuBLASLt FP8 GEMM (per-token x per-channel scales) against the product of both dequantised operands.
 // Skipped when no GPU is present.
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -121,6 +123,31 @@ TEST(CudaFp8, GemvMatchesDequantisedProductForOneToEightRowsAndEverySplit) {
   EXPECT_FALSE(Fp8Gemv(dq.get(), nullptr, n, k, nullptr, 1, static_cast<float*>(nullptr), n, false, stream).ok())
       << "missing scales must be refused";
   cudaStreamDestroy(stream);
+}
+
+// The tensor-core kernel (m = 2-8) converts x to fp16: values beyond its range are clamped to +-65,504, so
+// the product is that of the clamped x, finite (an inf would turn into NaN in every later token).
+TEST(CudaFp8, TensorCoreGemvClampsActivationsBeyondFp16) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = 48, k = 512, m = 3;
+  const auto w = RaggedRows(n, k, 71);
+  const Fp8Ref ref = QuantizeOnCpu(w, n, k);
+  auto x = RoundBf16(RandomFloats(m * k, 72));
+  x[5] = 1.0e6f;  // bf16-exact: 999,424
+  x[k + 77] = -3.0e5f;
+  x = RoundBf16(x);
+  std::vector<float> clamped = x;
+  for (float& v : clamped) v = std::min(std::max(v, -65504.f), 65504.f);
+  std::vector<float> want(m * n);
+  ASSERT_TRUE(cpu::MatMul(clamped.data(), m, k, ref.deq.data(), DType::kF32, n, want.data()).ok());
+  DeviceBuffer<uint8_t> dq(ref.q);
+  DeviceBuffer<float> ds(ref.scale);
+  DeviceBuffer<uint16_t> dx(ToBf16(x));
+  DeviceBuffer<float> dy(m * n);
+  STATUS_ASSERT(Fp8Gemv(dq.get(), ds.get(), n, k, dx.bf16(), m, dy.get(), n, false, nullptr, /*split=*/0));
+  const auto got = dy.Download();
+  for (float v : got) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_CLOSE(got, want, 1e-3, "fp8 tensor-core gemv, clamped x");
 }
 
 TEST(CudaFp8, SiluMulGemvMatchesDequantisedProduct) {

@@ -58,7 +58,7 @@ Status Bf16GemvSiluMul(const __nv_bfloat16* w, int64_t inter, int64_t k, const _
 // 16-byte load, each byte pair converted by one cvt to half2 and multiplied in fp32; split = 0 picks the
 // warps per row (Fp8GemvSplitFor: 2 when a row has at least two rounds of loads, k >= 8192). m = 2-8 with
 // split = 0: on tensor cores. A warp takes 16 rows over 1/8 of k, each byte pair one cvt into an fp16 A
-// fragment, the x rows (converted to fp16: exact for |x| <= 65,504, beyond that they overflow) the B
+// fragment, the x rows (converted to fp16: exact for |x| <= 65,504, larger values clamped to +-65,504) the B
 // fragment's columns, mma.sync m16n8k16 with fp32 accumulators, the block's 8 slices added in order: 2 to 8
 // rows cost what one does. Measured on the H100 (cuda_bench --only gemv8,
 // bench/results/gpu_fp8_gemv_mma_h100_2026-12-06.json): at m = 2-8 it took 0.56-0.92x the time of
