@@ -64,7 +64,7 @@ void AddEngineTuningFlags(CLI::App* cmd, EngineTuningFlags* flags) {
          "--pdl", flags->pdl,
          "cuda: launch the decode step's kernels (GEMVs, norms, RoPE + cache write, decode attention "
          "and its merge) with programmatic dependent launch: auto (in steps of at most --gemv-max-rows "
-         "tokens, the GEMV steps), on (every step) or off")
+         "tokens, with fp8 weights --fp8-gemv-max-rows when larger: the GEMV steps), on (every step) or off")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   cmd->add_option("--decode-min-partition", flags->decode_min_partition,

@@ -19,7 +19,8 @@
 # whole requests, ~twice one request's time, or TTFT / TPOT are not measured), LLM_DRAIN_S (5), HF_BUDGET_S (60), SKIP_HF=1, SKIP_SERVE=1,
 # STEP_AB=1 (decode step with one switch flipped at a time: cuBLASLt instead of the GEMV, PDL off (the default
 # --pdl auto uses it in the batch-1 steps) or on at batch 64, GEMV
-# warps per row, fp8 weights at batch 2 / 8 with and without the fp8 GEMV (b2_fp8_gemv, b8_fp8_gemv), decode-attention split size and load pipelining, the 2026-12-03 changes all off ("before"),
+# warps per row, fp8 weights at batch 2 / 4 / 8 with and without the fp8 GEMV (b2_fp8_gemv, b8_fp8_gemv), its CUDA-core
+# kernel past one row (_cc), PDL there (_pdl), decode-attention split size and load pipelining, the 2026-12-03 changes all off ("before"),
 # no CUDA graphs, host sampling; batch 1, 8 and 64; mixed steps split or not at batch 64 / 256; or a list of variant names; STEP_AB_ROUNDS, STEP_AB_ITERS), SERVE_SAMPLING (device | host, passed to serve --sampling); for a
 # CPU dry run of the script itself: LLM_DEVICE=cpu LLM_LAYERS=2 SKIP_STEP_B64=1 and small lengths.
 set -uo pipefail
@@ -78,17 +79,25 @@ main() {
       "b1_host_sampling||--decode-batch 1 --context 512 --sampling host"
       "b8|--gemv-max-rows 8|--decode-batch 8 --context 512"
       "b8_cublaslt|--gemv-max-rows 0|--decode-batch 8 --context 512"
-      "b8_fp8|--quantization fp8|--decode-batch 8 --context 512"
+      # b2_fp8 / b4_fp8 / b8_fp8: the activation quantiser + cuBLASLt FP8 (--fp8-gemv-max-rows 1, the default
+      # before 2026-12-06); the _gemv forms: the fp8 GEMV (tensor cores past one row; the default since).
+      "b8_fp8|--quantization fp8 --fp8-gemv-max-rows 1|--decode-batch 8 --context 512"
       "b8_fp8_gemv|--quantization fp8 --fp8-gemv-max-rows 8|--decode-batch 8 --context 512"
-      "b2_fp8|--quantization fp8|--decode-batch 2 --context 512"
+      "b2_fp8|--quantization fp8 --fp8-gemv-max-rows 1|--decode-batch 2 --context 512"
       "b2_fp8_gemv|--quantization fp8 --fp8-gemv-max-rows 8|--decode-batch 2 --context 512"
       # The fp8 GEMV's CUDA-core kernel past one row (--gemv-split 1: no tensor-core kernel; the lm_head of these
       # steps is cuBLASLt's either way), and batch 4.
       "b2_fp8_gemv_cc|--quantization fp8 --fp8-gemv-max-rows 8 --gemv-split 1|--decode-batch 2 --context 512"
-      "b4_fp8|--quantization fp8|--decode-batch 4 --context 512"
+      "b4_fp8|--quantization fp8 --fp8-gemv-max-rows 1|--decode-batch 4 --context 512"
       "b4_fp8_gemv|--quantization fp8 --fp8-gemv-max-rows 8|--decode-batch 4 --context 512"
       "b4_fp8_gemv_cc|--quantization fp8 --fp8-gemv-max-rows 8 --gemv-split 1|--decode-batch 4 --context 512"
       "b8_fp8_gemv_cc|--quantization fp8 --fp8-gemv-max-rows 8 --gemv-split 1|--decode-batch 8 --context 512"
+      # PDL in the fp8 GEMV steps past one row: on, off (--pdl auto took it only up to --gemv-max-rows tokens
+      # before 2026-12-06; since, up to --fp8-gemv-max-rows with fp8 weights: the _gemv forms have it).
+      "b2_fp8_gemv_pdl|--quantization fp8 --fp8-gemv-max-rows 8 --pdl on|--decode-batch 2 --context 512"
+      "b8_fp8_gemv_pdl|--quantization fp8 --fp8-gemv-max-rows 8 --pdl on|--decode-batch 8 --context 512"
+      "b2_fp8_gemv_nopdl|--quantization fp8 --fp8-gemv-max-rows 8 --pdl off|--decode-batch 2 --context 512"
+      "b8_fp8_gemv_nopdl|--quantization fp8 --fp8-gemv-max-rows 8 --pdl off|--decode-batch 8 --context 512"
       "b64_no_graphs||--decode-batch 64 --context 1024 --cuda-graphs off"
       "b64_host_sampling||--decode-batch 64 --context 1024 --sampling host"
       # Mixed steps (decodes + a prompt behind them): the decodes' attention in the decode kernel (split, the

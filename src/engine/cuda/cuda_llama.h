@@ -34,6 +34,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -85,7 +86,8 @@ class CudaLlama final : public DecoderModel {
     // whole chain (H100, 12-06, bench/results/gpu_pdl_chain_h100_2026-12-06.json): batch 1 ctx 512 5.95 ->
     // 5.86 ms bf16 and 3.91 -> 3.84 ms fp8 weights, ctx 4096 6.55 -> 6.48 ms, but batch 64 10.38 -> 10.46 ms
     // and batch 256 20.28 -> 20.34 ms. kAuto (the default, --pdl auto): PDL in the steps of at most
-    // gemv_max_rows tokens (the GEMV steps); kOn every step; kOff none.
+    // gemv_max_rows tokens (the GEMV steps; with fp8 weights fp8_gemv_max_rows when larger: the fp8 step at
+    // batch 2 / 8 took 4.34 / 4.79 ms with it, 4.62 / 4.96 without, H100 12-06); kOn every step; kOff none.
     enum class Pdl { kOff, kOn, kAuto };
     Pdl pdl = Pdl::kAuto;
     // Warps per output row in the one-token GEMVs (kernels/cuda/gemv.h): 0 = auto (GemvSplitFor: 2 when
@@ -326,8 +328,8 @@ class CudaLlama final : public DecoderModel {
   // Whether kernels over `tokens` rows launch with PDL (Options::pdl): a step's layers ask with its tokens,
   // its final norm and lm_head with the rows whose logits are wanted.
   bool PdlFor(int64_t tokens) const {
-    return options_.pdl == Options::Pdl::kOn ||
-           (options_.pdl == Options::Pdl::kAuto && tokens <= gemv_max_rows_);
+    const int gemv_rows = fp8_weights() ? std::max(gemv_max_rows_, fp8_gemv_max_rows_) : gemv_max_rows_;
+    return options_.pdl == Options::Pdl::kOn || (options_.pdl == Options::Pdl::kAuto && tokens <= gemv_rows);
   }
   int num_blocks_ = 0, block_size_ = 0;
 
