@@ -87,7 +87,8 @@ class CudaLlama final : public DecoderModel {
     // 5.86 ms bf16 and 3.91 -> 3.84 ms fp8 weights, ctx 4096 6.55 -> 6.48 ms, but batch 64 10.38 -> 10.46 ms
     // and batch 256 20.28 -> 20.34 ms. kAuto (the default, --pdl auto): PDL in the steps of at most
     // gemv_max_rows tokens (the GEMV steps; with fp8 weights fp8_gemv_max_rows when larger: the fp8 step at
-    // batch 2 / 8 took 4.34 / 4.79 ms with it, 4.62 / 4.96 without, H100 12-06); kOn every step; kOff none.
+    // batch 2 / 8 took 4.34 / 4.79 ms with it, 4.62 / 4.96 without, and 4.49 / 4.91 vs 4.59 / 4.95 in a
+    // second call, H100 12-06); kOn every step; kOff none.
     enum class Pdl { kOff, kOn, kAuto };
     Pdl pdl = Pdl::kAuto;
     // Warps per output row in the one-token GEMVs (kernels/cuda/gemv.h): 0 = auto (GemvSplitFor: 2 when

@@ -39,7 +39,8 @@ struct CudaDecoderTuning {
   // weight loads overlap the kernel before), norms, RoPE + cache write, decode attention and its merge.
   // "auto": in the steps whose projections run through the GEMV (at most gemv_max_rows tokens: batch-1
   // decode; with fp8 weights at most fp8_gemv_max_rows when larger), where the chain measured 1.1-1.8 %
-  // faster (3.5-6 % at fp8 batch 8 / 2); "on": every step (batch 64 measured 0.8 % slower); "off": none.
+  // faster (fp8 batch 2 / 8: 2.3-5.9 % / 0.9-3.3 %, two H100 calls); "on": every step (batch 64 measured
+  // 0.8 % slower); "off": none.
   std::string pdl = "auto";
   // [--decode-min-partition N] fewest context positions per split of decode attention, 1..512. Smaller: more
   // blocks for small batches (occupancy) against a larger merge kernel.

@@ -223,23 +223,25 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-__device__ __forceinline__ float ClampF16(float v) { return fminf(fmaxf(v, -65504.f), 65504.f); }
+__device__ __forceinline__ float ClampF16(float v) {
+  return fminf(fmaxf(v, -65504.f), 65504.f);
+}
 
-// fp8 weights on tensor cores (split = 0, 2-8 rows of x): a warp computes 16 output rows (and, with kSilu, the
-// matching 16 up rows) over a 1/kWarps slice of k with mma.sync m16n8k16 (fp16 in, fp32 accumulators), the
-// block's 8 warps taking the slices of one 16-row group, their sums added in warp order through shared memory
-// (deterministic). A byte pair is one cvt straight into an A fragment and 256 products one mma, whatever the
-// rows of x (the CUDA-core kernel re-reads and multiplies every x row per weight chunk). At one row it lost to
-// the CUDA-core kernel by 1.10-1.35x on the H100 (gemv.h), so one row does not come here.
+// fp8 weights on tensor cores (split = 0, 2-8 rows of x): a warp computes 16 output rows (and, with kSilu,
+// the matching 16 up rows) over a 1/kWarps slice of k with mma.sync m16n8k16 (fp16 in, fp32 accumulators),
+// the block's 8 warps taking the slices of one 16-row group, their sums added in warp order through shared
+// memory (deterministic). A byte pair is one cvt straight into an A fragment and 256 products one mma,
+// whatever the rows of x (the CUDA-core kernel re-reads and multiplies every x row per weight chunk). At one
+// row it lost to the CUDA-core kernel by 1.10-1.35x on the H100 (gemv.h), so one row does not come here.
 //
-// Layout: lane (g = lane / 4, c = lane % 4) loads 16 bytes of rows g and g + 8 at byte c * 16 of each 64-value
-// k block; mma step j (0-3) takes bytes 4j..4j+3 of them: the A fragment's columns 2c, 2c+1 are bytes 4j, 4j+1
-// and columns 2c+8, 2c+9 bytes 4j+2, 4j+3. The B fragment (column g = x row g, for g < M) holds the same
-// four k positions of x: a dot product may visit k in any order as long as both operands agree. x is
-// converted from bf16 to fp16 (exact within fp16's range: |x| <= 65,504; larger values are clamped to
-// +-65,504: a wrong but finite product, where an inf would put NaN into every later token through the KV
-// cache), one 64-value block ahead of its use with the weights. kU blocks of loads stay in flight per lane: each slot is
-// refilled as soon as it is consumed.
+// Layout: lane (g = lane / 4, c = lane % 4) loads 16 bytes of rows g and g + 8 at byte c * 16 of each
+// 64-value k block; mma step j (0-3) takes bytes 4j..4j+3 of them: the A fragment's columns 2c, 2c+1 are
+// bytes 4j, 4j+1 and columns 2c+8, 2c+9 bytes 4j+2, 4j+3. The B fragment (column g = x row g, for g < M)
+// holds the same four k positions of x: a dot product may visit k in any order as long as both operands
+// agree. x is converted from bf16 to fp16 (exact within fp16's range: |x| <= 65,504; larger values are
+// clamped to +-65,504: a wrong but finite product, where an inf would put NaN into every later token through
+// the KV cache), one 64-value block ahead of its use with the weights. kU blocks of loads stay in flight per
+// lane: each slot is refilled as soon as it is consumed.
 template <int M, typename OutT, bool kSilu>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     Fp8MmaGemvKernel(const uint8_t* __restrict__ w, const float* __restrict__ scale, int64_t n, int64_t k,
@@ -288,7 +290,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     const uint4 hi = in ? __ldg(xr + b * 8 + 1) : make_uint4(0, 0, 0, 0);
     const uint32_t v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
-    for (int i = 0; i < 8; ++i) xh[i] = PackF16(ClampF16(__uint_as_float(v[i] << 16)), ClampF16(__uint_as_float(v[i] & 0xffff0000u)));
+    for (int i = 0; i < 8; ++i)
+      xh[i] = PackF16(ClampF16(__uint_as_float(v[i] << 16)), ClampF16(__uint_as_float(v[i] & 0xffff0000u)));
   };
 
   float acc[kSets][4];
