@@ -185,8 +185,6 @@ StatusOr<std::unique_ptr<CudaLlama>> CudaLlama::Create(LlamaWeights weights, con
     }
   }
   std::unique_ptr<CudaLlama> m(new CudaLlama(options));
-  m->gemv_max_rows_ = options.gemv_max_rows;
-  m->fp8_gemv_max_rows_ = options.fp8_gemv_max_rows;
   RETURN_IF_ERROR(m->Init(std::move(weights)));
   return m;
 }
@@ -234,8 +232,9 @@ Status CudaLlama::Init(LlamaWeights weights) {
       device_name_, fp8_weights() ? "fp8" : "bf16", weight_bytes_ / double(kMiB),
       arena_->capacity() / double(kMiB), max_tokens_, kv_budget_bytes_ / double(kMiB),
       options_.gpu_memory_fraction, total_bytes / double(kMiB << 10), options_.cuda_graphs ? "on" : "off",
-      gemv_max_rows_, options_.gemv_split == 0 ? std::string("auto") : std::to_string(options_.gemv_split),
-      fp8_gemv_max_rows_,
+      options_.gemv_max_rows,
+      options_.gemv_split == 0 ? std::string("auto") : std::to_string(options_.gemv_split),
+      options_.fp8_gemv_max_rows,
       options_.pdl == Options::Pdl::kOn    ? "on"
       : options_.pdl == Options::Pdl::kOff ? "off"
                                            : "auto (GEMV steps)",

@@ -172,11 +172,11 @@ class CudaLlama final : public DecoderModel {
   static constexpr int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
   // A projection y = x·W^T: W bf16 [rows, cols] on the device (the GEMM's operand), plus, for the GEMV of
-  // decode steps of up to gemv_max_rows_ tokens, the file's 8-bit form when every part is GGUF Q8_0: q8 =
-  // int8 [rows (padded), cols] and q8_d = fp16 [rows, cols / 32] (cuda::RepackQ8_0), or (every part Q4_1,
-  // Q8_0, Q4_K or Q6_K, not all Q8_0) the raw blocks of each part for the 1-token QuantGemv. With fp8 weights
-  // `w` is null (freed after quantisation; the embedding keeps it) and q / scale hold the E4M3 bytes and one
-  // scale per row.
+  // decode steps of up to options_.gemv_max_rows tokens, the file's 8-bit form when every part is GGUF Q8_0:
+  // q8 = int8 [rows (padded), cols] and q8_d = fp16 [rows, cols / 32] (cuda::RepackQ8_0), or (every part
+  // Q4_1, Q8_0, Q4_K or Q6_K, not all Q8_0) the raw blocks of each part for the 1-token QuantGemv. With fp8
+  // weights `w` is null (freed after quantisation; the embedding keeps it) and q / scale hold the E4M3 bytes
+  // and one scale per row.
   struct Linear {
     __nv_bfloat16* w = nullptr;
     uint8_t* q = nullptr;
@@ -329,7 +329,8 @@ class CudaLlama final : public DecoderModel {
   // Whether kernels over `tokens` rows launch with PDL (Options::pdl): a step's layers ask with its tokens,
   // its final norm and lm_head with the rows whose logits are wanted.
   bool PdlFor(int64_t tokens) const {
-    const int gemv_rows = fp8_weights() ? std::max(gemv_max_rows_, fp8_gemv_max_rows_) : gemv_max_rows_;
+    const int gemv_rows =
+        fp8_weights() ? std::max(options_.gemv_max_rows, options_.fp8_gemv_max_rows) : options_.gemv_max_rows;
     return options_.pdl == Options::Pdl::kOn || (options_.pdl == Options::Pdl::kAuto && tokens <= gemv_rows);
   }
   int num_blocks_ = 0, block_size_ = 0;
@@ -339,8 +340,6 @@ class CudaLlama final : public DecoderModel {
   std::map<std::pair<int, int>, bool> bucket_seen_;  // true: ran eagerly once (tuned); false: capture failed
   // options_.attention with pdl set: the attention launches of the steps PdlFor() picks.
   cuda::AttentionLaunchOptions attention_pdl_;
-  int gemv_max_rows_ = 0;                            // options_.gemv_max_rows (Create checks it is in [0, 8])
-  int fp8_gemv_max_rows_ = 0;                        // options_.fp8_gemv_max_rows (also checked: [0, 8])
   int64_t graph_replays_ = 0;
   int64_t bucket_steps_ = 0;
   int64_t split_steps_ = 0;

@@ -57,7 +57,7 @@ CudaLlama::StepArgs CudaLlama::ArgsFor(const Layout& l, int64_t T, int S, int W)
 Status CudaLlama::EnqueueLinear(const Linear& lin, const __nv_bfloat16* x, int64_t m, __nv_bfloat16* y,
                                 cuda::BlasLtGemm& gemm) {
   if (lin.q != nullptr) {  // fp8 weights: the fp8 GEMV (bf16 activations), else per-token fp8 activations
-    if (m <= fp8_gemv_max_rows_) {
+    if (m <= options_.fp8_gemv_max_rows) {
       return cuda::Fp8Gemv(lin.q, lin.scale, lin.rows, lin.cols, x, m, y, lin.rows, PdlFor(m), stream_.get(),
                            options_.gemv_split);
     }
@@ -66,7 +66,7 @@ Status CudaLlama::EnqueueLinear(const Linear& lin, const __nv_bfloat16* x, int64
     return gemm.RunFp8(act_q_, act_scale_, lin.q, lin.scale, y, DType::kBF16, m, lin.rows, lin.cols,
                        stream_.get());
   }
-  if (lin.q8 != nullptr && m <= gemv_max_rows_) {  // GGUF Q8_0: the GEMV over the file's int8 values
+  if (lin.q8 != nullptr && m <= options_.gemv_max_rows) {  // GGUF Q8_0: the GEMV over the file's int8 values
     return cuda::Q8Gemv(lin.q8, lin.q8_d, lin.rows, lin.cols, x, m, y, lin.rows, PdlFor(m), stream_.get(),
                         options_.gemv_split);
   }
@@ -77,7 +77,7 @@ Status CudaLlama::EnqueueLinear(const Linear& lin, const __nv_bfloat16* x, int64
     }
     return OkStatus();
   }
-  if (m <= gemv_max_rows_) {
+  if (m <= options_.gemv_max_rows) {
     return cuda::Bf16Gemv(lin.w, lin.rows, lin.cols, x, m, y, lin.rows, PdlFor(m), stream_.get(),
                           options_.gemv_split);
   }
@@ -141,17 +141,17 @@ Status CudaLlama::EnqueueLayers(const StepArgs& a, cuda::BlasLtGemm& gemm) {
     }
     RETURN_IF_ERROR(EnqueueLinear(l.o, attn_, T, proj_, gemm));
     RETURN_IF_ERROR(cuda::AddRmsNorm(proj_, x_, l.ffn_norm, T, H, eps, h_, s, pdl));
-    if (T <= fp8_gemv_max_rows_ && l.gate_up.q != nullptr) {
+    if (T <= options_.fp8_gemv_max_rows && l.gate_up.q != nullptr) {
       RETURN_IF_ERROR(
           cuda::Fp8GemvSiluMul(l.gate_up.q, l.gate_up.scale, F, H, h_, T, act_, pdl, s, options_.gemv_split));
-    } else if (T <= gemv_max_rows_ && l.gate_up.q8 != nullptr) {
+    } else if (T <= options_.gemv_max_rows && l.gate_up.q8 != nullptr) {
       RETURN_IF_ERROR(
           cuda::Q8GemvSiluMul(l.gate_up.q8, l.gate_up.q8_d, F, H, h_, T, act_, pdl, s, options_.gemv_split));
     } else if (T == 1 && KQuantSwiGlu(l.gate_up)) {  // GGUF Q4_K / Q6_K: both projections and SwiGLU in one
       const Linear::QuantPart& g = l.gate_up.quant[0];
       RETURN_IF_ERROR(cuda::QuantGemvSiluMul(g.type, g.raw, l.gate_up.quant[1].raw, F, H, h_, act_, s,
                                              /*rows_per_warp=*/0, options_.kquant_gemv));
-    } else if (T <= gemv_max_rows_ && (T > 1 || l.gate_up.quant.empty())) {
+    } else if (T <= options_.gemv_max_rows && (T > 1 || l.gate_up.quant.empty())) {
       RETURN_IF_ERROR(cuda::Bf16GemvSiluMul(l.gate_up.w, F, H, h_, T, act_, pdl, s, options_.gemv_split));
     } else {
       RETURN_IF_ERROR(EnqueueLinear(l.gate_up, h_, T, gu_, gemm));
@@ -169,7 +169,7 @@ Status CudaLlama::EnqueueLogits(const int32_t* rows, int64_t n, cuda::BlasLtGemm
   RETURN_IF_ERROR(
       cuda::GatherAddRmsNorm(x_, proj_, rows, n, c.hidden_size, final_norm_, c.rms_norm_eps, sel_, s, pdl));
   if (lm_head_.q != nullptr) {
-    if (n <= gemv_max_rows_) {
+    if (n <= options_.gemv_max_rows) {
       return cuda::Fp8Gemv(lm_head_.q, lm_head_.scale, vocab_pad_, c.hidden_size, sel_, n, logits_,
                            vocab_pad_, pdl, s, options_.gemv_split);
     }
@@ -185,11 +185,11 @@ Status CudaLlama::EnqueueLogits(const int32_t* rows, int64_t n, cuda::BlasLtGemm
     }
     return OkStatus();
   }
-  if (n <= gemv_max_rows_ && lm_head_.q8 != nullptr) {
+  if (n <= options_.gemv_max_rows && lm_head_.q8 != nullptr) {
     return cuda::Q8Gemv(lm_head_.q8, lm_head_.q8_d, vocab_pad_, c.hidden_size, sel_, n, logits_, vocab_pad_,
                         pdl, s, options_.gemv_split);
   }
-  if (n <= gemv_max_rows_) {
+  if (n <= options_.gemv_max_rows) {
     return cuda::Bf16Gemv(lm_head_.w, vocab_pad_, c.hidden_size, sel_, n, logits_, vocab_pad_, pdl, s,
                           options_.gemv_split);
   }
